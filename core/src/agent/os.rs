@@ -1,0 +1,133 @@
+//! The agent's view of its operating system. Everything the agent decides
+//! (journal, submission, tombstones, cancel escalation, leftovers, reaping)
+//! is written against this trait, so the real agent (`tether-agent`, procfs
+//! and signals) and the simulation (`SimOs`) run the very same logic.
+//!
+//! Paths are absolute strings; listings and process tables come back sorted
+//! so that nothing downstream depends on hash order.
+
+use crate::protocol::Lang;
+use crate::time::Timestamp;
+use std::fmt;
+
+/// A process id.
+pub type Pid = u32;
+
+/// The signals the agent sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Signal {
+    /// SIGINT: interrupt (Python's KeyboardInterrupt).
+    Int,
+    /// SIGTERM: please stop.
+    Term,
+    /// SIGSTOP: freeze (so a forking process cannot race the KILL sweep).
+    Stop,
+    /// SIGCONT.
+    Cont,
+    /// SIGKILL.
+    Kill,
+}
+
+/// What the agent knows of a process.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProcInfo {
+    /// Its pid.
+    pub pid: Pid,
+    /// Its parent.
+    pub ppid: Pid,
+    /// Its process group.
+    pub pgid: Pid,
+    /// Its session.
+    pub sid: Pid,
+    /// Start time in clock ticks since boot (tells a reused pid apart).
+    pub starttime: u64,
+    /// True when it has exited and waits to be reaped.
+    pub zombie: bool,
+}
+
+/// A failed OS operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OsError {
+    /// No such file or process.
+    NotFound,
+    /// The file already exists (an O_EXCL create lost).
+    AlreadyExists,
+    /// Not allowed.
+    PermissionDenied,
+    /// Anything else, described.
+    Other(String),
+}
+
+impl fmt::Display for OsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OsError::NotFound => f.write_str("not found"),
+            OsError::AlreadyExists => f.write_str("already exists"),
+            OsError::PermissionDenied => f.write_str("permission denied"),
+            OsError::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for OsError {}
+
+/// How to start one cell's process tree under a shim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellLaunch {
+    /// The kernel's directory.
+    pub kernel_dir: String,
+    /// The cell's directory (holds `code`, `journal`, `cancel`, …).
+    pub cell_dir: String,
+    /// The language.
+    pub lang: Lang,
+    /// Argv of the cell's main process (run in a new session by the shim).
+    pub argv: Vec<String>,
+    /// The env marker `(name, value)` that every process of the cell carries.
+    pub marker: (String, String),
+}
+
+/// The operating system as the agent logic needs it.
+pub trait Os {
+    /// Current time (monotonic enough for grace periods and idle timeouts).
+    fn now(&self) -> Timestamp;
+    /// The sandbox's boot id.
+    fn boot_id(&self) -> Result<String, OsError>;
+    /// The calling process (the op command or daemon running this logic).
+    fn self_pid(&self) -> Pid;
+
+    /// Whole contents of a file.
+    fn read_file(&self, path: &str) -> Result<Vec<u8>, OsError>;
+    /// Creates a file that must not exist yet (O_EXCL), with `data`.
+    fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError>;
+    /// Replaces a file atomically (temporary file + rename).
+    fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError>;
+    /// Appends to a file, creating it if needed.
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError>;
+    /// True when the path exists.
+    fn exists(&self, path: &str) -> bool;
+    /// Names in a directory, sorted.
+    fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError>;
+    /// Creates a directory and its parents, mode 0700.
+    fn create_dir_all(&mut self, path: &str) -> Result<(), OsError>;
+    /// Removes a file or a directory tree; absent is fine.
+    fn remove_all(&mut self, path: &str) -> Result<(), OsError>;
+
+    /// One process, if it exists.
+    fn process(&self, pid: Pid) -> Option<ProcInfo>;
+    /// Every process, sorted by pid.
+    fn processes(&self) -> Vec<ProcInfo>;
+    /// Does the process's environment hold `name=value`?
+    fn has_env(&self, pid: Pid, name: &str, value: &str) -> bool;
+    /// Does the process's argv hold `arg`?
+    fn has_arg(&self, pid: Pid, arg: &str) -> bool;
+    /// Sends a signal to one pid.
+    fn signal(&mut self, pid: Pid, signal: Signal) -> Result<(), OsError>;
+
+    /// Starts the kernel daemon for `kernel_dir`, detached (own session),
+    /// with `nonce` in its argv. Returns its pid.
+    fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError>;
+    /// Starts a cell's shim. Returns the shim's pid.
+    fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError>;
+    /// True when `program` can be found on PATH (e.g. `python3`).
+    fn has_program(&self, program: &str) -> bool;
+}

@@ -1,0 +1,232 @@
+//! Replies from the agent: one JSON line per exec, echoing the op's id.
+
+use super::journal::JournalEntry;
+use super::ops::Identity;
+use crate::ids::KernelName;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How a cell ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum CellOutcome {
+    /// The code ran to its end and succeeded.
+    Ok,
+    /// The code failed (an exception, or a shell whose last status was not 0).
+    Error {
+        /// What went wrong, for a person.
+        message: String,
+    },
+    /// The code called `exit N` (a definitive completion; state is kept).
+    Exit {
+        /// The exit status.
+        code: i32,
+    },
+    /// The cell was cancelled (by request, or it never started).
+    Cancelled,
+    /// The cell ran past its timeout and was cancelled.
+    TimedOut,
+    /// The client cannot know: the sandbox is unreachable or the deadline
+    /// passed. The record is kept so the cell can be resumed later.
+    Unknown {
+        /// Why the outcome is not known.
+        reason: String,
+    },
+}
+
+impl fmt::Display for CellOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CellOutcome::Ok => f.write_str("ok"),
+            CellOutcome::Error { message } => write!(f, "error: {message}"),
+            CellOutcome::Exit { code } => write!(f, "exit {code}"),
+            CellOutcome::Cancelled => f.write_str("cancelled"),
+            CellOutcome::TimedOut => f.write_str("timed out"),
+            CellOutcome::Unknown { reason } => write!(f, "unknown: {reason}"),
+        }
+    }
+}
+
+/// What a probe found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum ProbeStatus {
+    /// The daemon we spawned is running.
+    Alive {
+        /// Its identity, as checked.
+        identity: Identity,
+    },
+    /// There was a daemon and it is gone.
+    Dead {
+        /// What was seen (for the user and the oracle).
+        evidence: String,
+    },
+    /// Something else holds the place: the pid was reused, the boot or the
+    /// nonce differ.
+    Replaced {
+        /// What was seen.
+        evidence: String,
+    },
+    /// The kernel was never spawned here (no expectation was given).
+    Absent,
+}
+
+/// What a submit found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Acceptance {
+    /// Recorded now.
+    Accepted,
+    /// Recorded before under the same request id: not run a second time.
+    AlreadyAccepted,
+    /// A cancel tombstone was there first: the cell will never run.
+    CancelledBeforeStart,
+}
+
+/// What a cancel found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelState {
+    /// Not started yet: a tombstone now stops it from ever starting.
+    Tombstoned,
+    /// Running: the daemon escalates TERM → KILL over the cell's processes.
+    Escalating,
+    /// Already resolved; nothing to do.
+    AlreadyDone,
+}
+
+/// Journal entries after a cursor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalBatch {
+    /// Entries with `n > cursor`, in order.
+    pub entries: Vec<JournalEntry>,
+    /// True when the journal holds `done`: nothing more will come.
+    pub done: bool,
+}
+
+/// A successful reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// The agent binary is in place.
+    Installed {
+        /// Where.
+        path: String,
+    },
+    /// The probe's verdict.
+    Probed {
+        /// What was found.
+        status: ProbeStatus,
+    },
+    /// The daemon runs.
+    Spawned {
+        /// Its identity.
+        identity: Identity,
+        /// False when a live daemon with the same nonce was reused.
+        fresh: bool,
+    },
+    /// The cell is recorded (or was already).
+    Submitted {
+        /// What happened to the submission.
+        acceptance: Acceptance,
+        /// The journal so far.
+        batch: JournalBatch,
+    },
+    /// Journal entries after the cursor.
+    Waited {
+        /// The entries.
+        batch: JournalBatch,
+    },
+    /// The cancel is recorded.
+    Cancelled {
+        /// What it found.
+        state: CancelState,
+    },
+    /// The kernel is gone.
+    ShutDown {
+        /// How many processes had to be killed.
+        killed: u32,
+    },
+    /// Stale kernels removed.
+    Collected {
+        /// Their names.
+        removed: Vec<KernelName>,
+    },
+    /// The journal is deleted.
+    Acked,
+}
+
+/// The kind of failure the agent reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request could not be read.
+    BadRequest,
+    /// The agent speaks another protocol version.
+    UnsupportedVersion,
+    /// A different request already holds this cell's sequence number.
+    Conflict,
+    /// The kernel directory does not exist.
+    NoSuchKernel,
+    /// The cell does not exist.
+    NoSuchCell,
+    /// The kernel's daemon is not running.
+    KernelDead,
+    /// The sandbox is not x86_64.
+    WrongArch,
+    /// The agent binary arrived damaged.
+    BadInstall,
+    /// `python3` is not on the sandbox's PATH.
+    PythonMissing,
+    /// A file or process operation failed.
+    Io,
+}
+
+/// A failure reported by the agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentError {
+    /// What kind.
+    pub kind: ErrorKind,
+    /// Details for a person.
+    pub detail: String,
+}
+
+impl fmt::Display for AgentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.detail)
+    }
+}
+
+/// The line the agent prints: exactly one of `reply` and `error`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyEnvelope {
+    /// Protocol version.
+    pub v: u32,
+    /// The id of the op this answers.
+    pub id: u64,
+    /// The reply, on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<Reply>,
+    /// The error, on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<AgentError>,
+}
+
+impl Reply {
+    /// Does this reply answer an op of `kind`?
+    pub fn answers(&self, kind: super::OpKind) -> bool {
+        use super::OpKind as K;
+        matches!(
+            (self, kind),
+            (Reply::Installed { .. }, K::Install)
+                | (Reply::Probed { .. }, K::Probe)
+                | (Reply::Spawned { .. }, K::Spawn)
+                | (Reply::Submitted { .. }, K::Submit)
+                | (Reply::Waited { .. }, K::Wait)
+                | (Reply::Cancelled { .. }, K::Cancel)
+                | (Reply::ShutDown { .. }, K::Shutdown)
+                | (Reply::Collected { .. }, K::Gc)
+                | (Reply::Acked, K::Ack)
+        )
+    }
+}
