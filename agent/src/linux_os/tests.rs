@@ -1,11 +1,12 @@
 //! [`LinuxOs`] against real processes and files.
 
+use super::procfs;
 use super::spawn::{spawn_retrying, Detached};
 use super::*;
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -13,8 +14,11 @@ fn raw(pid: Pid) -> rustix::process::Pid {
     rustix::process::Pid::from_raw(pid as i32).expect("positive pid")
 }
 
-/// A child of this test process, killed (TERM, or KILL to its group) and
-/// reaped when dropped, so that a failing test leaks nothing.
+/// A child of this test process, killed with its children (and its
+/// group, when it leads one) and reaped when dropped, so that a failing
+/// test leaks nothing. It is stopped first so it cannot fork meanwhile;
+/// KILL, not TERM, because a shell's TERM trap can lose a signal sent to a
+/// child that has not exec'd yet.
 struct Owned {
     pid: Pid,
     group: bool,
@@ -22,12 +26,15 @@ struct Owned {
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        if self.group {
-            let _ =
-                rustix::process::kill_process_group(raw(self.pid), rustix::process::Signal::KILL);
-        } else {
-            let _ = rustix::process::kill_process(raw(self.pid), rustix::process::Signal::TERM);
+        use rustix::process::{kill_process, kill_process_group, Signal as S};
+        let _ = kill_process(raw(self.pid), S::STOP);
+        for child in procfs::processes().iter().filter(|p| p.ppid == self.pid) {
+            let _ = kill_process(raw(child.pid), S::KILL);
         }
+        if self.group {
+            let _ = kill_process_group(raw(self.pid), S::KILL);
+        }
+        let _ = kill_process(raw(self.pid), S::KILL);
         let _ =
             rustix::process::waitpid(Some(raw(self.pid)), rustix::process::WaitOptions::empty());
     }
@@ -74,9 +81,9 @@ fn executable(dir: &Path, name: &str, contents: &[u8]) -> PathBuf {
     path
 }
 
-/// A stand-in for the agent binary: records nothing, keeps its argv in
-/// `/proc/PID/cmdline`, and on TERM kills its own child and exits.
-const STAND_IN: &[u8] = b"#!/bin/sh\ntrap 'kill $! 2>/dev/null; exit 0' TERM\nsleep 60 &\nwait\n";
+/// A stand-in for the agent binary: keeps its argv in `/proc/PID/cmdline`
+/// while it waits for a child.
+const STAND_IN: &[u8] = b"#!/bin/sh\nsleep 300 &\nwait\n";
 
 fn own_sid() -> Pid {
     rustix::process::getsid(None)
@@ -266,19 +273,14 @@ fn stop_and_cont_reach_the_process() {
     let mut os = LinuxOs::new();
     let child = spawn_retrying(Command::new("sleep").arg("60")).unwrap();
     let pid = child.id();
-    let _guard = own(child);
+    let guard = own(child);
     os.signal(pid, Signal::Stop).unwrap();
     waitid(WaitId::Pid(raw(pid)), WaitIdOptions::STOPPED).unwrap();
     os.signal(pid, Signal::Cont).unwrap();
     waitid(WaitId::Pid(raw(pid)), WaitIdOptions::CONTINUED).unwrap();
     os.signal(pid, Signal::Int).unwrap();
-    let mut status = 0;
-    // SAFETY: plain waitpid on our own child.
-    unsafe { libc::waitpid(pid as i32, &mut status, 0) };
-    assert_eq!(
-        std::process::ExitStatus::from_raw(status).signal(),
-        Some(libc::SIGINT)
-    );
+    assert_eq!(reap(pid).terminating_signal(), Some(libc::SIGINT));
+    std::mem::forget(guard);
 }
 
 #[test]
@@ -407,7 +409,12 @@ fn spawn_cell_starts_the_shim_as_our_child_in_our_session() {
     let _guard = Owned { pid, group: false };
     let info = os.process(pid).unwrap();
     assert_eq!((info.ppid, info.sid), (std::process::id(), own_sid()));
-    assert!(os.has_arg(pid, "shim"));
+    assert!(
+        os.has_arg(pid, "shim"),
+        "{:?} {:?}",
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline")),
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    );
     assert_eq!(fd_target(pid, "1"), "/dev/null");
     assert_eq!(
         fd_target(pid, "2"),
@@ -473,7 +480,7 @@ fn an_op_command_that_spawned_a_daemon_reaches_eof() {
         let _ = tx.send(child.wait_with_output());
     });
     let out = rx
-        .recv_timeout(Duration::from_secs(120))
+        .recv_timeout(Duration::from_secs(60))
         .expect("op command output never reached EOF: the daemon holds its pipe")
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
