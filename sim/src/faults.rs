@@ -1,0 +1,457 @@
+//! Faults: what can go wrong in one run, as a plain serialisable schedule.
+//!
+//! A [`FaultSchedule`] is drawn per seed from a `rand_chacha` generator
+//! ([`FaultSchedule::draw`]) out of the kinds a scenario allows
+//! ([`FaultSpace`]), printed with every violation, stored in
+//! `sim/races/*.json`, and shrunk ([`shrink`]) to the fewest, shortest faults
+//! that still break an invariant.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Which agent op a fault aims at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpTarget {
+    /// `submit` (start a cell and wait for its journal).
+    Submit,
+    /// `wait` (long-poll a cell's journal).
+    Wait,
+    /// `cancel`.
+    Cancel,
+    /// `probe`.
+    Probe,
+    /// `spawn`.
+    Spawn,
+    /// Any op.
+    Any,
+}
+
+impl OpTarget {
+    /// Does this target match the op named `kind` (an [`tether_core::protocol::OpKind`] as text)?
+    pub fn matches(self, kind: &str) -> bool {
+        match self {
+            OpTarget::Any => true,
+            OpTarget::Submit => kind == "submit",
+            OpTarget::Wait => kind == "wait",
+            OpTarget::Cancel => kind == "cancel",
+            OpTarget::Probe => kind == "probe",
+            OpTarget::Spawn => kind == "spawn",
+        }
+    }
+}
+
+/// Where in a cell's life an injected cancel lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelPoint {
+    /// While the submit that starts the cell is in flight, before the agent
+    /// has recorded it: the exec server holds the submit until the cancel
+    /// has been handled.
+    BeforeSubmitRegisters,
+    /// While the client waits for the cell's output.
+    DuringWait,
+    /// After the cell resolved (must be a harmless no-op).
+    AfterDone,
+}
+
+/// One kind of fault.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum FaultKind {
+    /// No packet between client and sandbox passes for `for_ms`.
+    PartitionExec {
+        /// How long.
+        for_ms: u64,
+    },
+    /// Packets between client and sandbox are held (delayed, not lost) for `for_ms`.
+    HoldExec {
+        /// How long.
+        for_ms: u64,
+    },
+    /// Every open exec connection is torn down (the sandbox-side server restarts
+    /// its listener; processes and files stay).
+    DropConnection,
+    /// Every exec call answered in the next `for_ms` is delayed by `ms` before the op runs.
+    ExecLatency {
+        /// Extra latency per call.
+        ms: u64,
+        /// How long the latency lasts.
+        for_ms: u64,
+    },
+    /// The next matching op runs `ms` late (after the exec call arrived).
+    SlowStart {
+        /// Which op.
+        op: OpTarget,
+        /// How late.
+        ms: u64,
+    },
+    /// The next matching op runs, and its reply is lost: the connection closes
+    /// before the reply is written.
+    ReplyLost {
+        /// Which op.
+        op: OpTarget,
+    },
+    /// The kernel daemon is killed (SIGKILL); the kernel's state is gone.
+    KillDaemon,
+    /// The sandbox restarts: processes gone, files kept, pids reused.
+    BounceSandbox,
+    /// The client process crashes and restarts `down_ms` later from its
+    /// persisted record.
+    CrashClient {
+        /// How long the client stays down.
+        down_ms: u64,
+    },
+    /// The client cancels the running cell at `point`.
+    Cancel {
+        /// Where.
+        point: CancelPoint,
+    },
+}
+
+impl FaultKind {
+    /// The fault's family name, for [`FaultSpace`] and tables.
+    pub fn family(&self) -> Family {
+        match self {
+            FaultKind::PartitionExec { .. } => Family::Partition,
+            FaultKind::HoldExec { .. } => Family::Hold,
+            FaultKind::DropConnection => Family::Drop,
+            FaultKind::ExecLatency { .. } => Family::Latency,
+            FaultKind::SlowStart { .. } => Family::SlowStart,
+            FaultKind::ReplyLost { .. } => Family::ReplyLost,
+            FaultKind::KillDaemon => Family::KillDaemon,
+            FaultKind::BounceSandbox => Family::Bounce,
+            FaultKind::CrashClient { .. } => Family::CrashClient,
+            FaultKind::Cancel { .. } => Family::Cancel,
+        }
+    }
+
+    /// Does this fault, by itself, destroy the kernel's state?
+    pub fn kills_kernel(&self) -> bool {
+        matches!(self, FaultKind::KillDaemon | FaultKind::BounceSandbox)
+    }
+
+    /// A shorter version of this fault, if it has a duration worth halving.
+    fn shorter(&self) -> Option<FaultKind> {
+        let half = |v: u64| (v > 20).then_some(v / 2);
+        Some(match *self {
+            FaultKind::PartitionExec { for_ms } => FaultKind::PartitionExec {
+                for_ms: half(for_ms)?,
+            },
+            FaultKind::HoldExec { for_ms } => FaultKind::HoldExec {
+                for_ms: half(for_ms)?,
+            },
+            FaultKind::ExecLatency { ms, for_ms } => FaultKind::ExecLatency {
+                ms: half(ms)?,
+                for_ms,
+            },
+            FaultKind::SlowStart { op, ms } => FaultKind::SlowStart { op, ms: half(ms)? },
+            FaultKind::CrashClient { down_ms } => FaultKind::CrashClient {
+                down_ms: half(down_ms)?,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// Families of faults a scenario can allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// [`FaultKind::PartitionExec`]
+    Partition,
+    /// [`FaultKind::HoldExec`]
+    Hold,
+    /// [`FaultKind::DropConnection`]
+    Drop,
+    /// [`FaultKind::ExecLatency`]
+    Latency,
+    /// [`FaultKind::SlowStart`]
+    SlowStart,
+    /// [`FaultKind::ReplyLost`]
+    ReplyLost,
+    /// [`FaultKind::KillDaemon`]
+    KillDaemon,
+    /// [`FaultKind::BounceSandbox`]
+    Bounce,
+    /// [`FaultKind::CrashClient`]
+    CrashClient,
+    /// [`FaultKind::Cancel`]
+    Cancel,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 10] = [
+        Family::Partition,
+        Family::Hold,
+        Family::Drop,
+        Family::Latency,
+        Family::SlowStart,
+        Family::ReplyLost,
+        Family::KillDaemon,
+        Family::Bounce,
+        Family::CrashClient,
+        Family::Cancel,
+    ];
+
+    /// A random fault of this family.
+    fn draw(self, rng: &mut ChaCha8Rng) -> FaultKind {
+        const OPS: [OpTarget; 4] = [
+            OpTarget::Submit,
+            OpTarget::Submit,
+            OpTarget::Wait,
+            OpTarget::Cancel,
+        ];
+        match self {
+            Family::Partition => FaultKind::PartitionExec {
+                for_ms: rng.random_range(50..4_000),
+            },
+            Family::Hold => FaultKind::HoldExec {
+                for_ms: rng.random_range(50..4_000),
+            },
+            Family::Drop => FaultKind::DropConnection,
+            Family::Latency => FaultKind::ExecLatency {
+                ms: rng.random_range(10..800),
+                for_ms: rng.random_range(100..5_000),
+            },
+            Family::SlowStart => FaultKind::SlowStart {
+                op: OPS[rng.random_range(0..OPS.len())],
+                ms: rng.random_range(50..3_000),
+            },
+            Family::ReplyLost => FaultKind::ReplyLost {
+                op: OPS[rng.random_range(0..OPS.len())],
+            },
+            Family::KillDaemon => FaultKind::KillDaemon,
+            Family::Bounce => FaultKind::BounceSandbox,
+            Family::CrashClient => FaultKind::CrashClient {
+                down_ms: rng.random_range(10..2_000),
+            },
+            Family::Cancel => {
+                const POINTS: [CancelPoint; 3] = [
+                    CancelPoint::BeforeSubmitRegisters,
+                    CancelPoint::DuringWait,
+                    CancelPoint::AfterDone,
+                ];
+                FaultKind::Cancel {
+                    point: POINTS[rng.random_range(0..POINTS.len())],
+                }
+            }
+        }
+    }
+}
+
+/// One fault at a point in virtual time (milliseconds since the run began).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Fault {
+    /// When it happens (or, for op-targeted faults, when it is armed).
+    pub at_ms: u64,
+    /// What happens.
+    #[serde(flatten)]
+    pub kind: FaultKind,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let json = serde_json::to_string(&self.kind).unwrap_or_default();
+        write!(f, "@{}ms {json}", self.at_ms)
+    }
+}
+
+/// Which faults a scenario's runs may draw, and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultSpace {
+    /// Allowed families; a draw picks among them uniformly.
+    pub families: Vec<Family>,
+    /// Faults are placed in `[0, window_ms)`.
+    pub window_ms: u64,
+    /// At most this many faults per run (a run may draw zero).
+    pub max_faults: usize,
+}
+
+/// The faults of one run, ordered by time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FaultSchedule(pub Vec<Fault>);
+
+impl FaultSchedule {
+    /// No faults.
+    pub fn empty() -> FaultSchedule {
+        FaultSchedule(Vec::new())
+    }
+
+    /// Draws a schedule for `seed` from `space`. The same seed and space
+    /// always give the same schedule.
+    pub fn draw(seed: u64, space: &FaultSpace) -> FaultSchedule {
+        // Keep the fault stream apart from the world's own use of the seed.
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6661_756c_7473_2121);
+        if space.families.is_empty() || space.max_faults == 0 {
+            return FaultSchedule::empty();
+        }
+        let n = rng.random_range(0..=space.max_faults);
+        let mut faults: Vec<Fault> = (0..n)
+            .map(|_| {
+                let family = space.families[rng.random_range(0..space.families.len())];
+                let at_ms = rng.random_range(0..space.window_ms.max(1));
+                Fault {
+                    at_ms,
+                    kind: family.draw(&mut rng),
+                }
+            })
+            .collect();
+        faults.sort();
+        FaultSchedule(faults)
+    }
+
+    /// Number of faults.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The schedule as one line of JSON (for replay commands).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parses a schedule from JSON.
+    pub fn from_json(text: &str) -> Result<FaultSchedule, serde_json::Error> {
+        let mut s: FaultSchedule = serde_json::from_str(text)?;
+        s.0.sort();
+        Ok(s)
+    }
+
+    /// Every schedule one shrinking step away: one fault removed, or one
+    /// duration halved. Smaller candidates come first.
+    pub fn shrink_candidates(&self) -> Vec<FaultSchedule> {
+        let mut out = Vec::new();
+        for i in 0..self.0.len() {
+            let mut s = self.0.clone();
+            s.remove(i);
+            out.push(FaultSchedule(s));
+        }
+        for i in 0..self.0.len() {
+            if let Some(kind) = self.0[i].kind.shorter() {
+                let mut s = self.0.clone();
+                s[i].kind = kind;
+                out.push(FaultSchedule(s));
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for FaultSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("(no faults)");
+        }
+        for (i, fault) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{fault}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Shrinks `schedule` greedily: takes the first smaller candidate that
+/// still fails, until none does or `budget` runs are spent. `fails` runs
+/// the scenario with a schedule and says whether an invariant broke.
+pub fn shrink(
+    schedule: &FaultSchedule,
+    budget: usize,
+    mut fails: impl FnMut(&FaultSchedule) -> bool,
+) -> FaultSchedule {
+    let mut best = schedule.clone();
+    let mut spent = 0;
+    'outer: loop {
+        for candidate in best.shrink_candidates() {
+            if spent >= budget {
+                break 'outer;
+            }
+            spent += 1;
+            if fails(&candidate) {
+                best = candidate;
+                continue 'outer;
+            }
+        }
+        break;
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn space() -> FaultSpace {
+        FaultSpace {
+            families: Family::ALL.to_vec(),
+            window_ms: 5_000,
+            max_faults: 3,
+        }
+    }
+
+    #[test]
+    fn same_seed_same_schedule_and_json_roundtrips() {
+        for seed in 0..200 {
+            let a = FaultSchedule::draw(seed, &space());
+            assert_eq!(a, FaultSchedule::draw(seed, &space()));
+            assert!(a.len() <= 3);
+            assert_eq!(FaultSchedule::from_json(&a.to_json()).unwrap(), a);
+        }
+    }
+
+    #[test]
+    fn reply_lost_after_submit_is_in_the_space() {
+        let hit = (0..500).any(|seed| {
+            FaultSchedule::draw(seed, &space()).0.iter().any(|f| {
+                f.kind
+                    == FaultKind::ReplyLost {
+                        op: OpTarget::Submit,
+                    }
+            })
+        });
+        assert!(hit);
+    }
+
+    #[test]
+    fn shrinking_keeps_only_the_fault_that_matters() {
+        let s = FaultSchedule(vec![
+            Fault {
+                at_ms: 1,
+                kind: FaultKind::DropConnection,
+            },
+            Fault {
+                at_ms: 2,
+                kind: FaultKind::HoldExec { for_ms: 3_000 },
+            },
+            Fault {
+                at_ms: 3,
+                kind: FaultKind::KillDaemon,
+            },
+        ]);
+        let fails = |s: &FaultSchedule| s.0.iter().any(|f| f.kind == FaultKind::KillDaemon);
+        let small = shrink(&s, 100, fails);
+        assert_eq!(small.len(), 1);
+        assert_eq!(small.0[0].kind, FaultKind::KillDaemon);
+    }
+
+    #[test]
+    fn schedules_parse_from_hand_written_json() {
+        let s = FaultSchedule::from_json(
+            r#"[{"at_ms":5,"kind":"reply_lost","op":"submit"},{"at_ms":1,"kind":"kill_daemon"}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.0[0].kind, FaultKind::KillDaemon);
+        assert!(FaultSchedule::from_json(r#"[{"at_ms":5,"kind":"nope"}]"#).is_err());
+    }
+}
