@@ -5,6 +5,7 @@
 //! argument, randomness from a seeded `rand_chacha` generator, and the
 //! operating system through the [`agent::Os`] trait.
 //!
+//! - [`client`]: the client state machine ([`client::Client`]);
 //! - [`protocol`]: the wire protocol (ops, replies, journal, render, parse);
 //! - [`agent`]: the agent's decisions over an [`agent::Os`];
 //! - [`ids`]: validated names and identifiers;
@@ -15,6 +16,7 @@
 
 pub mod agent;
 pub mod bytes;
+pub mod client;
 pub mod ids;
 pub mod protocol;
 pub mod time;

@@ -1,0 +1,42 @@
+//! [`KernelRecord`]: what the driver persists so that a new client process
+//! can resume a kernel and its unresolved cells without submitting again.
+
+use crate::bytes::Bytes;
+use crate::ids::{CellSeq, KernelName, RequestId};
+use crate::protocol::{Identity, Lang};
+use serde::{Deserialize, Serialize};
+
+/// A kernel as persisted: written (via [`super::Effect::Persist`]) before
+/// the first submit of each cell and whenever a cell's cursor moves.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelRecord {
+    /// The kernel.
+    pub kernel: KernelName,
+    /// Its language.
+    pub lang: Lang,
+    /// The daemon's identity, once spawned.
+    pub identity: Option<Identity>,
+    /// The sequence number the next cell gets.
+    pub next_seq: u64,
+    /// Cells not yet acknowledged: unresolved, or resolved as `unknown`.
+    pub cells: Vec<CellRecord>,
+}
+
+/// One unacknowledged cell as persisted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellRecord {
+    /// Its place in the kernel.
+    pub seq: CellSeq,
+    /// The id its submission carries (the same on every resend).
+    pub request_id: RequestId,
+    /// The code.
+    pub code: Bytes,
+    /// Its timeout, if any.
+    pub timeout_ms: Option<u64>,
+    /// The last journal entry delivered (0 = none).
+    pub cursor: u64,
+    /// A cancel was asked for (it is re-sent on resume).
+    pub cancel_requested: bool,
+    /// A submit may have been sent: resume waits, it never submits again.
+    pub submitted: bool,
+}
