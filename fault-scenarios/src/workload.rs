@@ -1,0 +1,525 @@
+//! Workloads: a small language of what a cell does.
+//!
+//! A [`Workload`] is a list of [`Step`]s. In the simulation it *is* the
+//! cell's code: [`Workload::encode`] gives the bytes the client submits and
+//! `SimOs` decodes them ([`Workload::decode`]) and interprets them step by
+//! step in virtual time. The live backends run the same workload rendered
+//! into real shell ([`render_shell`]) or Python ([`render_python`]) code, so
+//! one scenario means the same thing in both worlds.
+//!
+//! Each step says what it does to processes, because that is what the
+//! escape classes are about: which steps fork, which leave the process group
+//! or the session, which drop the environment, which hold stdout open.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use tether_core::protocol::Stream;
+
+/// Steps nested deeper than this (traps inside traps) are refused.
+pub const MAX_DEPTH: usize = 4;
+/// More steps than this (counting nested ones) are refused.
+pub const MAX_STEPS: usize = 10_000;
+/// A fork burst larger than this is refused.
+pub const MAX_FORKS: u32 = 10_000;
+
+/// One thing a cell does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "step")]
+pub enum Step {
+    /// Writes `text` to a stream, exactly (no newline added). Shell
+    /// builtin: never forks.
+    Print {
+        /// Which stream.
+        stream: Stream,
+        /// What to write.
+        text: String,
+    },
+    /// Sleeps. In shell this forks a `sleep` child and waits for it (a TERM
+    /// trap runs only after the child is done); Python sleeps in-process.
+    Sleep {
+        /// How long.
+        ms: u64,
+    },
+    /// Exits with `code` (an EXIT trap runs first).
+    Exit {
+        /// The exit status.
+        code: u8,
+    },
+    /// Ignores SIGTERM from now on (`trap '' TERM`). Children started later
+    /// inherit the ignore (it survives fork and exec).
+    IgnoreTerm,
+    /// Runs `then` when SIGTERM arrives, and carries on afterwards unless
+    /// `then` exits. Children start with the default action.
+    TrapTerm {
+        /// The handler's steps.
+        then: Vec<Step>,
+    },
+    /// A shell-builtin busy loop: burns CPU and never forks, for `ms` or
+    /// forever.
+    BusyLoop {
+        /// How long; absent = forever.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ms: Option<u64>,
+    },
+    /// `sleep S &`: a background child in the cell's process group that
+    /// inherits stdout and stderr, so they stay open after the main process
+    /// exits. A non-interactive shell starts it with SIGINT ignored.
+    BackgroundChildHoldingStdout {
+        /// How long the child lives.
+        sleep_ms: u64,
+    },
+    /// `setsid sh -c '(sleep S &)'`: a daemon in a new session (out of the
+    /// cell's process group and session), double-forked so that its parent
+    /// is gone. It keeps the environment (the marker) and stdio.
+    SetsidDoubleForkDaemon {
+        /// How long the daemon lives.
+        sleep_ms: u64,
+    },
+    /// `setsid env -i sh -c 'sleep S </dev/null >/dev/null 2>&1 &'`: a
+    /// daemon in a new session, with an empty environment (no marker) and
+    /// stdio on `/dev/null`, orphaned.
+    EnvIDaemon {
+        /// How long the daemon lives.
+        sleep_ms: u64,
+    },
+    /// An orphan in its own process group (`setpgid(0, 0)`) but still in the
+    /// cell's session, with the environment and stdio kept.
+    SetpgidOrphan {
+        /// How long the orphan lives.
+        sleep_ms: u64,
+    },
+    /// `trap 'printf %s TEXT' EXIT`: replaces any EXIT trap of the shell.
+    SetExitTrap {
+        /// Printed to stdout when the shell exits (not when it is killed).
+        text: String,
+    },
+    /// Starts `count` short-lived children, one after another, without
+    /// waiting for them.
+    ForkBurst {
+        /// How many.
+        count: u32,
+    },
+    /// Appends one line to the side-effect file `name`, to count how many
+    /// times the cell really ran. Shell builtin: never forks.
+    WriteSideEffect {
+        /// The file's name in the side-effect directory (`[A-Za-z0-9_.-]`,
+        /// not starting with `.`).
+        name: String,
+    },
+    /// `export NAME=VALUE`.
+    SetVar {
+        /// The variable (`[A-Za-z_][A-Za-z0-9_]*`).
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// `cd PATH`.
+    ChangeDir {
+        /// The directory.
+        path: String,
+    },
+}
+
+/// What a cell does, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workload {
+    /// The steps.
+    pub steps: Vec<Step>,
+}
+
+/// Why bytes are not a workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkloadError {
+    /// The bytes are not a workload's JSON.
+    Json {
+        /// The parser's complaint.
+        detail: String,
+    },
+    /// A side-effect name that is not a plain file name.
+    BadSideEffectName {
+        /// The name.
+        name: String,
+    },
+    /// A variable name that the shell would not accept.
+    BadVarName {
+        /// The name.
+        name: String,
+    },
+    /// A directory that is empty or holds a NUL byte.
+    BadPath {
+        /// The path.
+        path: String,
+    },
+    /// A variable value that holds a NUL byte.
+    NulInValue {
+        /// The variable.
+        name: String,
+    },
+    /// Traps nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// More than [`MAX_STEPS`] steps.
+    TooManySteps {
+        /// How many.
+        count: usize,
+    },
+    /// A fork burst over [`MAX_FORKS`].
+    TooManyForks {
+        /// How many were asked for.
+        count: u32,
+    },
+}
+
+impl fmt::Display for WorkloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkloadError::Json { detail } => {
+                write!(f, "not a workload (expected JSON {{\"steps\": [...]}}): {detail}")
+            }
+            WorkloadError::BadSideEffectName { name } => write!(
+                f,
+                "side-effect name {name:?} is not a plain file name; use [A-Za-z0-9_.-], not starting with '.'"
+            ),
+            WorkloadError::BadVarName { name } => write!(
+                f,
+                "variable name {name:?} is not valid; use [A-Za-z_][A-Za-z0-9_]*"
+            ),
+            WorkloadError::BadPath { path } => {
+                write!(f, "directory {path:?} is empty or holds a NUL byte")
+            }
+            WorkloadError::NulInValue { name } => {
+                write!(f, "the value of {name} holds a NUL byte, which no environment can carry")
+            }
+            WorkloadError::TooDeep => {
+                write!(f, "traps are nested deeper than {MAX_DEPTH} levels")
+            }
+            WorkloadError::TooManySteps { count } => {
+                write!(f, "{count} steps; at most {MAX_STEPS} are allowed")
+            }
+            WorkloadError::TooManyForks { count } => {
+                write!(f, "a fork burst of {count}; at most {MAX_FORKS} are allowed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for WorkloadError {}
+
+impl Workload {
+    /// A workload of these steps.
+    pub fn new(steps: Vec<Step>) -> Workload {
+        Workload { steps }
+    }
+
+    /// The bytes submitted as the cell's code (JSON).
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising plain data to a Vec cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads and validates a workload.
+    pub fn decode(bytes: &[u8]) -> Result<Workload, WorkloadError> {
+        let workload: Workload =
+            serde_json::from_slice(bytes).map_err(|e| WorkloadError::Json {
+                detail: e.to_string(),
+            })?;
+        workload.validate()?;
+        Ok(workload)
+    }
+
+    /// Checks names, paths, nesting and sizes.
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        let mut count = 0;
+        validate_steps(&self.steps, 1, &mut count)
+    }
+
+    /// The names of the side-effect files this workload writes (each write
+    /// appends one line), sorted and deduplicated, traps included.
+    pub fn side_effects(&self) -> Vec<String> {
+        let mut names = std::collections::BTreeSet::new();
+        collect_side_effects(&self.steps, &mut names);
+        names.into_iter().collect()
+    }
+}
+
+fn collect_side_effects(steps: &[Step], names: &mut std::collections::BTreeSet<String>) {
+    for step in steps {
+        match step {
+            Step::WriteSideEffect { name } => {
+                names.insert(name.clone());
+            }
+            Step::TrapTerm { then } => collect_side_effects(then, names),
+            _ => {}
+        }
+    }
+}
+
+fn validate_steps(steps: &[Step], depth: usize, count: &mut usize) -> Result<(), WorkloadError> {
+    if depth > MAX_DEPTH {
+        return Err(WorkloadError::TooDeep);
+    }
+    for step in steps {
+        *count += 1;
+        if *count > MAX_STEPS {
+            return Err(WorkloadError::TooManySteps { count: *count });
+        }
+        match step {
+            Step::WriteSideEffect { name } if !is_file_name(name) => {
+                return Err(WorkloadError::BadSideEffectName { name: name.clone() })
+            }
+            Step::SetVar { name, .. } if !is_var_name(name) => {
+                return Err(WorkloadError::BadVarName { name: name.clone() })
+            }
+            Step::SetVar { name, value } if value.contains('\0') => {
+                return Err(WorkloadError::NulInValue { name: name.clone() })
+            }
+            Step::ChangeDir { path } if path.is_empty() || path.contains('\0') => {
+                return Err(WorkloadError::BadPath { path: path.clone() })
+            }
+            Step::ForkBurst { count } if *count > MAX_FORKS => {
+                return Err(WorkloadError::TooManyForks { count: *count })
+            }
+            Step::TrapTerm { then } => validate_steps(then, depth + 1, count)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `[A-Za-z0-9_.-]+`, not starting with `.` or `-`, at most 64 bytes.
+pub fn is_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with(['.', '-'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The shell's `sleep` argument for `ms`: seconds with three decimals.
+fn secs(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+/// Quotes `s` for a POSIX shell: `'…'`, with `'` as `'\''`.
+pub fn sh_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// A shell command that writes `text` exactly, NUL bytes included.
+fn sh_print(text: &str, stream: Stream) -> String {
+    let redirect = match stream {
+        Stream::Stdout => "",
+        Stream::Stderr => " >&2",
+    };
+    if text.is_empty() {
+        return ":".to_owned();
+    }
+    // printf's format: '%' doubled, '\' doubled, NUL as \000; everything
+    // else (newlines too) stays literal inside single quotes.
+    let mut format = String::new();
+    for c in text.chars() {
+        match c {
+            '%' => format.push_str("%%"),
+            '\\' => format.push_str("\\\\"),
+            '\0' => format.push_str("\\000"),
+            c => format.push(c),
+        }
+    }
+    format!("printf {}{redirect}", sh_quote(&format))
+}
+
+/// Real POSIX shell code doing what `workload` does. Side-effect files go
+/// to `side_effect_dir`. The code runs in the current shell (no wrapper), so
+/// `exit`, `cd`, `export` and traps act on the cell's shell itself.
+pub fn render_shell(workload: &Workload, side_effect_dir: &str) -> String {
+    let mut out = String::new();
+    for step in &workload.steps {
+        out.push_str(&shell_step(step, side_effect_dir));
+        out.push('\n');
+    }
+    out
+}
+
+fn shell_steps(steps: &[Step], side_effect_dir: &str) -> String {
+    steps
+        .iter()
+        .map(|s| shell_step(s, side_effect_dir))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn shell_step(step: &Step, dir: &str) -> String {
+    match step {
+        Step::Print { stream, text } => sh_print(text, *stream),
+        Step::Sleep { ms } => format!("sleep {}", secs(*ms)),
+        Step::Exit { code } => format!("exit {code}"),
+        Step::IgnoreTerm => "trap '' TERM".to_owned(),
+        Step::TrapTerm { then } => {
+            let body = shell_steps(then, dir);
+            let body = if body.is_empty() {
+                ":".to_owned()
+            } else {
+                body
+            };
+            format!("trap {} TERM", sh_quote(&body))
+        }
+        // Builtins only: `read` of /proc/uptime (centiseconds) and shell
+        // arithmetic, so the loop never forks.
+        Step::BusyLoop { ms: None } => "while :; do :; done".to_owned(),
+        Step::BusyLoop { ms: Some(ms) } => format!(
+            "read _tw_u _tw_x </proc/uptime; _tw_end=$(( ${{_tw_u%.*}}${{_tw_u#*.}} + {cs} ))\n\
+             while :; do read _tw_u _tw_x </proc/uptime; \
+             [ $(( ${{_tw_u%.*}}${{_tw_u#*.}} )) -ge \"$_tw_end\" ] && break; done",
+            cs = ms.div_ceil(10)
+        ),
+        Step::BackgroundChildHoldingStdout { sleep_ms } => format!("sleep {} &", secs(*sleep_ms)),
+        Step::SetsidDoubleForkDaemon { sleep_ms } => format!(
+            "setsid sh -c {}",
+            sh_quote(&format!("(sleep {} &)", secs(*sleep_ms)))
+        ),
+        Step::EnvIDaemon { sleep_ms } => format!(
+            "setsid env -i PATH=/usr/bin:/bin sh -c {}",
+            sh_quote(&format!(
+                "sleep {} </dev/null >/dev/null 2>&1 &",
+                secs(*sleep_ms)
+            ))
+        ),
+        // dash has no job control without a tty, so setpgid comes from perl
+        // (perl-base is essential on Debian); the subshell exits at once, so
+        // the sleep is orphaned.
+        Step::SetpgidOrphan { sleep_ms } => format!(
+            "(perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} &)",
+            secs(*sleep_ms)
+        ),
+        Step::SetExitTrap { text } => {
+            format!("trap {} EXIT", sh_quote(&sh_print(text, Stream::Stdout)))
+        }
+        Step::ForkBurst { count } => format!(
+            "_tw_i=0; while [ \"$_tw_i\" -lt {count} ]; do true & _tw_i=$((_tw_i + 1)); done"
+        ),
+        Step::WriteSideEffect { name } => {
+            format!("echo x >>{}", sh_quote(&format!("{dir}/{name}")))
+        }
+        Step::SetVar { name, value } => format!("export {name}={}", sh_quote(value)),
+        Step::ChangeDir { path } => format!("cd {}", sh_quote(path)),
+    }
+}
+
+/// A Python string literal for `s` (JSON string syntax is valid Python).
+fn py_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "''".to_owned())
+}
+
+/// Real Python code doing what `workload` does, for a persistent
+/// interpreter: process steps go through `subprocess`, signals through
+/// `signal`, `Exit` raises `SystemExit`.
+pub fn render_python(workload: &Workload, side_effect_dir: &str) -> String {
+    let mut out = String::from(
+        "import os as _tw_os, signal as _tw_signal, subprocess as _tw_sp, sys as _tw_sys, time as _tw_time\n",
+    );
+    for step in &workload.steps {
+        out.push_str(&python_step(step, side_effect_dir, 0));
+    }
+    out
+}
+
+fn python_step(step: &Step, dir: &str, indent: usize) -> String {
+    let pad = "    ".repeat(indent);
+    let lines: Vec<String> = match step {
+        Step::Print { stream, text } => {
+            let s = match stream {
+                Stream::Stdout => "stdout",
+                Stream::Stderr => "stderr",
+            };
+            vec![format!(
+                "_tw_sys.{s}.write({}); _tw_sys.{s}.flush()",
+                py_str(text)
+            )]
+        }
+        Step::Sleep { ms } => vec![format!("_tw_time.sleep({})", secs(*ms))],
+        Step::Exit { code } => vec![format!("raise SystemExit({code})")],
+        Step::IgnoreTerm => {
+            vec!["_tw_signal.signal(_tw_signal.SIGTERM, _tw_signal.SIG_IGN)".to_owned()]
+        }
+        Step::TrapTerm { then } => {
+            let mut v = vec!["def _tw_on_term(_signum, _frame):".to_owned()];
+            v.push("    pass".to_owned());
+            for s in then {
+                v.push(python_step(s, dir, 1).trim_end().to_owned());
+            }
+            v.push("_tw_signal.signal(_tw_signal.SIGTERM, _tw_on_term)".to_owned());
+            v
+        }
+        Step::BusyLoop { ms: None } => vec!["while True:".to_owned(), "    pass".to_owned()],
+        Step::BusyLoop { ms: Some(ms) } => vec![
+            format!("_tw_end = _tw_time.monotonic() + {}", secs(*ms)),
+            "while _tw_time.monotonic() < _tw_end:".to_owned(),
+            "    pass".to_owned(),
+        ],
+        Step::BackgroundChildHoldingStdout { sleep_ms } => {
+            vec![format!("_tw_sp.Popen(['sleep', '{}'])", secs(*sleep_ms))]
+        }
+        Step::SetsidDoubleForkDaemon { sleep_ms } => vec![format!(
+            "_tw_sp.call(['setsid', 'sh', '-c', '(sleep {} &)'])",
+            secs(*sleep_ms)
+        )],
+        Step::EnvIDaemon { sleep_ms } => vec![format!(
+            "_tw_sp.call(['setsid', 'env', '-i', 'PATH=/usr/bin:/bin', 'sh', '-c', 'sleep {} </dev/null >/dev/null 2>&1 &'])",
+            secs(*sleep_ms)
+        )],
+        Step::SetpgidOrphan { sleep_ms } => vec![format!(
+            "_tw_sp.call(['sh', '-c', \"(perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} &)\"])",
+            secs(*sleep_ms)
+        )],
+        Step::SetExitTrap { text } => vec![
+            "import atexit as _tw_atexit".to_owned(),
+            format!(
+                "_tw_atexit.register(lambda: (_tw_sys.stdout.write({}), _tw_sys.stdout.flush()))",
+                py_str(text)
+            ),
+        ],
+        Step::ForkBurst { count } => vec![
+            format!("for _tw_i in range({count}):"),
+            "    _tw_sp.Popen(['true'])".to_owned(),
+        ],
+        Step::WriteSideEffect { name } => vec![format!(
+            "with open({}, 'a') as _tw_f: _tw_f.write('x\\n')",
+            py_str(&format!("{dir}/{name}"))
+        )],
+        Step::SetVar { name, value } => {
+            vec![format!("_tw_os.environ[{}] = {}", py_str(name), py_str(value))]
+        }
+        Step::ChangeDir { path } => vec![format!("_tw_os.chdir({})", py_str(path))],
+    };
+    let mut out = String::new();
+    for line in lines {
+        for sub in line.split('\n') {
+            out.push_str(&pad);
+            out.push_str(sub);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
