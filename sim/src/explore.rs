@@ -1,0 +1,452 @@
+//! The explorer: runs scenarios over many seeds (in parallel, sharded),
+//! shows progress on stderr, shrinks the schedules of failing seeds and
+//! ends with a table per scenario.
+//!
+//! It is generic over the function that runs one seed ([`RunFn`]), so the
+//! explorer itself is tested without a world.
+
+use crate::faults::{shrink, FaultSchedule};
+use crate::oracle::Violation;
+use crate::scenario::Scenario;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What one run gives.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RunReport {
+    /// Broken invariants (empty: the run passed).
+    pub violations: Vec<Violation>,
+    /// The trace.
+    pub trace: String,
+    /// Virtual time the run covered, in ms.
+    pub virtual_ms: u64,
+}
+
+/// Runs one scenario with one seed and schedule.
+pub type RunFn<'a> = dyn Fn(&Scenario, u64, &FaultSchedule) -> RunReport + Sync + 'a;
+
+/// Which part of the seed space this process explores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 1-based index.
+    pub k: u64,
+    /// Number of shards.
+    pub n: u64,
+}
+
+impl Shard {
+    /// Parses `K/N` (1 ≤ K ≤ N).
+    pub fn parse(text: &str) -> Result<Shard, String> {
+        let (k, n) = text
+            .split_once('/')
+            .ok_or_else(|| format!("shard {text:?}: expected K/N, e.g. 2/8"))?;
+        let k: u64 = k
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard {text:?}: K is not a number"))?;
+        let n: u64 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard {text:?}: N is not a number"))?;
+        if n == 0 || k == 0 || k > n {
+            return Err(format!("shard {text:?}: need 1 <= K <= N"));
+        }
+        Ok(Shard { k, n })
+    }
+
+    fn owns(self, seed: u64) -> bool {
+        seed % self.n == self.k - 1
+    }
+}
+
+/// What to explore.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Seeds `first_seed .. first_seed + seeds` (before sharding).
+    pub first_seed: u64,
+    /// How many seeds per scenario.
+    pub seeds: u64,
+    /// Worker threads.
+    pub jobs: usize,
+    /// This process's shard.
+    pub shard: Shard,
+    /// Run each seed twice and compare traces.
+    pub check_determinism: bool,
+    /// Runs spent shrinking each failing seed.
+    pub shrink_budget: usize,
+    /// Failing seeds shrunk per scenario (the rest are only listed).
+    pub shrink_first: usize,
+    /// Print progress on stderr.
+    pub progress: bool,
+    /// Stop a scenario's exploration at its first failing seed.
+    pub stop_at_first: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            first_seed: 0,
+            seeds: 100,
+            jobs: 2,
+            shard: Shard { k: 1, n: 1 },
+            check_determinism: false,
+            shrink_budget: 60,
+            shrink_first: 1,
+            progress: false,
+            stop_at_first: false,
+        }
+    }
+}
+
+/// A failing seed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    /// The scenario.
+    pub scenario: String,
+    /// The seed.
+    pub seed: u64,
+    /// Its schedule.
+    pub schedule: FaultSchedule,
+    /// The smallest schedule found that still fails (if shrunk).
+    pub shrunk: Option<FaultSchedule>,
+    /// What broke.
+    pub violations: Vec<Violation>,
+}
+
+impl Failure {
+    /// The one command that replays it.
+    pub fn replay_command(&self) -> String {
+        let schedule = self.shrunk.as_ref().unwrap_or(&self.schedule);
+        format!(
+            "cargo run -p tether-sim -- replay --scenario {} --seed {} --schedule '{}'",
+            self.scenario,
+            self.seed,
+            schedule.to_json()
+        )
+    }
+
+    /// A readable report.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "VIOLATION scenario={} seed={}", self.scenario, self.seed);
+        for v in &self.violations {
+            let _ = writeln!(s, "  - {v}");
+        }
+        let _ = writeln!(
+            s,
+            "  schedule ({} faults): {}",
+            self.schedule.len(),
+            self.schedule
+        );
+        if let Some(shrunk) = &self.shrunk {
+            let _ = writeln!(s, "  shrunk   ({} faults): {}", shrunk.len(), shrunk);
+        }
+        let _ = writeln!(s, "  replay: {}", self.replay_command());
+        s
+    }
+}
+
+/// One scenario's row of the final table.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Row {
+    /// The scenario.
+    pub scenario: String,
+    /// Seeds run.
+    pub seeds: u64,
+    /// Seeds that failed.
+    pub failing_seeds: u64,
+    /// Virtual time covered, ms.
+    pub virtual_ms: u64,
+    /// Wall time spent, ms (summed over workers).
+    pub wall_ms: u64,
+}
+
+impl Row {
+    /// Virtual seconds per wall second.
+    pub fn speedup(&self) -> f64 {
+        self.virtual_ms as f64 / (self.wall_ms.max(1) as f64)
+    }
+}
+
+/// Everything an exploration found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    /// One row per scenario.
+    pub rows: Vec<Row>,
+    /// Failing seeds, by scenario then seed.
+    pub failures: Vec<Failure>,
+    /// Wall time of the whole exploration, ms.
+    pub wall_ms: u64,
+}
+
+impl Summary {
+    /// The final table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<16} {:>6} {:>10} {:>11} {:>9} {:>12}",
+            "scenario", "seeds", "violations", "virtual s", "wall s", "virtual/wall"
+        );
+        let mut total = Row {
+            scenario: "total".into(),
+            ..Row::default()
+        };
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "{:<16} {:>6} {:>10} {:>11.1} {:>9.2} {:>11.0}x",
+                r.scenario,
+                r.seeds,
+                r.failing_seeds,
+                r.virtual_ms as f64 / 1000.0,
+                r.wall_ms as f64 / 1000.0,
+                r.speedup()
+            );
+            total.seeds += r.seeds;
+            total.failing_seeds += r.failing_seeds;
+            total.virtual_ms += r.virtual_ms;
+            total.wall_ms += r.wall_ms;
+        }
+        let _ = writeln!(
+            s,
+            "{:<16} {:>6} {:>10} {:>11.1} {:>9.2} {:>11.0}x",
+            "total",
+            total.seeds,
+            total.failing_seeds,
+            total.virtual_ms as f64 / 1000.0,
+            self.wall_ms as f64 / 1000.0,
+            total.virtual_ms as f64 / (self.wall_ms.max(1) as f64)
+        );
+        s
+    }
+}
+
+struct Job<'s> {
+    scenario: &'s Scenario,
+    seed: u64,
+}
+
+struct Done {
+    failed: Option<Failure>,
+    virtual_ms: u64,
+    wall: Duration,
+}
+
+/// Explores `scenarios` with `run`.
+pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summary {
+    let started = Instant::now();
+    let jobs: Vec<Job<'_>> = scenarios
+        .iter()
+        .flat_map(|scenario| {
+            (opts.first_seed..opts.first_seed.saturating_add(opts.seeds))
+                .filter(|&seed| opts.shard.owns(seed))
+                .map(move |seed| Job { scenario, seed })
+        })
+        .collect();
+    let results: Mutex<Vec<Option<Done>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    let failing = AtomicUsize::new(0);
+    let stopped: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+    let workers = opts.jobs.max(1).min(jobs.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(job) = jobs.get(i) else { break };
+                if opts.stop_at_first
+                    && stopped
+                        .lock()
+                        .map(|s| s.contains(&job.scenario.name))
+                        .unwrap_or(false)
+                {
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                let done = run_one(job, opts, run);
+                if done.failed.is_some() {
+                    failing.fetch_add(1, Ordering::SeqCst);
+                    if let Ok(mut s) = stopped.lock() {
+                        s.push(job.scenario.name);
+                    }
+                }
+                if let Ok(mut r) = results.lock() {
+                    r[i] = Some(done);
+                }
+                let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
+                if opts.progress {
+                    progress_line(n, jobs.len(), failing.load(Ordering::SeqCst), started);
+                }
+            });
+        }
+    });
+    if opts.progress {
+        eprintln!();
+    }
+    let results = results.into_inner().unwrap_or_default();
+    let mut summary = Summary::default();
+    for scenario in scenarios {
+        let mut row = Row {
+            scenario: scenario.name.into(),
+            ..Row::default()
+        };
+        let mut shrunk = 0;
+        for (job, done) in jobs.iter().zip(&results) {
+            let Some(done) = done else { continue };
+            if job.scenario.name != scenario.name {
+                continue;
+            }
+            row.seeds += 1;
+            row.virtual_ms += done.virtual_ms;
+            row.wall_ms += u64::try_from(done.wall.as_millis()).unwrap_or(u64::MAX);
+            if let Some(failure) = &done.failed {
+                row.failing_seeds += 1;
+                let mut failure = failure.clone();
+                if shrunk < opts.shrink_first {
+                    shrunk += 1;
+                    let small = shrink(&failure.schedule, opts.shrink_budget, |s| {
+                        !run(scenario, failure.seed, s).violations.is_empty()
+                    });
+                    failure.shrunk = Some(small);
+                }
+                summary.failures.push(failure);
+            }
+        }
+        summary.rows.push(row);
+    }
+    summary.wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    summary
+}
+
+fn run_one(job: &Job<'_>, opts: &Options, run: &RunFn<'_>) -> Done {
+    let t = Instant::now();
+    let schedule = job.scenario.schedule(job.seed);
+    let mut report = run(job.scenario, job.seed, &schedule);
+    if opts.check_determinism {
+        let again = run(job.scenario, job.seed, &schedule);
+        if let Some(detail) = first_difference(&report.trace, &again.trace) {
+            report.violations.push(Violation::Harness {
+                detail: format!("same seed, different trace: {detail}"),
+            });
+        }
+    }
+    Done {
+        failed: (!report.violations.is_empty()).then(|| Failure {
+            scenario: job.scenario.name.into(),
+            seed: job.seed,
+            schedule,
+            shrunk: None,
+            violations: report.violations,
+        }),
+        virtual_ms: report.virtual_ms,
+        wall: t.elapsed(),
+    }
+}
+
+/// Where two traces first differ, if they do.
+pub fn first_difference(a: &str, b: &str) -> Option<String> {
+    if a == b {
+        return None;
+    }
+    let (mut la, mut lb) = (a.lines(), b.lines());
+    let mut line = 1;
+    loop {
+        match (la.next(), lb.next()) {
+            (Some(x), Some(y)) if x == y => line += 1,
+            (x, y) => {
+                return Some(format!(
+                    "line {line}: {:?} vs {:?}",
+                    x.unwrap_or("<end>"),
+                    y.unwrap_or("<end>")
+                ))
+            }
+        }
+    }
+}
+
+fn progress_line(done: usize, total: usize, failing: usize, started: Instant) {
+    let width = 30;
+    let filled = done * width / total.max(1);
+    let bar: String = "#".repeat(filled) + &"-".repeat(width - filled);
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "\r[{bar}] {done}/{total} runs, {failing} failing, {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let _ = err.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::FaultKind;
+    use crate::scenario;
+
+    /// A fake world: fails whenever the schedule kills the daemon.
+    fn fake(_: &Scenario, seed: u64, s: &FaultSchedule) -> RunReport {
+        let bad = s.0.iter().any(|f| f.kind == FaultKind::KillDaemon);
+        RunReport {
+            violations: if bad {
+                vec![Violation::Harness {
+                    detail: "killed".into(),
+                }]
+            } else {
+                vec![]
+            },
+            trace: format!("seed {seed}\n"),
+            virtual_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn explorer_finds_shrinks_and_tabulates() {
+        let scenarios = vec![scenario::by_name("state").unwrap()];
+        let opts = Options {
+            seeds: 60,
+            jobs: 2,
+            check_determinism: true,
+            ..Options::default()
+        };
+        let summary = explore(&scenarios, &opts, &fake);
+        assert_eq!(summary.rows[0].seeds, 60);
+        assert!(summary.rows[0].failing_seeds > 0);
+        let first = &summary.failures[0];
+        let shrunk = first.shrunk.as_ref().unwrap();
+        assert_eq!(shrunk.len(), 1);
+        assert!(first.replay_command().contains("--seed"));
+        assert!(summary.table().contains("state"));
+    }
+
+    #[test]
+    fn shards_split_the_seeds() {
+        let scenarios = vec![scenario::by_name("happy").unwrap()];
+        let total: u64 = (1..=3)
+            .map(|k| {
+                let opts = Options {
+                    seeds: 10,
+                    shard: Shard { k, n: 3 },
+                    ..Options::default()
+                };
+                explore(&scenarios, &opts, &fake).rows[0].seeds
+            })
+            .sum();
+        assert_eq!(total, 10);
+        assert!(Shard::parse("0/3").is_err());
+        assert!(Shard::parse("x").is_err());
+        assert_eq!(Shard::parse("2/3"), Ok(Shard { k: 2, n: 3 }));
+    }
+
+    #[test]
+    fn traces_are_compared_line_by_line() {
+        assert_eq!(first_difference("a\nb\n", "a\nb\n"), None);
+        assert!(first_difference("a\nb\n", "a\nc\n")
+            .unwrap()
+            .starts_with("line 2"));
+    }
+}

@@ -1,0 +1,470 @@
+//! The oracle: checks one run's [`Observations`] — what the client saw and
+//! what really happened on the simulated sandbox — against the invariants
+//! of DESIGN.md, and lists every [`Violation`].
+//!
+//! The world fills the observations; the oracle only judges them, so it can
+//! be tested on hand-made observations.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use tether_core::protocol::CellOutcome;
+
+/// What happened to one scripted cell.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CellObs {
+    /// The scenario's name for the cell (unique in a run).
+    pub label: String,
+    /// The client's key for it (`kernel#seq`), once accepted.
+    pub key: Option<String>,
+    /// The client asked to cancel it.
+    pub cancel_requested: bool,
+    /// Journal numbers of the output entries the client delivered, in order.
+    pub output_ns: Vec<u64>,
+    /// Stdout the client delivered, concatenated.
+    pub client_stdout: Vec<u8>,
+    /// How the client resolved it (the last resolution seen).
+    pub outcome: Option<CellOutcome>,
+    /// How many resolutions the client reported for it.
+    pub resolutions: u32,
+    /// Ground truth from the sandbox.
+    pub truth: CellTruth,
+}
+
+/// Ground truth about one cell, from the simulated OS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CellTruth {
+    /// How many times the cell's code was started.
+    pub executions: u32,
+    /// Everything the cell's processes wrote to stdout, over all executions.
+    pub stdout: Vec<u8>,
+    /// The cell's main process exited (rather than being killed or lost).
+    pub ran_to_end: bool,
+    /// The kernel the cell ran in was killed while the cell was in flight.
+    pub kernel_died_under_it: bool,
+    /// Pids of the cell's processes alive at the end of the script (before
+    /// the final shutdown).
+    pub alive_at_end: Vec<u32>,
+}
+
+/// One call the client script made and how long it took.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CallObs {
+    /// What was called (`run_cell c1`, `shutdown`, …).
+    pub name: String,
+    /// When it began (virtual ms).
+    pub started_ms: u64,
+    /// When it returned, if it did.
+    pub ended_ms: Option<u64>,
+    /// It must return within this many ms.
+    pub budget_ms: u64,
+}
+
+/// Everything the oracle looks at.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Observations {
+    /// Scripted cells, in script order.
+    pub cells: Vec<CellObs>,
+    /// Client calls.
+    pub calls: Vec<CallObs>,
+    /// Times (virtual ms) the client reported "state lost".
+    pub state_lost_reports: Vec<u64>,
+    /// Times (virtual ms) a kernel daemon really died (killed, sandbox bounced).
+    pub kernel_deaths: Vec<u64>,
+    /// Cells the sandbox started that no scripted cell accounts for
+    /// (a second request id for the same work), by code label.
+    pub unaccounted_executions: BTreeMap<String, u32>,
+    /// Processes that a cancel killed but did not belong to the cancelled
+    /// cell (other cells, the daemon, the agent, PID 1).
+    pub collateral: Vec<String>,
+    /// Processes left after the final shutdown (other than PID 1).
+    pub leaked_processes: Vec<String>,
+    /// Kernel directories left after the final shutdown.
+    pub leaked_files: Vec<String>,
+    /// Outcome of the liveness cell run after every fault healed.
+    pub liveness: Option<CellOutcome>,
+    /// The script finished (did not hang until the simulation's end).
+    pub finished: bool,
+    /// Driver errors, stalls, simulation errors.
+    pub harness_errors: Vec<String>,
+}
+
+/// A broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case", tag = "violation")]
+pub enum Violation {
+    /// A cell that completed delivered less output than it wrote.
+    LostOutput {
+        /// The cell.
+        cell: String,
+        /// What the cell wrote.
+        wrote: String,
+        /// What the client delivered.
+        delivered: String,
+    },
+    /// The client delivered output the cell did not write (twice, or out of order).
+    DuplicatedOutput {
+        /// The cell.
+        cell: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// One cell's code ran more than once.
+    DoubleExecution {
+        /// The cell.
+        cell: String,
+        /// How many times it started.
+        executions: u32,
+    },
+    /// A process of a cancelled cell is still alive.
+    CancelSurvivor {
+        /// The cell.
+        cell: String,
+        /// The survivors.
+        pids: Vec<u32>,
+    },
+    /// A cancel killed something that was not the cell's.
+    Collateral {
+        /// What was hit.
+        detail: String,
+    },
+    /// A client call took longer than its bound.
+    MissedDeadline {
+        /// The call.
+        call: String,
+        /// How long it took, or `None` if it never returned.
+        took_ms: Option<u64>,
+        /// Its bound.
+        budget_ms: u64,
+    },
+    /// The client said the kernel's state was lost, but no kernel died.
+    FalseStateLost {
+        /// When it said so.
+        at_ms: u64,
+    },
+    /// A kernel died and the client carried on as if nothing had happened.
+    MissedStateLost {
+        /// The cell that resolved `ok` on a dead kernel's state.
+        cell: String,
+    },
+    /// A cell resolved more than once, or never.
+    BadResolution {
+        /// The cell.
+        cell: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// Processes or files were left after shutdown.
+    Leak {
+        /// What was left.
+        detail: String,
+    },
+    /// After every fault healed, a fresh cell did not run.
+    NoProgress {
+        /// What the liveness cell gave.
+        detail: String,
+    },
+    /// The scenario's own expectation failed (fault-free runs only).
+    Expectation {
+        /// What was expected and seen.
+        detail: String,
+    },
+    /// The harness itself failed (driver error, stall, simulation error).
+    Harness {
+        /// What failed.
+        detail: String,
+    },
+}
+
+impl Violation {
+    /// The violation's kind, for tables.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Violation::LostOutput { .. } => "lost_output",
+            Violation::DuplicatedOutput { .. } => "duplicated_output",
+            Violation::DoubleExecution { .. } => "double_execution",
+            Violation::CancelSurvivor { .. } => "cancel_survivor",
+            Violation::Collateral { .. } => "collateral",
+            Violation::MissedDeadline { .. } => "missed_deadline",
+            Violation::FalseStateLost { .. } => "false_state_lost",
+            Violation::MissedStateLost { .. } => "missed_state_lost",
+            Violation::BadResolution { .. } => "bad_resolution",
+            Violation::Leak { .. } => "leak",
+            Violation::NoProgress { .. } => "no_progress",
+            Violation::Expectation { .. } => "expectation",
+            Violation::Harness { .. } => "harness",
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::LostOutput {
+                cell,
+                wrote,
+                delivered,
+            } => write!(
+                f,
+                "lost output in {cell}: it wrote {wrote:?}, the client delivered {delivered:?}"
+            ),
+            Violation::DuplicatedOutput { cell, detail } => {
+                write!(f, "duplicated output in {cell}: {detail}")
+            }
+            Violation::DoubleExecution { cell, executions } => {
+                write!(f, "{cell} ran {executions} times (at most once allowed)")
+            }
+            Violation::CancelSurvivor { cell, pids } => {
+                write!(f, "{cell} was cancelled but pids {pids:?} survive")
+            }
+            Violation::Collateral { detail } => write!(f, "cancel hit a bystander: {detail}"),
+            Violation::MissedDeadline {
+                call,
+                took_ms,
+                budget_ms,
+            } => match took_ms {
+                Some(t) => write!(f, "{call} took {t} ms, bound {budget_ms} ms"),
+                None => write!(f, "{call} never returned (bound {budget_ms} ms)"),
+            },
+            Violation::FalseStateLost { at_ms } => write!(
+                f,
+                "client reported state lost at {at_ms} ms but no kernel died"
+            ),
+            Violation::MissedStateLost { cell } => write!(
+                f,
+                "the kernel died, yet {cell} resolved ok without a state-lost report"
+            ),
+            Violation::BadResolution { cell, detail } => write!(f, "{cell}: {detail}"),
+            Violation::Leak { detail } => write!(f, "left after shutdown: {detail}"),
+            Violation::NoProgress { detail } => {
+                write!(f, "no progress after faults healed: {detail}")
+            }
+            Violation::Expectation { detail } => write!(f, "expectation failed: {detail}"),
+            Violation::Harness { detail } => write!(f, "harness: {detail}"),
+        }
+    }
+}
+
+fn show(bytes: &[u8]) -> String {
+    crate::trace::excerpt(bytes, 80)
+}
+
+fn definitive(outcome: &CellOutcome) -> bool {
+    matches!(
+        outcome,
+        CellOutcome::Ok | CellOutcome::Exit { .. } | CellOutcome::Error { .. }
+    )
+}
+
+/// Checks every invariant; returns the violations, sorted, without duplicates.
+pub fn check(obs: &Observations) -> Vec<Violation> {
+    let mut v = Vec::new();
+    for e in &obs.harness_errors {
+        v.push(Violation::Harness { detail: e.clone() });
+    }
+    let first_death = obs.kernel_deaths.iter().min().copied();
+    for cell in &obs.cells {
+        check_cell(cell, &mut v);
+    }
+    for (label, n) in &obs.unaccounted_executions {
+        v.push(Violation::DoubleExecution {
+            cell: label.clone(),
+            executions: n + 1,
+        });
+    }
+    for c in &obs.collateral {
+        v.push(Violation::Collateral { detail: c.clone() });
+    }
+    for call in &obs.calls {
+        let took = call.ended_ms.map(|e| e.saturating_sub(call.started_ms));
+        if took.is_none_or(|t| t > call.budget_ms) {
+            v.push(Violation::MissedDeadline {
+                call: call.name.clone(),
+                took_ms: took,
+                budget_ms: call.budget_ms,
+            });
+        }
+    }
+    // "State lost" only with a real death before it.
+    for &at in &obs.state_lost_reports {
+        if first_death.is_none_or(|d| d > at) {
+            v.push(Violation::FalseStateLost { at_ms: at });
+        }
+    }
+    // A death must be reported before any cell relying on the old state
+    // passes as ok: a cell that was in flight when the kernel died cannot
+    // have finished ok.
+    for cell in &obs.cells {
+        if cell.truth.kernel_died_under_it
+            && !cell.truth.ran_to_end
+            && cell.outcome == Some(CellOutcome::Ok)
+        {
+            v.push(Violation::MissedStateLost {
+                cell: cell.label.clone(),
+            });
+        }
+    }
+    if !obs.leaked_processes.is_empty() {
+        v.push(Violation::Leak {
+            detail: format!("processes {}", obs.leaked_processes.join(", ")),
+        });
+    }
+    if !obs.leaked_files.is_empty() {
+        v.push(Violation::Leak {
+            detail: format!("files {}", obs.leaked_files.join(", ")),
+        });
+    }
+    if obs.finished {
+        match &obs.liveness {
+            Some(CellOutcome::Ok) => {}
+            Some(other) => v.push(Violation::NoProgress {
+                detail: format!("liveness cell resolved {other}"),
+            }),
+            None => v.push(Violation::NoProgress {
+                detail: "liveness cell did not resolve".into(),
+            }),
+        }
+    } else if obs.harness_errors.is_empty() {
+        v.push(Violation::Harness {
+            detail: "the client script did not finish before the simulation's end".into(),
+        });
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
+    let name = cell.label.clone();
+    if cell.truth.executions > 1 {
+        v.push(Violation::DoubleExecution {
+            cell: name.clone(),
+            executions: cell.truth.executions,
+        });
+    }
+    if cell.output_ns.windows(2).any(|w| w[0] >= w[1]) {
+        v.push(Violation::DuplicatedOutput {
+            cell: name.clone(),
+            detail: format!("journal numbers not increasing: {:?}", cell.output_ns),
+        });
+    }
+    if !cell.truth.stdout.starts_with(&cell.client_stdout) {
+        v.push(Violation::DuplicatedOutput {
+            cell: name.clone(),
+            detail: format!(
+                "delivered {:?}, which the cell never wrote (it wrote {:?})",
+                show(&cell.client_stdout),
+                show(&cell.truth.stdout)
+            ),
+        });
+    } else if cell.outcome.as_ref().is_some_and(definitive)
+        && cell.truth.ran_to_end
+        && cell.client_stdout != cell.truth.stdout
+    {
+        v.push(Violation::LostOutput {
+            cell: name.clone(),
+            wrote: show(&cell.truth.stdout),
+            delivered: show(&cell.client_stdout),
+        });
+    }
+    if cell.resolutions > 1 {
+        v.push(Violation::BadResolution {
+            cell: name.clone(),
+            detail: format!("resolved {} times", cell.resolutions),
+        });
+    }
+    if cell.cancel_requested
+        && cell.outcome == Some(CellOutcome::Cancelled)
+        && !cell.truth.alive_at_end.is_empty()
+    {
+        v.push(Violation::CancelSurvivor {
+            cell: name,
+            pids: cell.truth.alive_at_end.clone(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> Observations {
+        Observations {
+            cells: vec![CellObs {
+                label: "c1".into(),
+                key: Some("k#1".into()),
+                output_ns: vec![3, 4],
+                client_stdout: b"hello\n".to_vec(),
+                outcome: Some(CellOutcome::Ok),
+                resolutions: 1,
+                truth: CellTruth {
+                    executions: 1,
+                    stdout: b"hello\n".to_vec(),
+                    ran_to_end: true,
+                    ..CellTruth::default()
+                },
+                ..CellObs::default()
+            }],
+            calls: vec![CallObs {
+                name: "run_cell c1".into(),
+                started_ms: 10,
+                ended_ms: Some(20),
+                budget_ms: 100,
+            }],
+            liveness: Some(CellOutcome::Ok),
+            finished: true,
+            ..Observations::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        assert_eq!(check(&good()), vec![]);
+    }
+
+    #[test]
+    fn each_broken_invariant_is_named() {
+        let mut o = good();
+        o.cells[0].truth.executions = 2;
+        o.cells[0].client_stdout = b"hel".to_vec();
+        o.state_lost_reports.push(5);
+        o.calls[0].ended_ms = None;
+        o.leaked_processes.push("pid 7 sleep".into());
+        o.liveness = Some(CellOutcome::Unknown { reason: "x".into() });
+        let kinds: Vec<_> = check(&o).iter().map(Violation::kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "lost_output",
+                "double_execution",
+                "missed_deadline",
+                "false_state_lost",
+                "leak",
+                "no_progress"
+            ]
+        );
+    }
+
+    #[test]
+    fn output_never_written_is_a_duplicate() {
+        let mut o = good();
+        o.cells[0].client_stdout = b"hello\nhello\n".to_vec();
+        assert_eq!(check(&o)[0].kind(), "duplicated_output");
+        let mut o = good();
+        o.cells[0].output_ns = vec![3, 3];
+        assert_eq!(check(&o)[0].kind(), "duplicated_output");
+    }
+
+    #[test]
+    fn cancel_survivors_and_real_deaths() {
+        let mut o = good();
+        o.cells[0].cancel_requested = true;
+        o.cells[0].outcome = Some(CellOutcome::Cancelled);
+        o.cells[0].truth.alive_at_end = vec![42];
+        o.kernel_deaths.push(1);
+        o.state_lost_reports.push(5);
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "cancel_survivor");
+    }
+}

@@ -1,0 +1,400 @@
+//! The named scenarios the explorer runs: each is a client script (cells
+//! with their workloads, cancels, shutdown), the faults it always carries,
+//! the fault space its seeds draw from, and what a fault-free run must show.
+//!
+//! Every scripted cell starts by writing a side-effect line named after the
+//! cell, so the oracle can count how many times it really ran.
+
+use crate::faults::{CancelPoint, Family, Fault, FaultKind, FaultSchedule, FaultSpace, OpTarget};
+use tether_core::protocol::{CellOutcome, Stream};
+use tether_scenarios::workload::{Step, Workload};
+
+/// One scripted cell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellSpec {
+    /// Unique in the scenario; also the cell's side-effect file name.
+    pub label: String,
+    /// What the cell does (a side-effect step is put first).
+    pub workload: Workload,
+    /// The cell's timeout, if any.
+    pub timeout_ms: Option<u64>,
+    /// The script cancels the cell this long after submitting it.
+    pub cancel_after_ms: Option<u64>,
+    /// What a fault-free run must resolve it as (`None`: anything).
+    pub expect: Option<Expect>,
+}
+
+/// A class of outcomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// `ok`.
+    Ok,
+    /// `exit N`.
+    Exit(i32),
+    /// `cancelled`.
+    Cancelled,
+    /// `timed out`.
+    TimedOut,
+    /// `unknown` or an error: the client could not know.
+    Unknown,
+}
+
+impl Expect {
+    /// Does `outcome` belong to this class?
+    pub fn admits(self, outcome: &CellOutcome) -> bool {
+        match (self, outcome) {
+            (Expect::Ok, CellOutcome::Ok) => true,
+            (Expect::Exit(n), CellOutcome::Exit { code }) => *code == n,
+            (Expect::Cancelled, CellOutcome::Cancelled) => true,
+            (Expect::TimedOut, CellOutcome::TimedOut) => true,
+            (Expect::Unknown, CellOutcome::Unknown { .. } | CellOutcome::Error { .. }) => true,
+            _ => false,
+        }
+    }
+}
+
+impl CellSpec {
+    /// The workload as submitted: side-effect line first.
+    pub fn full_workload(&self) -> Workload {
+        let mut steps = vec![Step::WriteSideEffect {
+            name: self.label.clone(),
+        }];
+        steps.extend(self.workload.steps.iter().cloned());
+        Workload { steps }
+    }
+
+    /// Everything the cell writes to stdout when it runs to its end once.
+    pub fn full_stdout(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut exit_trap: Option<&str> = None;
+        for step in &self.workload.steps {
+            match step {
+                Step::Print {
+                    stream: Stream::Stdout,
+                    text,
+                } => out.extend_from_slice(text.as_bytes()),
+                Step::SetExitTrap { text } => exit_trap = Some(text),
+                Step::Exit { .. } => break,
+                _ => {}
+            }
+        }
+        if let Some(t) = exit_trap {
+            out.extend_from_slice(t.as_bytes());
+        }
+        out
+    }
+}
+
+/// One action of a client script.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Run a cell to its resolution.
+    Run(CellSpec),
+    /// Do nothing for a while (time for leftovers, idle reaping).
+    Idle {
+        /// How long.
+        ms: u64,
+    },
+}
+
+/// A named scenario.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Its name (`--scenario`).
+    pub name: &'static str,
+    /// One line on what it shows.
+    pub about: &'static str,
+    /// The client script; the world adds the liveness cell and the final
+    /// shutdown.
+    pub script: Vec<Action>,
+    /// Faults every run of the scenario carries.
+    pub fixed: FaultSchedule,
+    /// Where the per-seed faults come from.
+    pub space: FaultSpace,
+}
+
+impl Scenario {
+    /// The schedule of a seed: the fixed faults plus the drawn ones.
+    pub fn schedule(&self, seed: u64) -> FaultSchedule {
+        let mut all = self.fixed.0.clone();
+        all.extend(FaultSchedule::draw(seed, &self.space).0);
+        all.sort();
+        FaultSchedule(all)
+    }
+
+    /// The scripted cells, in order.
+    pub fn cells(&self) -> impl Iterator<Item = &CellSpec> {
+        self.script.iter().filter_map(|a| match a {
+            Action::Run(c) => Some(c),
+            Action::Idle { .. } => None,
+        })
+    }
+}
+
+fn print(text: &str) -> Step {
+    Step::Print {
+        stream: Stream::Stdout,
+        text: text.into(),
+    }
+}
+
+fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
+    CellSpec {
+        label: label.into(),
+        workload: Workload { steps },
+        timeout_ms: None,
+        cancel_after_ms: None,
+        expect: Some(expect),
+    }
+}
+
+fn network() -> Vec<Family> {
+    vec![
+        Family::Partition,
+        Family::Hold,
+        Family::Drop,
+        Family::Latency,
+        Family::SlowStart,
+        Family::ReplyLost,
+        Family::ReplyLost,
+        Family::CrashClient,
+    ]
+}
+
+fn space(families: Vec<Family>) -> FaultSpace {
+    FaultSpace {
+        families,
+        window_ms: 4_000,
+        max_faults: 3,
+    }
+}
+
+fn fixed(faults: Vec<(u64, FaultKind)>) -> FaultSchedule {
+    FaultSchedule(
+        faults
+            .into_iter()
+            .map(|(at_ms, kind)| Fault { at_ms, kind })
+            .collect(),
+    )
+}
+
+/// Every scenario, in the order the explorer runs them.
+pub fn all() -> Vec<Scenario> {
+    let escapes = vec![
+        Step::IgnoreTerm,
+        print("start\n"),
+        Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+        Step::EnvIDaemon { sleep_ms: 600_000 },
+        Step::SetpgidOrphan { sleep_ms: 600_000 },
+        Step::BusyLoop { ms: None },
+    ];
+    let mut cancel_escapes = cell("escapes", escapes, Expect::Cancelled);
+    cancel_escapes.cancel_after_ms = Some(800);
+    let mut trap = cell(
+        "trapper",
+        vec![
+            Step::TrapTerm { then: vec![] },
+            Step::SetExitTrap {
+                text: String::new(),
+            },
+            print("trapping\n"),
+            Step::Sleep { ms: 600_000 },
+        ],
+        Expect::Cancelled,
+    );
+    trap.cancel_after_ms = Some(500);
+    let mut slow = cell(
+        "slow",
+        vec![print("tick\n"), Step::Sleep { ms: 60_000 }],
+        Expect::TimedOut,
+    );
+    slow.timeout_ms = Some(1_000);
+    let mut all_faults = network();
+    all_faults.extend([Family::Cancel, Family::KillDaemon, Family::Bounce]);
+    vec![
+        Scenario {
+            name: "happy",
+            about: "one short cell; network faults must not lose, duplicate or rerun it",
+            script: vec![Action::Run(cell(
+                "hello",
+                vec![print("hello\n")],
+                Expect::Ok,
+            ))],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+        Scenario {
+            name: "state",
+            about: "three cells in one kernel, daemon deaths must be reported as state lost",
+            script: vec![
+                Action::Run(cell(
+                    "set",
+                    vec![
+                        Step::SetVar {
+                            name: "X".into(),
+                            value: "1".into(),
+                        },
+                        print("set\n"),
+                    ],
+                    Expect::Ok,
+                )),
+                Action::Run(cell(
+                    "work",
+                    vec![print("a\n"), Step::Sleep { ms: 1_500 }, print("b\n")],
+                    Expect::Ok,
+                )),
+                Action::Run(cell("exit", vec![Step::Exit { code: 3 }], Expect::Exit(3))),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(all_faults),
+        },
+        Scenario {
+            name: "cancel_escapes",
+            about: "cancel a cell that ignores TERM and leaves every kind of escapee",
+            script: vec![Action::Run(cancel_escapes)],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+        Scenario {
+            name: "cancel_trap",
+            about: "cancel a cell that traps TERM and sets its own EXIT trap",
+            script: vec![Action::Run(trap)],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+        Scenario {
+            name: "cancel_early",
+            about: "cancel while the submit is still in flight: the cell must never run on",
+            script: vec![Action::Run(cell(
+                "early",
+                vec![print("ran\n"), Step::Sleep { ms: 600_000 }],
+                Expect::Cancelled,
+            ))],
+            fixed: fixed(vec![(
+                0,
+                FaultKind::Cancel {
+                    point: CancelPoint::BeforeSubmitRegisters,
+                },
+            )]),
+            space: space(network()),
+        },
+        Scenario {
+            name: "reply_lost",
+            about: "the submit's reply is lost after the op ran: no second run",
+            script: vec![Action::Run(cell(
+                "once",
+                vec![print("once\n"), Step::Sleep { ms: 300 }, print("done\n")],
+                Expect::Ok,
+            ))],
+            fixed: fixed(vec![(
+                0,
+                FaultKind::ReplyLost {
+                    op: OpTarget::Submit,
+                },
+            )]),
+            space: space(network()),
+        },
+        Scenario {
+            name: "client_crash",
+            about: "the client dies mid-cell and a new one resumes it from the record",
+            script: vec![Action::Run(cell(
+                "long",
+                vec![print("one\n"), Step::Sleep { ms: 2_000 }, print("two\n")],
+                Expect::Ok,
+            ))],
+            fixed: fixed(vec![(700, FaultKind::CrashClient { down_ms: 500 })]),
+            space: space(network()),
+        },
+        Scenario {
+            name: "daemon_killed",
+            about: "the kernel daemon is killed mid-cell: state lost, with evidence",
+            script: vec![
+                Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
+                Action::Run(cell(
+                    "during",
+                    vec![Step::Sleep { ms: 3_000 }],
+                    Expect::Unknown,
+                )),
+            ],
+            fixed: fixed(vec![(1_000, FaultKind::KillDaemon)]),
+            space: space(network()),
+        },
+        Scenario {
+            name: "sandbox_bounce",
+            about: "the sandbox restarts (pids reused): the kernel is replaced, not trusted",
+            script: vec![
+                Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
+                Action::Idle { ms: 2_000 },
+                Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
+            ],
+            fixed: fixed(vec![(1_000, FaultKind::BounceSandbox)]),
+            space: space(network()),
+        },
+        Scenario {
+            name: "timeout",
+            about: "a cell times out: cancelled, the kernel (and its state) lives on",
+            script: vec![
+                Action::Run(slow),
+                Action::Run(cell("next", vec![print("still here\n")], Expect::Ok)),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+        Scenario {
+            name: "leftovers",
+            about: "a cell leaves a background child: reported, owned, gone after shutdown",
+            script: vec![
+                Action::Run(cell(
+                    "bg",
+                    vec![
+                        print("bg\n"),
+                        Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+                    ],
+                    Expect::Ok,
+                )),
+                Action::Idle { ms: 1_000 },
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+    ]
+}
+
+/// The scenario called `name`.
+pub fn by_name(name: &str) -> Option<Scenario> {
+    all().into_iter().find(|s| s.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_workloads_valid() {
+        let all = all();
+        let mut names: Vec<_> = all.iter().map(|s| s.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+        for s in &all {
+            for c in s.cells() {
+                c.full_workload().validate().unwrap();
+            }
+        }
+        assert!(by_name("happy").is_some());
+        assert!(by_name("nope").is_none());
+    }
+
+    #[test]
+    fn fixed_faults_are_in_every_seed() {
+        let s = by_name("reply_lost").unwrap();
+        for seed in 0..20 {
+            assert!(s.schedule(seed).0.iter().any(|f| f.kind
+                == FaultKind::ReplyLost {
+                    op: OpTarget::Submit
+                }));
+        }
+    }
+}
