@@ -1,0 +1,182 @@
+//! Finding the agent binary this client ships to the sandbox, and naming it
+//! by content: the SHA-256 of its bytes becomes part of its path on the
+//! sandbox, so a changed agent is installed next to the old one, never
+//! confused with it.
+//!
+//! Search order: `$TETHER_AGENT_BIN`; `tether-agent` next to the running
+//! executable; the workspace's static build
+//! (`target/x86_64-unknown-linux-gnu/release/tether-agent`, made by
+//! `scripts/build-agent`); the workspace's debug build
+//! (`target/debug/tether-agent`).
+
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tether_core::protocol::AgentLocation;
+
+/// The environment variable that names the agent binary explicitly.
+pub const AGENT_ENV: &str = "TETHER_AGENT_BIN";
+
+/// The agent binary, loaded.
+#[derive(Clone)]
+pub struct AgentBinary {
+    /// Where it was found.
+    pub path: PathBuf,
+    /// Its bytes, shipped on install.
+    pub bytes: Arc<[u8]>,
+    /// Hex SHA-256 of the bytes.
+    pub hash: String,
+}
+
+impl fmt::Debug for AgentBinary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBinary")
+            .field("path", &self.path)
+            .field("size", &self.bytes.len())
+            .field("hash", &self.hash)
+            .finish()
+    }
+}
+
+/// Why no agent binary could be used.
+#[derive(Debug)]
+pub enum AgentBinError {
+    /// None of the places searched holds one.
+    NotFound {
+        /// The places searched, in order.
+        searched: Vec<PathBuf>,
+    },
+    /// `$TETHER_AGENT_BIN` names a file that cannot be read.
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+impl fmt::Display for AgentBinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgentBinError::NotFound { searched } => {
+                write!(
+                    f,
+                    "cannot find the tether-agent binary; build it with `scripts/build-agent` \
+                     (static, for any x86_64 Linux sandbox) or `cargo build -p tether-agent`, \
+                     or point {AGENT_ENV} at it. Searched:"
+                )?;
+                for path in searched {
+                    write!(f, "\n  {}", path.display())?;
+                }
+                Ok(())
+            }
+            AgentBinError::Unreadable { path, error } => {
+                write!(
+                    f,
+                    "cannot read the agent binary {}: {error}",
+                    path.display()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for AgentBinError {}
+
+impl AgentBinary {
+    /// Finds and loads the agent binary (see the module docs for the order).
+    pub fn find() -> Result<AgentBinary, AgentBinError> {
+        if let Some(path) = std::env::var_os(AGENT_ENV).filter(|p| !p.is_empty()) {
+            return AgentBinary::load(Path::new(&path));
+        }
+        let candidates = candidates();
+        for path in &candidates {
+            if path.is_file() {
+                return AgentBinary::load(path);
+            }
+        }
+        Err(AgentBinError::NotFound {
+            searched: candidates,
+        })
+    }
+
+    /// Loads the agent binary at `path`.
+    pub fn load(path: &Path) -> Result<AgentBinary, AgentBinError> {
+        let bytes = std::fs::read(path).map_err(|error| AgentBinError::Unreadable {
+            path: path.to_owned(),
+            error,
+        })?;
+        let hash = hex_sha256(&bytes);
+        Ok(AgentBinary {
+            path: path.to_owned(),
+            bytes: bytes.into(),
+            hash,
+        })
+    }
+
+    /// Where this agent lives on a sandbox whose root is `root`.
+    pub fn location(&self, root: &str) -> AgentLocation {
+        AgentLocation {
+            root: root.to_owned(),
+            hash: self.hash.clone(),
+        }
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+}
+
+fn candidates() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_owned))
+    {
+        out.push(dir.join("tether-agent"));
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    out.push(
+        target
+            .join("x86_64-unknown-linux-gnu")
+            .join("release")
+            .join("tether-agent"),
+    );
+    out.push(target.join("debug").join("tether-agent"));
+    out
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_is_the_content_sha256() {
+        assert_eq!(
+            hex_sha256(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn a_missing_explicit_binary_is_a_clear_error() {
+        let err = AgentBinary::load(Path::new("/nonexistent/agent")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/agent"));
+        let err = AgentBinError::NotFound {
+            searched: vec!["/a".into()],
+        };
+        assert!(err.to_string().contains("scripts/build-agent"));
+    }
+}

@@ -1,0 +1,640 @@
+//! The `tether` command line: argument parsing, what each subcommand does
+//! with a [`Driver`], how events are shown, and exit codes.
+
+use crate::agent_bin::AgentBinary;
+use crate::backend::BackendSpec;
+use crate::driver::{Driver, DriverError};
+use crate::duration::parse_duration;
+use crate::records::{FileStore, RecordStore};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStringExt;
+use std::time::Duration;
+use tether_core::bytes::Bytes;
+use tether_core::client::{Client, Config, Event, KernelRecord};
+use tether_core::ids::KernelName;
+use tether_core::protocol::{CellOutcome, Lang, Stream};
+
+/// Exit codes of `tether` (also in `--help` and the README).
+pub mod exit {
+    /// The cell ran to its end and succeeded.
+    pub const OK: i32 = 0;
+    /// The cell failed (the shell's last status was not 0, or Python raised).
+    pub const CELL_ERROR: i32 = 1;
+    /// Bad command line: unknown option, hostile kernel name, bad backend.
+    pub const USAGE: i32 = 2;
+    /// The outcome is not known (sandbox unreachable, deadline passed); the
+    /// cell is recorded: `tether resume` later. (EX_TEMPFAIL)
+    pub const UNKNOWN: i32 = 75;
+    /// tether itself could not work: no agent binary, unreadable records,
+    /// an agent or internal error. (EX_UNAVAILABLE)
+    pub const FAILURE: i32 = 69;
+    /// The cell ran past `--timeout` and was cancelled (as `timeout(1)`).
+    pub const TIMED_OUT: i32 = 124;
+    /// The cell was cancelled (Ctrl-C, `tether cancel`), as a shell reports
+    /// SIGINT.
+    pub const CANCELLED: i32 = 130;
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  tether run 'cd /tmp; export X=1'      # state persists between runs...
+  tether run 'pwd; echo $X'             # ...prints /tmp and 1
+  echo 'print(6*7)' | tether run --lang python --kernel py
+  tether run --timeout 30s 'make test'  # cancelled (not the kernel) after 30s
+  tether run 'sleep 100'                # Ctrl-C cancels the cell, the kernel stays
+  tether resume                         # after a crash or a lost connection
+  tether resume --replay                # the whole output of the unresolved cell
+  tether --backend 'local?latency=50ms' run true   # model a remote round trip
+  tether ls; tether status; tether reset --kernel py; tether stop
+
+Exit codes:
+  0    the cell succeeded
+  1    the cell failed (last shell status not 0, Python exception)
+  N    the cell called `exit N` (so `exit 3` gives 3)
+  2    usage error (bad option, refused kernel name, unknown backend)
+  69   tether could not work (no agent binary, unreadable records, agent error)
+  75   outcome unknown (sandbox unreachable): the cell is recorded, `tether resume` later
+  124  the cell timed out (--timeout) and was cancelled
+  130  the cell was cancelled (Ctrl-C, `tether cancel`)
+A cell's own `exit N` can collide with these; --json tells them apart.
+
+Records of kernels live in $XDG_STATE_HOME/tether (default ~/.local/state/tether).
+The agent binary is $TETHER_AGENT_BIN, or tether-agent next to this program,
+or the workspace build (scripts/build-agent).";
+
+/// Keeps a code-execution kernel alive on a sandbox that can only run
+/// commands to completion.
+#[derive(Debug, Parser)]
+#[command(name = "tether", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// The sandbox: `local` (this machine), with optional injected latency
+    /// `local?latency=50ms` or a slow op `local?delay.submit=2s`.
+    #[arg(long, global = true, default_value = "local", env = "TETHER_BACKEND")]
+    pub backend: String,
+    /// Absolute directory on the sandbox for the agent and kernel state
+    /// [default: /tmp/tether-$UID].
+    #[arg(long, global = true, env = "TETHER_ROOT")]
+    pub root: Option<String>,
+    /// Print events as JSON lines on stdout instead of raw output.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run code as the next cell of a kernel (starting the kernel if needed).
+    Run(RunArgs),
+    /// Finish an unresolved cell (after a crash or a lost connection).
+    Resume(ResumeArgs),
+    /// Cancel the unresolved cell of a kernel (the cell, not the kernel).
+    Cancel(KernelArg),
+    /// Show what this client knows about kernels.
+    Status(KernelOpt),
+    /// List kernels known to this client.
+    Ls,
+    /// Stop a kernel and forget it: the next run starts fresh.
+    Reset(KernelArg),
+    /// Stop every kernel known to this client.
+    Stop,
+    /// Measure round trips and latencies (see README).
+    #[command(hide = true)]
+    Bench(crate::bench::BenchArgs),
+}
+
+/// A kernel's language, on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LangArg {
+    /// POSIX shell: cwd and exported variables persist.
+    Shell,
+    /// One persistent python3 interpreter.
+    Python,
+}
+
+impl From<LangArg> for Lang {
+    fn from(l: LangArg) -> Lang {
+        match l {
+            LangArg::Shell => Lang::Shell,
+            LangArg::Python => Lang::Python,
+        }
+    }
+}
+
+/// `tether run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The code, byte for byte (read from stdin when absent).
+    #[arg(value_parser = clap::value_parser!(OsString))]
+    pub code: Option<OsString>,
+    /// Language of a new kernel [default: shell, or the kernel's own].
+    #[arg(long, value_enum)]
+    pub lang: Option<LangArg>,
+    /// The kernel: 1-64 of A-Z a-z 0-9 _ . - (not starting with . or -).
+    #[arg(long, default_value = "default")]
+    pub kernel: String,
+    /// Cancel the cell (not the kernel) after this long: 500ms, 30s, 2m.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// `tether resume`.
+#[derive(Debug, clap::Args)]
+pub struct ResumeArgs {
+    /// The kernel.
+    #[arg(long, default_value = "default")]
+    pub kernel: String,
+    /// Print the cell's output from its start, not only what is new.
+    #[arg(long)]
+    pub replay: bool,
+}
+
+/// A subcommand about one kernel.
+#[derive(Debug, clap::Args)]
+pub struct KernelArg {
+    /// The kernel.
+    #[arg(long, default_value = "default")]
+    pub kernel: String,
+}
+
+/// A subcommand about one kernel or all.
+#[derive(Debug, clap::Args)]
+pub struct KernelOpt {
+    /// The kernel [default: all].
+    #[arg(long)]
+    pub kernel: Option<String>,
+}
+
+/// A failure that ends the program with an exit code and a message.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub code: i32,
+    /// What to print on stderr (without the `tether: ` prefix).
+    pub message: String,
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::USAGE,
+            message: message.into(),
+        }
+    }
+
+    fn other(message: impl std::fmt::Display) -> Failure {
+        Failure {
+            code: exit::FAILURE,
+            message: message.to_string(),
+        }
+    }
+}
+
+impl From<DriverError> for Failure {
+    fn from(e: DriverError) -> Failure {
+        Failure::other(e)
+    }
+}
+
+impl From<crate::records::RecordError> for Failure {
+    fn from(e: crate::records::RecordError) -> Failure {
+        Failure::other(e)
+    }
+}
+
+/// The exit code for a cell's outcome.
+pub fn exit_code(outcome: &CellOutcome) -> i32 {
+    match outcome {
+        CellOutcome::Ok => exit::OK,
+        CellOutcome::Error { .. } => exit::CELL_ERROR,
+        CellOutcome::Exit { code } => {
+            if (0..=255).contains(code) {
+                *code
+            } else {
+                exit::CELL_ERROR
+            }
+        }
+        CellOutcome::Cancelled => exit::CANCELLED,
+        CellOutcome::TimedOut => exit::TIMED_OUT,
+        CellOutcome::Unknown { .. } => exit::UNKNOWN,
+    }
+}
+
+/// Parses a kernel name, refusing hostile ones as a usage error.
+pub fn kernel_name(raw: &str) -> Result<KernelName, Failure> {
+    KernelName::new(raw).map_err(|e| Failure::usage(format!("{e} (got {raw:?})")))
+}
+
+/// Everything a subcommand needs to reach the sandbox.
+pub struct Context {
+    /// The parsed backend.
+    pub backend: BackendSpec,
+    /// The sandbox root.
+    pub root: String,
+    /// Events as JSON lines.
+    pub json: bool,
+}
+
+impl Context {
+    /// Validates the global options.
+    pub fn new(cli: &Cli) -> Result<Context, Failure> {
+        let backend =
+            BackendSpec::parse(&cli.backend).map_err(|e| Failure::usage(e.to_string()))?;
+        let root = match &cli.root {
+            Some(root) => root.clone(),
+            None => format!("/tmp/tether-{}", current_uid()),
+        };
+        if !root.starts_with('/') || root.split('/').any(|part| part == "..") {
+            return Err(Failure::usage(format!(
+                "--root must be an absolute path without `..` (got {root:?})"
+            )));
+        }
+        Ok(Context {
+            backend,
+            root: root.trim_end_matches('/').to_owned(),
+            json: cli.json,
+        })
+    }
+
+    /// The record store of this sandbox.
+    pub fn store(&self) -> Result<FileStore, Failure> {
+        Ok(FileStore::for_sandbox(
+            &self.backend.sandbox_id(&self.root),
+        )?)
+    }
+
+    /// A driver with a fresh client (seeded from the OS: request ids and
+    /// nonces must differ between `tether` processes).
+    pub fn driver(&self) -> Result<Driver, Failure> {
+        let agent = AgentBinary::find().map_err(Failure::other)?;
+        let location = agent.location(&self.root);
+        let config = Config::new(location.clone(), agent.size());
+        let client = Client::new(config, os_seed());
+        Ok(Driver::new(
+            client,
+            self.backend.transport(),
+            Box::new(self.store()?),
+            agent.bytes.clone(),
+            location,
+        ))
+    }
+}
+
+fn current_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0)
+}
+
+fn os_seed() -> u64 {
+    let mut buf = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        if f.read_exact(&mut buf).is_ok() {
+            return u64::from_le_bytes(buf);
+        }
+    }
+    // No /dev/urandom: the pid and the wall clock still differ per process.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+/// Runs the parsed command line; returns the exit code.
+pub async fn main(cli: Cli) -> i32 {
+    match dispatch(cli).await {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("tether: {}", failure.message);
+            failure.code
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<i32, Failure> {
+    let ctx = Context::new(&cli)?;
+    match cli.command {
+        Command::Run(args) => run(&ctx, args).await,
+        Command::Resume(args) => resume(&ctx, args).await,
+        Command::Cancel(args) => cancel(&ctx, args).await,
+        Command::Status(args) => status(&ctx, args),
+        Command::Ls => ls(&ctx),
+        Command::Reset(args) => reset(&ctx, args).await,
+        Command::Stop => stop(&ctx).await,
+        Command::Bench(args) => crate::bench::run(&ctx, args).await,
+    }
+}
+
+async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
+    let kernel = kernel_name(&args.kernel)?;
+    let code = match args.code {
+        Some(code) => code.into_vec(),
+        None => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| Failure::other(format!("reading the code from stdin: {e}")))?;
+            buf
+        }
+    };
+    let mut driver = ctx.driver()?;
+    let mut printer = Printer::new(ctx.json);
+    let record = driver.store().load(&kernel)?;
+    let lang = match (&record, args.lang) {
+        (Some(record), Some(asked)) if record.lang != Lang::from(asked) => {
+            return Err(Failure::usage(format!(
+                "kernel {kernel} is a {} kernel; pick another --kernel or `tether reset --kernel {kernel}`",
+                record.lang
+            )))
+        }
+        (Some(record), _) => record.lang,
+        (None, asked) => asked.map(Lang::from).unwrap_or(Lang::Shell),
+    };
+    if let Some(record) = record {
+        if !record.cells.is_empty() {
+            let seqs: Vec<String> = record.cells.iter().map(|c| c.seq.to_string()).collect();
+            return Err(Failure {
+                code: exit::UNKNOWN,
+                message: format!(
+                    "kernel {kernel} has an unresolved cell ({}) from an earlier run; \
+                     `tether resume --kernel {kernel}` to finish it or `tether cancel --kernel {kernel}`",
+                    seqs.join(", ")
+                ),
+            });
+        }
+        driver
+            .resume(record, false, &mut |e| printer.event(e))
+            .await?;
+    }
+    let cancel = driver.cancel_handle();
+    let ctrl_c = tokio::spawn(async move {
+        // First Ctrl-C: cancel the cell. Second: leave now; the record
+        // is saved, `tether resume` finds the cell.
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel_current();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("tether: interrupted again; the cell may still run: `tether resume`");
+                std::process::exit(exit::CANCELLED);
+            }
+        }
+    });
+    let result = driver
+        .run_cell(&kernel, lang, Bytes(code), args.timeout, &mut |e| {
+            printer.event(e)
+        })
+        .await;
+    let outcome = match result {
+        Ok((_, outcome)) => outcome,
+        Err(e) => {
+            ctrl_c.abort();
+            return Err(e.into());
+        }
+    };
+    driver.settle(&mut |e| printer.event(e)).await?;
+    ctrl_c.abort();
+    Ok(printer.finish(&outcome))
+}
+
+async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
+    let kernel = kernel_name(&args.kernel)?;
+    let mut driver = ctx.driver()?;
+    let mut printer = Printer::new(ctx.json);
+    let Some(record) = driver.store().load(&kernel)? else {
+        printer.note(&format!("no record of kernel {kernel}: nothing to resume"));
+        return Ok(exit::OK);
+    };
+    if record.cells.is_empty() {
+        printer.note(&format!("kernel {kernel} has no unresolved cell"));
+        return Ok(exit::OK);
+    }
+    let cancel = driver.cancel_handle();
+    let ctrl_c = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel_current();
+        }
+    });
+    let outcomes = driver
+        .resume(record, args.replay, &mut |e| printer.event(e))
+        .await;
+    ctrl_c.abort();
+    let outcomes = outcomes?;
+    driver.settle(&mut |e| printer.event(e)).await?;
+    let last = outcomes
+        .last()
+        .map(|(_, o)| o.clone())
+        .unwrap_or(CellOutcome::Ok);
+    Ok(printer.finish(&last))
+}
+
+async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
+    let kernel = kernel_name(&args.kernel)?;
+    let mut driver = ctx.driver()?;
+    let mut printer = Printer::new(ctx.json);
+    printer.quiet_output = true;
+    let Some(record) = driver.store().load(&kernel)? else {
+        printer.note(&format!("no record of kernel {kernel}: nothing to cancel"));
+        return Ok(exit::OK);
+    };
+    if record.cells.is_empty() {
+        printer.note(&format!("kernel {kernel} has no unresolved cell"));
+        return Ok(exit::OK);
+    }
+    let handle = driver.cancel_handle();
+    handle.cancel_current();
+    let outcomes = driver
+        .resume(record, false, &mut |e| printer.event(e))
+        .await?;
+    driver.settle(&mut |e| printer.event(e)).await?;
+    let last = outcomes
+        .last()
+        .map(|(_, o)| o.clone())
+        .unwrap_or(CellOutcome::Cancelled);
+    Ok(printer.finish(&last))
+}
+
+fn status(ctx: &Context, args: KernelOpt) -> Result<i32, Failure> {
+    let store = ctx.store()?;
+    let kernels = match args.kernel {
+        Some(raw) => vec![kernel_name(&raw)?],
+        None => store.list()?,
+    };
+    let mut out = std::io::stdout().lock();
+    for kernel in kernels {
+        let record = store.load(&kernel)?;
+        if ctx.json {
+            let line = serde_json::json!({ "kernel": kernel, "record": record });
+            let _ = writeln!(out, "{line}");
+            continue;
+        }
+        match record {
+            None => {
+                let _ = writeln!(out, "{kernel}: no record");
+            }
+            Some(r) => {
+                let _ = writeln!(out, "{}", describe(&r));
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn ls(ctx: &Context) -> Result<i32, Failure> {
+    let store = ctx.store()?;
+    let mut out = std::io::stdout().lock();
+    for kernel in store.list()? {
+        if ctx.json {
+            let line = serde_json::json!({ "kernel": kernel });
+            let _ = writeln!(out, "{line}");
+        } else {
+            let _ = writeln!(out, "{kernel}");
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn describe(r: &KernelRecord) -> String {
+    let daemon = match &r.identity {
+        Some(id) => format!("daemon pid {}", id.pid),
+        None => "no daemon yet".to_owned(),
+    };
+    let cells = if r.cells.is_empty() {
+        "no unresolved cell".to_owned()
+    } else {
+        let seqs: Vec<String> = r.cells.iter().map(|c| c.seq.to_string()).collect();
+        format!("unresolved cell(s) {} (`tether resume`)", seqs.join(", "))
+    };
+    format!(
+        "{}: {} kernel, {daemon}, next cell {}, {cells}",
+        r.kernel, r.lang, r.next_seq
+    )
+}
+
+async fn reset(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
+    let kernel = kernel_name(&args.kernel)?;
+    let mut driver = ctx.driver()?;
+    let mut printer = Printer::new(ctx.json);
+    shut_down(&mut driver, &mut printer, &kernel).await?;
+    printer.note(&format!("kernel {kernel} stopped and forgotten"));
+    Ok(exit::OK)
+}
+
+async fn stop(ctx: &Context) -> Result<i32, Failure> {
+    let mut driver = ctx.driver()?;
+    let mut printer = Printer::new(ctx.json);
+    let kernels = driver.store().list()?;
+    for kernel in &kernels {
+        shut_down(&mut driver, &mut printer, kernel).await?;
+    }
+    printer.note(&format!("{} kernel(s) stopped", kernels.len()));
+    Ok(exit::OK)
+}
+
+async fn shut_down(
+    driver: &mut Driver,
+    printer: &mut Printer,
+    kernel: &KernelName,
+) -> Result<(), Failure> {
+    printer.quiet_output = true;
+    if let Some(mut record) = driver.store().load(kernel)? {
+        // Cells still recorded die with the kernel; don't wait for them.
+        record.cells.clear();
+        driver
+            .resume(record, false, &mut |e| printer.event(e))
+            .await?;
+    }
+    driver.shutdown(kernel, &mut |e| printer.event(e)).await?;
+    driver.store().forget(kernel)?;
+    Ok(())
+}
+
+/// Shows events: raw output bytes and notes on stderr, or JSON lines.
+pub struct Printer {
+    json: bool,
+    /// Don't print cell output (cancel, reset).
+    pub quiet_output: bool,
+}
+
+impl Printer {
+    /// A printer for human or JSON output.
+    pub fn new(json: bool) -> Printer {
+        Printer {
+            json,
+            quiet_output: false,
+        }
+    }
+
+    /// A message for the user (stderr, or a JSON `note` line).
+    pub fn note(&mut self, text: &str) {
+        if self.json {
+            self.json_line(serde_json::json!({ "event": "note", "text": text }));
+        } else {
+            eprintln!("tether: {text}");
+        }
+    }
+
+    fn json_line(&mut self, value: serde_json::Value) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{value}");
+        let _ = out.flush();
+    }
+
+    /// Shows one event.
+    pub fn event(&mut self, event: &Event) {
+        if self.json {
+            let value = crate::events::to_json(event);
+            self.json_line(value);
+            return;
+        }
+        match event {
+            Event::Output { stream, data, .. } => {
+                if self.quiet_output {
+                    return;
+                }
+                // Exact bytes; a closed stdout is the reader's choice.
+                let _ = match stream {
+                    Stream::Stdout => {
+                        let mut out = std::io::stdout().lock();
+                        out.write_all(data.as_slice()).and_then(|()| out.flush())
+                    }
+                    Stream::Stderr => {
+                        let mut err = std::io::stderr().lock();
+                        err.write_all(data.as_slice()).and_then(|()| err.flush())
+                    }
+                };
+            }
+            other => {
+                if let Some(text) = crate::events::describe(other) {
+                    eprintln!("tether: {text}");
+                }
+            }
+        }
+    }
+
+    /// Reports the final outcome; returns the exit code.
+    pub fn finish(&mut self, outcome: &CellOutcome) -> i32 {
+        let code = exit_code(outcome);
+        if self.json {
+            self.json_line(serde_json::json!({
+                "event": "exit",
+                "outcome": outcome,
+                "exit_code": code,
+            }));
+        } else {
+            match outcome {
+                CellOutcome::Ok => {}
+                CellOutcome::Exit { code } => eprintln!("tether: cell exited with status {code}"),
+                CellOutcome::Unknown { reason } => eprintln!(
+                    "tether: outcome unknown ({reason}); the cell is recorded: `tether resume` later"
+                ),
+                other => eprintln!("tether: cell {other}"),
+            }
+        }
+        code
+    }
+}

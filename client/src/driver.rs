@@ -1,0 +1,409 @@
+//! The driver: a thin tokio loop around the sans-IO
+//! [`tether_core::client::Client`]. It moves bytes and time and decides
+//! nothing:
+//!
+//! - [`Effect::Exec`] → render the op, start a transport call in a task
+//!   (the agent binary replaces [`StdinSource::AgentBinary`]), bounded by the
+//!   effect's deadline; its result goes back through `handle_exec`;
+//! - [`Effect::Persist`] / [`Effect::Forget`] → the [`RecordStore`], done
+//!   synchronously *before* any later effect is looked at, so a record is
+//!   durable before the submit it describes is sent;
+//! - timers → `tokio::time::sleep_until(poll_timeout)`, then
+//!   `handle_timeout`;
+//! - cancels from a [`CancelHandle`] (Ctrl-C, a test, the simulation) →
+//!   `Client::cancel`.
+//!
+//! Time is `tokio::time::Instant` measured from the driver's epoch, so the
+//! same driver runs on turmoil's virtual clock. Every `select!` is
+//! `biased;` and nothing iterates a hash map, so a seeded simulation
+//! replays exactly.
+
+use crate::records::{RecordError, RecordStore};
+use crate::transport::{ExecRequest, Transport, TransportError, TransportErrorKind};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tether_core::bytes::Bytes;
+use tether_core::client::{CellKey, Client, ClientError, Effect, Event, KernelRecord};
+use tether_core::ids::{ExecId, KernelName};
+use tether_core::protocol::{
+    render, AgentLocation, CellOutcome, ExecOutput, Lang, OpKind, StdinSource,
+};
+use tether_core::time::Timestamp;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// What a cancel request targets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CancelTarget {
+    /// The cells the driver is waiting on now ([`Driver::run_cell`],
+    /// [`Driver::resume`]); ignored when it waits on none.
+    Current,
+    /// This cell.
+    Cell(CellKey),
+}
+
+/// Sends cancel requests to a [`Driver`] from anywhere (a signal handler,
+/// a test, a simulated client script) while the driver is busy in
+/// [`Driver::run_cell`] or [`Driver::resume`]. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CancelHandle {
+    tx: mpsc::UnboundedSender<CancelTarget>,
+}
+
+impl CancelHandle {
+    /// Cancels the cell being run (the cell, never its kernel).
+    pub fn cancel_current(&self) {
+        // The driver is gone: nothing left to cancel.
+        let _ = self.tx.send(CancelTarget::Current);
+    }
+
+    /// Cancels one cell.
+    pub fn cancel(&self, cell: CellKey) {
+        let _ = self.tx.send(CancelTarget::Cell(cell));
+    }
+}
+
+/// Why the driver stopped before the awaited outcome.
+#[derive(Debug)]
+pub enum DriverError {
+    /// The state machine refused the command.
+    Client(ClientError),
+    /// A record could not be saved or removed.
+    Records(RecordError),
+    /// The state machine has nothing in flight and no timer, yet the
+    /// awaited outcome has not come: a bug in the state machine.
+    Stalled {
+        /// What was awaited.
+        waiting_for: String,
+    },
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Client(e) => write!(f, "{e}"),
+            DriverError::Records(e) => write!(f, "cannot persist the kernel record: {e}"),
+            DriverError::Stalled { waiting_for } => write!(
+                f,
+                "internal error: the client state machine stalled while waiting for {waiting_for} \
+                 (please report this with the output of --json)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+impl From<ClientError> for DriverError {
+    fn from(e: ClientError) -> Self {
+        DriverError::Client(e)
+    }
+}
+
+impl From<RecordError> for DriverError {
+    fn from(e: RecordError) -> Self {
+        DriverError::Records(e)
+    }
+}
+
+/// Counters, for benchmarks and tests: how many exec calls of each kind
+/// the driver made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Exec calls started, by op kind.
+    pub execs: BTreeMap<OpKind, u64>,
+}
+
+impl DriverStats {
+    /// All exec calls started.
+    pub fn total(&self) -> u64 {
+        self.execs.values().sum()
+    }
+}
+
+type ExecResult = (ExecId, Result<ExecOutput, TransportError>);
+
+/// The tokio loop around a [`Client`].
+pub struct Driver {
+    client: Client,
+    transport: Arc<dyn Transport>,
+    store: Box<dyn RecordStore>,
+    agent: Arc<[u8]>,
+    location: AgentLocation,
+    epoch: Instant,
+    tasks: JoinSet<ExecResult>,
+    cancel_tx: mpsc::UnboundedSender<CancelTarget>,
+    cancel_rx: mpsc::UnboundedReceiver<CancelTarget>,
+    /// Cells the caller is waiting on, oldest first.
+    current: Vec<CellKey>,
+    stats: DriverStats,
+}
+
+impl Driver {
+    /// A driver for `client`, reaching the sandbox through `transport`,
+    /// persisting records in `store`, shipping `agent` (whose location on
+    /// the sandbox is `location`) on install. Its epoch is now.
+    pub fn new(
+        client: Client,
+        transport: Arc<dyn Transport>,
+        store: Box<dyn RecordStore>,
+        agent: Arc<[u8]>,
+        location: AgentLocation,
+    ) -> Driver {
+        let (cancel_tx, cancel_rx) = mpsc::unbounded_channel();
+        Driver {
+            client,
+            transport,
+            store,
+            agent,
+            location,
+            epoch: Instant::now(),
+            tasks: JoinSet::new(),
+            cancel_tx,
+            cancel_rx,
+            current: Vec::new(),
+            stats: DriverStats::default(),
+        }
+    }
+
+    /// A handle that cancels cells while this driver runs them.
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle {
+            tx: self.cancel_tx.clone(),
+        }
+    }
+
+    /// The state machine (to read records, or for commands the driver has
+    /// no wrapper for; drive it with [`Driver::settle`] afterwards).
+    pub fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// The record store.
+    pub fn store(&mut self) -> &mut dyn RecordStore {
+        self.store.as_mut()
+    }
+
+    /// Exec calls made so far.
+    pub fn stats(&self) -> &DriverStats {
+        &self.stats
+    }
+
+    /// Now, on the driver's clock.
+    pub fn now(&self) -> Timestamp {
+        to_timestamp(self.epoch, Instant::now())
+    }
+
+    /// Runs `code` as the next cell of `kernel` (opening the kernel first
+    /// if the client does not know it) and drives the client until that
+    /// cell resolves. Every event is passed to `on_event` as it comes.
+    pub async fn run_cell(
+        &mut self,
+        kernel: &KernelName,
+        lang: Lang,
+        code: Bytes,
+        timeout: Option<Duration>,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(CellKey, CellOutcome), DriverError> {
+        let now = self.now();
+        if self.client.record(kernel).is_none() {
+            self.client.open(kernel.clone(), lang, now);
+        }
+        let key = self.client.run_cell(kernel, code, timeout, now)?;
+        self.current = vec![key.clone()];
+        let outcomes = self.drive_cells(on_event).await;
+        self.current.clear();
+        let outcome = outcomes?.pop().map(|(_, o)| o);
+        // drive_cells returns only once this cell has resolved.
+        Ok((key, outcome.unwrap_or(CellOutcome::Cancelled)))
+    }
+
+    /// Hands `record` (from a store) to the client and drives it until
+    /// every cell the record holds resolves; with `replay`, the client
+    /// reports each cell's output from its start, not from where the last
+    /// client stopped. Returns the outcome of every cell, oldest first.
+    pub async fn resume(
+        &mut self,
+        record: KernelRecord,
+        replay: bool,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<Vec<(CellKey, CellOutcome)>, DriverError> {
+        let kernel = record.kernel.clone();
+        let cells: Vec<CellKey> = record
+            .cells
+            .iter()
+            .map(|c| CellKey {
+                kernel: kernel.clone(),
+                seq: c.seq,
+            })
+            .collect();
+        let now = self.now();
+        self.client.resume(record, replay, now);
+        self.current = cells;
+        let outcomes = self.drive_cells(on_event).await;
+        self.current.clear();
+        outcomes
+    }
+
+    /// Shuts `kernel` down (its daemon and every process it owns) and
+    /// drives the client until nothing is in flight.
+    pub async fn shutdown(
+        &mut self,
+        kernel: &KernelName,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), DriverError> {
+        let now = self.now();
+        self.client.shutdown(kernel, now);
+        self.settle(on_event).await
+    }
+
+    /// Drives the client until no exec call is in flight and no effect is
+    /// queued (timers that are not due are left alone). Used after a
+    /// command whose completion has no event of its own, and before
+    /// exiting so that acknowledgements reach the sandbox.
+    pub async fn settle(&mut self, on_event: &mut dyn FnMut(&Event)) -> Result<(), DriverError> {
+        loop {
+            self.flush(on_event, &mut |_| ())?;
+            if self.tasks.is_empty() {
+                return Ok(());
+            }
+            self.wait_once("in-flight exec calls to finish").await?;
+        }
+    }
+
+    /// Drives until every cell in `self.current` has resolved.
+    async fn drive_cells(
+        &mut self,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<Vec<(CellKey, CellOutcome)>, DriverError> {
+        let mut outcomes: Vec<(CellKey, CellOutcome)> = Vec::new();
+        loop {
+            let waiting = self.current.clone();
+            self.flush(on_event, &mut |event| {
+                if let Event::CellResolved { cell, outcome } = event {
+                    if waiting.contains(cell) && !outcomes.iter().any(|(c, _)| c == cell) {
+                        outcomes.push((cell.clone(), outcome.clone()));
+                    }
+                }
+            })?;
+            if self
+                .current
+                .iter()
+                .all(|c| outcomes.iter().any(|(done, _)| done == c))
+            {
+                return Ok(outcomes);
+            }
+            self.wait_once("a cell to resolve").await?;
+        }
+    }
+
+    /// Carries out every queued effect, then hands every queued event to
+    /// `on_event` and `watch`, until both queues are empty.
+    fn flush(
+        &mut self,
+        on_event: &mut dyn FnMut(&Event),
+        watch: &mut dyn FnMut(&Event),
+    ) -> Result<(), DriverError> {
+        loop {
+            let mut progressed = false;
+            while let Some(effect) = self.client.poll_effect() {
+                progressed = true;
+                match effect {
+                    Effect::Exec { id, op, deadline } => {
+                        *self.stats.execs.entry(op.kind()).or_default() += 1;
+                        let rendered = render(id.0, &op, &self.location);
+                        let stdin = match rendered.stdin {
+                            StdinSource::Bytes(bytes) => bytes,
+                            StdinSource::AgentBinary => self.agent.to_vec(),
+                        };
+                        let req = ExecRequest {
+                            argv: rendered.argv,
+                            stdin,
+                        };
+                        let transport = Arc::clone(&self.transport);
+                        let deadline = self.epoch + Duration::from_millis(deadline.0);
+                        self.tasks.spawn(async move {
+                            let result = match tokio::time::timeout_at(
+                                deadline,
+                                transport.exec(req),
+                            )
+                            .await
+                            {
+                                Ok(result) => result,
+                                Err(_) => Err(TransportError {
+                                    kind: TransportErrorKind::TimedOut,
+                                    detail: "exec deadline passed".into(),
+                                }),
+                            };
+                            (id, result)
+                        });
+                    }
+                    Effect::Persist(record) => self.store.save(&record)?,
+                    Effect::Forget(kernel) => self.store.forget(&kernel)?,
+                }
+            }
+            while let Some(event) = self.client.poll_event() {
+                progressed = true;
+                on_event(&event);
+                watch(&event);
+            }
+            if !progressed {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Waits for the next input — an exec result, a cancel request or a
+    /// timer — and feeds it to the client.
+    async fn wait_once(&mut self, waiting_for: &str) -> Result<(), DriverError> {
+        let timer = self.client.poll_timeout();
+        let has_tasks = !self.tasks.is_empty();
+        if !has_tasks && timer.is_none() && self.cancel_rx.is_empty() {
+            return Err(DriverError::Stalled {
+                waiting_for: waiting_for.to_owned(),
+            });
+        }
+        let wake = timer.map(|t| self.epoch + Duration::from_millis(t.0));
+        tokio::select! {
+            biased;
+            Some(target) = self.cancel_rx.recv() => {
+                let now = self.now();
+                let cells = match target {
+                    CancelTarget::Current => self.current.clone(),
+                    CancelTarget::Cell(cell) => vec![cell],
+                };
+                for cell in &cells {
+                    self.client.cancel(cell, now);
+                }
+            }
+            Some(joined) = self.tasks.join_next(), if has_tasks => {
+                // Exec tasks never panic and are never aborted while the
+                // driver lives; a join error means the runtime is shutting
+                // down, and then nobody waits for this result.
+                if let Ok((id, result)) = joined {
+                    let now = self.now();
+                    self.client.handle_exec(id, result, now);
+                }
+            }
+            () = sleep_until_opt(wake) => {
+                let now = self.now();
+                self.client.handle_timeout(now);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn to_timestamp(epoch: Instant, at: Instant) -> Timestamp {
+    Timestamp(u64::try_from(at.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX))
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,52 @@
+//! The one thing a sandbox must offer: run a command to completion.
+//!
+//! A [`Transport`] takes an argv and stdin bytes and returns stdout, stderr
+//! and the exit status ([`ExecOutput`]), or a [`TransportError`] when it
+//! cannot say what happened (unreachable, timed out, broken pipe). Every
+//! backend (local processes, docker, ssh, Modal, the simulation's
+//! `turmoil::net` exec server) implements this trait; everything above it —
+//! rendering ops, parsing replies, retries — is shared.
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use tether_core::client::{TransportError, TransportErrorKind};
+pub use tether_core::protocol::ExecOutput;
+
+/// One exec call: the command (no shell unless `argv` asks for one) and the
+/// bytes to write to its stdin before closing it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+    /// Written to the command's stdin, which is then closed.
+    pub stdin: Vec<u8>,
+}
+
+impl std::fmt::Debug for ExecRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecRequest")
+            .field("argv", &self.argv)
+            .field("stdin_len", &self.stdin.len())
+            .finish()
+    }
+}
+
+/// The future an exec call returns.
+pub type ExecFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ExecOutput, TransportError>> + Send + 'a>>;
+
+/// A way to run commands to completion on a sandbox.
+///
+/// Implementations must not retry on their own (the client state machine
+/// decides what is safe to resend) and must report "I don't know whether the
+/// command ran" as a [`TransportError`], never as an [`ExecOutput`]. A
+/// command that ran and failed (including "not found", exit 127) is an
+/// [`ExecOutput`]. Dropping the future abandons the call.
+pub trait Transport: Send + Sync + 'static {
+    /// Runs `req` to completion.
+    fn exec(&self, req: ExecRequest) -> ExecFuture<'_>;
+
+    /// A short description for messages, e.g. `local (latency 50ms)`.
+    fn describe(&self) -> String;
+}

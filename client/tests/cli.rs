@@ -1,0 +1,267 @@
+//! The `tether` CLI end to end on the local backend: real agent, real
+//! daemons, real processes. Each test has its own sandbox root and records.
+
+mod common;
+
+use common::{alive, kill, show, text, World};
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+#[test]
+fn state_persists_between_runs() {
+    let w = World::new();
+    let out = w.run("k", "cd /tmp; export X=1");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = w.run("k", "pwd; echo $X");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "/tmp\n1\n", "{}", show(&out));
+}
+
+#[test]
+fn exit_n_is_the_exit_status_and_the_next_cell_works() {
+    let w = World::new();
+    assert_eq!(w.run("k", "export KEEP=yes").status.code(), Some(0));
+    let out = w.run("k", "echo before; exit 3");
+    assert_eq!(out.status.code(), Some(3), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "before\n");
+    assert!(text(&out.stderr).contains("status 3"), "{}", show(&out));
+    let out = w.run("k", "echo after $KEEP");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "after yes\n");
+}
+
+#[test]
+fn a_failing_cell_exits_1_and_a_timeout_124() {
+    let w = World::new();
+    let out = w.run("k", "false");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let out = w.tether(&["run", "--kernel", "k", "--timeout", "1s", "sleep 60"]);
+    assert_eq!(out.status.code(), Some(124), "{}", show(&out));
+    let out = w.run("k", "echo still here");
+    assert_eq!(text(&out.stdout), "still here\n", "{}", show(&out));
+}
+
+#[test]
+fn hostile_kernel_names_are_refused_as_usage_errors() {
+    let w = World::new();
+    for name in [
+        "../etc",
+        "a/b",
+        "a b",
+        "x;rm -rf ~",
+        "$(id)",
+        ".hidden",
+        "-rf",
+        "",
+    ] {
+        let out = w.tether(&["run", "--kernel", name, "true"]);
+        assert_eq!(out.status.code(), Some(2), "{name:?}: {}", show(&out));
+        assert!(
+            text(&out.stderr).contains("A-Z a-z 0-9"),
+            "{name:?}: {}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn unknown_and_future_backends_are_usage_errors() {
+    let w = World::new();
+    let out = w.tether(&["--backend", "docker", "run", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(text(&out.stderr).contains("not available yet"));
+    let out = w.tether(&["--backend", "local?speed=9", "run", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(text(&out.stderr).contains("speed"));
+}
+
+/// Quotes, `$()`, backticks and bytes that are not UTF-8 (no NUL) reach
+/// the shell verbatim, whether the code comes as an argument or on stdin.
+#[test]
+fn code_runs_verbatim() {
+    use std::os::unix::ffi::OsStrExt;
+    let w = World::new();
+    let payload: &[u8] =
+        b"it's \"quoted\" $(echo not run) `echo nor this` $HOME \\n \x01\xff\xfe end";
+    let mut code = b"cat <<'TETHER_EOF'\n".to_vec();
+    code.extend_from_slice(payload);
+    code.extend_from_slice(b"\nTETHER_EOF\n");
+    let mut expected = payload.to_vec();
+    expected.push(b'\n');
+
+    let out = w.tether_stdin(&["run", "--kernel", "k"], &code);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(out.stdout, expected, "{}", show(&out));
+
+    let out = w
+        .cmd()
+        .args(["run", "--kernel", "k"])
+        .arg(std::ffi::OsStr::from_bytes(&code))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(out.stdout, expected, "{}", show(&out));
+}
+
+#[test]
+fn json_mode_prints_one_json_object_per_line() {
+    let w = World::new();
+    let out = w.tether(&[
+        "--json",
+        "run",
+        "--kernel",
+        "k",
+        "echo hi; echo oops >&2; exit 4",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let outputs: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["event"] == "output").collect();
+    assert!(
+        outputs
+            .iter()
+            .any(|l| l["stream"] == "stdout" && l["data"]["text"] == "hi\n"),
+        "{lines:?}"
+    );
+    assert!(
+        outputs
+            .iter()
+            .any(|l| l["stream"] == "stderr" && l["data"]["text"] == "oops\n"),
+        "{lines:?}"
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["event"], "exit");
+    assert_eq!(last["exit_code"], 4);
+    assert_eq!(last["outcome"]["outcome"], "exit");
+}
+
+/// Ctrl-C cancels the cell, not the kernel: the cell's processes are gone,
+/// the kernel's state is still there.
+#[test]
+fn ctrl_c_cancels_the_cell_and_keeps_the_kernel() {
+    let w = World::new();
+    assert_eq!(w.run("k", "export KEEP=1").status.code(), Some(0));
+    let pidfile = w.root.path().join("cell.pid");
+    let code = format!(
+        "echo started; sh -c 'echo $$ > {}; exec sleep 300'",
+        pidfile.display()
+    );
+    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    while !pidfile.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sleeper: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill("INT", child.id());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        !alive(sleeper),
+        "the cell's sleep {sleeper} survived the cancel"
+    );
+    let out = w.run("k", "echo $KEEP");
+    assert_eq!(text(&out.stdout), "1\n", "{}", show(&out));
+}
+
+/// The cancel is issued while the submit exec is still on its way (it is
+/// delayed 4 s); the cell never runs and is reported cancelled.
+#[test]
+fn cancel_before_registration_never_runs_the_cell() {
+    let w = World::with_backend("local?delay.submit=4s");
+    assert_eq!(w.run("k", "true").status.code(), Some(0));
+    let side = w.root.path().join("side-effect");
+    let code = format!("touch {}", side.display());
+    let child = w.spawn(&["run", "--kernel", "k", &code]);
+    // Well inside the 4 s the submit is held back.
+    std::thread::sleep(Duration::from_millis(1500));
+    kill("INT", child.id());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", show(&out));
+    assert!(!side.exists(), "the cancelled cell ran");
+    // The submit has landed by now (tether waits for it); still nothing.
+    let out = w.run("k", "echo next");
+    assert_eq!(text(&out.stdout), "next\n", "{}", show(&out));
+    assert!(!side.exists(), "the cancelled cell ran late");
+}
+
+/// `kill -9` of `tether run` mid-cell; `tether resume` prints the rest and
+/// the cell ran exactly once.
+#[test]
+fn resume_after_the_client_is_killed_prints_the_rest_once() {
+    let w = World::new();
+    let counter = w.root.path().join("counter");
+    let code = format!(
+        "echo ran >> {}; echo first; sleep 3; echo second",
+        counter.display()
+    );
+    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "first\n");
+    kill("KILL", child.id());
+    let _ = child.wait();
+
+    let out = w.tether(&["resume", "--kernel", "k"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(text(&out.stdout).ends_with("second\n"), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
+    // Resolved: nothing left to resume, and the kernel takes new cells.
+    let out = w.run("k", "echo next");
+    assert_eq!(text(&out.stdout), "next\n", "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
+}
+
+/// `tether resume --replay` prints the whole transcript of the cell.
+#[test]
+fn resume_replay_prints_the_whole_transcript() {
+    let w = World::new();
+    let counter = w.root.path().join("counter");
+    let code = format!(
+        "echo ran >> {}; echo first; sleep 3; echo second",
+        counter.display()
+    );
+    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "first\n");
+    kill("KILL", child.id());
+    let _ = child.wait();
+
+    let out = w.tether(&["resume", "--kernel", "k", "--replay"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "first\nsecond\n", "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
+}
+
+/// `kill -9` of the kernel daemon: the next run says the state was lost,
+/// with the evidence, and runs in a fresh kernel.
+#[test]
+fn a_killed_daemon_is_reported_as_state_lost_and_replaced() {
+    let w = World::new();
+    assert_eq!(w.run("k", "export X=1").status.code(), Some(0));
+    let daemon = w.daemon_pid("k");
+    kill("KILL", daemon);
+    let out = w.run("k", "echo fresh:${X:-unset}");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "fresh:unset\n", "{}", show(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains("state lost"), "{}", show(&out));
+    assert!(
+        err.contains(&daemon.to_string()),
+        "no evidence: {}",
+        show(&out)
+    );
+    assert_ne!(w.daemon_pid("k"), daemon);
+}
