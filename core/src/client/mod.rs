@@ -1,38 +1,113 @@
-//! The client state machine (sans-IO, shaped like `quinn-proto`).
+//! The client state machine: sans-IO, shaped like `quinn-proto`.
+//!
+//! A [`Client`] manages many kernels on one sandbox. Commands and results
+//! go in through methods that take `now`; [`Effect`]s (execs to run,
+//! records to persist) and [`Event`]s (what the frontend sees) come out of
+//! queues; [`Client::poll_timeout`] says when to call
+//! [`Client::handle_timeout`].
 //!
 //! - [`config`]: [`Config`] and its defaults;
-//! - [`event`]: [`Effect`]s for the driver, [`Event`]s for the frontend;
+//! - [`event`]: [`Effect`], [`Event`], [`CellKey`], [`TransportError`], [`ClientError`];
 //! - [`record`]: [`KernelRecord`], what is persisted for resume;
-//! - [`timer`]: the timer enum and table;
-//! - [`retry`]: tasks, attempts and backoff;
-//! - `kernel`: per-kernel state (open, probe, spawn, give up);
-//! - `cell`: per-cell state and journal delivery (dedup, gaps);
-//! - `reaper`: idle timeout and LRU cap.
+//! - `kernel`: connect (probe or spawn), probe verdicts, state lost, giving up;
+//! - `cell`: submit, journal delivery (dedup, gaps), resolve, cancel, timeout;
+//! - `exec`: sending tasks, reply parsing, retries, install on first use;
+//! - `reaper`: idle timeout and LRU cap;
+//! - `retry`: tasks, attempts, backoff;
+//! - `timer`: the timer enum and table.
 
 pub mod config;
 pub mod event;
 pub mod record;
-pub(crate) mod retry;
-pub(crate) mod timer;
+
+mod cell;
+mod exec;
+mod kernel;
+mod reaper;
+mod retry;
+mod timer;
 
 pub use config::Config;
 pub use event::{CellKey, ClientError, Effect, Event, TransportError, TransportErrorKind};
 pub use record::{CellRecord, KernelRecord};
 
 use crate::bytes::Bytes;
-use crate::ids::{ExecId, KernelName};
+use crate::ids::{ExecId, KernelName, RequestId};
 use crate::protocol::{ExecOutput, Lang};
 use crate::time::Timestamp;
-use std::collections::VecDeque;
+use cell::Cell;
+use exec::InstallState;
+use kernel::{Kernel, Phase};
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use retry::{Task, TaskState};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
+use timer::{Timer, TimerTable};
 
-/// Manages many kernels on one sandbox.
+/// The client state machine for many kernels on one sandbox.
+///
+/// # Driving it
+///
+/// After **every** call that takes `now` (a command, [`Client::handle_exec`]
+/// or [`Client::handle_timeout`]), drain in this order:
+///
+/// 1. [`Client::poll_effect`] until `None`, carrying each out in order. An
+///    [`Effect::Persist`] must be durable before any later effect is carried
+///    out (a record always precedes the submit it describes). An
+///    [`Effect::Exec`] is started (not awaited) and its result, or a
+///    [`TransportError`] at its deadline, goes to [`Client::handle_exec`].
+/// 2. [`Client::poll_event`] until `None`, for the frontend.
+/// 3. [`Client::poll_timeout`]: call [`Client::handle_timeout`] at that time
+///    (or earlier; firing early is harmless, nothing is due yet).
+///
+/// # Time
+///
+/// Time never goes backwards: a `now` earlier than the latest one seen is
+/// clamped to it, so a driver's clock jump backwards delays timers rather
+/// than reordering them. Deadlines in effects and from
+/// [`Client::poll_timeout`] are computed from that clamped time.
+///
+/// # Guarantees
+///
+/// - Every op is idempotent and is re-sent only after a transport error, a
+///   garbage reply or its deadline, with exponential backoff, at most
+///   [`Config::max_attempts`] times; a re-sent submit carries the same
+///   request id and sequence. Each send has a fresh [`ExecId`]; results for
+///   ids the client no longer waits for are ignored (with a
+///   [`Event::Note`]).
+/// - Output is delivered in journal order exactly once per client.
+/// - [`Event::StateLost`] only follows a probe that said dead or replaced
+///   (or found no trace of a daemon it was told to expect).
+/// - A sandbox that does not answer for [`Config::unreachable_after`] makes
+///   the kernel's cells `unknown` and keeps their record; it never causes a
+///   respawn.
+///
+/// Randomness (nonces, request ids) comes from a `ChaCha8Rng` seeded by the
+/// `seed` given to [`Client::new`], so a run is reproducible.
 pub struct Client {
     config: Config,
-    seed: u64,
+    rng: ChaCha8Rng,
     now: Timestamp,
+    next_exec: u64,
+    kernels: BTreeMap<KernelName, Kernel>,
+    tasks: BTreeMap<Task, TaskState>,
+    execs: BTreeMap<ExecId, Task>,
+    install: InstallState,
+    timers: TimerTable,
     effects: VecDeque<Effect>,
     events: VecDeque<Event>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("now", &self.now)
+            .field("kernels", &self.kernels.keys().collect::<Vec<_>>())
+            .field("tasks", &self.tasks.keys().collect::<Vec<_>>())
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
 }
 
 impl Client {
@@ -40,19 +115,54 @@ impl Client {
     pub fn new(config: Config, seed: u64) -> Client {
         Client {
             config,
-            seed,
+            rng: ChaCha8Rng::seed_from_u64(seed),
             now: Timestamp::ZERO,
+            next_exec: 1,
+            kernels: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            execs: BTreeMap::new(),
+            install: InstallState::Unknown,
+            timers: TimerTable::default(),
             effects: VecDeque::new(),
             events: VecDeque::new(),
         }
     }
 
-    /// Opens (attaches to or spawns) a kernel.
-    pub fn open(&mut self, kernel: KernelName, lang: Lang, now: Timestamp) {
-        let _ = (kernel, lang, now, self.seed, &self.config);
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
-    /// Queues a cell.
+    /// Opens a kernel: spawns its daemon (installing the agent first if it
+    /// is missing). A kernel already open is left as it is; one that was
+    /// given up on (unreachable or failed) is connected again, by probing
+    /// its recorded daemon first if it has one.
+    pub fn open(&mut self, kernel: KernelName, lang: Lang, now: Timestamp) {
+        self.advance(now);
+        match self.kernels.get_mut(&kernel) {
+            Some(k) => {
+                k.last_used = self.now;
+                match k.phase {
+                    Phase::Unreachable | Phase::Failed => self.connect(&kernel),
+                    Phase::ShuttingDown => self.note(
+                        Some(kernel.clone()),
+                        format!("kernel {kernel} is shutting down; open it again once it is gone"),
+                    ),
+                    _ => {}
+                }
+            }
+            None => {
+                self.kernels
+                    .insert(kernel.clone(), Kernel::new(kernel.clone(), lang, self.now));
+                self.connect(&kernel);
+            }
+        }
+        self.arm_reap();
+    }
+
+    /// Queues a cell on an open kernel and returns its key. The record
+    /// holding the cell is persisted ([`Effect::Persist`]) before its first
+    /// submit. A kernel that was given up on is connected again first.
     pub fn run_cell(
         &mut self,
         kernel: &KernelName,
@@ -60,67 +170,205 @@ impl Client {
         timeout: Option<Duration>,
         now: Timestamp,
     ) -> Result<CellKey, ClientError> {
-        let _ = (code, timeout, now);
-        Err(ClientError::UnknownKernel(kernel.clone()))
+        self.advance(now);
+        let k = self
+            .kernels
+            .get_mut(kernel)
+            .ok_or_else(|| ClientError::UnknownKernel(kernel.clone()))?;
+        if k.phase == Phase::ShuttingDown {
+            return Err(ClientError::KernelShuttingDown(kernel.clone()));
+        }
+        k.last_used = self.now;
+        if !k.busy() {
+            k.last_contact = self.now;
+        }
+        let phase = k.phase.clone();
+        let key = self
+            .add_cell(kernel, code, timeout)
+            .ok_or_else(|| ClientError::UnknownKernel(kernel.clone()))?;
+        match phase {
+            Phase::Ready => self.submit_cell(&key),
+            Phase::Unreachable | Phase::Failed => {
+                self.persist(kernel);
+                self.connect(kernel);
+            }
+            _ => self.persist(kernel),
+        }
+        self.arm_give_up(kernel);
+        self.arm_reap();
+        Ok(key)
     }
 
-    /// Cancels a cell.
+    /// Cancels a cell. Works at any time, even before the submit's reply:
+    /// the cancel is sent at once (a tombstone if the cell has not started)
+    /// and re-sent until the agent answers. A cell never sent resolves as
+    /// cancelled at once.
     pub fn cancel(&mut self, cell: &CellKey, now: Timestamp) {
-        let _ = (cell, now);
+        self.advance(now);
+        match self.cell(cell) {
+            Some(c) if !c.resolved => self.request_cancel(cell),
+            _ => self.note(
+                Some(cell.kernel.clone()),
+                format!("cancel of {cell} ignored: it is not in flight"),
+            ),
+        }
+        self.arm_reap();
     }
 
-    /// Rebuilds a kernel from its record.
+    /// Rebuilds a kernel and its unresolved cells from a persisted record
+    /// (in a new process): the daemon is probed, then every submitted cell
+    /// is waited for from its cursor, never submitted again. With `replay`
+    /// the wait starts at cursor 0 and everything is delivered again. A
+    /// kernel of that name already in this client is replaced.
     pub fn resume(&mut self, record: KernelRecord, replay: bool, now: Timestamp) {
-        let _ = (record, replay, now);
+        self.advance(now);
+        let name = record.kernel.clone();
+        if self.kernels.contains_key(&name) {
+            self.remove_kernel(&name);
+        }
+        let mut k = Kernel::new(name.clone(), record.lang, self.now);
+        k.identity = record.identity;
+        let max_seq = record.cells.iter().map(|c| c.seq.0).max().unwrap_or(0);
+        k.next_seq = record.next_seq.max(max_seq + 1).max(1);
+        for rec in record.cells {
+            let timeout = rec.timeout_ms.map(Duration::from_millis);
+            let key = CellKey {
+                kernel: name.clone(),
+                seq: rec.seq,
+            };
+            k.cells.insert(rec.seq, Cell::resumed(rec, replay));
+            if let Some(t) = timeout {
+                self.timers.set(Timer::CellTimeout(key), self.now + t);
+            }
+        }
+        let never_sent: Vec<CellKey> = k
+            .cells
+            .values()
+            .filter(|c| c.rec.cancel_requested && !c.rec.submitted)
+            .map(|c| CellKey {
+                kernel: name.clone(),
+                seq: c.rec.seq,
+            })
+            .collect();
+        self.kernels.insert(name.clone(), k);
+        for key in never_sent {
+            self.request_cancel(&key);
+        }
+        self.connect(&name);
+        self.arm_reap();
     }
 
-    /// Shuts a kernel down.
+    /// Shuts a kernel down: its unresolved cells resolve as cancelled, its
+    /// record may be forgotten ([`Effect::Forget`]) and the agent stops the
+    /// daemon and everything it owns.
     pub fn shutdown(&mut self, kernel: &KernelName, now: Timestamp) {
-        let _ = (kernel, now);
+        self.advance(now);
+        match self.kernels.get(kernel).map(|k| &k.phase) {
+            None => self.note(
+                Some(kernel.clone()),
+                format!("shutdown of {kernel} ignored: it is not open"),
+            ),
+            Some(Phase::ShuttingDown) => {}
+            Some(_) => self.begin_shutdown(kernel),
+        }
+        self.arm_reap();
     }
 
-    /// The result of an exec.
+    /// The result of the exec of [`Effect::Exec`] `id`: its output, or the
+    /// transport's failure (including its deadline passing).
     pub fn handle_exec(
         &mut self,
         id: ExecId,
         result: Result<ExecOutput, TransportError>,
         now: Timestamp,
     ) {
-        let _ = (id, result, now);
+        self.advance(now);
+        self.on_exec(id, result);
+        self.arm_reap();
     }
 
-    /// Timers due at `now` fire.
+    /// Fires every timer due at `now`: exec deadlines, retries, cell
+    /// timeouts, giving up on silent kernels, reaping.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        let _ = now;
+        self.advance(now);
+        while let Some(timer) = self.timers.pop_due(self.now) {
+            match timer {
+                Timer::ExecDeadline(id) => {
+                    if let Some(task) = self.execs.remove(&id) {
+                        if let Some(state) = self.tasks.get_mut(&task) {
+                            state.exec = None;
+                        }
+                        let why = format!("exec {id} passed its deadline");
+                        self.retry_later(task, why);
+                    }
+                }
+                Timer::Retry(task) => {
+                    if self.tasks.get(&task).is_some_and(|s| s.exec.is_none()) {
+                        self.send(&task);
+                    }
+                }
+                Timer::CellTimeout(key) => self.on_cell_timeout(&key),
+                Timer::GiveUp(name) => self.on_give_up_timer(&name),
+                Timer::Reap => self.reap(),
+            }
+        }
+        self.arm_reap();
     }
 
-    /// The next effect.
+    /// The next effect to carry out, in order.
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
     }
 
-    /// The next event.
+    /// The next event for the frontend, in order.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
 
-    /// The next deadline.
+    /// When [`Client::handle_timeout`] must next be called; `None` when no
+    /// timer is set.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let _ = self.now;
-        None
+        self.timers.next()
     }
 
     /// The kernel's record as it would be persisted now.
     pub fn record(&self, kernel: &KernelName) -> Option<KernelRecord> {
-        let _ = kernel;
-        None
+        self.kernels
+            .get(kernel)
+            .filter(|k| k.phase != Phase::ShuttingDown)
+            .map(Kernel::record)
     }
 
     /// Unresolved cells over all kernels.
     pub fn in_flight(&self) -> usize {
-        0
+        self.kernels.values().map(Kernel::in_flight).sum()
+    }
+
+    /// Kernels this client holds (open, opening, given up or shutting down).
+    pub fn kernels(&self) -> impl Iterator<Item = &KernelName> {
+        self.kernels.keys()
+    }
+
+    fn advance(&mut self, now: Timestamp) {
+        self.now = self.now.max(now);
+    }
+
+    fn note(&mut self, kernel: Option<KernelName>, text: String) {
+        self.events.push_back(Event::Note { kernel, text });
+    }
+
+    fn fresh_nonce(&mut self) -> String {
+        format!("{:016x}", self.rng.next_u64())
+    }
+
+    fn fresh_request_id(&mut self) -> RequestId {
+        RequestId(format!(
+            "{:016x}{:016x}",
+            self.rng.next_u64(),
+            self.rng.next_u64()
+        ))
     }
 }

@@ -6,6 +6,7 @@
 
 use super::event::CellKey;
 use crate::ids::{ExecId, KernelName};
+use crate::protocol::OpKind;
 use std::time::Duration;
 
 /// One logical operation.
@@ -36,6 +37,20 @@ impl Task {
             Task::Install => None,
             Task::Probe(k) | Task::Spawn(k) | Task::Shutdown(k) => Some(k),
             Task::Submit(c) | Task::Wait(c) | Task::Cancel(c) | Task::Ack(c) => Some(&c.kernel),
+        }
+    }
+
+    /// The kind of op that carries the task.
+    pub(crate) fn op_kind(&self) -> OpKind {
+        match self {
+            Task::Install => OpKind::Install,
+            Task::Probe(_) => OpKind::Probe,
+            Task::Spawn(_) => OpKind::Spawn,
+            Task::Shutdown(_) => OpKind::Shutdown,
+            Task::Submit(_) => OpKind::Submit,
+            Task::Wait(_) => OpKind::Wait,
+            Task::Cancel(_) => OpKind::Cancel,
+            Task::Ack(_) => OpKind::Ack,
         }
     }
 

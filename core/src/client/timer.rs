@@ -40,11 +40,6 @@ impl TimerTable {
         self.table.remove(timer);
     }
 
-    /// When `timer` fires, if set.
-    pub(crate) fn get(&self, timer: &Timer) -> Option<Timestamp> {
-        self.table.get(timer).copied()
-    }
-
     /// The earliest deadline.
     pub(crate) fn next(&self) -> Option<Timestamp> {
         self.table.values().min().copied()
@@ -91,7 +86,7 @@ mod tests {
         );
         assert_eq!(t.pop_due(Timestamp(25)), None);
         t.set(Timer::Reap, Timestamp(40));
-        assert_eq!(t.get(&Timer::Reap), Some(Timestamp(40)));
+        assert_eq!(t.next(), Some(Timestamp(40)));
         t.stop(&Timer::Reap);
         assert_eq!(t.next(), None);
     }

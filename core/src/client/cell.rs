@@ -1,0 +1,405 @@
+//! One cell: queued, submitted, waiting on its journal, resolved. Journal
+//! entries are delivered in order exactly once: entries at or below the
+//! cursor are dropped, a gap (an entry past `cursor + 1`) stops delivery
+//! and the journal is read again from the cursor.
+
+use super::event::{CellKey, Effect, Event};
+use super::record::CellRecord;
+use super::retry::Task;
+use super::timer::Timer;
+use super::Client;
+use crate::bytes::Bytes;
+use crate::ids::{CellSeq, KernelName, RequestId};
+use crate::protocol::{Acceptance, CellOutcome, EntryKind, JournalBatch, Op, Submission};
+use std::time::Duration;
+
+/// A cell as the client tracks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Cell {
+    /// What is persisted.
+    pub(crate) rec: CellRecord,
+    /// The agent answered a submit of it (in this process).
+    pub(crate) accepted: bool,
+    /// Rebuilt from a record: it is never submitted again.
+    pub(crate) resumed: bool,
+    /// The frontend has its outcome (only `unknown` cells stay after that).
+    pub(crate) resolved: bool,
+    /// The client's timeout fired: a cancelled end is reported as timed out.
+    pub(crate) timed_out: bool,
+    /// The journal's result entry, once read.
+    pub(crate) outcome: Option<CellOutcome>,
+    /// Gaps seen in its journal (bounded: an agent that never fills one
+    /// makes the cell `unknown`).
+    pub(crate) gaps: u32,
+}
+
+impl Cell {
+    /// A new cell, not yet sent.
+    pub(crate) fn new(
+        seq: CellSeq,
+        request_id: RequestId,
+        code: Bytes,
+        timeout_ms: Option<u64>,
+    ) -> Cell {
+        Cell {
+            rec: CellRecord {
+                seq,
+                request_id,
+                code,
+                timeout_ms,
+                cursor: 0,
+                cancel_requested: false,
+                submitted: false,
+            },
+            accepted: false,
+            resumed: false,
+            resolved: false,
+            timed_out: false,
+            outcome: None,
+            gaps: 0,
+        }
+    }
+
+    /// A cell rebuilt from its record.
+    pub(crate) fn resumed(mut rec: CellRecord, replay: bool) -> Cell {
+        if replay {
+            rec.cursor = 0;
+        }
+        Cell {
+            rec,
+            accepted: false,
+            resumed: true,
+            resolved: false,
+            timed_out: false,
+            outcome: None,
+            gaps: 0,
+        }
+    }
+
+    /// What the agent is sent to submit it.
+    pub(crate) fn submission(&self) -> Submission {
+        Submission {
+            request_id: self.rec.request_id.clone(),
+            seq: self.rec.seq,
+            code: self.rec.code.clone(),
+            timeout_ms: self.rec.timeout_ms,
+        }
+    }
+}
+
+/// What reading a batch came to.
+enum Absorbed {
+    /// More will come: wait again.
+    More,
+    /// An entry is missing: read again from the cursor (after a backoff).
+    Gap { cursor: u64, got: u64 },
+    /// The journal is complete.
+    Done,
+}
+
+impl Client {
+    /// The cell, if the client tracks it.
+    pub(crate) fn cell_mut(&mut self, key: &CellKey) -> Option<&mut Cell> {
+        self.kernels.get_mut(&key.kernel)?.cells.get_mut(&key.seq)
+    }
+
+    /// The cell, if the client tracks it.
+    pub(crate) fn cell(&self, key: &CellKey) -> Option<&Cell> {
+        self.kernels.get(&key.kernel)?.cells.get(&key.seq)
+    }
+
+    /// Sends the cell's submit: marks it submitted and persists the record
+    /// first, so a crash after the send is resumed by waiting, not resending.
+    pub(crate) fn submit_cell(&mut self, key: &CellKey) {
+        let Some(cell) = self.cell_mut(key) else {
+            return;
+        };
+        if !cell.rec.submitted {
+            cell.rec.submitted = true;
+            self.persist(&key.kernel);
+        }
+        self.start(Task::Submit(key.clone()));
+    }
+
+    /// Starts (or restarts) whatever a cell needs once its kernel is ready.
+    pub(crate) fn drive_cell(&mut self, key: &CellKey) {
+        let Some(cell) = self.cell(key) else {
+            return;
+        };
+        if cell.resolved
+            || self.tasks.contains_key(&Task::Submit(key.clone()))
+            || self.tasks.contains_key(&Task::Wait(key.clone()))
+        {
+            return;
+        }
+        let (submitted, known, cancel) = (
+            cell.rec.submitted,
+            cell.accepted || cell.resumed,
+            cell.rec.cancel_requested,
+        );
+        if !submitted || !known {
+            // Never sent, or sent by this process without an answer yet:
+            // (re)submitting under the same request id is idempotent.
+            self.submit_cell(key);
+        } else {
+            self.start(Task::Wait(key.clone()));
+        }
+        if cancel && submitted && !self.tasks.contains_key(&Task::Cancel(key.clone())) {
+            self.start(Task::Cancel(key.clone()));
+        }
+    }
+
+    /// The op that carries `task` for a cell, built from its current state.
+    pub(crate) fn cell_op(&self, task: &Task) -> Option<Op> {
+        let key = task.cell()?;
+        let kernel = key.kernel.clone();
+        let seq = key.seq;
+        match task {
+            Task::Submit(_) => {
+                let cell = self.cell(key).filter(|c| !c.resolved)?;
+                Some(Op::Submit {
+                    kernel,
+                    submission: cell.submission(),
+                    wait_ms: self.config.wait_ms,
+                })
+            }
+            Task::Wait(_) => {
+                let cell = self.cell(key).filter(|c| !c.resolved)?;
+                Some(Op::Wait {
+                    kernel,
+                    seq,
+                    cursor: cell.rec.cursor,
+                    wait_ms: self.config.wait_ms,
+                })
+            }
+            Task::Cancel(_) => Some(Op::Cancel { kernel, seq }),
+            Task::Ack(_) => Some(Op::Ack { kernel, seq }),
+            _ => None,
+        }
+    }
+
+    /// The agent took the submission; its journal so far comes along.
+    pub(crate) fn on_submitted(
+        &mut self,
+        key: &CellKey,
+        acceptance: Acceptance,
+        batch: JournalBatch,
+    ) {
+        let Some(cell) = self.cell_mut(key) else {
+            return;
+        };
+        cell.accepted = true;
+        self.events.push_back(Event::CellAccepted {
+            cell: key.clone(),
+            acceptance,
+        });
+        let before_start = acceptance == Acceptance::CancelledBeforeStart;
+        self.on_batch(key, batch, before_start);
+    }
+
+    /// Journal entries arrived (from a submit or a wait).
+    pub(crate) fn on_batch(&mut self, key: &CellKey, batch: JournalBatch, never_started: bool) {
+        match self.absorb(key, batch) {
+            Absorbed::Done => self.complete(key),
+            Absorbed::More if never_started => {
+                // A tombstone was first: the cell will never run, whatever
+                // the journal says later.
+                let outcome = self.cancelled_outcome(key);
+                self.finish_cell(key, outcome);
+            }
+            Absorbed::More => self.start(Task::Wait(key.clone())),
+            Absorbed::Gap { cursor, got } => {
+                let text = format!(
+                    "journal gap: expected entry {} but got {got}; reading again from {cursor}",
+                    cursor + 1
+                );
+                self.note(Some(key.kernel.clone()), text.clone());
+                self.retry_later(Task::Wait(key.clone()), text);
+            }
+        }
+    }
+
+    /// Delivers the batch's new entries in order; persists a moved cursor.
+    fn absorb(&mut self, key: &CellKey, batch: JournalBatch) -> Absorbed {
+        let Some(cell) = self.cell_mut(key) else {
+            return Absorbed::More;
+        };
+        let start = cell.rec.cursor;
+        let mut events = Vec::new();
+        let mut gap = None;
+        let mut done = false;
+        for entry in batch.entries {
+            if entry.n <= cell.rec.cursor {
+                continue; // a duplicate: delivered before
+            }
+            if entry.n != cell.rec.cursor + 1 {
+                gap = Some(entry.n);
+                break;
+            }
+            cell.rec.cursor = entry.n;
+            let c = key.clone();
+            match entry.kind {
+                EntryKind::Output { stream, data } => events.push(Event::Output {
+                    cell: c,
+                    n: entry.n,
+                    stream,
+                    data,
+                }),
+                EntryKind::Clipped { dropped } => events.push(Event::Clipped { cell: c, dropped }),
+                EntryKind::Leftovers { pids } => events.push(Event::Leftovers { cell: c, pids }),
+                EntryKind::Result { outcome } => cell.outcome = Some(outcome),
+                EntryKind::Done => done = true,
+                EntryKind::Accepted { .. } | EntryKind::Started { .. } => {}
+            }
+        }
+        let moved = cell.rec.cursor != start;
+        self.events.extend(events);
+        if moved {
+            self.persist(&key.kernel);
+        }
+        let cursor = self.cell(key).map_or(0, |c| c.rec.cursor);
+        match gap {
+            Some(got) => Absorbed::Gap { cursor, got },
+            None if done || batch.done => Absorbed::Done,
+            None => Absorbed::More,
+        }
+    }
+
+    /// The journal is complete: resolve from its result, then acknowledge.
+    fn complete(&mut self, key: &CellKey) {
+        let Some(cell) = self.cell_mut(key) else {
+            return;
+        };
+        let outcome = match cell.outcome.take() {
+            Some(CellOutcome::Cancelled) if cell.timed_out => CellOutcome::TimedOut,
+            Some(outcome) => outcome,
+            None if cell.rec.cancel_requested => CellOutcome::Cancelled,
+            None => CellOutcome::Error {
+                message: "the cell's journal ended without a result entry".into(),
+            },
+        };
+        if let Some(k) = self.kernels.get_mut(&key.kernel) {
+            k.recoveries = 0;
+        }
+        self.finish_cell(key, outcome);
+    }
+
+    /// Resolves a cell the agent knows about and acknowledges its journal.
+    fn finish_cell(&mut self, key: &CellKey, outcome: CellOutcome) {
+        self.resolve(key, outcome, false);
+        self.start(Task::Ack(key.clone()));
+    }
+
+    /// Cancelled, or timed out when the client's timeout asked for it.
+    pub(crate) fn cancelled_outcome(&self, key: &CellKey) -> CellOutcome {
+        match self.cell(key) {
+            Some(c) if c.timed_out => CellOutcome::TimedOut,
+            _ => CellOutcome::Cancelled,
+        }
+    }
+
+    /// Reports the cell's outcome and stops its work. `keep` leaves it in
+    /// the record (for `unknown`: a later process may resume it).
+    pub(crate) fn resolve(&mut self, key: &CellKey, outcome: CellOutcome, keep: bool) {
+        let Some(kernel) = self.kernels.get_mut(&key.kernel) else {
+            return;
+        };
+        let Some(cell) = kernel.cells.get_mut(&key.seq) else {
+            return;
+        };
+        if cell.resolved {
+            return;
+        }
+        cell.resolved = true;
+        if !keep {
+            kernel.cells.remove(&key.seq);
+        }
+        for task in [
+            Task::Submit(key.clone()),
+            Task::Wait(key.clone()),
+            Task::Cancel(key.clone()),
+        ] {
+            self.drop_task(&task);
+        }
+        self.timers.stop(&Timer::CellTimeout(key.clone()));
+        self.events.push_back(Event::CellResolved {
+            cell: key.clone(),
+            outcome,
+        });
+        if !keep {
+            self.persist(&key.kernel);
+        }
+    }
+
+    /// Asks for a cell to be cancelled (by the frontend or its timeout).
+    pub(crate) fn request_cancel(&mut self, key: &CellKey) {
+        let Some(cell) = self.cell_mut(key) else {
+            return;
+        };
+        if cell.resolved {
+            return;
+        }
+        if !cell.rec.submitted {
+            // Never sent: nothing on the sandbox to stop.
+            let outcome = self.cancelled_outcome(key);
+            self.resolve(key, outcome, false);
+            return;
+        }
+        if !cell.rec.cancel_requested {
+            cell.rec.cancel_requested = true;
+            self.persist(&key.kernel);
+        }
+        if !self.tasks.contains_key(&Task::Cancel(key.clone())) {
+            self.start(Task::Cancel(key.clone()));
+        }
+    }
+
+    /// The cell's own timeout fired: cancel it (never the kernel).
+    pub(crate) fn on_cell_timeout(&mut self, key: &CellKey) {
+        let Some(cell) = self.cell_mut(key) else {
+            return;
+        };
+        if cell.resolved {
+            return;
+        }
+        cell.timed_out = true;
+        let after = cell.rec.timeout_ms.unwrap_or(0);
+        self.note(
+            Some(key.kernel.clone()),
+            format!("cell {key} ran past its timeout of {after} ms: cancelling it"),
+        );
+        self.request_cancel(key);
+    }
+
+    /// Queues a new cell on `kernel`; returns its key.
+    pub(crate) fn add_cell(
+        &mut self,
+        kernel: &KernelName,
+        code: Bytes,
+        timeout: Option<Duration>,
+    ) -> Option<CellKey> {
+        let request_id = self.fresh_request_id();
+        let now = self.now;
+        let k = self.kernels.get_mut(kernel)?;
+        let seq = CellSeq(k.next_seq);
+        k.next_seq += 1;
+        let timeout_ms = timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX));
+        k.cells
+            .insert(seq, Cell::new(seq, request_id, code, timeout_ms));
+        let key = CellKey {
+            kernel: kernel.clone(),
+            seq,
+        };
+        if let Some(t) = timeout {
+            self.timers.set(Timer::CellTimeout(key.clone()), now + t);
+        }
+        Some(key)
+    }
+
+    /// Pushes the kernel's record for the driver to write.
+    pub(crate) fn persist(&mut self, kernel: &KernelName) {
+        if let Some(record) = self.record(kernel) {
+            self.effects.push_back(Effect::Persist(record));
+        }
+    }
+}

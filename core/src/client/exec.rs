@@ -1,0 +1,308 @@
+//! Sending tasks as execs and reading their results: reply parsing,
+//! retries after transport errors and garbage, install-on-first-use, and
+//! what each kind of agent error means.
+
+use super::event::{Effect, TransportError};
+use super::kernel::Phase;
+use super::retry::{backoff, Task, TaskState};
+use super::timer::Timer;
+use super::Client;
+use crate::ids::ExecId;
+use crate::protocol::{parse_reply, AgentError, ErrorKind, ExecOutput, Op, Reply, ReplyError};
+
+/// Whether the agent binary is known to be in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InstallState {
+    /// Not known (assume it is: most ops find it).
+    Unknown,
+    /// An install is under way; tasks that found no agent wait for it.
+    Running,
+}
+
+impl Client {
+    /// Starts `task` afresh (a task already running is left alone).
+    pub(crate) fn start(&mut self, task: Task) {
+        if self.tasks.contains_key(&task) {
+            return;
+        }
+        self.tasks.insert(task.clone(), TaskState::default());
+        self.send(&task);
+    }
+
+    /// Sends one attempt of `task` as a new exec.
+    pub(crate) fn send(&mut self, task: &Task) {
+        let Some(op) = self.build_op(task) else {
+            // Its reason to exist is gone (cell resolved, kernel moved on).
+            self.drop_task(task);
+            return;
+        };
+        let id = ExecId(self.next_exec);
+        self.next_exec += 1;
+        let deadline = self.now + self.config.exec_budget();
+        let Some(state) = self.tasks.get_mut(task) else {
+            return;
+        };
+        state.attempts += 1;
+        state.exec = Some(id);
+        state.after_install = false;
+        self.execs.insert(id, task.clone());
+        self.timers.stop(&Timer::Retry(task.clone()));
+        self.timers.set(Timer::ExecDeadline(id), deadline);
+        self.effects.push_back(Effect::Exec { id, op, deadline });
+    }
+
+    fn build_op(&self, task: &Task) -> Option<Op> {
+        match task {
+            Task::Install => Some(Op::Install {
+                hash: self.config.location.hash.clone(),
+                size: self.config.agent_size,
+            }),
+            Task::Probe(_) | Task::Spawn(_) | Task::Shutdown(_) => self.kernel_op(task),
+            Task::Submit(_) | Task::Wait(_) | Task::Cancel(_) | Task::Ack(_) => self.cell_op(task),
+        }
+    }
+
+    /// Forgets `task`: its exec's late result will be ignored.
+    pub(crate) fn drop_task(&mut self, task: &Task) {
+        if let Some(state) = self.tasks.remove(task) {
+            if let Some(id) = state.exec {
+                self.execs.remove(&id);
+                self.timers.stop(&Timer::ExecDeadline(id));
+            }
+        }
+        self.timers.stop(&Timer::Retry(task.clone()));
+    }
+
+    /// An exec finished (or failed to).
+    pub(crate) fn on_exec(&mut self, id: ExecId, result: Result<ExecOutput, TransportError>) {
+        let Some(task) = self.execs.remove(&id) else {
+            self.note(
+                None,
+                format!("ignored the result of exec {id}: it was given up on or never sent"),
+            );
+            return;
+        };
+        self.timers.stop(&Timer::ExecDeadline(id));
+        if let Some(state) = self.tasks.get_mut(&task) {
+            state.exec = None;
+        }
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => return self.retry_later(task, e.to_string()),
+        };
+        match parse_reply(id.0, task.op_kind(), &out) {
+            Ok(reply) => {
+                self.reached(&task);
+                self.drop_task(&task);
+                self.on_reply(task, reply);
+            }
+            Err(ReplyError::AgentMissing { stderr }) if task != Task::Install => {
+                self.reached(&task);
+                self.agent_missing(task, stderr);
+            }
+            Err(ReplyError::Agent(e)) => {
+                self.reached(&task);
+                self.on_agent_error(task, e);
+            }
+            Err(e @ ReplyError::Version { .. }) => {
+                self.reached(&task);
+                self.fatal(task, e.to_string());
+            }
+            Err(e) => self.retry_later(task, e.to_string()),
+        }
+    }
+
+    /// The sandbox answered: it is reachable.
+    fn reached(&mut self, task: &Task) {
+        match task.kernel() {
+            Some(k) => {
+                let k = k.clone();
+                self.contact(&k);
+            }
+            None => {
+                let names: Vec<_> = self.kernels.keys().cloned().collect();
+                for k in names {
+                    self.contact(&k);
+                }
+            }
+        }
+    }
+
+    /// The agent binary is not there: install it, then send `task` again.
+    fn agent_missing(&mut self, task: Task, stderr: String) {
+        let max = self.config.max_attempts;
+        let Some(state) = self.tasks.get_mut(&task) else {
+            return;
+        };
+        if state.attempts >= max {
+            return self.exhausted(
+                task,
+                format!("the agent is still missing after installing it: {stderr}"),
+            );
+        }
+        state.after_install = true;
+        if self.install != InstallState::Running {
+            self.install = InstallState::Running;
+            self.note(
+                None,
+                "the agent is not on the sandbox: installing it".into(),
+            );
+            self.tasks.remove(&Task::Install);
+            self.start(Task::Install);
+        }
+    }
+
+    /// Sends every task that waited for the install.
+    fn after_install(&mut self, ok: Result<(), (bool, String)>) {
+        self.install = InstallState::Unknown;
+        let parked: Vec<Task> = self
+            .tasks
+            .iter()
+            .filter(|(_, s)| s.after_install)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for task in parked {
+            match &ok {
+                Ok(()) => self.send(&task),
+                Err((true, why)) => self.fatal(task, why.clone()),
+                Err((false, why)) => self.exhausted(task, why.clone()),
+            }
+        }
+    }
+
+    /// A transport error, a garbage reply or a deadline: send again after
+    /// a backoff, or give up once the attempts are spent.
+    pub(crate) fn retry_later(&mut self, task: Task, why: String) {
+        let (base, max, limit) = (
+            self.config.backoff_base,
+            self.config.backoff_max,
+            self.config.max_attempts,
+        );
+        if let Some(k) = task.kernel().and_then(|k| self.kernels.get_mut(k)) {
+            k.last_error = Some(why.clone());
+        }
+        let state = self.tasks.entry(task.clone()).or_default();
+        state.exec = None;
+        let attempts = state.attempts.max(1);
+        state.attempts = attempts;
+        if attempts >= limit {
+            return self.exhausted(
+                task,
+                format!("{attempts} attempts failed, the last with: {why}"),
+            );
+        }
+        let at = self.now + backoff(base, max, attempts);
+        self.timers.set(Timer::Retry(task), at);
+    }
+
+    /// Every attempt failed without an answer from the agent.
+    fn exhausted(&mut self, task: Task, why: String) {
+        self.drop_task(&task);
+        match &task {
+            Task::Install => self.after_install(Err((false, format!("installing the agent failed: {why}")))),
+            Task::Ack(c) => self.note(Some(c.kernel.clone()), format!("could not acknowledge cell {c} ({why}); the agent's gc will remove its journal")),
+            Task::Shutdown(k) => {
+                let k = k.clone();
+                self.note(Some(k.clone()), format!("could not shut kernel {k} down ({why}); its daemon exits by itself when idle"));
+                self.remove_kernel(&k);
+            }
+            _ => {
+                if let Some(k) = task.kernel().cloned() {
+                    self.give_up(&k, why);
+                }
+            }
+        }
+    }
+
+    /// The agent refused in a way a resend will not fix.
+    fn fatal(&mut self, task: Task, why: String) {
+        self.drop_task(&task);
+        match &task {
+            Task::Install => {
+                self.after_install(Err((true, format!("installing the agent failed: {why}"))))
+            }
+            Task::Probe(k) | Task::Spawn(k) => {
+                let k = k.clone();
+                self.kernel_failed(&k, why);
+            }
+            Task::Submit(c) => {
+                let c = c.clone();
+                let message = format!("the agent refused the cell: {why}");
+                self.resolve(&c, crate::protocol::CellOutcome::Error { message }, false);
+            }
+            Task::Wait(c) => {
+                let c = c.clone();
+                let reason = format!("the agent cannot read the cell's journal: {why}");
+                self.resolve(&c, crate::protocol::CellOutcome::Unknown { reason }, false);
+            }
+            Task::Cancel(c) | Task::Ack(c) => {
+                self.note(Some(c.kernel.clone()), format!("{task:?} refused: {why}"));
+            }
+            Task::Shutdown(k) => {
+                let k = k.clone();
+                self.note(
+                    Some(k.clone()),
+                    format!("shutting kernel {k} down failed: {why}"),
+                );
+                self.remove_kernel(&k);
+            }
+        }
+    }
+
+    /// An error the agent reported, by task.
+    fn on_agent_error(&mut self, task: Task, e: AgentError) {
+        use ErrorKind as E;
+        let why = e.to_string();
+        match (&task, e.kind) {
+            (_, E::Io) => self.retry_later(task, why),
+            (Task::Probe(k), E::NoSuchKernel) => {
+                let k = k.clone();
+                self.drop_task(&task);
+                self.on_probed(&k, crate::protocol::ProbeStatus::Absent);
+            }
+            (Task::Submit(c) | Task::Wait(c), E::KernelDead | E::NoSuchKernel) => {
+                let k = c.kernel.clone();
+                self.drop_task(&task);
+                self.suspect(&k, why);
+            }
+            (Task::Cancel(_) | Task::Ack(_), E::KernelDead | E::NoSuchKernel | E::NoSuchCell)
+            | (Task::Shutdown(_), E::KernelDead | E::NoSuchKernel) => {
+                // Nothing left to stop or remove.
+                self.drop_task(&task);
+                if let Task::Shutdown(k) = &task {
+                    let k = k.clone();
+                    self.remove_kernel(&k);
+                }
+            }
+            _ => self.fatal(task, why),
+        }
+    }
+
+    /// A reply the agent gave for `task` (already finished).
+    fn on_reply(&mut self, task: Task, reply: Reply) {
+        match (task, reply) {
+            (Task::Install, Reply::Installed { path }) => {
+                self.note(None, format!("installed the agent at {path}"));
+                self.after_install(Ok(()));
+            }
+            (Task::Probe(k), Reply::Probed { status }) => self.on_probed(&k, status),
+            (Task::Spawn(k), Reply::Spawned { identity, fresh }) => self.ready(&k, identity, fresh),
+            (Task::Submit(c), Reply::Submitted { acceptance, batch }) => {
+                self.on_submitted(&c, acceptance, batch)
+            }
+            (Task::Wait(c), Reply::Waited { batch }) => self.on_batch(&c, batch, false),
+            (Task::Shutdown(k), Reply::ShutDown { .. }) => {
+                if self
+                    .kernels
+                    .get(&k)
+                    .is_some_and(|k| k.phase == Phase::ShuttingDown)
+                {
+                    self.remove_kernel(&k);
+                }
+            }
+            // Cancel and ack replies need nothing more; parse_reply
+            // guarantees the reply kind matches the op.
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! One kernel: how it is connected (probe a recorded daemon, or spawn a new
+//! one), what a probe's verdict means, and how the client gives up.
+//!
+//! Only a probe that says *dead* or *replaced* (or finds no trace of a
+//! daemon it was told to expect) is state lost. A sandbox that does not
+//! answer is *unreachable*: the kernel's cells resolve as `unknown`, the
+//! record is kept, nothing is respawned.
+
+use super::cell::Cell;
+use super::event::{CellKey, Event};
+use super::record::KernelRecord;
+use super::retry::Task;
+use super::timer::Timer;
+use super::Client;
+use crate::ids::{CellSeq, KernelName};
+use crate::protocol::{CellOutcome, Identity, Lang, Op, ProbeStatus};
+use crate::time::Timestamp;
+use std::collections::BTreeMap;
+
+/// Where a kernel stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Probing the recorded daemon.
+    Probing,
+    /// Spawning a daemon with this nonce (re-sends use the same one).
+    Spawning {
+        /// The nonce.
+        nonce: String,
+    },
+    /// The daemon runs; cells go to it.
+    Ready,
+    /// Given up: no successful exec for too long. Cells are `unknown`.
+    Unreachable,
+    /// The agent refused for good (wrong architecture, no python, …).
+    Failed,
+    /// Being shut down (by request or by the reaper).
+    ShuttingDown,
+}
+
+/// A kernel as the client tracks it.
+#[derive(Clone, Debug)]
+pub(crate) struct Kernel {
+    pub(crate) name: KernelName,
+    pub(crate) lang: Lang,
+    pub(crate) identity: Option<Identity>,
+    pub(crate) phase: Phase,
+    pub(crate) next_seq: u64,
+    pub(crate) cells: BTreeMap<CellSeq, Cell>,
+    /// Last command or activity (for the reaper).
+    pub(crate) last_used: Timestamp,
+    /// Last successful exec, or the start of the current activity.
+    pub(crate) last_contact: Timestamp,
+    /// The last failure, for the unknown outcome's reason.
+    pub(crate) last_error: Option<String>,
+    /// Times the agent said "kernel dead" while a probe said alive, since
+    /// the last cell completed; bounded so a confused agent can't loop us.
+    pub(crate) recoveries: u32,
+}
+
+impl Kernel {
+    pub(crate) fn new(name: KernelName, lang: Lang, now: Timestamp) -> Kernel {
+        Kernel {
+            name,
+            lang,
+            identity: None,
+            phase: Phase::Probing,
+            next_seq: 1,
+            cells: BTreeMap::new(),
+            last_used: now,
+            last_contact: now,
+            last_error: None,
+            recoveries: 0,
+        }
+    }
+
+    /// Unresolved cells.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.cells.values().filter(|c| !c.resolved).count()
+    }
+
+    /// Work is under way that needs the sandbox to answer.
+    pub(crate) fn busy(&self) -> bool {
+        matches!(self.phase, Phase::Probing | Phase::Spawning { .. }) || self.in_flight() > 0
+    }
+
+    /// The persisted form.
+    pub(crate) fn record(&self) -> KernelRecord {
+        KernelRecord {
+            kernel: self.name.clone(),
+            lang: self.lang,
+            identity: self.identity.clone(),
+            next_seq: self.next_seq,
+            cells: self.cells.values().map(|c| c.rec.clone()).collect(),
+        }
+    }
+
+    fn keys(&self) -> Vec<CellKey> {
+        self.cells
+            .keys()
+            .map(|seq| CellKey {
+                kernel: self.name.clone(),
+                seq: *seq,
+            })
+            .collect()
+    }
+}
+
+impl Client {
+    /// Connects a kernel: probe the recorded daemon, or spawn one.
+    pub(crate) fn connect(&mut self, name: &KernelName) {
+        let nonce = self.fresh_nonce();
+        let now = self.now;
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        if !k.busy() {
+            k.last_contact = now;
+        }
+        k.phase = if k.identity.is_some() {
+            Phase::Probing
+        } else {
+            Phase::Spawning { nonce }
+        };
+        let task = match k.phase {
+            Phase::Probing => Task::Probe(name.clone()),
+            _ => Task::Spawn(name.clone()),
+        };
+        self.start(task);
+        self.arm_give_up(name);
+    }
+
+    /// The op that carries a kernel task.
+    pub(crate) fn kernel_op(&self, task: &Task) -> Option<Op> {
+        let name = task.kernel()?;
+        let k = self.kernels.get(name)?;
+        match (task, &k.phase) {
+            (Task::Probe(_), Phase::Probing) => Some(Op::Probe {
+                kernel: name.clone(),
+                expect: k.identity.clone(),
+            }),
+            (Task::Spawn(_), Phase::Spawning { nonce }) => Some(Op::Spawn {
+                kernel: name.clone(),
+                lang: k.lang,
+                nonce: nonce.clone(),
+                idle_timeout_ms: millis(self.config.daemon_idle_timeout),
+                grace_ms: millis(self.config.grace),
+            }),
+            (Task::Shutdown(_), Phase::ShuttingDown) => Some(Op::Shutdown {
+                kernel: name.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// A probe's verdict.
+    pub(crate) fn on_probed(&mut self, name: &KernelName, status: ProbeStatus) {
+        let Some(k) = self.kernels.get(name) else {
+            return;
+        };
+        let expected = k.identity.is_some();
+        match status {
+            ProbeStatus::Alive { identity } => self.ready(name, identity, false),
+            ProbeStatus::Dead { evidence } => self.state_lost(name, evidence, false),
+            ProbeStatus::Replaced { evidence } => self.state_lost(name, evidence, true),
+            ProbeStatus::Absent if expected => self.state_lost(
+                name,
+                "the probe found no trace of the recorded daemon (its kernel directory is gone)"
+                    .into(),
+                false,
+            ),
+            ProbeStatus::Absent => {
+                let nonce = self.fresh_nonce();
+                if let Some(k) = self.kernels.get_mut(name) {
+                    k.phase = Phase::Spawning { nonce };
+                }
+                self.start(Task::Spawn(name.clone()));
+            }
+        }
+    }
+
+    /// The daemon runs: record it and send every waiting cell.
+    pub(crate) fn ready(&mut self, name: &KernelName, identity: Identity, fresh: bool) {
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        let changed = k.identity.as_ref() != Some(&identity);
+        k.identity = Some(identity.clone());
+        k.phase = Phase::Ready;
+        let keys = k.keys();
+        if changed {
+            self.persist(name);
+        }
+        self.events.push_back(Event::KernelReady {
+            kernel: name.clone(),
+            identity,
+            fresh,
+        });
+        for key in keys {
+            self.drive_cell(&key);
+        }
+        self.arm_give_up(name);
+    }
+
+    /// A probe proved the daemon gone: say so with the evidence, fail the
+    /// cells that were in it, spawn a fresh daemon for the queued ones.
+    pub(crate) fn state_lost(&mut self, name: &KernelName, evidence: String, replaced: bool) {
+        self.events.push_back(Event::StateLost {
+            kernel: name.clone(),
+            evidence: evidence.clone(),
+        });
+        if replaced {
+            self.events.push_back(Event::KernelReplaced {
+                kernel: name.clone(),
+                evidence: evidence.clone(),
+            });
+        }
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        k.identity = None;
+        let lost: Vec<(CellKey, bool)> = k
+            .keys()
+            .into_iter()
+            .filter_map(|key| {
+                let c = k.cells.get(&key.seq)?;
+                c.rec.submitted.then(|| (key, c.resolved))
+            })
+            .collect();
+        for (key, resolved) in lost {
+            if resolved {
+                // An `unknown` cell kept for resume: its journal is gone now.
+                if let Some(k) = self.kernels.get_mut(name) {
+                    k.cells.remove(&key.seq);
+                }
+                continue;
+            }
+            let message =
+                format!("the kernel's state was lost while the cell was in flight: {evidence}");
+            self.resolve(&key, CellOutcome::Error { message }, false);
+        }
+        self.persist(name);
+        self.connect(name);
+    }
+
+    /// No successful exec for too long, or attempts exhausted: every
+    /// unresolved cell is `unknown`; the record stays for a later resume.
+    pub(crate) fn give_up(&mut self, name: &KernelName, why: String) {
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        if matches!(k.phase, Phase::ShuttingDown) {
+            return;
+        }
+        k.phase = Phase::Unreachable;
+        let keys = k.keys();
+        self.drop_kernel_tasks(name, false);
+        self.timers.stop(&Timer::GiveUp(name.clone()));
+        self.note(
+            Some(name.clone()),
+            format!("giving up on kernel {name}: {why}; its record is kept, resume it when the sandbox answers"),
+        );
+        for key in keys {
+            let reason = format!("the sandbox did not answer: {why}");
+            self.resolve(&key, CellOutcome::Unknown { reason }, true);
+        }
+    }
+
+    /// The agent refused for good: the kernel's cells fail with the reason.
+    pub(crate) fn kernel_failed(&mut self, name: &KernelName, why: String) {
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        if matches!(k.phase, Phase::ShuttingDown) {
+            return;
+        }
+        k.phase = Phase::Failed;
+        let keys = k.keys();
+        self.drop_kernel_tasks(name, false);
+        self.timers.stop(&Timer::GiveUp(name.clone()));
+        self.note(Some(name.clone()), format!("kernel {name} failed: {why}"));
+        for key in keys {
+            let message = format!("the kernel could not be started: {why}");
+            self.resolve(&key, CellOutcome::Error { message }, false);
+        }
+    }
+
+    /// The agent says the daemon is gone while we thought it ready: probe
+    /// for evidence (never conclude from this alone).
+    pub(crate) fn suspect(&mut self, name: &KernelName, detail: String) {
+        let limit = self.config.max_attempts;
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        if k.phase != Phase::Ready {
+            return;
+        }
+        k.recoveries += 1;
+        if k.recoveries > limit {
+            self.kernel_failed(
+                name,
+                format!("the agent keeps reporting the daemon gone while probes find it alive: {detail}"),
+            );
+            return;
+        }
+        self.note(
+            Some(name.clone()),
+            format!("the agent reports: {detail}; probing kernel {name}"),
+        );
+        self.drop_kernel_tasks(name, true);
+        self.connect(name);
+    }
+
+    /// Drops the kernel's tasks (keeping cancels and acks if asked).
+    pub(crate) fn drop_kernel_tasks(&mut self, name: &KernelName, keep_cancels: bool) {
+        let tasks: Vec<Task> = self
+            .tasks
+            .keys()
+            .filter(|t| t.kernel() == Some(name))
+            .filter(|t| !(keep_cancels && matches!(t, Task::Cancel(_) | Task::Ack(_))))
+            .cloned()
+            .collect();
+        for t in tasks {
+            self.drop_task(&t);
+        }
+    }
+
+    /// Sets the give-up timer while the kernel is busy.
+    pub(crate) fn arm_give_up(&mut self, name: &KernelName) {
+        let after = self.config.unreachable_after;
+        let Some(k) = self.kernels.get(name) else {
+            return;
+        };
+        let timer = Timer::GiveUp(name.clone());
+        if k.busy() {
+            self.timers.set(timer, k.last_contact + after);
+        } else {
+            self.timers.stop(&timer);
+        }
+    }
+
+    /// The give-up timer fired.
+    pub(crate) fn on_give_up_timer(&mut self, name: &KernelName) {
+        let after = self.config.unreachable_after;
+        let now = self.now;
+        let Some(k) = self.kernels.get(name) else {
+            return;
+        };
+        if !k.busy()
+            || matches!(
+                k.phase,
+                Phase::Unreachable | Phase::Failed | Phase::ShuttingDown
+            )
+        {
+            return;
+        }
+        let due = k.last_contact + after;
+        if due > now {
+            self.timers.set(Timer::GiveUp(name.clone()), due);
+            return;
+        }
+        let last = k.last_error.clone().unwrap_or_else(|| "no reply".into());
+        let why = format!("no successful exec for {} ms (last: {last})", millis(after));
+        self.give_up(name, why);
+    }
+
+    /// The sandbox answered on behalf of `name`.
+    pub(crate) fn contact(&mut self, name: &KernelName) {
+        let now = self.now;
+        if let Some(k) = self.kernels.get_mut(name) {
+            k.last_contact = now;
+            k.last_error = None;
+        }
+        self.arm_give_up(name);
+    }
+}
+
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,120 @@
+//! The reaper: kernels idle for `kernel_idle_timeout` are shut down, and
+//! beyond `max_kernels` the least recently used go first. Driven by the
+//! [`Timer::Reap`] timer, never only on lookup. A kernel with a cell in
+//! flight (or an `unknown` cell kept in its record) is never evicted.
+
+use super::event::Event;
+use super::kernel::Phase;
+use super::retry::Task;
+use super::timer::Timer;
+use super::Client;
+use crate::ids::KernelName;
+use crate::protocol::CellOutcome;
+use crate::time::Timestamp;
+
+impl Client {
+    /// Kernels that count against the cap.
+    fn live(&self) -> usize {
+        self.kernels
+            .values()
+            .filter(|k| k.phase != Phase::ShuttingDown)
+            .count()
+    }
+
+    /// Kernels the reaper may take, with their last use.
+    fn reapable(&self) -> Vec<(Timestamp, KernelName)> {
+        let mut v: Vec<_> = self
+            .kernels
+            .values()
+            .filter(|k| k.phase != Phase::ShuttingDown && k.cells.is_empty() && !k.busy())
+            .map(|k| (k.last_used, k.name.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Sets the reap timer to the next moment something may be reaped.
+    pub(crate) fn arm_reap(&mut self) {
+        let idle = self.config.kernel_idle_timeout;
+        let candidates = self.reapable();
+        let over_cap = self.live() > self.config.max_kernels && !candidates.is_empty();
+        let next = if over_cap {
+            Some(self.now)
+        } else {
+            candidates.first().map(|(used, _)| *used + idle)
+        };
+        match next {
+            Some(at) => self.timers.set(Timer::Reap, at),
+            None => self.timers.stop(&Timer::Reap),
+        }
+    }
+
+    /// The reap timer fired.
+    pub(crate) fn reap(&mut self) {
+        let idle = self.config.kernel_idle_timeout;
+        let now = self.now;
+        for (used, name) in self.reapable() {
+            if used + idle <= now {
+                let secs = idle.as_secs();
+                self.evict(&name, format!("idle for {secs} s"));
+            }
+        }
+        while self.live() > self.config.max_kernels {
+            let Some((_, name)) = self.reapable().into_iter().next() else {
+                break; // every kernel over the cap has a cell in flight
+            };
+            let cap = self.config.max_kernels;
+            self.evict(
+                &name,
+                format!("least recently used beyond the cap of {cap} kernels"),
+            );
+        }
+    }
+
+    fn evict(&mut self, name: &KernelName, reason: String) {
+        self.events.push_back(Event::KernelEvicted {
+            kernel: name.clone(),
+            reason,
+        });
+        self.begin_shutdown(name);
+    }
+
+    /// Resolves the kernel's cells as cancelled, forgets its record and
+    /// sends the shutdown; the kernel is dropped when that is answered.
+    pub(crate) fn begin_shutdown(&mut self, name: &KernelName) {
+        let Some(k) = self.kernels.get(name) else {
+            return;
+        };
+        let keys: Vec<_> = k
+            .cells
+            .iter()
+            .filter(|(_, c)| !c.resolved)
+            .map(|(seq, _)| super::CellKey {
+                kernel: name.clone(),
+                seq: *seq,
+            })
+            .collect();
+        for key in keys {
+            self.resolve(&key, CellOutcome::Cancelled, false);
+        }
+        self.drop_kernel_tasks(name, false);
+        if let Some(k) = self.kernels.get_mut(name) {
+            k.phase = Phase::ShuttingDown;
+            k.cells.clear();
+        }
+        self.timers.stop(&Timer::GiveUp(name.clone()));
+        self.effects.push_back(super::Effect::Forget(name.clone()));
+        self.start(Task::Shutdown(name.clone()));
+    }
+
+    /// Drops every trace of a kernel.
+    pub(crate) fn remove_kernel(&mut self, name: &KernelName) {
+        self.drop_kernel_tasks(name, false);
+        self.kernels.remove(name);
+        self.timers.retain(|t| match t {
+            Timer::GiveUp(k) => k != name,
+            Timer::CellTimeout(c) => &c.kernel != name,
+            _ => true,
+        });
+    }
+}
