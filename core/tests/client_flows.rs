@@ -1,0 +1,556 @@
+//! One test per flow of the client state machine, driven against the fake
+//! agent of `support`.
+
+mod support;
+
+use std::time::Duration;
+use support::{kname, Harness, Net};
+use tether_core::bytes::Bytes;
+use tether_core::client::{Client, ClientError, Effect, Event};
+use tether_core::protocol::{Acceptance, CellOutcome, Lang, OpKind};
+use tether_core::time::Timestamp;
+
+fn state_lost(h: &Harness) -> usize {
+    h.events
+        .iter()
+        .filter(|e| matches!(e, Event::StateLost { .. }))
+        .count()
+}
+
+#[test]
+fn spawn_installs_the_agent_on_first_use_then_runs_the_cell() {
+    let mut h = Harness::new(1);
+    h.agent.installed = false;
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "out hi", None);
+    h.settle();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    assert_eq!(h.output(&cell), "hi\n");
+    assert_eq!(h.sent(OpKind::Install), 1);
+    assert_eq!(
+        h.sent(OpKind::Spawn),
+        2,
+        "spawn is sent again after the install"
+    );
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::KernelReady { fresh: true, .. })));
+}
+
+#[test]
+fn the_record_is_persisted_before_the_first_submit() {
+    let mut h = Harness::new(2);
+    h.open("k", Lang::Shell);
+    h.run_until(|h| {
+        h.events
+            .iter()
+            .any(|e| matches!(e, Event::KernelReady { .. }))
+    });
+    let cell = h.run("k", "out a", None);
+    let persist = h.effects.iter().position(|e| matches!(e, Effect::Persist(r) if r.cells.iter().any(|c| c.seq == cell.seq && c.submitted)));
+    let submit = h
+        .effects
+        .iter()
+        .position(|e| matches!(e, Effect::Exec { op, .. } if op.kind() == OpKind::Submit));
+    assert!(persist.unwrap() < submit.unwrap());
+    h.settle();
+    assert!(
+        h.records[&kname("k")].cells.is_empty(),
+        "acked cells leave the record"
+    );
+    assert_eq!(h.sent(OpKind::Ack), 1);
+}
+
+#[test]
+fn probe_alive_attaches_without_spawning() {
+    let mut h = Harness::new(3);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let record = h.records[&kname("k")].clone();
+    let mut h2 = Harness::with(Client::new(support::config(), 4), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert_eq!(h2.sent(OpKind::Probe), 1);
+    assert_eq!(h2.sent(OpKind::Spawn), 0);
+    assert!(h2
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::KernelReady { fresh: false, .. })));
+    assert_eq!(state_lost(&h2), 0);
+}
+
+#[test]
+fn probe_dead_reports_state_lost_and_respawns() {
+    let mut h = Harness::new(5);
+    h.open("k", Lang::Python);
+    h.settle();
+    let record = h.records[&kname("k")].clone();
+    h.agent.kill_daemon(&kname("k"));
+    let mut h2 = Harness::with(Client::new(support::config(), 6), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    let key = h2
+        .client
+        .run_cell(&kname("k"), Bytes::from("out x"), None, h2.now)
+        .unwrap();
+    h2.settle();
+    assert_eq!(state_lost(&h2), 1);
+    assert!(h2
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::KernelReady { fresh: true, .. })));
+    assert_eq!(
+        h2.outcome(&key),
+        Some(CellOutcome::Ok),
+        "a queued cell runs in the fresh kernel"
+    );
+}
+
+#[test]
+fn probe_replaced_reports_state_lost_and_replacement() {
+    let mut h = Harness::new(7);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let record = h.records[&kname("k")].clone();
+    h.agent.restart_with_pid_reuse(&kname("k"));
+    let mut h2 = Harness::with(Client::new(support::config(), 8), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert_eq!(state_lost(&h2), 1);
+    assert!(h2
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::KernelReplaced { .. })));
+    let new = h2.records[&kname("k")].identity.clone().unwrap();
+    assert_ne!(new.nonce, "someone-else");
+}
+
+#[test]
+fn probe_unreachable_is_unknown_never_state_lost_or_respawn() {
+    let mut h = Harness::new(9);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "out a\ntick\nout b", None);
+    h.run_until(|h| {
+        h.events
+            .iter()
+            .any(|e| matches!(e, Event::CellAccepted { .. }))
+    });
+    let record = h.records[&kname("k")].clone();
+    let mut h2 = Harness::with(Client::new(support::config(), 10), h.agent.clone());
+    h2.net = Net::Down;
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert!(matches!(
+        h2.outcome(&cell),
+        Some(CellOutcome::Unknown { .. })
+    ));
+    assert_eq!(state_lost(&h2), 0);
+    assert_eq!(h2.sent(OpKind::Spawn), 0);
+    assert!(
+        !h2.effects.iter().any(|e| matches!(e, Effect::Forget(_))),
+        "the record is kept"
+    );
+    assert_eq!(h2.client.record(&kname("k")).unwrap().cells.len(), 1);
+    assert!(h2.now <= Timestamp(0) + Duration::from_secs(60) + support::config().exec_budget());
+}
+
+#[test]
+fn output_is_delivered_in_order_exactly_once_across_dropped_replies() {
+    let mut h = Harness::new(11);
+    h.open("k", Lang::Shell);
+    h.settle();
+    // Lose the submit's reply (the op ran): the submit is re-sent with the
+    // same request id and the agent does not run it again.
+    h.net = Net::LoseReplies;
+    let cell = h.run("k", "out 1\ntick\nout 2\ntick\nout 3\nexit 4", None);
+    h.run_until(|h| h.pending.is_empty());
+    h.net = Net::Up;
+    h.settle();
+    assert_eq!(h.output(&cell), "1\n2\n3\n", "{}", h.trace);
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Exit { code: 4 }));
+    assert_eq!(h.resolutions(&cell), 1);
+    let rids: Vec<_> = h
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Exec {
+                op: tether_core::protocol::Op::Submit { submission, .. },
+                ..
+            } => Some((submission.request_id.clone(), submission.seq)),
+            _ => None,
+        })
+        .collect();
+    assert!(rids.windows(2).all(|w| w[0] == w[1]), "{rids:?}");
+    assert_eq!(h.agent.runs.values().copied().collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn duplicates_are_dropped_and_a_gap_is_read_again() {
+    use tether_core::protocol::{
+        EntryKind, JournalBatch, JournalEntry, Reply, ReplyEnvelope, Stream,
+    };
+    let mut h = Harness::new(12);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let cell = h.run("k", "hang", None);
+    // Take the submit exec and answer it by hand with a gappy batch.
+    let (id, _) = h
+        .ops
+        .iter()
+        .rev()
+        .find(|(_, op)| op.kind() == OpKind::Submit)
+        .map(|(i, o)| (*i, o.clone()))
+        .unwrap();
+    h.pending.retain(|(_, x), _| *x != id);
+    let out = |n: u64, s: &str| JournalEntry {
+        n,
+        kind: EntryKind::Output {
+            stream: Stream::Stdout,
+            data: Bytes::from(s),
+        },
+    };
+    let reply = |id: u64, r: Reply| {
+        let mut stdout = serde_json::to_vec(&ReplyEnvelope {
+            v: 1,
+            id,
+            reply: Some(r),
+            error: None,
+        })
+        .unwrap();
+        stdout.push(b'\n');
+        Ok(tether_core::protocol::ExecOutput {
+            stdout,
+            stderr: vec![],
+            exit_code: 0,
+        })
+    };
+    let batch = JournalBatch {
+        entries: vec![out(1, "a"), out(2, "b"), out(4, "d")],
+        done: false,
+    };
+    h.client.handle_exec(
+        id,
+        reply(
+            id.0,
+            Reply::Submitted {
+                acceptance: Acceptance::Accepted,
+                batch,
+            },
+        ),
+        h.now,
+    );
+    h.drain();
+    assert_eq!(h.output(&cell), "ab");
+    // The re-read comes after a backoff, from cursor 2.
+    h.run_until(|h| {
+        h.ops
+            .values()
+            .any(|op| matches!(op, tether_core::protocol::Op::Wait { cursor: 2, .. }))
+    });
+    let (wid, _) = h
+        .ops
+        .iter()
+        .rev()
+        .find(|(_, op)| op.kind() == OpKind::Wait)
+        .map(|(i, o)| (*i, o.clone()))
+        .unwrap();
+    h.pending.retain(|(_, x), _| *x != wid);
+    let batch = JournalBatch {
+        entries: vec![
+            out(2, "b"),
+            out(3, "c"),
+            out(4, "d"),
+            JournalEntry {
+                n: 5,
+                kind: EntryKind::Result {
+                    outcome: CellOutcome::Ok,
+                },
+            },
+            JournalEntry {
+                n: 6,
+                kind: EntryKind::Done,
+            },
+        ],
+        done: true,
+    };
+    h.client.handle_exec(
+        wid,
+        reply(
+            wid.0,
+            Reply::Waited {
+                batch: batch.clone(),
+            },
+        ),
+        h.now,
+    );
+    // The same reply again (a duplicate delivery) is ignored.
+    h.client
+        .handle_exec(wid, reply(wid.0, Reply::Waited { batch }), h.now);
+    h.drain();
+    assert_eq!(h.output(&cell), "abcd");
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    assert_eq!(h.resolutions(&cell), 1);
+}
+
+#[test]
+fn cancel_before_the_submit_reply_is_sent_at_once_and_wins() {
+    let mut h = Harness::new(13);
+    h.open("k", Lang::Shell);
+    h.settle();
+    // The submit does not get through yet (its answer will be an error);
+    // the cancel, sent at once, does: it leaves a tombstone.
+    h.net = Net::Down;
+    let cell = h.run("k", "out never", None);
+    h.net = Net::Up;
+    h.client.cancel(&cell, h.now);
+    h.drain();
+    assert_eq!(
+        h.sent(OpKind::Cancel),
+        1,
+        "the cancel goes out before any reply"
+    );
+    h.settle();
+    assert!(
+        h.events.iter().any(|e| matches!(
+            e,
+            Event::CellAccepted {
+                acceptance: Acceptance::CancelledBeforeStart,
+                ..
+            }
+        )),
+        "{}",
+        h.trace
+    );
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Cancelled));
+    assert_eq!(h.output(&cell), "");
+    assert!(h.agent.runs.is_empty(), "the cell never ran");
+}
+
+#[test]
+fn a_cell_timeout_cancels_the_cell_not_the_kernel() {
+    let mut h = Harness::new(14);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let cell = h.run("k", "out start\nhang", Some(Duration::from_secs(3)));
+    h.settle();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::TimedOut));
+    assert_eq!(h.output(&cell), "start\n");
+    assert_eq!(h.sent(OpKind::Cancel), 1);
+    assert_eq!(h.sent(OpKind::Shutdown), 0);
+    let next = h.run("k", "out after", None);
+    h.settle();
+    assert_eq!(
+        h.outcome(&next),
+        Some(CellOutcome::Ok),
+        "the kernel lives on"
+    );
+}
+
+#[test]
+fn the_reaper_evicts_idle_kernels_and_the_lru_beyond_the_cap_but_never_one_in_flight() {
+    let mut cfg = support::config();
+    cfg.max_kernels = 2;
+    cfg.kernel_idle_timeout = Duration::from_secs(600);
+    let mut h = Harness::with(Client::new(cfg, 15), Default::default());
+    h.open("a", Lang::Shell);
+    let busy = h.run("a", "hang", None);
+    h.run_until(|h| {
+        h.events
+            .iter()
+            .any(|e| matches!(e, Event::CellAccepted { .. }))
+    });
+    h.now = h.now + Duration::from_secs(1);
+    h.open("b", Lang::Shell);
+    h.now = h.now + Duration::from_secs(1);
+    h.open("c", Lang::Shell);
+    h.run_until(|h| {
+        h.events
+            .iter()
+            .any(|e| matches!(e, Event::KernelEvicted { .. }))
+    });
+    let evicted: Vec<_> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::KernelEvicted { kernel, .. } => Some(kernel.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evicted, vec!["b"], "a is older but has a cell in flight");
+    assert!(h
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Forget(k) if k.as_str() == "b")));
+    assert!(h
+        .client
+        .run_cell(&kname("b"), Bytes::from(""), None, h.now)
+        .is_err());
+    // Idle: c is reaped after the idle timeout, a is not (still busy).
+    h.run_until(|h| {
+        h.events
+            .iter()
+            .filter(|e| matches!(e, Event::KernelEvicted { .. }))
+            .count()
+            == 2
+    });
+    assert!(h.now >= Timestamp(0) + Duration::from_secs(600));
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::KernelEvicted { kernel, .. } if kernel.as_str() == "c")));
+    assert_eq!(h.client.in_flight(), 1);
+    h.client.cancel(&busy, h.now);
+    h.settle();
+    assert_eq!(h.outcome(&busy), Some(CellOutcome::Cancelled));
+}
+
+#[test]
+fn resume_in_a_new_client_waits_from_the_cursor_and_never_submits_again() {
+    let mut h = Harness::new(16);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "out 1\ntick\nout 2\ntick\nout 3", None);
+    h.run_until(|h| h.output(&cell) == "1\n");
+    let record = h.records[&kname("k")].clone();
+    assert_eq!(record.cells[0].cursor, 2);
+    // The first client process is gone; a new one resumes.
+    let mut h2 = Harness::with(Client::new(support::config(), 17), h.agent.clone());
+    h2.client.resume(record.clone(), false, h2.now);
+    h2.settle();
+    assert_eq!(h2.sent(OpKind::Submit), 0);
+    assert_eq!(h2.output(&cell), "2\n3\n");
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok));
+    // Replay from 0 in yet another client (the journal is acked by now, so
+    // use the agent as it was before h2).
+    let mut h3 = Harness::with(Client::new(support::config(), 18), h.agent.clone());
+    h3.client.resume(record, true, h3.now);
+    h3.settle();
+    assert_eq!(h3.output(&cell), "1\n2\n3\n");
+}
+
+#[test]
+fn retries_back_off_and_resend_the_same_op() {
+    let mut h = Harness::new(19);
+    h.net = Net::Down;
+    h.open("k", Lang::Shell);
+    h.run_until(|h| h.sent(OpKind::Spawn) >= 3);
+    let times: Vec<Timestamp> = {
+        let mut t = Vec::new();
+        for line in h.trace.lines().filter(|l| l.contains(" spawn ")) {
+            let secs = line
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('s');
+            let ms = (secs.parse::<f64>().unwrap() * 1000.0).round() as u64;
+            t.push(Timestamp(ms));
+        }
+        t
+    };
+    let gaps: Vec<u64> = times.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert_eq!(
+        gaps,
+        vec![250, 450],
+        "latency 50 ms + backoff 200, 400 ms\n{}",
+        h.trace
+    );
+    let spawns: Vec<_> = h
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Exec { op, .. } if op.kind() == OpKind::Spawn => Some(op.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        spawns.windows(2).all(|w| w[0] == w[1]),
+        "same nonce every time"
+    );
+    h.net = Net::Up;
+    h.settle();
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::KernelReady { .. })));
+}
+
+#[test]
+fn unreachable_for_too_long_makes_cells_unknown_and_keeps_the_record() {
+    let mut h = Harness::new(20);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let cell = h.run("k", "out 1\ntick\nhang", None);
+    h.run_until(|h| h.output(&cell) == "1\n");
+    h.net = Net::Down;
+    h.settle();
+    let CellOutcome::Unknown { reason } = h.outcome(&cell).unwrap() else {
+        panic!("{}", h.trace)
+    };
+    assert!(reason.contains("did not answer"), "{reason}");
+    assert_eq!(h.records[&kname("k")].cells.len(), 1);
+    assert_eq!(h.sent(OpKind::Spawn), 1);
+    assert_eq!(state_lost(&h), 0);
+    assert_eq!(h.client.in_flight(), 0);
+    // A record kept is resumable once the sandbox answers again.
+    h.net = Net::Up;
+    let record = h.records[&kname("k")].clone();
+    let mut h2 = Harness::with(Client::new(support::config(), 21), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.client.cancel(&cell, h2.now);
+    h2.settle();
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Cancelled));
+}
+
+#[test]
+fn replies_for_old_or_unknown_exec_ids_are_ignored() {
+    let mut h = Harness::new(22);
+    h.open("k", Lang::Shell);
+    h.client
+        .handle_exec(tether_core::ids::ExecId(999), Ok(Default::default()), h.now);
+    h.settle();
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Note { text, .. } if text.contains("x999"))));
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::KernelReady { .. })));
+}
+
+#[test]
+fn commands_on_unknown_or_dying_kernels_are_typed_errors() {
+    let mut h = Harness::new(23);
+    let err = h
+        .client
+        .run_cell(&kname("nope"), Bytes::from(""), None, h.now)
+        .unwrap_err();
+    assert_eq!(err, ClientError::UnknownKernel(kname("nope")));
+    assert!(err.to_string().contains("open it"));
+    h.open("k", Lang::Shell);
+    h.client.shutdown(&kname("k"), h.now);
+    let err = h
+        .client
+        .run_cell(&kname("k"), Bytes::from(""), None, h.now)
+        .unwrap_err();
+    assert_eq!(err, ClientError::KernelShuttingDown(kname("k")));
+    h.settle();
+    assert!(h.client.record(&kname("k")).is_none());
+}
+
+#[test]
+fn time_going_backwards_is_clamped() {
+    let mut h = Harness::new(24);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let t = h.now;
+    h.client.handle_timeout(Timestamp(0));
+    let _ = h
+        .client
+        .run_cell(&kname("k"), Bytes::from("out a"), None, Timestamp(0))
+        .unwrap();
+    while let Some(e) = h.client.poll_effect() {
+        if let Effect::Exec { deadline, .. } = e {
+            assert!(deadline >= t);
+        }
+    }
+}
