@@ -466,11 +466,10 @@ fn retries_back_off_and_resend_the_same_op() {
         "same nonce every time"
     );
     h.net = Net::Up;
-    h.settle();
-    assert!(h
+    assert!(h.run_until(|h| h
         .events
         .iter()
-        .any(|e| matches!(e, Event::KernelReady { .. })));
+        .any(|e| matches!(e, Event::KernelReady { .. }))));
 }
 
 #[test]
