@@ -1,7 +1,27 @@
 //! The agent's decision logic, over the [`Os`] trait: what the op commands,
 //! the kernel daemon and the cell shim decide, independent of how the
 //! operating system is reached.
+//!
+//! - [`layout`]: paths of kernel and cell directories;
+//! - [`journal`]: the journal writer (contiguous `n`, output cap);
+//! - [`kernel`]: config, launch record, the identity check (probe);
+//! - [`procs`]: which processes belong to a cell, which are protected;
+//! - [`op`]: one op command ([`OpRun`]);
+//! - [`daemon`]: the kernel daemon ([`Daemon`]);
+//! - [`shell`]: the script a shell cell runs;
+//! - [`shim`]: the cell shim's journal and outcome decisions.
 
+pub mod daemon;
+pub mod journal;
+pub mod kernel;
+pub mod layout;
+pub mod op;
 pub mod os;
+pub mod procs;
+pub mod shell;
+pub mod shim;
 
+pub use daemon::{Daemon, DaemonStep};
+pub use op::OpRun;
 pub use os::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
+pub use shim::{ExitStatus, ShimCore};

@@ -71,8 +71,9 @@ impl fmt::Display for OsError {
 
 impl std::error::Error for OsError {}
 
-/// How to start one cell's process tree under a shim.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How to start one cell's process tree under a shim. Travels to the shim
+/// as JSON (`marker` as a two-element array).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CellLaunch {
     /// The kernel's directory.
     pub kernel_dir: String,

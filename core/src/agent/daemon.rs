@@ -1,0 +1,384 @@
+//! The kernel daemon's decisions (`tether-agent serve`), one [`Daemon::tick`]
+//! at a time: start submitted cells in sequence order (never one with a
+//! tombstone), enforce timeouts, escalate cancels, finalize cells whose
+//! shim died, and exit after an idle period, killing what it owns first.
+//!
+//! Cancel escalation, per cell: TERM to every process of the cell, then
+//! after the grace period STOP + KILL every process of the cell again on
+//! every tick until none is left. Never gated on the main process: a
+//! descendant that traps TERM after its leader exited still dies.
+//!
+//! The driver calls `tick` at `next_wake` at the latest (earlier is fine)
+//! and reaps its children (the shims) between ticks.
+
+use super::journal::{self, read_journal, JournalWriter, DEFAULT_CAP};
+use super::kernel::{read_json, to_json, KernelConfig, LaunchRecord, DEFAULT_GRACE_MS};
+use super::layout::KernelLayout;
+use super::op::{cell_seqs, kernel_processes};
+use super::os::{CellLaunch, Os, OsError, Pid};
+use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
+use super::shell;
+use super::shim::{cancel_reason, CancelReason};
+use crate::ids::CellSeq;
+use crate::protocol::{CellOutcome, EntryKind, Lang, Submission};
+use crate::time::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// How often the daemon looks for new submissions and tombstones.
+pub const TICK: Duration = Duration::from_millis(10);
+/// Exiting gives up sweeping after this long.
+pub const EXIT_BOUND: Duration = Duration::from_secs(10);
+
+/// What the driver does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DaemonStep {
+    /// Tick again at `next_wake` at the latest.
+    Continue {
+        /// The next deadline.
+        next_wake: Timestamp,
+    },
+    /// Everything owned is dead: exit the process.
+    Exit,
+}
+
+#[derive(Clone, Debug)]
+struct Escalation {
+    since: Timestamp,
+    term_sent: bool,
+    finished: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Track {
+    shim: Option<(Pid, u64)>,
+    marker: String,
+    pgid: Option<Pid>,
+    leftovers: Vec<Pid>,
+    done: bool,
+    deadline: Option<Timestamp>,
+    cancel: Option<Escalation>,
+}
+
+/// The kernel daemon.
+#[derive(Debug)]
+pub struct Daemon {
+    kernel: KernelLayout,
+    nonce: String,
+    config: Option<KernelConfig>,
+    shell: String,
+    handled: BTreeSet<CellSeq>,
+    cells: BTreeMap<CellSeq, Track>,
+    idle_since: Timestamp,
+    exiting: Option<Timestamp>,
+}
+
+impl Daemon {
+    /// The daemon of the kernel directory `kernel_dir`, spawned with `nonce`.
+    pub fn new(kernel_dir: &str, nonce: &str) -> Daemon {
+        Daemon {
+            kernel: KernelLayout::new(kernel_dir),
+            nonce: nonce.to_owned(),
+            config: None,
+            shell: String::new(),
+            handled: BTreeSet::new(),
+            cells: BTreeMap::new(),
+            idle_since: Timestamp::ZERO,
+            exiting: None,
+        }
+    }
+
+    /// One step; see the module doc.
+    #[must_use]
+    pub fn tick(&mut self, os: &mut dyn Os) -> DaemonStep {
+        let now = os.now();
+        if self.config.is_none() && self.exiting.is_none() {
+            match read_json::<KernelConfig>(os, &self.kernel.config()) {
+                Ok(Some(c)) => {
+                    self.shell = if os.has_program("bash") {
+                        "bash".into()
+                    } else {
+                        "/bin/sh".into()
+                    };
+                    self.config = Some(c);
+                    self.idle_since = now;
+                    self.adopt_existing(os);
+                }
+                _ => self.exiting = Some(now + EXIT_BOUND),
+            }
+        }
+        if self.exiting.is_none() && !os.exists(&self.kernel.config()) {
+            // Shut down or removed under us.
+            self.exiting = Some(now + EXIT_BOUND);
+        }
+        if let Some(deadline) = self.exiting {
+            return self.exit_sweep(os, now, deadline);
+        }
+        self.track_cells(os, now);
+        self.start_next(os, now);
+        let busy = self
+            .cells
+            .values()
+            .any(|t| !t.done || t.cancel.as_ref().is_some_and(|c| !c.finished));
+        if busy {
+            self.idle_since = now;
+        }
+        let idle = Duration::from_millis(self.config.as_ref().map_or(0, |c| c.idle_timeout_ms));
+        if now >= self.idle_since + idle {
+            self.exiting = Some(now + EXIT_BOUND);
+            return self.exit_sweep(os, now, now + EXIT_BOUND);
+        }
+        DaemonStep::Continue {
+            next_wake: now + TICK,
+        }
+    }
+
+    fn grace(&self) -> Duration {
+        Duration::from_millis(
+            self.config
+                .as_ref()
+                .map_or(DEFAULT_GRACE_MS, |c| c.grace_ms),
+        )
+    }
+
+    /// Cells left unresolved by an earlier daemon are finalized; cells
+    /// submitted but never taken are run.
+    fn adopt_existing(&mut self, os: &mut dyn Os) {
+        for seq in cell_seqs(os, &self.kernel) {
+            let cell = self.kernel.cell(seq);
+            let taken = os.exists(&cell.journal()) || os.exists(&cell.launch());
+            if !taken {
+                continue;
+            }
+            self.handled.insert(seq);
+            if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
+                if !w.is_done() {
+                    let outcome = CellOutcome::Error {
+                        message: "the kernel daemon that ran this cell is gone".into(),
+                    };
+                    let _ = w.finish(os, vec![EntryKind::Result { outcome }]);
+                }
+            }
+        }
+    }
+
+    fn track_cells(&mut self, os: &mut dyn Os, now: Timestamp) {
+        let grace = self.grace();
+        let markers: Vec<String> = self.cells.values().map(|t| t.marker.clone()).collect();
+        let mut table: Option<Table> = None;
+        let self_pid = os.self_pid();
+        let mut drop = Vec::new();
+        for (&seq, t) in self.cells.iter_mut() {
+            let cell = self.kernel.cell(seq);
+            if !t.done {
+                if let Ok(read) = read_journal(os, &cell.journal()) {
+                    t.pgid = t.pgid.or_else(|| journal::started_pgid(&read));
+                    for e in &read.entries {
+                        match &e.kind {
+                            EntryKind::Leftovers { pids } => t.leftovers.clone_from(pids),
+                            EntryKind::Done => t.done = true,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            if let Some((pid, start)) = t.shim {
+                let alive = os
+                    .process(pid)
+                    .is_some_and(|p| p.starttime == start && !p.zombie);
+                if !alive {
+                    t.shim = None;
+                }
+            }
+            if t.shim.is_none() && !t.done {
+                // The shim died without finishing the journal.
+                let outcome = match cancel_reason(os, &cell) {
+                    Some(r) => r.outcome(),
+                    None => CellOutcome::Error {
+                        message: "the cell's shim died".into(),
+                    },
+                };
+                if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
+                    let _ = w.finish(os, vec![EntryKind::Result { outcome }]);
+                }
+                t.done = true;
+            }
+            if t.cancel.is_none() && os.exists(&cell.cancel()) {
+                t.cancel = Some(Escalation {
+                    since: now,
+                    term_sent: false,
+                    finished: false,
+                });
+            }
+            if t.cancel.is_none() && !t.done && t.deadline.is_some_and(|d| now >= d) {
+                let _ = os.create_new(&cell.cancel(), CancelReason::Timeout.as_bytes());
+                t.cancel = Some(Escalation {
+                    since: now,
+                    term_sent: false,
+                    finished: false,
+                });
+            }
+            let mut empty = false;
+            if let Some(c) = t.cancel.as_mut().filter(|c| !c.finished) {
+                let table = table.get_or_insert_with(|| Table::snapshot(os));
+                let protected = procs::protected(table, self_pid);
+                let scope = CellScope {
+                    shim: t.shim.map(|s| s.0),
+                    pgid: t.pgid,
+                    marker: t.marker.clone(),
+                    other_markers: markers
+                        .iter()
+                        .filter(|m| **m != t.marker)
+                        .cloned()
+                        .collect(),
+                    extra: t.leftovers.clone(),
+                };
+                let set = procs::cell_processes(os, table, &scope, &protected);
+                if !c.term_sent {
+                    procs::signal_each(os, &set, procs_signal_term());
+                    c.term_sent = true;
+                } else if now >= c.since + grace {
+                    procs::stop_and_kill(os, &set);
+                }
+                empty = set.is_empty();
+                if empty && t.done && t.shim.is_none() {
+                    c.finished = true;
+                }
+            }
+            if t.done && t.shim.is_none() && (t.cancel.is_none() || empty) {
+                drop.push(seq);
+            }
+        }
+        for seq in drop {
+            self.cells.remove(&seq);
+        }
+    }
+
+    fn start_next(&mut self, os: &mut dyn Os, now: Timestamp) {
+        if self.cells.values().any(|t| !t.done) {
+            return;
+        }
+        let Some(config) = self.config.clone() else {
+            return;
+        };
+        for seq in cell_seqs(os, &self.kernel) {
+            if self.handled.contains(&seq) {
+                continue;
+            }
+            let cell = self.kernel.cell(seq);
+            let Ok(Some(sub)) = read_json::<Submission>(os, &cell.submission()) else {
+                continue;
+            };
+            self.handled.insert(seq);
+            let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) else {
+                continue;
+            };
+            if w.is_done() {
+                continue;
+            }
+            let _ = w.push(
+                os,
+                EntryKind::Accepted {
+                    request_id: sub.request_id.clone(),
+                },
+            );
+            if let Some(reason) = cancel_reason(os, &cell) {
+                // The cancel won: the cell never starts.
+                let _ = w.finish(
+                    os,
+                    vec![EntryKind::Result {
+                        outcome: reason.outcome(),
+                    }],
+                );
+                continue;
+            }
+            match self.launch(os, seq, &sub, &config) {
+                Ok(track) => {
+                    let mut track = track;
+                    track.deadline = sub.timeout_ms.map(|ms| now + Duration::from_millis(ms));
+                    self.cells.insert(seq, track);
+                    return;
+                }
+                Err(message) => {
+                    let outcome = CellOutcome::Error { message };
+                    let _ = w.finish(os, vec![EntryKind::Result { outcome }]);
+                }
+            }
+        }
+    }
+
+    fn launch(
+        &self,
+        os: &mut dyn Os,
+        seq: CellSeq,
+        sub: &Submission,
+        config: &KernelConfig,
+    ) -> Result<Track, String> {
+        let cell = self.kernel.cell(seq);
+        let marker = marker_value(&self.nonce, seq);
+        os.write_atomic(&cell.code(), sub.code.as_slice())
+            .map_err(|e| format!("cannot write the cell's code: {e}"))?;
+        let argv = match config.lang {
+            Lang::Shell => shell::argv(&self.shell, &self.kernel, &cell),
+            Lang::Python => return Err("python kernels are not supported by this agent yet".into()),
+        };
+        let launch = CellLaunch {
+            kernel_dir: self.kernel.dir().to_owned(),
+            cell_dir: cell.dir().to_owned(),
+            lang: config.lang,
+            argv,
+            marker: (MARKER_NAME.to_owned(), marker.clone()),
+        };
+        let pid = os
+            .spawn_cell(&launch)
+            .map_err(|e: OsError| format!("cannot start the cell's shim: {e}"))?;
+        let start = os.process(pid).map_or(0, |p| p.starttime);
+        let record = LaunchRecord {
+            shim_pid: pid,
+            shim_starttime: start,
+            marker: marker.clone(),
+        };
+        let _ = os.write_atomic(&cell.launch(), &to_json(&record));
+        Ok(Track {
+            shim: Some((pid, start)),
+            marker,
+            pgid: None,
+            leftovers: Vec::new(),
+            done: false,
+            deadline: None,
+            cancel: None,
+        })
+    }
+
+    /// Kills everything the kernel owns (STOP + KILL, again each tick),
+    /// then exits.
+    fn exit_sweep(&mut self, os: &mut dyn Os, now: Timestamp, deadline: Timestamp) -> DaemonStep {
+        let table = Table::snapshot(os);
+        let self_pid = os.self_pid();
+        let protected = procs::protected(&table, self_pid);
+        let mut set = kernel_processes(os, &table, &self.kernel, &protected);
+        set.extend(table.descendants(self_pid));
+        for t in self.cells.values() {
+            let scope = CellScope {
+                shim: t.shim.map(|s| s.0),
+                pgid: t.pgid,
+                marker: t.marker.clone(),
+                other_markers: Vec::new(),
+                extra: t.leftovers.clone(),
+            };
+            set.extend(procs::cell_processes(os, &table, &scope, &protected));
+        }
+        set.retain(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie));
+        if set.is_empty() || now >= deadline {
+            return DaemonStep::Exit;
+        }
+        procs::stop_and_kill(os, &set);
+        DaemonStep::Continue {
+            next_wake: now + TICK,
+        }
+    }
+}
+
+fn procs_signal_term() -> super::os::Signal {
+    super::os::Signal::Term
+}

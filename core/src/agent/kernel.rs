@@ -1,0 +1,133 @@
+//! What a kernel directory records about its daemon and its cells, and the
+//! identity check behind `probe` (and behind every "is the daemon alive?").
+
+use super::layout::KernelLayout;
+use super::os::{Os, OsError, Pid};
+use crate::protocol::{Identity, Lang, ProbeStatus};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+/// Default grace between TERM and KILL.
+pub const DEFAULT_GRACE_MS: u64 = 2_000;
+
+/// What `spawn` was asked for, kept in `config.json` for the daemon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelConfig {
+    /// The language.
+    pub lang: Lang,
+    /// The spawn's nonce (also in the daemon's argv).
+    pub nonce: String,
+    /// Idle self-exit after this long without a running cell.
+    pub idle_timeout_ms: u64,
+    /// Grace between TERM and KILL.
+    pub grace_ms: u64,
+}
+
+/// The shim the daemon started for a cell (`launch.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRecord {
+    /// The shim's pid.
+    pub shim_pid: Pid,
+    /// Its start time (tells a reused pid apart).
+    pub shim_starttime: u64,
+    /// The cell's env marker value.
+    pub marker: String,
+}
+
+/// Reads a JSON file: `Ok(None)` when absent, an error when unreadable.
+pub fn read_json<T: DeserializeOwned>(os: &dyn Os, path: &str) -> Result<Option<T>, OsError> {
+    match os.read_file(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| OsError::Other(format!("{path} is damaged: {e}"))),
+        Err(OsError::NotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Serialises plain data (cannot fail for our types).
+pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// Is `expect` the daemon running now? `Alive`, `Dead` or `Replaced`, with
+/// what was seen.
+pub fn check_identity(os: &dyn Os, expect: &Identity) -> ProbeStatus {
+    match os.boot_id() {
+        Ok(boot) if boot != expect.boot_id => {
+            return ProbeStatus::Replaced {
+                evidence: format!(
+                    "the sandbox rebooted or was replaced: boot id {boot}, the daemon was started under {}",
+                    expect.boot_id
+                ),
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            return ProbeStatus::Dead {
+                evidence: format!("cannot read the boot id: {e}"),
+            }
+        }
+    }
+    let Some(p) = os.process(expect.pid) else {
+        return ProbeStatus::Dead {
+            evidence: format!(
+                "no process {} (the daemon exited or was killed)",
+                expect.pid
+            ),
+        };
+    };
+    if p.starttime != expect.starttime {
+        return ProbeStatus::Replaced {
+            evidence: format!(
+                "pid {} was reused: start time {}, the daemon's was {}",
+                expect.pid, p.starttime, expect.starttime
+            ),
+        };
+    }
+    if p.zombie {
+        return ProbeStatus::Dead {
+            evidence: format!("the daemon (pid {}) has exited (zombie)", expect.pid),
+        };
+    }
+    if !os.has_arg(expect.pid, &expect.nonce) {
+        return ProbeStatus::Replaced {
+            evidence: format!(
+                "pid {} does not carry the nonce {} in its argv",
+                expect.pid, expect.nonce
+            ),
+        };
+    }
+    ProbeStatus::Alive {
+        identity: expect.clone(),
+    }
+}
+
+/// The probe op: compares the recorded identity with `expect` and checks it.
+pub fn probe(os: &dyn Os, kernel: &KernelLayout, expect: Option<&Identity>) -> ProbeStatus {
+    let recorded: Option<Identity> = read_json(os, &kernel.identity()).ok().flatten();
+    match (expect, recorded) {
+        (None, None) => ProbeStatus::Absent,
+        (None, Some(rec)) => check_identity(os, &rec),
+        (Some(_), None) => ProbeStatus::Dead {
+            evidence: format!(
+                "{} is gone (the kernel's state was removed)",
+                kernel.identity()
+            ),
+        },
+        (Some(exp), Some(rec)) if rec != *exp => ProbeStatus::Replaced {
+            evidence: format!(
+                "the kernel was re-spawned: daemon pid {} nonce {}, expected pid {} nonce {}",
+                rec.pid, rec.nonce, exp.pid, exp.nonce
+            ),
+        },
+        (Some(exp), Some(_)) => check_identity(os, exp),
+    }
+}
+
+/// The recorded daemon's pid when it is alive.
+pub fn live_daemon(os: &dyn Os, kernel: &KernelLayout) -> Option<Identity> {
+    match probe(os, kernel, None) {
+        ProbeStatus::Alive { identity } => Some(identity),
+        _ => None,
+    }
+}

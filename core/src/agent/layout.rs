@@ -1,0 +1,164 @@
+//! Where the agent keeps its state: one directory per kernel under the
+//! agent root, one directory per cell under its kernel. Kernel names are
+//! validated [`KernelName`]s, so every path built here stays inside root.
+//!
+//! ```text
+//! {root}/kernels/{kernel}/identity.json   who the daemon is (probe)
+//!                        /config.json     lang, nonce, grace, idle timeout
+//!                        /lang            the language, as text
+//!                        /state/          the shell's saved cwd + exports
+//!                        /cells/{seq}/    submission.json, code, journal,
+//!                                         cancel, launch.json, end
+//! ```
+
+use crate::ids::{CellSeq, KernelName};
+
+/// Paths of the agent root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    root: String,
+}
+
+impl Layout {
+    /// The layout under `root` (an absolute directory; trailing `/` ignored).
+    pub fn new(root: &str) -> Layout {
+        let trimmed = root.trim_end_matches('/');
+        Layout {
+            root: if trimmed.is_empty() {
+                "/".into()
+            } else {
+                trimmed.into()
+            },
+        }
+    }
+
+    /// `{root}/kernels`.
+    pub fn kernels_dir(&self) -> String {
+        format!("{}/kernels", self.root)
+    }
+
+    /// The paths of one kernel.
+    pub fn kernel(&self, kernel: &KernelName) -> KernelLayout {
+        KernelLayout::new(&format!("{}/{}", self.kernels_dir(), kernel.as_str()))
+    }
+}
+
+/// Paths of one kernel directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelLayout {
+    dir: String,
+}
+
+impl KernelLayout {
+    /// The layout of the kernel directory `dir` (as the daemon is given it).
+    pub fn new(dir: &str) -> KernelLayout {
+        KernelLayout {
+            dir: dir.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// The kernel directory.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    /// `identity.json`: the daemon's [`crate::protocol::Identity`].
+    pub fn identity(&self) -> String {
+        format!("{}/identity.json", self.dir)
+    }
+
+    /// `config.json`: the [`super::KernelConfig`] given at spawn.
+    pub fn config(&self) -> String {
+        format!("{}/config.json", self.dir)
+    }
+
+    /// `lang`: the language as text.
+    pub fn lang(&self) -> String {
+        format!("{}/lang", self.dir)
+    }
+
+    /// `state/`: the shell's saved working directory and exports.
+    pub fn state_dir(&self) -> String {
+        format!("{}/state", self.dir)
+    }
+
+    /// `cells/`.
+    pub fn cells_dir(&self) -> String {
+        format!("{}/cells", self.dir)
+    }
+
+    /// The paths of one cell.
+    pub fn cell(&self, seq: CellSeq) -> CellLayout {
+        CellLayout {
+            dir: format!("{}/{}", self.cells_dir(), seq.0),
+        }
+    }
+}
+
+/// Paths of one cell directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellLayout {
+    dir: String,
+}
+
+impl CellLayout {
+    /// The layout of the cell directory `dir` (as the shim is given it).
+    pub fn from_dir(dir: &str) -> CellLayout {
+        CellLayout {
+            dir: dir.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// The cell directory.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    /// `submission.json`: the [`crate::protocol::Submission`], created O_EXCL.
+    pub fn submission(&self) -> String {
+        format!("{}/submission.json", self.dir)
+    }
+
+    /// `code`: the code, byte for byte, as the cell's process reads it.
+    pub fn code(&self) -> String {
+        format!("{}/code", self.dir)
+    }
+
+    /// `journal`: JSON lines, see [`crate::protocol::journal`].
+    pub fn journal(&self) -> String {
+        format!("{}/journal", self.dir)
+    }
+
+    /// `cancel`: the tombstone; its text says why (`cancel` or `timeout`).
+    pub fn cancel(&self) -> String {
+        format!("{}/cancel", self.dir)
+    }
+
+    /// `launch.json`: the shim the daemon started for the cell.
+    pub fn launch(&self) -> String {
+        format!("{}/launch.json", self.dir)
+    }
+
+    /// `end`: written by the shell script when the user's code reached its
+    /// end (holds the last status).
+    pub fn end(&self) -> String {
+        format!("{}/end", self.dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_nest_under_the_root() {
+        let l = Layout::new("/tmp/t/");
+        let k = l.kernel(&KernelName::new("k1").unwrap());
+        assert_eq!(k.dir(), "/tmp/t/kernels/k1");
+        assert_eq!(
+            k.cell(CellSeq(7)).journal(),
+            "/tmp/t/kernels/k1/cells/7/journal"
+        );
+        assert_eq!(k.state_dir(), "/tmp/t/kernels/k1/state");
+    }
+}

@@ -1,0 +1,643 @@
+//! One op command (`tether-agent op`): the request read from stdin, the
+//! reply line it prints. [`OpRun`] is a small state machine so that long
+//! polls and shutdown's kill sweep need no clock or sleep here: the driver
+//! calls [`OpRun::poll`] until it yields the reply line, sleeping until
+//! [`OpRun::next_wake`] (or a short interval) in between.
+//!
+//! Bad input (not JSON, unknown version, a hostile kernel name) gives a
+//! reply line with an [`AgentError`], never a panic.
+
+use super::journal::{self, read_journal};
+use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord};
+use super::layout::{CellLayout, KernelLayout, Layout};
+use super::os::{Os, OsError, Pid};
+use super::procs::{self, marker_value, CellScope, Table};
+use super::shim::CancelReason;
+use crate::ids::{CellSeq, KernelName};
+use crate::protocol::{
+    Acceptance, AgentError, CancelState, EntryKind, Envelope, ErrorKind, Identity, JournalBatch,
+    JournalEntry, Lang, Op, ProbeStatus, Reply, ReplyEnvelope, Submission, PROTOCOL_VERSION,
+};
+use crate::time::Timestamp;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Once a long poll has news (output or the end), it lingers this long for
+/// more, so a short cell's whole journal comes back in one reply.
+pub const LINGER: Duration = Duration::from_millis(50);
+/// How often a waiting op looks again when nothing else wakes it.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// Shutdown gives up sweeping after this long (and removes the directory).
+pub const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
+
+/// One op command in progress. Drain order: call [`OpRun::poll`] with the
+/// OS; `Some(line)` is the reply (print it and stop); `None` means call
+/// again at [`OpRun::next_wake`].
+#[derive(Debug)]
+pub struct OpRun {
+    id: u64,
+    layout: Layout,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Start(Op),
+    Waiting(Waiting),
+    ShuttingDown(ShuttingDown),
+    Reply(Vec<u8>),
+    Finished,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    cell: CellLayout,
+    cursor: u64,
+    deadline: Timestamp,
+    acceptance: Option<Acceptance>,
+    news_at: Option<Timestamp>,
+    next_wake: Timestamp,
+}
+
+#[derive(Debug)]
+struct ShuttingDown {
+    kernel: KernelLayout,
+    deadline: Timestamp,
+    killed: BTreeSet<(Pid, u64)>,
+    next_wake: Timestamp,
+}
+
+type OpResult = Result<State, AgentError>;
+
+fn err(kind: ErrorKind, detail: impl Into<String>) -> AgentError {
+    AgentError {
+        kind,
+        detail: detail.into(),
+    }
+}
+
+fn io(what: &str, e: OsError) -> AgentError {
+    err(ErrorKind::Io, format!("{what}: {e}"))
+}
+
+impl OpRun {
+    /// Reads the request (`stdin` of the op command) for the agent `root`.
+    pub fn new(root: &str, stdin: &[u8]) -> OpRun {
+        let layout = Layout::new(root);
+        let value: serde_json::Value = match serde_json::from_slice(stdin) {
+            Ok(v) => v,
+            Err(e) => {
+                return OpRun::error_run(
+                    layout,
+                    0,
+                    err(
+                        ErrorKind::BadRequest,
+                        format!("the request is not JSON: {e}"),
+                    ),
+                )
+            }
+        };
+        let id = value
+            .get("id")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        match value.get("v").and_then(serde_json::Value::as_u64) {
+            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
+            other => {
+                return OpRun::error_run(
+                    layout,
+                    id,
+                    err(
+                        ErrorKind::UnsupportedVersion,
+                        format!(
+                            "this agent speaks protocol v{PROTOCOL_VERSION}, the request says {other:?}: install the matching agent"
+                        ),
+                    ),
+                )
+            }
+        }
+        match serde_json::from_value::<Envelope>(value) {
+            Ok(env) => OpRun {
+                id: env.id,
+                layout,
+                state: State::Start(env.op),
+            },
+            Err(e) => OpRun::error_run(
+                layout,
+                id,
+                err(
+                    ErrorKind::BadRequest,
+                    format!("the request is not a valid op: {e}"),
+                ),
+            ),
+        }
+    }
+
+    fn error_run(layout: Layout, id: u64, error: AgentError) -> OpRun {
+        OpRun {
+            id,
+            layout,
+            state: State::Reply(line(id, Err(error))),
+        }
+    }
+
+    /// When to poll again (`None`: now, or finished).
+    pub fn next_wake(&self) -> Option<Timestamp> {
+        match &self.state {
+            State::Waiting(w) => Some(w.next_wake),
+            State::ShuttingDown(s) => Some(s.next_wake),
+            _ => None,
+        }
+    }
+
+    /// Advances the op; returns the reply line once it is ready.
+    #[must_use]
+    pub fn poll(&mut self, os: &mut dyn Os) -> Option<Vec<u8>> {
+        let state = std::mem::replace(&mut self.state, State::Finished);
+        let next = match state {
+            State::Start(op) => self.start(os, op),
+            State::Waiting(w) => self.wait_step(os, w),
+            State::ShuttingDown(s) => self.shutdown_step(os, s),
+            other => Ok(other),
+        };
+        let next = next.unwrap_or_else(|e| State::Reply(line(self.id, Err(e))));
+        match next {
+            State::Reply(bytes) => {
+                self.state = State::Finished;
+                Some(bytes)
+            }
+            other => {
+                self.state = other;
+                None
+            }
+        }
+    }
+
+    fn reply(&self, reply: Reply) -> OpResult {
+        Ok(State::Reply(line(self.id, Ok(reply))))
+    }
+
+    fn kernel_dir(&self, os: &dyn Os, kernel: &KernelName) -> Result<KernelLayout, AgentError> {
+        let k = self.layout.kernel(kernel);
+        if !os.exists(&k.config()) {
+            return Err(err(
+                ErrorKind::NoSuchKernel,
+                format!("no kernel {kernel} here (spawn it first)"),
+            ));
+        }
+        Ok(k)
+    }
+
+    fn start(&mut self, os: &mut dyn Os, op: Op) -> OpResult {
+        let now = os.now();
+        match op {
+            Op::Install { .. } => Err(err(
+                ErrorKind::BadRequest,
+                "install is done by the install script, not by the agent",
+            )),
+            Op::Probe { kernel, expect } => {
+                let k = self.layout.kernel(&kernel);
+                let status = probe(os, &k, expect.as_ref());
+                self.reply(Reply::Probed { status })
+            }
+            Op::Spawn {
+                kernel,
+                lang,
+                nonce,
+                idle_timeout_ms,
+                grace_ms,
+            } => {
+                let config = KernelConfig {
+                    lang,
+                    nonce,
+                    idle_timeout_ms,
+                    grace_ms,
+                };
+                let (identity, fresh) = spawn(os, &self.layout.kernel(&kernel), &config)?;
+                self.reply(Reply::Spawned { identity, fresh })
+            }
+            Op::Submit {
+                kernel,
+                submission,
+                wait_ms,
+            } => {
+                let k = self.kernel_dir(os, &kernel)?;
+                let cell = k.cell(submission.seq);
+                let acceptance = submit(os, &k, &cell, &submission)?;
+                self.wait_step(
+                    os,
+                    Waiting {
+                        cell,
+                        cursor: 0,
+                        deadline: now + Duration::from_millis(wait_ms),
+                        acceptance: Some(acceptance),
+                        news_at: None,
+                        next_wake: now,
+                    },
+                )
+            }
+            Op::Wait {
+                kernel,
+                seq,
+                cursor,
+                wait_ms,
+            } => {
+                let k = self.kernel_dir(os, &kernel)?;
+                let cell = k.cell(seq);
+                if !os.exists(&cell.submission()) && !os.exists(&cell.journal()) {
+                    return Err(err(
+                        ErrorKind::NoSuchCell,
+                        format!(
+                            "kernel {kernel} has no cell {seq} (never submitted, or acknowledged)"
+                        ),
+                    ));
+                }
+                let read =
+                    read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;
+                if !journal::is_done(&read) && kernel::live_daemon(os, &k).is_none() {
+                    return Err(err(
+                        ErrorKind::KernelDead,
+                        format!(
+                            "kernel {kernel}'s daemon is not running and cell {seq} is unresolved"
+                        ),
+                    ));
+                }
+                self.wait_step(
+                    os,
+                    Waiting {
+                        cell,
+                        cursor,
+                        deadline: now + Duration::from_millis(wait_ms),
+                        acceptance: None,
+                        news_at: None,
+                        next_wake: now,
+                    },
+                )
+            }
+            Op::Cancel { kernel, seq } => {
+                let k = self.kernel_dir(os, &kernel)?;
+                let state = cancel(os, &k.cell(seq))?;
+                self.reply(Reply::Cancelled { state })
+            }
+            Op::Shutdown { kernel } => {
+                let k = self.layout.kernel(&kernel);
+                if !os.exists(k.dir()) {
+                    return self.reply(Reply::ShutDown { killed: 0 });
+                }
+                self.shutdown_step(
+                    os,
+                    ShuttingDown {
+                        kernel: k,
+                        deadline: now + SHUTDOWN_BOUND,
+                        killed: BTreeSet::new(),
+                        next_wake: now,
+                    },
+                )
+            }
+            Op::Gc => {
+                let removed = gc(os, &self.layout)?;
+                self.reply(Reply::Collected { removed })
+            }
+            Op::Ack { kernel, seq } => {
+                let cell = self.layout.kernel(&kernel).cell(seq);
+                if os.exists(cell.dir()) {
+                    let read = read_journal(os, &cell.journal())
+                        .map_err(|e| io("reading the journal", e))?;
+                    if !journal::is_done(&read) {
+                        return Err(err(
+                            ErrorKind::BadRequest,
+                            format!("cell {seq} is not done yet; wait for it or cancel it first"),
+                        ));
+                    }
+                    os.remove_all(cell.dir())
+                        .map_err(|e| io("removing the cell", e))?;
+                }
+                self.reply(Reply::Acked)
+            }
+        }
+    }
+
+    fn wait_step(&mut self, os: &mut dyn Os, mut w: Waiting) -> OpResult {
+        let now = os.now();
+        let read = read_journal(os, &w.cell.journal()).map_err(|e| io("reading the journal", e))?;
+        let entries: Vec<JournalEntry> = read
+            .entries
+            .into_iter()
+            .filter(|e| e.n > w.cursor)
+            .collect();
+        let done = entries.iter().any(|e| matches!(e.kind, EntryKind::Done));
+        let news = entries.iter().any(|e| {
+            !matches!(
+                e.kind,
+                EntryKind::Accepted { .. } | EntryKind::Started { .. }
+            )
+        });
+        if news && w.news_at.is_none() {
+            w.news_at = Some(now);
+        }
+        let linger_over = w.news_at.is_some_and(|t| now >= t + LINGER);
+        if done || linger_over || now >= w.deadline {
+            let batch = JournalBatch { entries, done };
+            return match w.acceptance {
+                Some(acceptance) => self.reply(Reply::Submitted { acceptance, batch }),
+                None => self.reply(Reply::Waited { batch }),
+            };
+        }
+        let mut wake = (now + POLL_INTERVAL).min(w.deadline);
+        if let Some(t) = w.news_at {
+            wake = wake.min(t + LINGER);
+        }
+        w.next_wake = wake;
+        Ok(State::Waiting(w))
+    }
+
+    fn shutdown_step(&mut self, os: &mut dyn Os, mut s: ShuttingDown) -> OpResult {
+        let now = os.now();
+        let table = Table::snapshot(os);
+        let protected = procs::protected(&table, os.self_pid());
+        let mut set = kernel_processes(os, &table, &s.kernel, &protected);
+        // Processes seen before keep being killed while they exist (same
+        // start time: not a reused pid).
+        for &(pid, start) in &s.killed {
+            if table
+                .get(pid)
+                .is_some_and(|p| p.starttime == start && !p.zombie && !protected.contains(&pid))
+            {
+                set.insert(pid);
+            }
+        }
+        if set.is_empty() || now >= s.deadline {
+            os.remove_all(s.kernel.dir())
+                .map_err(|e| io("removing the kernel directory", e))?;
+            let killed = u32::try_from(s.killed.len()).unwrap_or(u32::MAX);
+            return self.reply(Reply::ShutDown { killed });
+        }
+        procs::stop_and_kill(os, &set);
+        for pid in set {
+            if let Some(p) = table.get(pid) {
+                s.killed.insert((pid, p.starttime));
+            }
+        }
+        s.next_wake = now + POLL_INTERVAL;
+        Ok(State::ShuttingDown(s))
+    }
+}
+
+/// The reply line for op `id`.
+fn line(id: u64, result: Result<Reply, AgentError>) -> Vec<u8> {
+    let (reply, error) = match result {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(e)),
+    };
+    let mut bytes = to_json(&ReplyEnvelope {
+        v: PROTOCOL_VERSION,
+        id,
+        reply,
+        error,
+    });
+    bytes.push(b'\n');
+    bytes
+}
+
+fn spawn(
+    os: &mut dyn Os,
+    k: &KernelLayout,
+    config: &KernelConfig,
+) -> Result<(Identity, bool), AgentError> {
+    if config.lang == Lang::Python && !os.has_program("python3") {
+        return Err(err(
+            ErrorKind::PythonMissing,
+            "python3 is not on the sandbox's PATH; install it or use --lang shell",
+        ));
+    }
+    if let Some(identity) = kernel::live_daemon(os, k) {
+        if identity.nonce == config.nonce {
+            return Ok((identity, false));
+        }
+        return Err(err(
+            ErrorKind::Conflict,
+            format!(
+                "the kernel already runs (daemon pid {}) under another nonce; probe it to adopt it, or shut it down first",
+                identity.pid
+            ),
+        ));
+    }
+    // A fresh daemon starts from a fresh state: the old one's is lost.
+    os.remove_all(&k.state_dir())
+        .map_err(|e| io("clearing the old state", e))?;
+    let _ = os.remove_all(&k.identity());
+    for dir in [k.state_dir(), k.cells_dir()] {
+        os.create_dir_all(&dir)
+            .map_err(|e| io("creating the kernel directory", e))?;
+    }
+    os.write_atomic(&k.config(), &to_json(config))
+        .map_err(|e| io("writing config.json", e))?;
+    os.write_atomic(&k.lang(), format!("{}\n", config.lang).as_bytes())
+        .map_err(|e| io("writing lang", e))?;
+    let pid = os
+        .spawn_daemon(k.dir(), &config.nonce)
+        .map_err(|e| io("starting the kernel daemon", e))?;
+    let info = os.process(pid).ok_or_else(|| {
+        err(
+            ErrorKind::Io,
+            format!(
+                "the kernel daemon (pid {pid}) exited at once; see {}/daemon.stderr",
+                k.dir()
+            ),
+        )
+    })?;
+    let identity = Identity {
+        boot_id: os.boot_id().map_err(|e| io("reading the boot id", e))?,
+        pid,
+        starttime: info.starttime,
+        nonce: config.nonce.clone(),
+    };
+    os.write_atomic(&k.identity(), &to_json(&identity))
+        .map_err(|e| io("writing identity.json", e))?;
+    Ok((identity, true))
+}
+
+fn submit(
+    os: &mut dyn Os,
+    k: &KernelLayout,
+    cell: &CellLayout,
+    sub: &Submission,
+) -> Result<Acceptance, AgentError> {
+    let seq = sub.seq;
+    if let Some(existing) = read_json::<Submission>(os, &cell.submission())
+        .map_err(|e| io("reading the submission", e))?
+    {
+        return if existing.request_id == sub.request_id {
+            Ok(Acceptance::AlreadyAccepted)
+        } else {
+            Err(err(
+                ErrorKind::Conflict,
+                format!(
+                    "cell {seq} already holds request {}; this is request {} (use the next sequence number)",
+                    existing.request_id, sub.request_id
+                ),
+            ))
+        };
+    }
+    os.create_dir_all(cell.dir())
+        .map_err(|e| io("creating the cell directory", e))?;
+    if os.exists(&cell.cancel()) {
+        // Cancelled before it was ever submitted: it will never run.
+        let mut bytes = JournalEntry {
+            n: 1,
+            kind: EntryKind::Result {
+                outcome: crate::protocol::CellOutcome::Cancelled,
+            },
+        }
+        .to_line();
+        bytes.extend(
+            JournalEntry {
+                n: 2,
+                kind: EntryKind::Done,
+            }
+            .to_line(),
+        );
+        match os.create_new(&cell.journal(), &bytes) {
+            Ok(()) | Err(OsError::AlreadyExists) => {}
+            Err(e) => return Err(io("writing the journal", e)),
+        }
+        return Ok(Acceptance::CancelledBeforeStart);
+    }
+    if kernel::live_daemon(os, k).is_none() {
+        return Err(err(
+            ErrorKind::KernelDead,
+            "the kernel's daemon is not running; probe and spawn it again",
+        ));
+    }
+    match os.create_new(&cell.submission(), &to_json(sub)) {
+        Ok(()) => Ok(Acceptance::Accepted),
+        Err(OsError::AlreadyExists) => {
+            // A concurrent submit won the race: same answer as a resend.
+            match read_json::<Submission>(os, &cell.submission()) {
+                Ok(Some(e)) if e.request_id == sub.request_id => Ok(Acceptance::AlreadyAccepted),
+                _ => Err(err(
+                    ErrorKind::Conflict,
+                    format!("cell {seq} is taken by another request"),
+                )),
+            }
+        }
+        Err(e) => Err(io("writing the submission", e)),
+    }
+}
+
+fn cancel(os: &mut dyn Os, cell: &CellLayout) -> Result<CancelState, AgentError> {
+    os.create_dir_all(cell.dir())
+        .map_err(|e| io("creating the cell directory", e))?;
+    match os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes()) {
+        Ok(()) | Err(OsError::AlreadyExists) => {}
+        Err(e) => return Err(io("writing the tombstone", e)),
+    }
+    let read = read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;
+    Ok(if journal::is_done(&read) {
+        CancelState::AlreadyDone
+    } else if os.exists(&cell.launch()) || journal::started_pgid(&read).is_some() {
+        CancelState::Escalating
+    } else {
+        CancelState::Tombstoned
+    })
+}
+
+/// Everything a kernel owns: its daemon and the daemon's descendants, and
+/// every process of each of its cells.
+pub fn kernel_processes(
+    os: &dyn Os,
+    table: &Table,
+    k: &KernelLayout,
+    protected: &BTreeSet<Pid>,
+) -> BTreeSet<Pid> {
+    let mut set = BTreeSet::new();
+    if let Some(id) = kernel::live_daemon(os, k) {
+        if !protected.contains(&id.pid) {
+            set.insert(id.pid);
+            set.extend(
+                table
+                    .descendants(id.pid)
+                    .into_iter()
+                    .filter(|p| !protected.contains(p)),
+            );
+        }
+    }
+    let nonce = read_json::<KernelConfig>(os, &k.config())
+        .ok()
+        .flatten()
+        .map(|c| c.nonce);
+    for seq in cell_seqs(os, k) {
+        let cell = k.cell(seq);
+        let pgid = read_journal(os, &cell.journal())
+            .ok()
+            .and_then(|r| journal::started_pgid(&r));
+        let shim = read_json::<LaunchRecord>(os, &cell.launch())
+            .ok()
+            .flatten()
+            .filter(|l| {
+                table
+                    .get(l.shim_pid)
+                    .is_some_and(|p| p.starttime == l.shim_starttime)
+            });
+        let scope = CellScope {
+            shim: None,
+            pgid,
+            marker: nonce
+                .as_deref()
+                .map(|n| marker_value(n, seq))
+                .unwrap_or_default(),
+            other_markers: Vec::new(),
+            extra: shim.map(|l| vec![l.shim_pid]).unwrap_or_default(),
+        };
+        if scope.marker.is_empty() && scope.pgid.is_none() && scope.extra.is_empty() {
+            continue;
+        }
+        set.extend(procs::cell_processes(os, table, &scope, protected));
+    }
+    set
+}
+
+/// The cells of a kernel, by sequence number.
+pub fn cell_seqs(os: &dyn Os, k: &KernelLayout) -> Vec<CellSeq> {
+    let mut seqs: Vec<CellSeq> = os
+        .list_dir(&k.cells_dir())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.parse().ok().map(CellSeq))
+        .collect();
+    seqs.sort();
+    seqs
+}
+
+fn gc(os: &mut dyn Os, layout: &Layout) -> Result<Vec<KernelName>, AgentError> {
+    let mut removed = Vec::new();
+    let names = match os.list_dir(&layout.kernels_dir()) {
+        Ok(n) => n,
+        Err(OsError::NotFound) => return Ok(removed),
+        Err(e) => return Err(io("listing kernels", e)),
+    };
+    for name in names {
+        let Ok(kernel) = KernelName::new(&name) else {
+            continue;
+        };
+        let k = layout.kernel(&kernel);
+        if !os.exists(&k.identity()) {
+            continue;
+        }
+        if matches!(probe(os, &k, None), ProbeStatus::Alive { .. }) {
+            continue;
+        }
+        let unresolved = cell_seqs(os, &k).into_iter().any(|seq| {
+            let cell = k.cell(seq);
+            os.exists(&cell.submission())
+                && !read_journal(os, &cell.journal()).is_ok_and(|r| journal::is_done(&r))
+        });
+        if unresolved {
+            continue;
+        }
+        os.remove_all(k.dir())
+            .map_err(|e| io("removing a stale kernel", e))?;
+        removed.push(kernel);
+    }
+    Ok(removed)
+}

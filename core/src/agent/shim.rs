@@ -1,0 +1,249 @@
+//! The cell shim's decisions: what it journals and how a cell's outcome
+//! follows from what was observed. The real shim (`tether-agent shim`)
+//! moves the bytes: it starts the main process, reads its pipes, reaps.
+//!
+//! Journal of a cell: `accepted` (by the daemon), `started`, `output`…,
+//! then `clipped` (if output was cut), `result`, `leftovers` (if any
+//! process of the cell still runs), `done`.
+//!
+//! Completion: the main process exited AND (both pipes reached EOF OR the
+//! drain bound passed since the exit).
+
+use super::journal::{JournalWriter, DEFAULT_CAP};
+use super::layout::CellLayout;
+use super::os::{CellLaunch, Os, OsError, Pid};
+use super::shell;
+use crate::protocol::{CellOutcome, EntryKind, Lang, Stream};
+use crate::time::Timestamp;
+use std::time::Duration;
+
+/// Default bound on draining the pipes after the main process exited.
+pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
+
+/// How the main process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this status.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+}
+
+/// Why a cell was cancelled (the text of its tombstone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The client asked.
+    Requested,
+    /// Its timeout passed.
+    Timeout,
+}
+
+impl CancelReason {
+    /// The tombstone's text.
+    pub fn as_bytes(self) -> &'static [u8] {
+        match self {
+            CancelReason::Requested => b"cancel\n",
+            CancelReason::Timeout => b"timeout\n",
+        }
+    }
+
+    /// Reads a tombstone.
+    pub fn parse(text: &[u8]) -> CancelReason {
+        if text.starts_with(b"timeout") {
+            CancelReason::Timeout
+        } else {
+            CancelReason::Requested
+        }
+    }
+
+    /// The outcome of a cell cancelled for this reason.
+    pub fn outcome(self) -> CellOutcome {
+        match self {
+            CancelReason::Requested => CellOutcome::Cancelled,
+            CancelReason::Timeout => CellOutcome::TimedOut,
+        }
+    }
+}
+
+/// The tombstone of a cell, if there is one.
+pub fn cancel_reason(os: &dyn Os, cell: &CellLayout) -> Option<CancelReason> {
+    os.read_file(&cell.cancel())
+        .ok()
+        .map(|t| CancelReason::parse(&t))
+}
+
+/// A shell cell's outcome. Reaching the end of the code with status 0 is
+/// `ok` even if a cancel raced it; otherwise a cancel wins; otherwise a
+/// shell that stopped early did so by `exit N`.
+pub fn shell_outcome(
+    exit: ExitStatus,
+    end: Option<i32>,
+    cancel: Option<CancelReason>,
+) -> CellOutcome {
+    match (end, cancel, exit) {
+        (Some(0), _, _) => CellOutcome::Ok,
+        (_, Some(reason), _) => reason.outcome(),
+        (Some(status), None, _) => CellOutcome::Error {
+            message: format!("the last command exited with status {status}"),
+        },
+        (None, None, ExitStatus::Code(code)) => CellOutcome::Exit { code },
+        (None, None, ExitStatus::Signal(sig)) => CellOutcome::Error {
+            message: format!("the cell's shell was killed by signal {sig}"),
+        },
+    }
+}
+
+/// A Python cell's outcome from the interpreter's exit (the persistent
+/// interpreter reports per-cell results itself; this covers its death).
+pub fn process_outcome(exit: ExitStatus, cancel: Option<CancelReason>) -> CellOutcome {
+    match (cancel, exit) {
+        (_, ExitStatus::Code(0)) => CellOutcome::Ok,
+        (Some(reason), _) => reason.outcome(),
+        (None, ExitStatus::Code(code)) => CellOutcome::Exit { code },
+        (None, ExitStatus::Signal(sig)) => CellOutcome::Error {
+            message: format!("killed by signal {sig}"),
+        },
+    }
+}
+
+/// Is the cell complete? See the module doc.
+pub fn complete(
+    exited_at: Option<Timestamp>,
+    pipes_eof: bool,
+    now: Timestamp,
+    drain: Duration,
+) -> bool {
+    match exited_at {
+        None => false,
+        Some(at) => pipes_eof || now >= at + drain,
+    }
+}
+
+/// The shim's journal and its decisions for one cell.
+#[derive(Debug)]
+pub struct ShimCore {
+    launch: CellLaunch,
+    cell: CellLayout,
+    journal: JournalWriter,
+}
+
+impl ShimCore {
+    /// Takes over the cell's journal.
+    pub fn new(os: &mut dyn Os, launch: CellLaunch) -> Result<ShimCore, OsError> {
+        let cell = CellLayout::from_dir(&launch.cell_dir);
+        let journal = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP)?;
+        Ok(ShimCore {
+            launch,
+            cell,
+            journal,
+        })
+    }
+
+    /// The cell's paths.
+    pub fn cell(&self) -> &CellLayout {
+        &self.cell
+    }
+
+    /// The tombstone, checked right before the main process starts: a
+    /// cancel that got there first means the code never runs.
+    pub fn tombstone(&self, os: &dyn Os) -> Option<CancelReason> {
+        cancel_reason(os, &self.cell)
+    }
+
+    /// Resolves a cell that never started.
+    pub fn never_started(&mut self, os: &mut dyn Os, outcome: CellOutcome) -> Result<(), OsError> {
+        self.journal.finish(os, vec![EntryKind::Result { outcome }])
+    }
+
+    /// The main process started.
+    pub fn started(
+        &mut self,
+        os: &mut dyn Os,
+        pid: Pid,
+        pgid: Pid,
+        starttime: u64,
+    ) -> Result<(), OsError> {
+        self.journal.push(
+            os,
+            EntryKind::Started {
+                pid,
+                pgid,
+                starttime,
+            },
+        )
+    }
+
+    /// Output read from a pipe.
+    pub fn output(&mut self, os: &mut dyn Os, stream: Stream, data: &[u8]) -> Result<(), OsError> {
+        self.journal.output(os, stream, data)
+    }
+
+    /// The cell is complete: journals the result, the leftovers, `done`.
+    pub fn finish(
+        &mut self,
+        os: &mut dyn Os,
+        exit: ExitStatus,
+        leftovers: Vec<Pid>,
+    ) -> Result<CellOutcome, OsError> {
+        let cancel = cancel_reason(os, &self.cell);
+        let outcome = match self.launch.lang {
+            Lang::Shell => {
+                let end = os
+                    .read_file(&self.cell.end())
+                    .ok()
+                    .and_then(|b| shell::end_status(&b));
+                shell::promote_state(os, &self.launch.kernel_dir, end.is_some())?;
+                shell_outcome(exit, end, cancel)
+            }
+            Lang::Python => process_outcome(exit, cancel),
+        };
+        let mut entries = vec![EntryKind::Result {
+            outcome: outcome.clone(),
+        }];
+        if !leftovers.is_empty() {
+            entries.push(EntryKind::Leftovers { pids: leftovers });
+        }
+        self.journal.finish(os, entries)?;
+        Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes() {
+        use ExitStatus::*;
+        assert_eq!(shell_outcome(Code(0), Some(0), None), CellOutcome::Ok);
+        assert_eq!(
+            shell_outcome(Code(3), None, None),
+            CellOutcome::Exit { code: 3 }
+        );
+        assert!(matches!(
+            shell_outcome(Code(0), Some(1), None),
+            CellOutcome::Error { .. }
+        ));
+        assert_eq!(
+            shell_outcome(Signal(9), None, Some(CancelReason::Timeout)),
+            CellOutcome::TimedOut
+        );
+        assert_eq!(
+            shell_outcome(Code(143), Some(143), Some(CancelReason::Requested)),
+            CellOutcome::Cancelled
+        );
+        assert!(complete(
+            Some(Timestamp(0)),
+            false,
+            Timestamp(200),
+            DEFAULT_DRAIN
+        ));
+        assert!(!complete(
+            Some(Timestamp(0)),
+            false,
+            Timestamp(199),
+            DEFAULT_DRAIN
+        ));
+        assert!(!complete(None, true, Timestamp(999), DEFAULT_DRAIN));
+    }
+}
