@@ -13,6 +13,7 @@
 pub mod explore;
 pub mod faults;
 pub mod oracle;
+pub mod os;
 pub mod scenario;
 pub mod trace;
 pub mod transport;

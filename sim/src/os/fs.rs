@@ -1,0 +1,230 @@
+//! The simulated file system: absolute paths to directories or byte
+//! contents, in a `BTreeMap`. Creating a file needs its parent directory (as
+//! on Linux); `create_new` is O_EXCL; `write_atomic` replaces in one step.
+//! Files survive a bounce (a container restart keeps its disk).
+
+use std::collections::BTreeMap;
+use tether_core::agent::OsError;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Node {
+    Dir,
+    File(Vec<u8>),
+}
+
+/// A tree of directories and files.
+#[derive(Clone, Debug)]
+pub(crate) struct Fs {
+    nodes: BTreeMap<String, Node>,
+}
+
+impl Default for Fs {
+    fn default() -> Self {
+        let mut nodes = BTreeMap::new();
+        nodes.insert("/".to_owned(), Node::Dir);
+        Fs { nodes }
+    }
+}
+
+/// `path` made canonical: absolute, no empty, `.` or `..` components, no
+/// trailing `/` (except the root).
+pub(crate) fn normalize(path: &str) -> Result<String, OsError> {
+    if !path.starts_with('/') {
+        return Err(OsError::Other(format!("path {path:?} is not absolute")));
+    }
+    if path.contains('\0') {
+        return Err(OsError::Other(format!("path {path:?} holds a NUL byte")));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+fn parent(path: &str) -> Option<&str> {
+    if path == "/" {
+        return None;
+    }
+    match path.rfind('/') {
+        Some(0) => Some("/"),
+        Some(i) => Some(&path[..i]),
+        None => None,
+    }
+}
+
+impl Fs {
+    fn need_parent_dir(&self, path: &str) -> Result<(), OsError> {
+        match parent(path).and_then(|p| self.nodes.get(p)) {
+            Some(Node::Dir) => Ok(()),
+            Some(Node::File(_)) => Err(OsError::Other(format!(
+                "a parent of {path} is not a directory"
+            ))),
+            None => Err(OsError::NotFound),
+        }
+    }
+
+    pub(crate) fn read(&self, path: &str) -> Result<Vec<u8>, OsError> {
+        let path = normalize(path)?;
+        match self.nodes.get(&path) {
+            Some(Node::File(data)) => Ok(data.clone()),
+            Some(Node::Dir) => Err(OsError::Other(format!("{path} is a directory"))),
+            None => Err(OsError::NotFound),
+        }
+    }
+
+    pub(crate) fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        let path = normalize(path)?;
+        if self.nodes.contains_key(&path) {
+            return Err(OsError::AlreadyExists);
+        }
+        self.need_parent_dir(&path)?;
+        self.nodes.insert(path, Node::File(data.to_vec()));
+        Ok(())
+    }
+
+    pub(crate) fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        let path = normalize(path)?;
+        if let Some(Node::Dir) = self.nodes.get(&path) {
+            return Err(OsError::Other(format!("{path} is a directory")));
+        }
+        self.need_parent_dir(&path)?;
+        self.nodes.insert(path, Node::File(data.to_vec()));
+        Ok(())
+    }
+
+    pub(crate) fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        let path = normalize(path)?;
+        match self.nodes.get_mut(&path) {
+            Some(Node::File(existing)) => {
+                existing.extend_from_slice(data);
+                Ok(())
+            }
+            Some(Node::Dir) => Err(OsError::Other(format!("{path} is a directory"))),
+            None => {
+                self.need_parent_dir(&path)?;
+                self.nodes.insert(path, Node::File(data.to_vec()));
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn exists(&self, path: &str) -> bool {
+        normalize(path).is_ok_and(|p| self.nodes.contains_key(&p))
+    }
+
+    pub(crate) fn is_dir(&self, path: &str) -> bool {
+        normalize(path).is_ok_and(|p| matches!(self.nodes.get(&p), Some(Node::Dir)))
+    }
+
+    pub(crate) fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError> {
+        let path = normalize(path)?;
+        match self.nodes.get(&path) {
+            Some(Node::Dir) => {}
+            Some(Node::File(_)) => {
+                return Err(OsError::Other(format!("{path} is not a directory")))
+            }
+            None => return Err(OsError::NotFound),
+        }
+        let prefix = if path == "/" {
+            "/".to_owned()
+        } else {
+            format!("{path}/")
+        };
+        Ok(self
+            .nodes
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter_map(|(k, _)| {
+                let rest = &k[prefix.len()..];
+                (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_owned())
+            })
+            .collect())
+    }
+
+    pub(crate) fn create_dir_all(&mut self, path: &str) -> Result<(), OsError> {
+        let path = normalize(path)?;
+        let mut at = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            at.push('/');
+            at.push_str(part);
+            match self.nodes.get(&at) {
+                Some(Node::Dir) => {}
+                Some(Node::File(_)) => {
+                    return Err(OsError::Other(format!(
+                        "{at} exists and is not a directory"
+                    )))
+                }
+                None => {
+                    self.nodes.insert(at.clone(), Node::Dir);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
+        let path = normalize(path)?;
+        if path == "/" {
+            return Err(OsError::PermissionDenied);
+        }
+        self.nodes.remove(&path);
+        let prefix = format!("{path}/");
+        let doomed: Vec<String> = self
+            .nodes
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in doomed {
+            self.nodes.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Every file path under `dir` (recursively), sorted.
+    pub(crate) fn files_under(&self, dir: &str) -> Vec<String> {
+        let Ok(dir) = normalize(dir) else {
+            return Vec::new();
+        };
+        let prefix = if dir == "/" { dir } else { format!("{dir}/") };
+        self.nodes
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(_, n)| matches!(n, Node::File(_)))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_need_their_directory_and_o_excl_holds() {
+        let mut fs = Fs::default();
+        assert_eq!(fs.create_new("/a/b", b"x"), Err(OsError::NotFound));
+        fs.create_dir_all("/a//./c/../c/").unwrap();
+        fs.create_new("/a/b", b"x").unwrap();
+        assert_eq!(fs.create_new("/a/b", b"y"), Err(OsError::AlreadyExists));
+        fs.append("/a/b", b"z").unwrap();
+        assert_eq!(fs.read("/a/b").unwrap(), b"xz");
+        fs.write_atomic("/a/b", b"new").unwrap();
+        assert_eq!(fs.read("/a/b").unwrap(), b"new");
+        fs.create_dir_all("/a/d/e").unwrap();
+        assert_eq!(fs.list_dir("/a").unwrap(), vec!["b", "c", "d"]);
+        assert!(fs.read("relative").is_err());
+        fs.remove_all("/a/d").unwrap();
+        assert!(!fs.exists("/a/d/e"));
+        assert!(fs.exists("/a/b"));
+        assert!(fs.create_dir_all("/a/b/x").is_err());
+        assert_eq!(fs.files_under("/a"), vec!["/a/b"]);
+    }
+}

@@ -1,0 +1,427 @@
+//! The workload interpreter: a simulated `sh` running a
+//! [`Workload`] step by step in virtual time, with the process behaviour of
+//! the real rendered shell ([`tether_scenarios::workload::render_shell`]):
+//! `sleep` is a foreground child (a TERM trap waits for it), `&` children
+//! stay in the group with SIGINT ignored, `setsid`/`env -i`/`setpgid`
+//! escapes fork intermediate processes that exit at once (so the escapee
+//! is an orphan, reparented to the nearest subreaper), a builtin busy loop
+//! never forks, EXIT traps run on `exit` and at the end but not on death by
+//! signal, and finished background jobs stay zombies until the shell next
+//! waits for a foreground job (as dash does).
+
+use super::process::{Disposition, ExitStatus, Fd, ForkSpec, Program, Role, RunState};
+use super::SimOs;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tether_core::agent::Pid;
+use tether_core::protocol::Stream;
+use tether_core::time::Timestamp;
+use tether_scenarios::workload::{Step, Workload};
+
+/// Commands one shell may run at one instant before the interpreter gives
+/// up on it (a runaway loop in the simulation, not in the workload: every
+/// workload loop waits on time).
+const STEP_LIMIT: usize = 100_000;
+
+/// What the current frame waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Nothing: run the next step.
+    Ready,
+    /// A foreground child (`sleep`, a `setsid …` command).
+    Child(Pid),
+    /// A builtin busy loop, until then or forever.
+    Busy(Option<Timestamp>),
+}
+
+#[derive(Debug)]
+struct Frame {
+    steps: Vec<Step>,
+    pc: usize,
+    wait: Wait,
+}
+
+/// A shell interpreting a workload.
+#[derive(Debug)]
+pub(crate) struct Shell {
+    /// The script, then one frame per running trap handler.
+    frames: Vec<Frame>,
+    exit_trap: Option<String>,
+    last_status: i32,
+    /// Written (with the last status) when the code reaches its end, as the
+    /// agent's cell wrapper does; not on `exit N` or death.
+    end_file: Option<String>,
+}
+
+impl Shell {
+    /// A shell that runs `workload`.
+    pub(crate) fn new(workload: Workload, end_file: Option<String>) -> Shell {
+        Shell {
+            frames: vec![Frame {
+                steps: workload.steps,
+                pc: 0,
+                wait: Wait::Ready,
+            }],
+            exit_trap: None,
+            last_status: 0,
+            end_file,
+        }
+    }
+
+    /// A shell for cell code: the decoded workload, or, when the code is not
+    /// a workload, a shell that reports the error and exits 2 (as `sh` does
+    /// on a syntax error).
+    pub(crate) fn from_code(code: &[u8], end_file: Option<String>) -> Shell {
+        match Workload::decode(code) {
+            Ok(w) => Shell::new(w, end_file),
+            Err(e) => Shell::new(
+                Workload::new(vec![
+                    Step::Print {
+                        stream: Stream::Stderr,
+                        text: format!("sh: {e}\n"),
+                    },
+                    Step::Exit { code: 2 },
+                ]),
+                None,
+            ),
+        }
+    }
+
+    /// When this shell next needs to run, if it waits on time only.
+    pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
+        let trap = os.procs.get(&pid).is_some_and(|p| p.trap_pending);
+        match self.frames.last().map(|f| f.wait) {
+            None | Some(Wait::Ready) => Some(os.now),
+            Some(Wait::Child(c)) => match os.procs.get(&c) {
+                Some(p) if p.alive() => None,
+                _ => Some(os.now),
+            },
+            Some(Wait::Busy(_)) if trap => Some(os.now),
+            Some(Wait::Busy(until)) => until,
+        }
+    }
+}
+
+fn secs(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+impl SimOs {
+    /// Runs the shell `pid` as far as it gets at the current instant.
+    /// Returns true if it did anything.
+    pub(crate) fn run_shell(&mut self, pid: Pid) -> bool {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return false;
+        };
+        let program = std::mem::replace(&mut p.program, Program::Running);
+        let Program::Shell(mut shell) = program else {
+            p.program = program;
+            return false;
+        };
+        let progress = self.drive_shell(pid, &mut shell);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if p.alive() && matches!(p.program, Program::Running) {
+                p.program = Program::Shell(shell);
+            }
+        }
+        progress
+    }
+
+    fn running(&self, pid: Pid) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|p| p.state == RunState::Running)
+    }
+
+    fn drive_shell(&mut self, pid: Pid, shell: &mut Shell) -> bool {
+        let mut progress = false;
+        for _ in 0..STEP_LIMIT {
+            if !self.running(pid) {
+                return progress;
+            }
+            let trap_pending = self.procs.get(&pid).is_some_and(|p| p.trap_pending);
+            let Some(frame) = shell.frames.last_mut() else {
+                self.finish(pid, shell, None);
+                return true;
+            };
+            match frame.wait {
+                Wait::Child(c) => {
+                    let status = match self.procs.get(&c) {
+                        Some(p) if p.alive() => return progress,
+                        Some(_) => self.reap(c, pid),
+                        None => None,
+                    };
+                    frame.wait = Wait::Ready;
+                    shell.last_status = status.map_or(127, ExitStatus::shell_status);
+                    // Waiting for a foreground job reaps finished background
+                    // jobs too (dash's wait loop); nothing else does.
+                    self.reap_children(pid);
+                    progress = true;
+                }
+                Wait::Busy(until) => {
+                    if trap_pending {
+                        self.start_trap(pid, shell);
+                        progress = true;
+                    } else if until.is_some_and(|t| t <= self.now) {
+                        frame.wait = Wait::Ready;
+                        progress = true;
+                    } else {
+                        return progress;
+                    }
+                }
+                Wait::Ready => {
+                    if trap_pending {
+                        self.start_trap(pid, shell);
+                        progress = true;
+                        continue;
+                    }
+                    let Some(frame) = shell.frames.last_mut() else {
+                        continue;
+                    };
+                    if frame.pc >= frame.steps.len() {
+                        if shell.frames.len() > 1 {
+                            shell.frames.pop();
+                        } else {
+                            self.finish(pid, shell, None);
+                        }
+                        progress = true;
+                        continue;
+                    }
+                    let step = frame.steps[frame.pc].clone();
+                    frame.pc += 1;
+                    progress = true;
+                    self.exec_step(pid, shell, step);
+                }
+            }
+        }
+        progress
+    }
+
+    fn start_trap(&mut self, pid: Pid, shell: &mut Shell) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.trap_pending = false;
+        if let Disposition::Trap(steps) = &p.term {
+            shell.frames.push(Frame {
+                steps: steps.clone(),
+                pc: 0,
+                wait: Wait::Ready,
+            });
+        }
+    }
+
+    /// Ends the shell: the end marker on a normal end, the EXIT trap, exit.
+    fn finish(&mut self, pid: Pid, shell: &mut Shell, exit_code: Option<u8>) {
+        if exit_code.is_none() {
+            if let Some(end) = shell.end_file.take() {
+                let _ = self
+                    .fs
+                    .write_atomic(&end, shell.last_status.to_string().as_bytes());
+            }
+        }
+        if let Some(text) = shell.exit_trap.take() {
+            let out = self.procs.get(&pid).map_or(Fd::Null, |p| p.stdout);
+            if !self.write_fd(pid, out, text.as_bytes()) {
+                return;
+            }
+        }
+        let code = exit_code.map_or(shell.last_status & 0xff, i32::from);
+        self.exit_proc(pid, ExitStatus::Code(code));
+    }
+
+    fn shell_error(&mut self, pid: Pid, shell: &mut Shell, message: &str) {
+        let err = self.procs.get(&pid).map_or(Fd::Null, |p| p.stderr);
+        self.write_fd(pid, err, format!("sh: {message}\n").as_bytes());
+        shell.last_status = 2;
+    }
+
+    fn argv_of(&self, pid: Pid) -> Vec<String> {
+        self.procs
+            .get(&pid)
+            .map(|p| p.argv.clone())
+            .unwrap_or_default()
+    }
+
+    fn exec_step(&mut self, pid: Pid, shell: &mut Shell, step: Step) {
+        let now = self.now;
+        let until = |ms: u64| now + Duration::from_millis(ms);
+        let wait = |shell: &mut Shell, w: Wait| {
+            if let Some(f) = shell.frames.last_mut() {
+                f.wait = w;
+            }
+        };
+        match step {
+            Step::Print { stream, text } => {
+                let fd = self.procs.get(&pid).map_or(Fd::Null, |p| match stream {
+                    Stream::Stdout => p.stdout,
+                    Stream::Stderr => p.stderr,
+                });
+                self.write_fd(pid, fd, text.as_bytes());
+                shell.last_status = 0;
+            }
+            Step::Sleep { ms } => {
+                let spec = ForkSpec::new(
+                    &["sleep", &secs(ms)],
+                    Program::Sleep { until: until(ms) },
+                    Role::Cell,
+                );
+                match self.fork(pid, spec) {
+                    Ok(c) => wait(shell, Wait::Child(c)),
+                    Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
+                }
+            }
+            Step::Exit { code } => self.finish(pid, shell, Some(code)),
+            Step::IgnoreTerm => {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.term = Disposition::Ignore;
+                }
+            }
+            Step::TrapTerm { then } => {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.term = Disposition::Trap(then);
+                }
+            }
+            Step::BusyLoop { ms } => wait(shell, Wait::Busy(ms.map(until))),
+            Step::BackgroundChildHoldingStdout { sleep_ms } => {
+                let mut spec = ForkSpec::new(
+                    &["sleep", &secs(sleep_ms)],
+                    Program::Sleep {
+                        until: until(sleep_ms),
+                    },
+                    Role::Cell,
+                );
+                spec.background = true;
+                if let Err(e) = self.fork(pid, spec) {
+                    self.shell_error(pid, shell, &format!("fork: {e}"));
+                }
+            }
+            Step::SetsidDoubleForkDaemon { sleep_ms } => {
+                let script = format!("(sleep {} &)", secs(sleep_ms));
+                let mut setsid =
+                    ForkSpec::new(&["sh", "-c", &script], Program::External, Role::Cell);
+                setsid.new_session = true;
+                let result = self.fork(pid, setsid).and_then(|a| {
+                    let sub = ForkSpec::new(&["sh", "-c", &script], Program::External, Role::Cell);
+                    let b = self.fork(a, sub)?;
+                    let mut daemon = ForkSpec::new(
+                        &["sleep", &secs(sleep_ms)],
+                        Program::Sleep {
+                            until: until(sleep_ms),
+                        },
+                        Role::Cell,
+                    );
+                    daemon.background = true;
+                    self.fork(b, daemon)?;
+                    self.exit_proc(b, ExitStatus::Code(0));
+                    self.exit_proc(a, ExitStatus::Code(0));
+                    Ok(a)
+                });
+                match result {
+                    Ok(a) => wait(shell, Wait::Child(a)),
+                    Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
+                }
+            }
+            Step::EnvIDaemon { sleep_ms } => {
+                let script = format!("sleep {} </dev/null >/dev/null 2>&1 &", secs(sleep_ms));
+                let mut setsid =
+                    ForkSpec::new(&["sh", "-c", &script], Program::External, Role::Cell);
+                setsid.new_session = true;
+                setsid.env = Some(BTreeMap::from([(
+                    "PATH".to_owned(),
+                    "/usr/bin:/bin".to_owned(),
+                )]));
+                let result = self.fork(pid, setsid).and_then(|a| {
+                    let mut daemon = ForkSpec::new(
+                        &["sleep", &secs(sleep_ms)],
+                        Program::Sleep {
+                            until: until(sleep_ms),
+                        },
+                        Role::Cell,
+                    );
+                    daemon.background = true;
+                    daemon.stdio = Some((Fd::Null, Fd::Null));
+                    self.fork(a, daemon)?;
+                    self.exit_proc(a, ExitStatus::Code(0));
+                    Ok(a)
+                });
+                match result {
+                    Ok(a) => wait(shell, Wait::Child(a)),
+                    Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
+                }
+            }
+            Step::SetpgidOrphan { sleep_ms } => {
+                let argv = self.argv_of(pid);
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                let sub = ForkSpec::new(&argv, Program::External, Role::Cell);
+                let result = self.fork(pid, sub).and_then(|b| {
+                    let mut orphan = ForkSpec::new(
+                        &["sleep", &secs(sleep_ms)],
+                        Program::Sleep {
+                            until: until(sleep_ms),
+                        },
+                        Role::Cell,
+                    );
+                    orphan.background = true;
+                    orphan.new_group = true;
+                    self.fork(b, orphan)?;
+                    self.exit_proc(b, ExitStatus::Code(0));
+                    Ok(b)
+                });
+                match result {
+                    Ok(b) => wait(shell, Wait::Child(b)),
+                    Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
+                }
+            }
+            Step::SetExitTrap { text } => shell.exit_trap = Some(text),
+            Step::ForkBurst { count } => {
+                let argv = self.argv_of(pid);
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                for _ in 0..count {
+                    let mut spec = ForkSpec::new(&argv, Program::External, Role::Cell);
+                    spec.background = true;
+                    match self.fork(pid, spec) {
+                        Ok(c) => self.exit_proc(c, ExitStatus::Code(0)),
+                        Err(e) => {
+                            self.shell_error(pid, shell, &format!("fork: {e}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            Step::WriteSideEffect { name } => {
+                let path = format!("{}/{name}", self.config.side_effect_dir);
+                match self.fs.append(&path, b"x\n") {
+                    Ok(()) => shell.last_status = 0,
+                    Err(e) => self.shell_error(pid, shell, &format!("cannot create {path}: {e}")),
+                }
+            }
+            Step::SetVar { name, value } => {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.env.insert(name, value);
+                }
+            }
+            Step::ChangeDir { path } => {
+                let cwd = self
+                    .procs
+                    .get(&pid)
+                    .map(|p| p.cwd.clone())
+                    .unwrap_or_default();
+                let target = if path.starts_with('/') {
+                    path.clone()
+                } else {
+                    format!("{cwd}/{path}")
+                };
+                match super::fs::normalize(&target) {
+                    Ok(dir) if self.fs.is_dir(&dir) => {
+                        if let Some(p) = self.procs.get_mut(&pid) {
+                            p.cwd = dir;
+                        }
+                        shell.last_status = 0;
+                    }
+                    _ => self.shell_error(pid, shell, &format!("cd: can't cd to {path}")),
+                }
+            }
+        }
+    }
+}

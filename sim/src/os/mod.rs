@@ -1,0 +1,602 @@
+//! [`SimOs`]: a deterministic simulated Linux sandbox that implements the
+//! agent's [`Os`] trait, so the agent's real decision logic runs against it.
+//!
+//! - [`process`]: the process table (fork, exit, reparenting to the nearest
+//!   subreaper or pid 1, zombies and reaping, pipes);
+//! - [`signals`]: delivery by disposition (default / ignore / trap, stop);
+//! - [`fs`]: files and directories (O_EXCL, atomic replace);
+//! - [`interp`]: the workload interpreter (a simulated `sh`);
+//! - [`shim`]: the cell shim's IO half, driving the agent's shim logic;
+//! - [`events`]: the process event log for traces and the oracle.
+//!
+//! Time comes from outside: [`SimOs::advance`] runs every process that is
+//! due up to a time (in time order, so causes come before effects), and
+//! [`SimOs::next_wake`] says when something is next due. Nothing runs while
+//! agent logic calls into the [`Os`] trait, so each agent step is atomic
+//! with respect to the simulated processes. Every collection is ordered, so
+//! the same calls give the same pids, events and files.
+//!
+//! Who is calling: the [`Os`] methods act as [`SimOs::current`] (see
+//! [`SimOs::set_current`]): an op command started with
+//! [`SimOs::begin_exec`], a daemon from [`SimOs::take_daemon_spawns`], or a
+//! shim (set internally while the shim runs).
+
+pub mod events;
+pub mod fs;
+pub mod interp;
+pub mod process;
+pub mod shim;
+pub mod signals;
+
+#[cfg(test)]
+mod tests;
+
+pub use events::{ProcEvent, ProcEventKind};
+pub use process::{CellRef, ExitStatus, Role, RunState};
+pub use signals::{SignalEffect, SimSignal};
+
+use self::process::{ForkSpec, Pipe, Proc, Program};
+use std::collections::{BTreeMap, BTreeSet};
+use tether_core::agent::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
+use tether_core::time::Timestamp;
+
+/// How a simulated sandbox is set up.
+#[derive(Clone, Debug)]
+pub struct SimOsConfig {
+    /// Mixed into boot ids, so two sandboxes never share one.
+    pub seed: u64,
+    /// Pids wrap here (and are reused).
+    pub pid_max: Pid,
+    /// Does pid 1 reap orphans (tini, systemd) or not (`sleep infinity`)?
+    pub init_reaps: bool,
+    /// Daemons are child subreapers (as the agent's daemon makes itself).
+    pub daemon_subreaper: bool,
+    /// Programs found on PATH ([`Os::has_program`]).
+    pub programs: BTreeSet<String>,
+    /// Where workloads write their side-effect files.
+    pub side_effect_dir: String,
+    /// argv[0] of the agent's roles (daemon, shim).
+    pub agent_exe: String,
+    /// The environment of exec'd commands.
+    pub exec_env: BTreeMap<String, String>,
+}
+
+impl Default for SimOsConfig {
+    fn default() -> Self {
+        SimOsConfig {
+            seed: 0,
+            pid_max: 32_768,
+            init_reaps: true,
+            daemon_subreaper: true,
+            programs: ["sh", "bash", "python3", "setsid", "env", "sleep", "perl"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            side_effect_dir: "/sim/side-effects".into(),
+            agent_exe: "/opt/tether/bin/tether-agent".into(),
+            exec_env: BTreeMap::from([
+                ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
+                ("HOME".to_owned(), "/root".to_owned()),
+            ]),
+        }
+    }
+}
+
+/// A kernel daemon started through [`Os::spawn_daemon`]: the world runs the
+/// daemon logic as this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonSpawn {
+    /// Its pid.
+    pub pid: Pid,
+    /// The kernel directory it serves.
+    pub kernel_dir: String,
+    /// The nonce in its argv.
+    pub nonce: String,
+}
+
+/// A public view of one process (for traces, tests and the oracle).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcView {
+    /// Its pid.
+    pub pid: Pid,
+    /// Parent.
+    pub ppid: Pid,
+    /// Group.
+    pub pgid: Pid,
+    /// Session.
+    pub sid: Pid,
+    /// Command line.
+    pub argv: Vec<String>,
+    /// Environment.
+    pub env: BTreeMap<String, String>,
+    /// Run state.
+    pub state: RunState,
+    /// Is it a child subreaper?
+    pub subreaper: bool,
+    /// Its role.
+    pub role: Role,
+    /// The cell it was born from (ground truth).
+    pub cell: Option<CellRef>,
+}
+
+/// The simulated sandbox.
+#[derive(Debug)]
+pub struct SimOs {
+    config: SimOsConfig,
+    now: Timestamp,
+    boots: u64,
+    boot_id: String,
+    boot_at: Timestamp,
+    next_pid: Pid,
+    procs: BTreeMap<Pid, Proc>,
+    pipes: BTreeMap<u64, Pipe>,
+    next_pipe: u64,
+    fs: fs::Fs,
+    current: Pid,
+    events: Vec<ProcEvent>,
+    daemon_spawns: Vec<DaemonSpawn>,
+}
+
+/// Rounds of "run everything runnable" at one instant before giving up (a
+/// runaway loop in the simulation itself).
+const ROUND_LIMIT: usize = 10_000;
+
+impl SimOs {
+    /// A freshly booted sandbox at time zero: pid 1 and the side-effect
+    /// directory.
+    pub fn new(config: SimOsConfig) -> SimOs {
+        let mut os = SimOs {
+            config,
+            now: Timestamp::ZERO,
+            boots: 0,
+            boot_id: String::new(),
+            boot_at: Timestamp::ZERO,
+            next_pid: 1,
+            procs: BTreeMap::new(),
+            pipes: BTreeMap::new(),
+            next_pipe: 0,
+            fs: fs::Fs::default(),
+            current: 1,
+            events: Vec::new(),
+            daemon_spawns: Vec::new(),
+        };
+        let dir = os.config.side_effect_dir.clone();
+        let _ = os.fs.create_dir_all(&dir);
+        os.boot(Vec::new());
+        os
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimOsConfig {
+        &self.config
+    }
+
+    fn boot(&mut self, killed: Vec<Pid>) {
+        self.boots += 1;
+        self.boot_id = format!(
+            "{:08x}-5157-4000-8000-{:012x}",
+            (self.config.seed as u32) ^ 0x7e7e_7e7e,
+            self.boots
+        );
+        self.boot_at = self.now;
+        self.next_pid = 1;
+        self.current = 1;
+        self.log(ProcEventKind::Boot {
+            boot_id: self.boot_id.clone(),
+            killed,
+        });
+        let mut init = ForkSpec::new(&["/sbin/init"], Program::Init, Role::Init);
+        init.env = Some(self.config.exec_env.clone());
+        // Pid 1 is always free right after a boot.
+        let _ = self.fork(0, init);
+    }
+
+    /// Container restart: every process is gone at once (no signals, no
+    /// cleanup), files stay, a new boot id, and pids start again from 1 so
+    /// the same spawns get the same pids as before.
+    pub fn bounce(&mut self) {
+        let killed: Vec<Pid> = self
+            .procs
+            .values()
+            .filter(|p| p.alive())
+            .map(|p| p.pid)
+            .collect();
+        self.procs.clear();
+        self.pipes.clear();
+        self.daemon_spawns.clear();
+        self.boot(killed);
+    }
+
+    /// SIGKILL to the live daemon of `kernel_dir` (a fault). Returns its pid.
+    pub fn kill_daemon(&mut self, kernel_dir: &str) -> Option<Pid> {
+        let pid = self.daemon_pid(kernel_dir)?;
+        let _ = self.deliver(0, pid, SimSignal::Kill);
+        Some(pid)
+    }
+
+    /// The live daemon serving `kernel_dir`, if any.
+    pub fn daemon_pid(&self, kernel_dir: &str) -> Option<Pid> {
+        let want = kernel_dir.trim_end_matches('/');
+        self.procs
+            .values()
+            .find(|p| {
+                p.alive()
+                    && matches!(&p.role, Role::Daemon { kernel_dir } if kernel_dir.trim_end_matches('/') == want)
+            })
+            .map(|p| p.pid)
+    }
+
+    /// Daemons started since the last call (the world runs their logic).
+    pub fn take_daemon_spawns(&mut self) -> Vec<DaemonSpawn> {
+        std::mem::take(&mut self.daemon_spawns)
+    }
+
+    // ---- time ----
+
+    /// The current virtual time.
+    pub fn now_ts(&self) -> Timestamp {
+        self.now
+    }
+
+    /// Sets the clock without running anything (time never goes back).
+    pub fn set_now(&mut self, now: Timestamp) {
+        self.now = self.now.max(now);
+    }
+
+    /// Runs every process that is due up to `now`, in time order, and sets
+    /// the clock to `now`.
+    pub fn advance(&mut self, now: Timestamp) {
+        loop {
+            self.run_ready();
+            match self.next_wake() {
+                Some(t) if t > self.now && t <= now => self.now = t,
+                _ => break,
+            }
+        }
+        self.set_now(now);
+        self.run_ready();
+    }
+
+    /// When a process next has something to do (now, if one is runnable).
+    pub fn next_wake(&self) -> Option<Timestamp> {
+        self.procs
+            .values()
+            .filter(|p| p.state == RunState::Running)
+            .filter_map(|p| self.wake_of(p))
+            .min()
+    }
+
+    fn wake_of(&self, p: &Proc) -> Option<Timestamp> {
+        match &p.program {
+            Program::Sleep { until } => Some(*until),
+            Program::Shell(shell) => shell.wake(self, p.pid),
+            Program::Shim(shim) => shim.wake(self, p.pid),
+            Program::Init | Program::External | Program::Running => None,
+        }
+    }
+
+    fn run_ready(&mut self) {
+        for _ in 0..ROUND_LIMIT {
+            let due: Vec<Pid> = self
+                .procs
+                .values()
+                .filter(|p| p.state == RunState::Running)
+                .filter(|p| self.wake_of(p).is_some_and(|t| t <= self.now))
+                .map(|p| p.pid)
+                .collect();
+            let mut progress = false;
+            for pid in due {
+                progress |= self.run_proc(pid);
+            }
+            if !progress {
+                return;
+            }
+        }
+    }
+
+    fn run_proc(&mut self, pid: Pid) -> bool {
+        let Some(p) = self.procs.get(&pid) else {
+            return false;
+        };
+        if p.state != RunState::Running {
+            return false;
+        }
+        match &p.program {
+            Program::Sleep { until } => {
+                if *until <= self.now {
+                    self.exit_proc(pid, ExitStatus::Code(0));
+                    true
+                } else {
+                    false
+                }
+            }
+            Program::Shell(_) => self.run_shell(pid),
+            Program::Shim(_) => self.run_shim(pid),
+            Program::Init | Program::External | Program::Running => false,
+        }
+    }
+
+    // ---- who is calling ----
+
+    /// The process the [`Os`] methods act as.
+    pub fn current(&self) -> Pid {
+        self.current
+    }
+
+    /// Acts as `pid` from now on (an op command, a daemon).
+    pub fn set_current(&mut self, pid: Pid) {
+        self.current = pid;
+    }
+
+    /// An exec call arrives: its command becomes a process (from outside
+    /// the sandbox's pid namespace, own session), and the current one.
+    pub fn begin_exec(&mut self, argv: &[String]) -> Result<Pid, OsError> {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let mut spec = ForkSpec::new(&argv, Program::External, Role::Exec);
+        spec.env = Some(self.config.exec_env.clone());
+        let pid = self.fork(0, spec)?;
+        self.current = pid;
+        Ok(pid)
+    }
+
+    /// The exec call's command exits with `code` (reaped by the runtime
+    /// outside the sandbox; what it spawned is reparented).
+    pub fn end_exec(&mut self, pid: Pid, code: i32) {
+        self.exit_proc(pid, ExitStatus::Code(code));
+        if self.current == pid {
+            self.current = 1;
+        }
+    }
+
+    /// `pid` exits by itself with `code` (a daemon's idle exit).
+    pub fn exit_process(&mut self, pid: Pid, code: i32) {
+        self.exit_proc(pid, ExitStatus::Code(code));
+    }
+
+    // ---- observation (ground truth, for the oracle and traces) ----
+
+    /// Live (not zombie) pids, sorted.
+    pub fn alive_pids(&self) -> Vec<Pid> {
+        self.procs
+            .values()
+            .filter(|p| p.alive())
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// Is `pid` alive (not a zombie)?
+    pub fn is_alive(&self, pid: Pid) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.alive())
+    }
+
+    /// One process, for inspection.
+    pub fn view(&self, pid: Pid) -> Option<ProcView> {
+        self.procs.get(&pid).map(|p| ProcView {
+            pid: p.pid,
+            ppid: p.ppid,
+            pgid: p.pgid,
+            sid: p.sid,
+            argv: p.argv.clone(),
+            env: p.env.clone(),
+            state: p.state,
+            subreaper: p.subreaper,
+            role: p.role.clone(),
+            cell: p.origin.clone(),
+        })
+    }
+
+    /// Live processes born from cell `seq` of `kernel` (the kernel
+    /// directory, or its last component), whatever they did to their
+    /// group, session or environment. The shim is not one of them.
+    pub fn processes_of_cell(&self, kernel: &str, seq: u64) -> Vec<Pid> {
+        let kernel = kernel.trim_end_matches('/');
+        self.procs
+            .values()
+            .filter(|p| p.alive() && p.role == Role::Cell)
+            .filter(|p| {
+                p.origin.as_ref().is_some_and(|c| {
+                    c.seq == Some(seq)
+                        && (c.kernel_dir == kernel
+                            || c.kernel_dir.rsplit('/').next() == Some(kernel))
+                })
+            })
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// Live processes of any cell (ground truth).
+    pub fn cell_processes(&self) -> Vec<(Pid, CellRef)> {
+        self.procs
+            .values()
+            .filter(|p| p.alive() && p.role == Role::Cell)
+            .filter_map(|p| p.origin.clone().map(|c| (p.pid, c)))
+            .collect()
+    }
+
+    /// Live shims (pid and cell directory).
+    pub fn shims(&self) -> Vec<(Pid, String)> {
+        self.procs
+            .values()
+            .filter(|p| p.alive() && p.role == Role::Shim)
+            .map(|p| {
+                let dir = match &p.program {
+                    Program::Shim(s) => s.cell_dir().to_owned(),
+                    _ => String::new(),
+                };
+                (p.pid, dir)
+            })
+            .collect()
+    }
+
+    /// Lines in side-effect file `name` (how many times it was written).
+    pub fn side_effect_count(&self, name: &str) -> usize {
+        let path = format!("{}/{name}", self.config.side_effect_dir);
+        self.fs
+            .read(&path)
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .unwrap_or(0)
+    }
+
+    /// Every event so far.
+    pub fn events(&self) -> &[ProcEvent] {
+        &self.events
+    }
+
+    /// Takes the events logged since the last call.
+    pub fn take_events(&mut self) -> Vec<ProcEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Every file under `dir`, recursively, sorted.
+    pub fn files_under(&self, dir: &str) -> Vec<String> {
+        self.fs.files_under(dir)
+    }
+
+    /// The current boot id.
+    pub fn current_boot_id(&self) -> &str {
+        &self.boot_id
+    }
+}
+
+impl Os for SimOs {
+    fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    fn boot_id(&self) -> Result<String, OsError> {
+        Ok(self.boot_id.clone())
+    }
+
+    fn self_pid(&self) -> Pid {
+        self.current
+    }
+
+    fn read_file(&self, path: &str) -> Result<Vec<u8>, OsError> {
+        self.fs.read(path)
+    }
+
+    fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.fs.create_new(path, data)
+    }
+
+    fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.fs.write_atomic(path, data)
+    }
+
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.fs.append(path, data)
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.fs.exists(path)
+    }
+
+    fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError> {
+        self.fs.list_dir(path)
+    }
+
+    fn create_dir_all(&mut self, path: &str) -> Result<(), OsError> {
+        self.fs.create_dir_all(path)
+    }
+
+    fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
+        self.fs.remove_all(path)
+    }
+
+    fn process(&self, pid: Pid) -> Option<ProcInfo> {
+        self.procs.get(&pid).map(info)
+    }
+
+    fn processes(&self) -> Vec<ProcInfo> {
+        self.procs.values().map(info).collect()
+    }
+
+    fn has_env(&self, pid: Pid, name: &str, value: &str) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|p| p.alive() && p.env.get(name).is_some_and(|v| v == value))
+    }
+
+    fn has_arg(&self, pid: Pid, arg: &str) -> bool {
+        self.procs
+            .get(&pid)
+            .is_some_and(|p| p.alive() && p.argv.iter().any(|a| a == arg))
+    }
+
+    /// As `kill(2)` on one pid; pid 0 is refused (it would mean the
+    /// caller's group).
+    fn signal(&mut self, pid: Pid, signal: Signal) -> Result<(), OsError> {
+        if pid == 0 {
+            return Err(OsError::Other("refusing to signal pid 0".into()));
+        }
+        self.deliver(self.current, pid, signal.into()).map(|_| ())
+    }
+
+    fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError> {
+        let exe = self.config.agent_exe.clone();
+        let mut spec = ForkSpec::new(
+            &[&exe, "serve", "--kernel-dir", kernel_dir, "--nonce", nonce],
+            Program::External,
+            Role::Daemon {
+                kernel_dir: kernel_dir.trim_end_matches('/').to_owned(),
+            },
+        );
+        spec.new_session = true;
+        spec.stdio = Some((process::Fd::Null, process::Fd::Null));
+        let pid = self.fork(self.current, spec)?;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.subreaper = self.config.daemon_subreaper;
+            // The agent resets every disposition for its roles.
+            p.term = process::Disposition::Default;
+            p.int = process::Disposition::Default;
+            p.hup = process::Disposition::Default;
+        }
+        self.daemon_spawns.push(DaemonSpawn {
+            pid,
+            kernel_dir: kernel_dir.to_owned(),
+            nonce: nonce.to_owned(),
+        });
+        Ok(pid)
+    }
+
+    fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
+        let exe = self.config.agent_exe.clone();
+        let json = serde_json::json!({
+            "kernel_dir": launch.kernel_dir,
+            "cell_dir": launch.cell_dir,
+            "lang": launch.lang,
+            "argv": launch.argv,
+            "marker": [launch.marker.0, launch.marker.1],
+        })
+        .to_string();
+        let mut spec = ForkSpec::new(
+            &[&exe, "shim", "--launch", &json],
+            Program::Shim(Box::new(shim::ShimRun::new(launch.clone()))),
+            Role::Shim,
+        );
+        spec.stdio = Some((process::Fd::Null, process::Fd::Null));
+        let pid = self.fork(self.current, spec)?;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.term = process::Disposition::Default;
+            p.int = process::Disposition::Default;
+            p.hup = process::Disposition::Default;
+        }
+        Ok(pid)
+    }
+
+    fn has_program(&self, program: &str) -> bool {
+        let name = program.rsplit('/').next().unwrap_or(program);
+        self.config.programs.contains(name)
+    }
+}
+
+fn info(p: &Proc) -> ProcInfo {
+    ProcInfo {
+        pid: p.pid,
+        ppid: p.ppid,
+        pgid: p.pgid,
+        sid: p.sid,
+        starttime: p.starttime,
+        zombie: !p.alive(),
+    }
+}
