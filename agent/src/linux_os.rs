@@ -69,23 +69,17 @@ impl LinuxOs {
     }
 }
 
-/// argv[1..] of the daemon role.
+/// argv[1..] of the daemon role (what `serve::run` parses).
 fn daemon_args(kernel_dir: &str, nonce: &str) -> Vec<OsString> {
     ["serve", "--kernel-dir", kernel_dir, "--nonce", nonce]
         .map(OsString::from)
         .to_vec()
 }
 
-/// argv[1..] of the shim role: the launch as one JSON argument.
+/// argv[1..] of the shim role: the launch as one JSON argument (what
+/// `shim::run` parses).
 fn shim_args(launch: &CellLaunch) -> Result<Vec<OsString>, OsError> {
-    let json = serde_json::json!({
-        "kernel_dir": launch.kernel_dir,
-        "cell_dir": launch.cell_dir,
-        "lang": launch.lang,
-        "argv": launch.argv,
-        "marker": [launch.marker.0, launch.marker.1],
-    });
-    let json = serde_json::to_string(&json)
+    let json = serde_json::to_string(launch)
         .map_err(|e| OsError::Other(format!("cannot encode cell launch: {e}")))?;
     Ok(["shim", "--launch", &json].map(OsString::from).to_vec())
 }
