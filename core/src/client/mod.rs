@@ -91,6 +91,9 @@ pub struct Client {
     now: Timestamp,
     next_exec: u64,
     kernels: BTreeMap<KernelName, Kernel>,
+    /// Next sequence numbers of kernels that are gone, so a kernel opened
+    /// again under the same name never reuses a [`CellKey`].
+    retired: BTreeMap<KernelName, u64>,
     tasks: BTreeMap<Task, TaskState>,
     execs: BTreeMap<ExecId, Task>,
     install: InstallState,
@@ -119,6 +122,7 @@ impl Client {
             now: Timestamp::ZERO,
             next_exec: 1,
             kernels: BTreeMap::new(),
+            retired: BTreeMap::new(),
             tasks: BTreeMap::new(),
             execs: BTreeMap::new(),
             install: InstallState::Unknown,
@@ -152,8 +156,9 @@ impl Client {
                 }
             }
             None => {
-                self.kernels
-                    .insert(kernel.clone(), Kernel::new(kernel.clone(), lang, self.now));
+                let mut k = Kernel::new(kernel.clone(), lang, self.now);
+                k.next_seq = self.retired.get(&kernel).copied().unwrap_or(1);
+                self.kernels.insert(kernel.clone(), k);
                 self.connect(&kernel);
             }
         }
@@ -229,7 +234,8 @@ impl Client {
         let mut k = Kernel::new(name.clone(), record.lang, self.now);
         k.identity = record.identity;
         let max_seq = record.cells.iter().map(|c| c.seq.0).max().unwrap_or(0);
-        k.next_seq = record.next_seq.max(max_seq + 1).max(1);
+        let retired = self.retired.get(&name).copied().unwrap_or(1);
+        k.next_seq = record.next_seq.max(max_seq + 1).max(retired);
         for rec in record.cells {
             let timeout = rec.timeout_ms.map(Duration::from_millis);
             let key = CellKey {

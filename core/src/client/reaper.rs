@@ -110,7 +110,9 @@ impl Client {
     /// Drops every trace of a kernel.
     pub(crate) fn remove_kernel(&mut self, name: &KernelName) {
         self.drop_kernel_tasks(name, false);
-        self.kernels.remove(name);
+        if let Some(k) = self.kernels.remove(name) {
+            self.retired.insert(name.clone(), k.next_seq);
+        }
         self.timers.retain(|t| match t {
             Timer::GiveUp(k) => k != name,
             Timer::CellTimeout(c) => &c.kernel != name,
