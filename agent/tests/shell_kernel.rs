@@ -1,0 +1,243 @@
+//! Shell kernels through the real `tether-agent op` binary: state across
+//! cells, `exit N`, exact bytes, idempotent submission, timeouts, probe,
+//! shutdown, ack and gc.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::time::Duration;
+
+#[test]
+fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
+    let mut r = Root::new();
+    r.spawn("k");
+    let (o, out, e) = r.run("k", 1, "cd /tmp; export X=1 'Y=a b'; echo first");
+    assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
+    assert_eq!(out, b"first\n");
+    assert_contiguous(&e);
+    let (o, out, _) = r.run("k", 2, "pwd; echo \"$X\"; echo \"$Y\"");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(String::from_utf8_lossy(&out), "/tmp\n1\na b\n");
+    // exit 3: resolves as exit 3, its changes are not saved.
+    let (o, _, _) = r.run("k", 3, "cd /; export X=changed; exit 3");
+    assert_eq!(o, json!({"outcome": "exit", "code": 3}));
+    let (o, out, _) = r.run("k", 4, "pwd; echo $X; false");
+    assert_eq!(String::from_utf8_lossy(&out), "/tmp\n1\n");
+    assert_eq!(o["outcome"], "error", "last status 1 without exit: {o}");
+    // the marker never reaches the saved state, yet every cell carries it.
+    let (_, out, _) = r.run("k", 5, "echo \"m=$TETHER_CELL\"");
+    assert!(String::from_utf8_lossy(&out).ends_with(":5\n"), "{out:?}");
+    let saved = std::fs::read_to_string(r.path().join("kernels/k/state/env")).unwrap();
+    assert!(saved.contains("X="), "{saved}");
+    assert!(
+        !saved.contains("TETHER_CELL"),
+        "marker leaked into the saved state"
+    );
+}
+
+#[test]
+fn a_cells_own_exit_trap_does_not_break_the_save() {
+    let mut r = Root::new();
+    r.spawn("k");
+    let (o, out, _) = r.run("k", 1, "trap 'echo trapped' EXIT; cd /usr; export T=7");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"trapped\n");
+    let (_, out, _) = r.run("k", 2, "pwd; echo $T");
+    assert_eq!(out, b"/usr\n7\n");
+}
+
+#[test]
+fn bytes_and_code_run_verbatim() {
+    let mut r = Root::new();
+    r.spawn("k");
+    let (o, out, _) = r.run(
+        "k",
+        1,
+        "printf '\\377\\000\\376\\n'; echo \"it's $(echo \"q\\\"uote\")\"",
+    );
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"\xff\x00\xfe\nit's q\"uote\n");
+    // code that is not UTF-8 itself
+    let first = r.submit("k", 2, b"printf '%s\\n' '\xe9t\xe9'", 5000);
+    let mut entries = first["batch"]["entries"].as_array().unwrap().clone();
+    if first["batch"]["done"] != true {
+        entries = r.wait_done("k", 2);
+    }
+    assert_eq!(stdout(&entries), b"\xe9t\xe9\n");
+}
+
+#[test]
+fn output_past_the_cap_is_clipped_once() {
+    let mut r = Root::new();
+    r.spawn("k");
+    // 9 MiB of output against the 8 MiB cap
+    let (o, out, e) = r.run("k", 1, "head -c 9437184 /dev/zero");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out.len(), 8 * 1024 * 1024);
+    let clipped: Vec<_> = e.iter().filter(|e| e["kind"] == "clipped").collect();
+    assert_eq!(clipped.len(), 1);
+    assert_eq!(clipped[0]["dropped"], 1024 * 1024);
+    assert_contiguous(&e);
+}
+
+#[test]
+fn submission_is_idempotent_by_request_id() {
+    let mut r = Root::new();
+    r.spawn("k");
+    let counter = r.file("counter");
+    let code = format!("echo x >> {}", counter.display());
+    let a = r.submit_with("k", 1, "req-a", code.as_bytes(), 5000, None);
+    assert_eq!(a["acceptance"], "accepted");
+    r.wait_done("k", 1);
+    let again = r.submit_with("k", 1, "req-a", code.as_bytes(), 5000, None);
+    assert_eq!(again["acceptance"], "already_accepted");
+    assert_eq!(again["batch"]["done"], true);
+    let other = r.submit_with("k", 1, "req-b", b"true", 100, None);
+    assert_eq!(other["error"]["kind"], "conflict", "{other}");
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap(),
+        "x\n",
+        "ran exactly once"
+    );
+}
+
+#[test]
+fn timeout_cancels_the_cell_and_the_kernel_lives_on() {
+    let mut r = Root::new();
+    r.spawn("k");
+    r.run("k", 1, "export KEEP=yes");
+    r.submit_with("k", 2, "req-2", b"sleep 1000", 100, Some(200));
+    let e = r.wait_done("k", 2);
+    assert_eq!(outcome(&e), json!({"outcome": "timed_out"}));
+    let (o, out, _) = r.run("k", 3, "echo $KEEP");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"yes\n");
+}
+
+#[test]
+fn probe_tells_alive_dead_replaced_and_absent() {
+    let mut r = Root::new();
+    assert_eq!(r.probe("k", None), json!({"status": "absent"}));
+    let id = r.spawn("k");
+    assert_eq!(r.probe("k", Some(&id))["status"], "alive");
+    // spawn again with the same nonce: reused
+    let nonce = id["nonce"].as_str().unwrap().to_owned();
+    let again = r.op(
+        json!({"spawn": {"kernel": "k", "lang": "shell", "nonce": nonce,
+        "idle_timeout_ms": 600000, "grace_ms": 300}}),
+    );
+    assert_eq!(again["spawned"]["fresh"], false);
+    assert_eq!(again["spawned"]["identity"], id);
+    // a reused pid: same pid, other start time
+    let mut reused = id.clone();
+    reused["starttime"] = json!(id["starttime"].as_u64().unwrap() + 1);
+    std::fs::write(r.path().join("kernels/k/identity.json"), reused.to_string()).unwrap();
+    let st = r.probe("k", Some(&reused));
+    assert_eq!(st["status"], "replaced", "{st}");
+    std::fs::write(r.path().join("kernels/k/identity.json"), id.to_string()).unwrap();
+    // kill -9 the daemon: dead, with evidence
+    let pid = id["pid"].as_u64().unwrap() as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        r.probe("k", Some(&id))["status"] == "dead"
+    }));
+    // a fresh spawn starts from a fresh state
+    let fresh = r.spawn("k");
+    assert_ne!(fresh["pid"], id["pid"]);
+    assert_eq!(r.probe("k", Some(&id))["status"], "replaced");
+}
+
+#[test]
+fn bad_requests_get_typed_errors() {
+    let r = Root::new();
+    let v = r.raw(b"not json");
+    assert_eq!(v["error"]["kind"], "bad_request");
+    let v = r.raw(br#"{"v":99,"id":5,"op":"gc"}"#);
+    assert_eq!(v["error"]["kind"], "unsupported_version");
+    assert_eq!(v["id"], 5);
+    let v = r.raw(br#"{"v":1,"id":6,"op":{"probe":{"kernel":"../etc"}}}"#);
+    assert_eq!(v["error"]["kind"], "bad_request");
+    let v =
+        r.raw(br#"{"v":1,"id":7,"op":{"wait":{"kernel":"nope","seq":1,"cursor":0,"wait_ms":10}}}"#);
+    assert_eq!(v["error"]["kind"], "no_such_kernel");
+}
+
+#[test]
+fn shutdown_kills_what_ignores_term_and_removes_the_kernel() {
+    let mut r = Root::new();
+    let id = r.spawn("k");
+    let pids = r.file("pids");
+    let code = format!(
+        "sh -c 'trap \"\" TERM; echo $$ >> {p}; while :; do sleep 1; done' & sleep 1000 & echo $! >> {p}; exit 0",
+        p = pids.display()
+    );
+    let (o, _, _) = r.run("k", 1, &code);
+    assert_eq!(o, json!({"outcome": "exit", "code": 0}));
+    r.submit(
+        "k",
+        2,
+        format!("echo $$ >> {}; sleep 1000", pids.display()).as_bytes(),
+        300,
+    );
+    assert!(eventually(Duration::from_secs(5), || pids_in(&pids).len() == 3));
+    let reply = r.op(json!({"shutdown": {"kernel": "k"}}));
+    assert!(
+        reply["shut_down"]["killed"].as_u64().unwrap() >= 4,
+        "{reply}"
+    );
+    for pid in pids_in(&pids) {
+        assert!(!alive(pid), "pid {pid} survived shutdown");
+    }
+    assert!(!alive(id["pid"].as_u64().unwrap() as u32));
+    assert!(!r.path().join("kernels/k").exists());
+    assert_eq!(r.probe("k", None), json!({"status": "absent"}));
+}
+
+#[test]
+fn ack_deletes_a_done_cell_and_gc_sweeps_dead_kernels() {
+    let mut r = Root::new();
+    let id = r.spawn("k");
+    r.run("k", 1, "true");
+    r.op(json!({"ack": {"kernel": "k", "seq": 1}}));
+    assert!(!r.path().join("kernels/k/cells/1").exists());
+    r.op(json!({"ack": {"kernel": "k", "seq": 1}})); // idempotent
+    assert_eq!(r.op(json!("gc"))["collected"]["removed"], json!([]));
+    let pid = id["pid"].as_u64().unwrap() as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(10), || !alive(pid as u32)));
+    assert_eq!(r.op(json!("gc"))["collected"]["removed"], json!(["k"]));
+}
+
+#[test]
+fn idle_daemon_kills_what_it_owns_and_exits() {
+    let mut r = Root::new();
+    let id = r.spawn_with("k", 300, 1500);
+    let pids = r.file("pids");
+    let (o, _, e) = r.run(
+        "k",
+        1,
+        &format!("sleep 1000 & echo $! >> {}", pids.display()),
+    );
+    assert_eq!(o, json!({"outcome": "ok"}));
+    let left: Vec<u32> = pids_in(&pids);
+    let reported = e
+        .iter()
+        .find(|e| e["kind"] == "leftovers")
+        .unwrap_or_else(|| panic!("no leftovers: {e:?}"));
+    assert!(reported["pids"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(left[0])));
+    let daemon = id["pid"].as_u64().unwrap() as u32;
+    assert!(eventually(Duration::from_secs(20), || !alive(daemon)));
+    assert!(!alive(left[0]), "a leftover survived the idle exit");
+}
