@@ -24,7 +24,10 @@ use support::{config, kname, FakeAgent};
 use tether_core::bytes::Bytes;
 use tether_core::client::{CellKey, Client, Effect, Event, TransportError, TransportErrorKind};
 use tether_core::ids::{CellSeq, ExecId, KernelName, RequestId};
-use tether_core::protocol::{parse_reply, ExecOutput, Lang, Op, ProbeStatus, Reply};
+use tether_core::protocol::{
+    parse_reply, CellOutcome, EntryKind, ExecOutput, JournalEntry, Lang, Op, ProbeStatus, Reply,
+    ReplyEnvelope,
+};
 use tether_core::time::Timestamp;
 
 const KERNELS: [&str; 3] = ["a", "b", "c"];
@@ -53,6 +56,10 @@ enum Action {
     KillDaemon(usize),
     ReuseDaemonPid(usize),
     Uninstall,
+    /// The op runs; its reply's journal batch loses an entry.
+    Gappy(usize),
+    /// The op runs; its reply's journal batch repeats every entry.
+    Doubled(usize),
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -72,6 +79,8 @@ fn action() -> impl Strategy<Value = Action> {
         1 => (0..3usize).prop_map(Action::KillDaemon),
         1 => (0..3usize).prop_map(Action::ReuseDaemonPid),
         1 => Just(Action::Uninstall),
+        1 => (0..4usize).prop_map(Action::Gappy),
+        1 => (0..4usize).prop_map(Action::Doubled),
     ]
 }
 
@@ -90,6 +99,12 @@ struct World {
     resolved: BTreeMap<CellKey, usize>,
     /// The last journal entry delivered as output, per cell.
     delivered_n: BTreeMap<CellKey, u64>,
+    /// Output entries the agent journaled, per cell.
+    journaled: BTreeMap<CellKey, Vec<u64>>,
+    /// Output entries delivered, per cell.
+    outputs: BTreeMap<CellKey, Vec<u64>>,
+    /// Cells that resolved from their journal's own result (ok, exit N).
+    completed: Vec<CellKey>,
 }
 
 impl World {
@@ -106,6 +121,9 @@ impl World {
             cells: Vec::new(),
             resolved: BTreeMap::new(),
             delivered_n: BTreeMap::new(),
+            journaled: BTreeMap::new(),
+            outputs: BTreeMap::new(),
+            completed: Vec::new(),
         }
     }
 
@@ -153,14 +171,23 @@ impl World {
                         n,
                         last
                     );
+                    let skipped = self
+                        .journaled
+                        .get(&cell)
+                        .is_some_and(|ns| ns.iter().any(|m| *m > *last && *m < n));
+                    prop_assert!(!skipped, "{} output {} skipped an earlier entry", cell, n);
                     *last = n;
+                    self.outputs.entry(cell.clone()).or_default().push(n);
                     prop_assert!(
                         self.resolved.get(&cell).is_none(),
                         "{} output after it resolved",
                         cell
                     );
                 }
-                Event::CellResolved { cell, .. } => {
+                Event::CellResolved { cell, outcome } => {
+                    if matches!(outcome, CellOutcome::Ok | CellOutcome::Exit { .. }) {
+                        self.completed.push(cell.clone());
+                    }
                     let n = self.resolved.entry(cell.clone()).or_default();
                     *n += 1;
                     prop_assert_eq!(*n, 1, "{} resolved twice", cell);
@@ -180,6 +207,21 @@ impl World {
     /// Runs the op on the fake agent and notes probe evidence.
     fn run_op(&mut self, id: ExecId, op: &Op) -> ExecOutput {
         let out = self.agent.exec(id, op);
+        for (kernel, k) in &self.agent.kernels {
+            for (seq, c) in &k.cells {
+                let key = CellKey {
+                    kernel: kernel.clone(),
+                    seq: CellSeq(*seq),
+                };
+                let ns: Vec<u64> = c
+                    .journal
+                    .iter()
+                    .filter(|e| matches!(e.kind, EntryKind::Output { .. }))
+                    .map(|e| e.n)
+                    .collect();
+                self.journaled.insert(key, ns);
+            }
+        }
         if let Op::Probe { kernel, expect } = op {
             if let Ok(Reply::Probed { status }) = parse_reply(id.0, op.kind(), &out) {
                 let lost = match status {
@@ -204,7 +246,7 @@ impl World {
     }
 
     fn apply(&mut self, a: Action) -> Result<(), TestCaseError> {
-        match a {
+        match a.clone() {
             Action::Open(k, py) => {
                 let lang = if py { Lang::Python } else { Lang::Shell };
                 let now = self.at(self.now);
@@ -298,6 +340,27 @@ impl World {
             Action::KillDaemon(k) => self.agent.kill_daemon(&kname(KERNELS[k])),
             Action::ReuseDaemonPid(k) => self.agent.restart_with_pid_reuse(&kname(KERNELS[k])),
             Action::Uninstall => self.agent.installed = false,
+            Action::Gappy(i) | Action::Doubled(i) => {
+                if let Some((id, op)) = self.take(i) {
+                    let out = self.run_op(id, &op);
+                    let gappy = matches!(a, Action::Gappy(_));
+                    let out = mangle(id, &op, out, |entries| {
+                        if gappy {
+                            // Drop the second entry (the first output of a
+                            // submit's batch) or else the first.
+                            if entries.len() > 1 {
+                                entries.remove(1);
+                            } else if !entries.is_empty() {
+                                entries.remove(0);
+                            }
+                        } else {
+                            let copy = entries.clone();
+                            entries.extend(copy);
+                        }
+                    });
+                    self.deliver(id, Ok(out));
+                }
+            }
         }
         self.drain()
     }
@@ -374,6 +437,34 @@ impl World {
     }
 }
 
+/// Rewrites the journal batch of a submit or wait reply.
+fn mangle(
+    id: ExecId,
+    op: &Op,
+    out: ExecOutput,
+    f: impl FnOnce(&mut Vec<JournalEntry>),
+) -> ExecOutput {
+    let (mut batch, submitted) = match parse_reply(id.0, op.kind(), &out) {
+        Ok(Reply::Submitted { acceptance, batch }) => (batch, Some(acceptance)),
+        Ok(Reply::Waited { batch }) => (batch, None),
+        _ => return out,
+    };
+    f(&mut batch.entries);
+    let reply = match submitted {
+        Some(acceptance) => Reply::Submitted { acceptance, batch },
+        None => Reply::Waited { batch },
+    };
+    let env = ReplyEnvelope {
+        v: 1,
+        id: id.0,
+        reply: Some(reply),
+        error: None,
+    };
+    let mut stdout = serde_json::to_vec(&env).unwrap_or_default();
+    stdout.push(b'\n');
+    ExecOutput { stdout, ..out }
+}
+
 proptest! {
     #[test]
     fn random_interleavings_keep_the_invariants(
@@ -392,6 +483,11 @@ proptest! {
         w.heal(heal_up, bound)?;
         for cell in &w.cells {
             prop_assert_eq!(w.resolved.get(cell).copied(), Some(1), "{} never resolved", cell);
+        }
+        for cell in &w.completed {
+            let journaled = w.journaled.get(cell).cloned().unwrap_or_default();
+            let delivered = w.outputs.get(cell).cloned().unwrap_or_default();
+            prop_assert_eq!(journaled, delivered, "{} completed without all of its output", cell);
         }
     }
 }
