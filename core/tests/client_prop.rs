@@ -179,7 +179,7 @@ impl World {
                     *last = n;
                     self.outputs.entry(cell.clone()).or_default().push(n);
                     prop_assert!(
-                        self.resolved.get(&cell).is_none(),
+                        !self.resolved.contains_key(&cell),
                         "{} output after it resolved",
                         cell
                     );

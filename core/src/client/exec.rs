@@ -291,14 +291,13 @@ impl Client {
                 self.on_submitted(&c, acceptance, batch)
             }
             (Task::Wait(c), Reply::Waited { batch }) => self.on_batch(&c, batch, false),
-            (Task::Shutdown(k), Reply::ShutDown { .. }) => {
+            (Task::Shutdown(k), Reply::ShutDown { .. })
                 if self
                     .kernels
                     .get(&k)
-                    .is_some_and(|k| k.phase == Phase::ShuttingDown)
-                {
-                    self.remove_kernel(&k);
-                }
+                    .is_some_and(|k| k.phase == Phase::ShuttingDown) =>
+            {
+                self.remove_kernel(&k);
             }
             // Cancel and ack replies need nothing more; parse_reply
             // guarantees the reply kind matches the op.

@@ -223,7 +223,7 @@ impl Client {
             .into_iter()
             .filter_map(|key| {
                 let c = k.cells.get(&key.seq)?;
-                c.rec.submitted.then(|| (key, c.resolved))
+                c.rec.submitted.then_some((key, c.resolved))
             })
             .collect();
         for (key, resolved) in lost {
