@@ -101,5 +101,7 @@ pub mod agent;
 pub mod bytes;
 pub mod client;
 pub mod ids;
+#[cfg(feature = "mutations")]
+pub mod mutation;
 pub mod protocol;
 pub mod time;

@@ -279,7 +279,7 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
                     r[i] = Some(done);
                 }
                 let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
-                if opts.progress {
+                if opts.progress && (n.is_multiple_of(10) || n == jobs.len()) {
                     progress_line(n, jobs.len(), failing.load(Ordering::SeqCst), started);
                 }
             });

@@ -8,12 +8,20 @@
 //! - [`transport`]: exec over `turmoil::net` (client call, sandbox server);
 //! - [`scenario`]: the named scenarios (client scripts, fixed faults, fault spaces);
 //! - [`oracle`]: observations of a run and the invariants they must meet;
-//! - [`explore`]: many seeds, in parallel and sharded, shrinking, the table.
+//! - [`explore`]: many seeds, in parallel and sharded, shrinking, the table;
+//! - [`control`]: armed faults shared by the fault loop and the hosts;
+//! - [`client_host`]: the real driver over the simulated transport, the script;
+//! - [`sandbox`]: the exec server over `SimOs`, daemons, ground truth;
+//! - [`world`]: one run: the turmoil world, the fault loop, observations.
 
+pub mod client_host;
+pub mod control;
 pub mod explore;
 pub mod faults;
 pub mod oracle;
 pub mod os;
+pub mod sandbox;
 pub mod scenario;
 pub mod trace;
 pub mod transport;
+pub mod world;

@@ -27,6 +27,10 @@ pub struct CellObs {
     pub outcome: Option<CellOutcome>,
     /// How many resolutions the client reported for it.
     pub resolutions: u32,
+    /// When the client started running it (virtual ms).
+    pub started_ms: u64,
+    /// When the client's call returned, if it did.
+    pub ended_ms: Option<u64>,
     /// Ground truth from the sandbox.
     pub truth: CellTruth,
 }
@@ -40,8 +44,6 @@ pub struct CellTruth {
     pub stdout: Vec<u8>,
     /// The cell's main process exited (rather than being killed or lost).
     pub ran_to_end: bool,
-    /// The kernel the cell ran in was killed while the cell was in flight.
-    pub kernel_died_under_it: bool,
     /// Pids of the cell's processes alive at the end of the script (before
     /// the final shutdown).
     pub alive_at_end: Vec<u32>,
@@ -291,13 +293,18 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
             v.push(Violation::FalseStateLost { at_ms: at });
         }
     }
-    // A death must be reported before any cell relying on the old state
-    // passes as ok: a cell that was in flight when the kernel died cannot
-    // have finished ok.
+    // A death must be reported before a cell that was started after it
+    // passes as ok (it ran on a fresh kernel, or on nothing).
     for cell in &obs.cells {
-        if cell.truth.kernel_died_under_it
-            && !cell.truth.ran_to_end
+        let died_before = obs.kernel_deaths.iter().any(|&d| d < cell.started_ms);
+        let reported = |end: u64| {
+            obs.state_lost_reports
+                .iter()
+                .any(|&r| first_death.is_some_and(|d| r >= d) && r <= end)
+        };
+        if died_before
             && cell.outcome == Some(CellOutcome::Ok)
+            && !reported(cell.ended_ms.unwrap_or(u64::MAX))
         {
             v.push(Violation::MissedStateLost {
                 cell: cell.label.clone(),
@@ -373,10 +380,12 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             detail: format!("resolved {} times", cell.resolutions),
         });
     }
-    if cell.cancel_requested
-        && cell.outcome == Some(CellOutcome::Cancelled)
-        && !cell.truth.alive_at_end.is_empty()
-    {
+    let stopped = match &cell.outcome {
+        Some(CellOutcome::Cancelled) => cell.cancel_requested,
+        Some(CellOutcome::TimedOut) => true,
+        _ => false,
+    };
+    if stopped && !cell.truth.alive_at_end.is_empty() {
         v.push(Violation::CancelSurvivor {
             cell: name,
             pids: cell.truth.alive_at_end.clone(),

@@ -1,0 +1,49 @@
+//! Deliberately broken variants of the product, for proving that the
+//! simulation's explorer catches them. Compiled only with the `mutations`
+//! feature, which only the simulation's tests enable: release builds of the
+//! product have no switch at all.
+//!
+//! A variant is switched on per thread (the simulated world runs on one
+//! thread) with [`activate`]; the code under test asks [`active`].
+
+use std::cell::Cell;
+
+/// A deliberate bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mutation {
+    /// Cancel signals only the cell's process group (`kill -PGID`), nothing
+    /// that left it.
+    CancelPgidOnly,
+    /// After an uncertain send, the client submits the cell again under a
+    /// new request id (and a new sequence number).
+    ResubmitNewId,
+    /// The client takes a transport error for the kernel's death.
+    TransportErrorIsDeath,
+}
+
+thread_local! {
+    static ACTIVE: Cell<Option<Mutation>> = const { Cell::new(None) };
+}
+
+/// Is `m` switched on for this thread?
+pub fn active(m: Mutation) -> bool {
+    ACTIVE.with(|a| a.get() == Some(m))
+}
+
+/// Switches `m` on for this thread until the guard drops.
+pub fn activate(m: Option<Mutation>) -> Guard {
+    let previous = ACTIVE.with(|a| a.replace(m));
+    Guard { previous }
+}
+
+/// Restores the previous variant when dropped.
+#[derive(Debug)]
+pub struct Guard {
+    previous: Option<Mutation>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| a.set(self.previous));
+    }
+}

@@ -1,0 +1,456 @@
+//! The client host: the real [`tether::Driver`] over a [`SimTransport`]
+//! (exec on `turmoil::net`), running a scenario's script, crashing and
+//! restarting from its persisted records when the fault loop says so, and
+//! logging every effect and event it sees into the trace and the
+//! [`ClientLog`] the oracle reads.
+
+use crate::control::Control;
+use crate::scenario::{Action, CellSpec, Scenario};
+use crate::trace::{excerpt, now_ms, Trace};
+use crate::transport::{call, WireRequest, EXEC_PORT};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tether::driver::DriverError;
+use tether::transport::{ExecFuture, ExecRequest, Transport};
+use tether::{Driver, MemoryStore, RecordStore};
+use tether_core::bytes::Bytes;
+use tether_core::client::{CellKey, Client, Config, Event, TransportError, TransportErrorKind};
+use tether_core::ids::KernelName;
+use tether_core::protocol::{AgentLocation, CellOutcome, ExecOutput, Lang, Stream};
+
+/// The kernel every scenario uses.
+pub const KERNEL: &str = "sim";
+/// The agent "binary" the client ships.
+pub const AGENT_BINARY: &[u8] = b"\x7fELF tether-agent (simulated)";
+/// Where the agent lives on the sandbox.
+pub const ROOT: &str = "/var/tmp/tether";
+
+/// The agent's location on the simulated sandbox.
+pub fn location() -> AgentLocation {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(AGENT_BINARY);
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    AgentLocation {
+        root: ROOT.into(),
+        hash: hex,
+    }
+}
+
+/// The client configuration used in the simulation: the defaults scaled
+/// down so that runs stay short in virtual time.
+pub fn config() -> Config {
+    let mut c = Config::new(location(), AGENT_BINARY.len() as u64);
+    c.wait_ms = 2_000;
+    c.exec_slack = Duration::from_millis(2_000);
+    c.max_attempts = 6;
+    c.backoff_base = Duration::from_millis(100);
+    c.backoff_max = Duration::from_millis(1_000);
+    c.unreachable_after = Duration::from_secs(15);
+    c.grace = Duration::from_millis(300);
+    c
+}
+
+/// Exec over `turmoil::net` to the sandbox's exec server.
+pub struct SimTransport {
+    trace: Trace,
+}
+
+impl Transport for SimTransport {
+    fn exec(&self, req: ExecRequest) -> ExecFuture<'_> {
+        let trace = self.trace.clone();
+        Box::pin(async move {
+            let wire = WireRequest {
+                argv: req.argv,
+                stdin: Bytes(req.stdin),
+            };
+            match call(&format!("sandbox:{EXEC_PORT}"), &wire).await {
+                Ok(resp) => Ok(ExecOutput {
+                    stdout: resp.stdout.0,
+                    stderr: resp.stderr.0,
+                    exit_code: resp.exit_code,
+                }),
+                Err(e) => {
+                    let kind = match e.kind() {
+                        std::io::ErrorKind::ConnectionRefused => TransportErrorKind::Unreachable,
+                        _ => TransportErrorKind::Io,
+                    };
+                    trace.log("client", format!("transport error: {e}"));
+                    Err(TransportError {
+                        kind,
+                        detail: e.to_string(),
+                    })
+                }
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        "sim (turmoil)".into()
+    }
+}
+
+/// What one scripted cell looked like from the client.
+#[derive(Clone, Debug, Default)]
+pub struct CellSeen {
+    /// Its key.
+    pub key: Option<CellKey>,
+    /// Output entries delivered: (n, stream, bytes).
+    pub output: Vec<(u64, Stream, Vec<u8>)>,
+    /// Every resolution reported.
+    pub resolutions: Vec<CellOutcome>,
+    /// The script (or a fault) asked to cancel it.
+    pub cancel_requested: bool,
+}
+
+/// Everything the client saw.
+#[derive(Clone, Debug, Default)]
+pub struct ClientLog {
+    /// Per cell label.
+    pub cells: BTreeMap<String, CellSeen>,
+    /// Key → label.
+    pub labels: BTreeMap<CellKey, String>,
+    /// The label of the cell being run.
+    pub current: Option<String>,
+    /// (name, start ms, end ms) of each call.
+    pub calls: Vec<(String, u64, Option<u64>)>,
+    /// When state lost was reported.
+    pub state_lost: Vec<u64>,
+    /// Driver errors.
+    pub errors: Vec<String>,
+    /// The script ran to its end.
+    pub finished: bool,
+    /// The liveness cell's outcome.
+    pub liveness: Option<CellOutcome>,
+}
+
+impl ClientLog {
+    fn label_of(&mut self, key: &CellKey) -> Option<String> {
+        if let Some(l) = self.labels.get(key) {
+            return Some(l.clone());
+        }
+        let current = self.current.clone()?;
+        if self.cells.get(&current).is_some_and(|c| c.key.is_some()) {
+            return None;
+        }
+        self.labels.insert(key.clone(), current.clone());
+        self.cells.entry(current.clone()).or_default().key = Some(key.clone());
+        Some(current)
+    }
+
+    fn on_event(&mut self, trace: &Trace, event: &Event) {
+        trace.log("client", describe(event));
+        match event {
+            Event::StateLost { .. } => self.state_lost.push(now_ms()),
+            Event::CellAccepted { cell, .. } => {
+                let _ = self.label_of(cell);
+            }
+            Event::Output {
+                cell,
+                n,
+                stream,
+                data,
+            } => {
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.output.push((*n, *stream, data.0.clone()));
+                }
+            }
+            Event::CellResolved { cell, outcome } => {
+                if let Some(l) = self.label_of(cell) {
+                    self.cells
+                        .entry(l)
+                        .or_default()
+                        .resolutions
+                        .push(outcome.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn describe(event: &Event) -> String {
+    match event {
+        Event::Output {
+            cell,
+            n,
+            stream,
+            data,
+        } => format!(
+            "event output {cell} n={n} {stream:?} \"{}\"",
+            excerpt(&data.0, 60)
+        ),
+        Event::CellResolved { cell, outcome } => format!("event resolved {cell} {outcome}"),
+        Event::CellAccepted { cell, acceptance } => {
+            format!("event accepted {cell} {acceptance:?}")
+        }
+        Event::KernelReady {
+            kernel,
+            identity,
+            fresh,
+        } => format!(
+            "event kernel ready {kernel} pid={} fresh={fresh}",
+            identity.pid
+        ),
+        Event::StateLost { kernel, evidence } => format!("event STATE LOST {kernel}: {evidence}"),
+        Event::KernelReplaced { kernel, evidence } => {
+            format!("event kernel replaced {kernel}: {evidence}")
+        }
+        Event::Leftovers { cell, pids } => format!("event leftovers {cell} {pids:?}"),
+        Event::Clipped { cell, dropped } => format!("event clipped {cell} {dropped}"),
+        Event::KernelEvicted { kernel, reason } => format!("event evicted {kernel}: {reason}"),
+        Event::Note { text, .. } => format!("event note: {text}"),
+    }
+}
+
+/// Everything the client script needs.
+#[derive(Clone)]
+pub struct ClientCtx {
+    /// The scenario.
+    pub scenario: Rc<Scenario>,
+    /// The run's seed.
+    pub seed: u64,
+    /// The trace.
+    pub trace: Trace,
+    /// The switchboard.
+    pub control: Control,
+    /// What the client saw.
+    pub log: Rc<RefCell<ClientLog>>,
+    /// The persisted records (they survive a client crash).
+    pub store: MemoryStore,
+}
+
+fn kernel() -> KernelName {
+    // A constant, valid name.
+    KernelName::new(KERNEL).unwrap_or_else(|_| unreachable!("constant kernel name is valid"))
+}
+
+/// The client host's program: runs the script, restarting after crashes.
+pub async fn client_main(ctx: ClientCtx) -> turmoil::Result {
+    let next = Rc::new(std::cell::Cell::new(0usize));
+    let mut incarnation = 0u64;
+    loop {
+        let client = Client::new(config(), ctx.seed.wrapping_add(incarnation));
+        let transport = Arc::new(SimTransport {
+            trace: ctx.trace.clone(),
+        });
+        let mut driver = Driver::new(
+            client,
+            transport,
+            Box::new(ctx.store.clone()),
+            Arc::from(AGENT_BINARY),
+            location(),
+        );
+        ctx.trace
+            .log("client", format!("client process #{incarnation} starts"));
+        let crashed = {
+            let script = run_script(&ctx, &mut driver, &next, incarnation > 0);
+            let crash = wait_crash(&ctx.control);
+            tokio::pin!(script);
+            tokio::pin!(crash);
+            tokio::select! {
+                biased;
+                down = &mut crash => Some(down),
+                () = &mut script => None,
+            }
+        };
+        let Some(down) = crashed else {
+            return Ok(());
+        };
+        drop(driver);
+        ctx.trace
+            .log("client", format!("client process #{incarnation} CRASHED"));
+        // The calls in progress never return.
+        tokio::time::sleep(Duration::from_millis(down)).await;
+        incarnation += 1;
+    }
+}
+
+async fn wait_crash(control: &Control) -> u64 {
+    loop {
+        if let Some(down) = control.lock().crash_client.take() {
+            return down;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// How often the client script looks at the switchboard.
+const POLL: Duration = Duration::from_millis(5);
+
+async fn run_script(
+    ctx: &ClientCtx,
+    driver: &mut Driver,
+    next: &Rc<std::cell::Cell<usize>>,
+    restarted: bool,
+) {
+    let log = ctx.log.clone();
+    let trace = ctx.trace.clone();
+    let mut on_event = |e: &Event| log.borrow_mut().on_event(&trace, e);
+    if restarted {
+        // A new client process: pick the kernel up from its record.
+        let record = ctx.store.load(&kernel()).ok().flatten();
+        if let Some(record) = record {
+            let start = now_ms();
+            let r = driver.resume(record, false, &mut on_event).await;
+            finish_call(ctx, "resume", start, r.err());
+        }
+    }
+    while let Some(action) = ctx.scenario.script.get(next.get()) {
+        match action {
+            Action::Idle { ms } => {
+                tokio::time::sleep(Duration::from_millis(*ms)).await;
+            }
+            Action::Run(cell) => {
+                if ctx
+                    .log
+                    .borrow()
+                    .cells
+                    .get(&cell.label)
+                    .is_some_and(|c| !c.resolutions.is_empty())
+                {
+                    // Resolved by the resume above.
+                } else {
+                    run_one(ctx, driver, cell, &mut on_event).await;
+                }
+            }
+        }
+        next.set(next.get() + 1);
+    }
+    // Ground truth of what the script's cells left running.
+    ctx.control.lock().snapshot_now = true;
+    tokio::time::sleep(POLL).await;
+    // Liveness: once every fault has healed, a fresh cell must run.
+    let healed = ctx.control.lock().healed_at_ms;
+    let now = now_ms();
+    if healed > now {
+        tokio::time::sleep(Duration::from_millis(healed - now)).await;
+    }
+    let alive = CellSpec {
+        label: "liveness".into(),
+        workload: tether_scenarios::workload::Workload {
+            steps: vec![tether_scenarios::workload::Step::Print {
+                stream: Stream::Stdout,
+                text: "alive\n".into(),
+            }],
+        },
+        timeout_ms: None,
+        cancel_after_ms: None,
+        expect: None,
+    };
+    let mut outcome = run_one(ctx, driver, &alive, &mut on_event).await;
+    if outcome.as_ref() != Some(&CellOutcome::Ok) && !ctx.log.borrow().state_lost.is_empty() {
+        // After a reported loss the first cell may go down with the old
+        // kernel; the next one must run on a fresh kernel.
+        let again = CellSpec {
+            label: "liveness2".into(),
+            ..alive
+        };
+        outcome = run_one(ctx, driver, &again, &mut on_event).await;
+    }
+    ctx.log.borrow_mut().liveness = outcome;
+    let start = now_ms();
+    let r = driver.shutdown(&kernel(), &mut on_event).await;
+    finish_call(ctx, "shutdown", start, r.err());
+    // Let exec calls still in flight on the sandbox drain.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    ctx.log.borrow_mut().finished = true;
+    ctx.trace.log("client", "script done");
+}
+
+fn finish_call(ctx: &ClientCtx, name: &str, start: u64, err: Option<DriverError>) {
+    let mut log = ctx.log.borrow_mut();
+    log.calls.push((name.into(), start, Some(now_ms())));
+    if let Some(e) = err {
+        ctx.trace.log("client", format!("{name} failed: {e}"));
+        log.errors.push(format!("{name}: {e}"));
+    }
+}
+
+async fn run_one(
+    ctx: &ClientCtx,
+    driver: &mut Driver,
+    cell: &CellSpec,
+    on_event: &mut dyn FnMut(&Event),
+) -> Option<CellOutcome> {
+    {
+        let mut log = ctx.log.borrow_mut();
+        log.current = Some(cell.label.clone());
+        log.cells.entry(cell.label.clone()).or_default();
+    }
+    ctx.trace.log("client", format!("run_cell {}", cell.label));
+    let start = now_ms();
+    let handle = driver.cancel_handle();
+    let code = Bytes(cell.full_workload().encode());
+    let timeout = cell.timeout_ms.map(Duration::from_millis);
+    let canceller = async {
+        let mut scripted = cell.cancel_after_ms;
+        loop {
+            let wait = async {
+                match scripted {
+                    Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let fault = async {
+                loop {
+                    if std::mem::take(&mut ctx.control.lock().cancel_now) {
+                        return;
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+            };
+            tokio::select! {
+                biased;
+                () = wait => scripted = None,
+                () = fault => {}
+            }
+            ctx.trace.log("client", format!("cancel {}", cell.label));
+            if let Some(c) = ctx.log.borrow_mut().cells.get_mut(&cell.label) {
+                c.cancel_requested = true;
+            }
+            handle.cancel_current();
+        }
+    };
+    let name = kernel();
+    let result = {
+        let run = driver.run_cell(&name, Lang::Shell, code, timeout, &mut *on_event);
+        tokio::pin!(run);
+        tokio::pin!(canceller);
+        tokio::select! {
+            biased;
+            r = &mut run => r,
+            () = &mut canceller => unreachable!("the canceller never ends"),
+        }
+    };
+    let outcome = match result {
+        Ok((_, outcome)) => Some(outcome),
+        Err(e) => {
+            finish_call(ctx, &format!("run_cell {}", cell.label), start, Some(e));
+            return None;
+        }
+    };
+    finish_call(ctx, &format!("run_cell {}", cell.label), start, None);
+    let after_done = std::mem::take(&mut ctx.control.lock().cancel_after_done);
+    if after_done {
+        let key = ctx
+            .log
+            .borrow()
+            .cells
+            .get(&cell.label)
+            .and_then(|c| c.key.clone());
+        if let Some(key) = key {
+            ctx.trace
+                .log("client", format!("cancel {} after it resolved", cell.label));
+            let now = driver.now();
+            driver.client().cancel(&key, now);
+            let start = now_ms();
+            let r = driver.settle(on_event).await;
+            finish_call(ctx, "cancel after done", start, r.err());
+        }
+    }
+    outcome
+}

@@ -1,0 +1,490 @@
+//! The sandbox host: [`SimOs`] plus the agent's real logic on it.
+//!
+//! - the exec server ([`sandbox_main`]): each exec call becomes a process
+//!   in `SimOs` (`begin_exec`) running the agent's [`OpRun`] until it
+//!   yields its reply line, long-polling in virtual time; the install op
+//!   (`/bin/sh -c <install script>`) is simulated by writing the agent file;
+//!   armed faults apply here (latency, slow start, reply lost, the submit
+//!   held back for an early cancel);
+//! - [`Sandbox::advance`], called by the world between steps: runs the
+//!   simulated processes up to now and ticks every kernel daemon's
+//!   [`Daemon`] logic;
+//! - ground truth for the oracle: side-effect counts, processes of each
+//!   cell, leaks, bystanders killed.
+
+use crate::control::Control;
+use crate::os::{ProcEventKind, Role, SimOs, SimOsConfig, SimSignal};
+use crate::scenario::Scenario;
+use crate::trace::{excerpt, now_ms, Trace};
+use crate::transport::{serve, HandlerFuture, WireRequest, WireResponse, EXEC_PORT};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+use tether_core::agent::daemon::{Daemon, DaemonStep};
+use tether_core::agent::op::OpRun;
+use tether_core::agent::{Os, Pid};
+use tether_core::bytes::Bytes;
+use tether_core::time::Timestamp;
+
+/// Ground truth about one cell.
+#[derive(Clone, Debug, Default)]
+pub struct Truth {
+    /// Times its code started (lines in its side-effect file).
+    pub executions: u32,
+}
+
+struct DaemonRun {
+    logic: Daemon,
+    boot: String,
+    next_wake: Timestamp,
+}
+
+/// The simulated sandbox and the agent logic running on it.
+pub struct Sandbox {
+    os: SimOs,
+    trace: Trace,
+    root: String,
+    daemons: BTreeMap<Pid, DaemonRun>,
+    /// A shutdown op was seen (daemon deaths after it are expected).
+    shutdown_seen: bool,
+    /// Daemons killed by a fault (not the agent's doing).
+    fault_killed: BTreeSet<Pid>,
+    /// Pid → role of live processes we learned from spawn events.
+    roles: BTreeMap<Pid, String>,
+    collateral: Vec<String>,
+    /// Cell processes alive when the script's cells were done, by seq.
+    pub snapshot: Option<BTreeMap<u64, Vec<Pid>>>,
+}
+
+impl Sandbox {
+    /// A freshly booted sandbox whose agent lives under `root`.
+    pub fn new(seed: u64, trace: Trace, root: &str, agent_exe: &str) -> Sandbox {
+        let config = SimOsConfig {
+            seed,
+            agent_exe: agent_exe.into(),
+            ..SimOsConfig::default()
+        };
+        Sandbox {
+            os: SimOs::new(config),
+            trace,
+            root: root.into(),
+            daemons: BTreeMap::new(),
+            shutdown_seen: false,
+            fault_killed: BTreeSet::new(),
+            roles: BTreeMap::new(),
+            collateral: Vec::new(),
+            snapshot: None,
+        }
+    }
+
+    /// The simulated OS (for tests and inspection).
+    pub fn os(&self) -> &SimOs {
+        &self.os
+    }
+
+    /// Runs processes and daemons up to `now_ms`, then moves the process
+    /// events into the trace.
+    pub fn advance(&mut self, now_ms: u64) {
+        let now = Timestamp(now_ms);
+        self.os.advance(now);
+        for spawn in self.os.take_daemon_spawns() {
+            self.trace.at(
+                now_ms,
+                "sandbox",
+                format!("daemon {} starts for {}", spawn.pid, spawn.kernel_dir),
+            );
+            self.daemons.insert(
+                spawn.pid,
+                DaemonRun {
+                    logic: Daemon::new(&spawn.kernel_dir, &spawn.nonce),
+                    boot: self.os.current_boot_id().to_owned(),
+                    next_wake: now,
+                },
+            );
+        }
+        let boot = self.os.current_boot_id().to_owned();
+        let pids: Vec<Pid> = self.daemons.keys().copied().collect();
+        for pid in pids {
+            let alive =
+                self.os.is_alive(pid) && self.daemons.get(&pid).is_some_and(|d| d.boot == boot);
+            if !alive {
+                self.daemons.remove(&pid);
+                continue;
+            }
+            let Some(run) = self.daemons.get_mut(&pid) else {
+                continue;
+            };
+            if run.next_wake > now {
+                continue;
+            }
+            let previous = self.os.current();
+            self.os.set_current(pid);
+            let step = run.logic.tick(&mut self.os);
+            self.os.set_current(previous);
+            match step {
+                DaemonStep::Continue { next_wake } => run.next_wake = next_wake,
+                DaemonStep::Exit => {
+                    self.trace
+                        .at(now_ms, "sandbox", format!("daemon {pid} exits"));
+                    self.os.exit_process(pid, 0);
+                    self.daemons.remove(&pid);
+                }
+            }
+            // What the daemon did may wake processes at this instant.
+            self.os.advance(now);
+        }
+        self.flush_events();
+    }
+
+    /// When something on the sandbox is next due.
+    pub fn next_wake(&self) -> Option<u64> {
+        let os = self.os.next_wake().map(|t| t.0);
+        let d = self.daemons.values().map(|d| d.next_wake.0).min();
+        match (os, d) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Moves process events into the trace and learns roles and bystander
+    /// deaths from them.
+    pub fn flush_events(&mut self) {
+        for e in self.os.take_events() {
+            match &e.kind {
+                ProcEventKind::Spawn { pid, argv, .. } => {
+                    let role = match self.os.view(*pid).map(|v| v.role) {
+                        Some(Role::Init) => "init",
+                        Some(Role::Daemon { .. }) => "daemon",
+                        Some(Role::Exec) => "exec",
+                        Some(Role::Shim) => "shim",
+                        Some(Role::Cell) => "cell",
+                        None => "?",
+                    };
+                    self.roles
+                        .insert(*pid, format!("{role} {}", argv.join(" ")));
+                }
+                ProcEventKind::Signal {
+                    from, to, signal, ..
+                } if *from != 0 => {
+                    let victim = self.roles.get(to).cloned().unwrap_or_default();
+                    let bystander = victim.starts_with("init")
+                        || victim.starts_with("exec")
+                        || (victim.starts_with("daemon")
+                            && !self.shutdown_seen
+                            && matches!(signal, SimSignal::Kill | SimSignal::Term));
+                    if bystander && *from != *to {
+                        self.collateral.push(format!(
+                            "{signal} from {from} to {to} ({})",
+                            excerpt(victim.as_bytes(), 60)
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            let text = e.kind.to_string();
+            self.trace.at(e.at.0, "proc", excerpt(text.as_bytes(), 110));
+        }
+    }
+
+    /// Kills every kernel daemon (a fault); true if one was alive.
+    pub fn kill_daemons(&mut self) -> bool {
+        let kernels = format!("{}/kernels", self.root);
+        let dirs = self.os.list_dir(&kernels).unwrap_or_default();
+        let mut any = false;
+        for d in dirs {
+            let dir = format!("{kernels}/{d}");
+            if let Some(pid) = self.os.kill_daemon(&dir) {
+                self.fault_killed.insert(pid);
+                any = true;
+            }
+        }
+        self.flush_events();
+        any
+    }
+
+    /// Restarts the sandbox (a fault); true if a daemon was alive.
+    pub fn bounce(&mut self) -> bool {
+        let had_daemon =
+            !self.daemons.is_empty() && self.daemons.keys().any(|&p| self.os.is_alive(p));
+        self.os.bounce();
+        self.daemons.clear();
+        self.roles.clear();
+        self.flush_events();
+        had_daemon
+    }
+
+    /// Ground truth for the cell `label`.
+    pub fn truth(&self, label: &str) -> Truth {
+        Truth {
+            executions: u32::try_from(self.os.side_effect_count(label)).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Records which cell processes are alive now (end of the script).
+    pub fn take_snapshot(&mut self) {
+        let mut by_seq: BTreeMap<u64, Vec<Pid>> = BTreeMap::new();
+        for (pid, cell) in self.os.cell_processes() {
+            if let Some(seq) = cell.seq {
+                by_seq.entry(seq).or_default().push(pid);
+            }
+        }
+        self.snapshot = Some(by_seq);
+    }
+
+    /// Processes (other than pid 1 and exec calls still draining) and
+    /// kernel files left now.
+    pub fn leaks(&self) -> (Vec<String>, Vec<String>) {
+        let procs = self
+            .os
+            .alive_pids()
+            .into_iter()
+            .filter_map(|pid| self.os.view(pid))
+            .filter(|v| !matches!(v.role, Role::Init | Role::Exec))
+            .map(|v| format!("{} {}", v.pid, v.argv.join(" ")))
+            .collect();
+        let files = self.os.files_under(&format!("{}/kernels", self.root));
+        (procs, files)
+    }
+
+    /// Side-effect files no scripted cell accounts for.
+    pub fn unaccounted_executions(&self, scenario: &Scenario) -> BTreeMap<String, u32> {
+        let known: BTreeSet<String> = scenario
+            .cells()
+            .map(|c| c.label.clone())
+            .chain(["liveness".to_owned(), "liveness2".to_owned()])
+            .collect();
+        let dir = self.os.config().side_effect_dir.clone();
+        let mut out = BTreeMap::new();
+        for f in self.os.files_under(&dir) {
+            let name = f.rsplit('/').next().unwrap_or_default().to_owned();
+            if !known.contains(&name) {
+                out.insert(
+                    name.clone(),
+                    u32::try_from(self.os.side_effect_count(&name)).unwrap_or(u32::MAX),
+                );
+            }
+        }
+        out
+    }
+
+    /// Bystanders that a signal from the agent hit.
+    pub fn collateral(&self) -> Vec<String> {
+        self.collateral.clone()
+    }
+}
+
+/// The install op: `/bin/sh -c <script> tether-install ROOT HASH SIZE ID PATH`.
+fn install(sb: &mut Sandbox, argv: &[String], stdin: &[u8]) -> WireResponse {
+    let (Some(size), Some(id), Some(path)) = (argv.get(6), argv.get(7), argv.get(8)) else {
+        return WireResponse {
+            stderr: Bytes(b"install: missing arguments".to_vec()),
+            exit_code: 2,
+            ..WireResponse::default()
+        };
+    };
+    let pid = sb.os.begin_exec(argv);
+    let reply = if size.parse::<usize>().ok() != Some(stdin.len()) {
+        format!(
+            "{{\"v\":1,\"id\":{id},\"error\":{{\"kind\":\"bad_install\",\"detail\":\"received {} of {size} bytes\"}}}}\n",
+            stdin.len()
+        )
+    } else {
+        let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/");
+        let _ = sb.os.create_dir_all(dir);
+        let _ = sb.os.create_dir_all(&format!("{}/kernels", sb.root));
+        match sb.os.write_atomic(path, stdin) {
+            Ok(()) => format!(
+                "{{\"v\":1,\"id\":{id},\"reply\":{{\"installed\":{{\"path\":\"{path}\"}}}}}}\n"
+            ),
+            Err(e) => format!(
+                "{{\"v\":1,\"id\":{id},\"error\":{{\"kind\":\"io\",\"detail\":\"{e}\"}}}}\n"
+            ),
+        }
+    };
+    if let Ok(pid) = pid {
+        sb.os.end_exec(pid, 0);
+    }
+    sb.flush_events();
+    WireResponse {
+        stdout: Bytes(reply.into_bytes()),
+        ..WireResponse::default()
+    }
+}
+
+/// The op kind named in an envelope (`"gc"` or the first key of `op`).
+fn op_kind(stdin: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
+    match v.get("op") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Object(m)) => m.keys().next().cloned().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// Ends an exec's process if its task is dropped (connection torn down)
+/// — unless the sandbox rebooted since, when the pid may be someone else's.
+struct ExecGuard {
+    sb: Rc<RefCell<Sandbox>>,
+    pid: Pid,
+    boot: String,
+    done: bool,
+}
+
+impl Drop for ExecGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Ok(mut sb) = self.sb.try_borrow_mut() {
+            if sb.os.current_boot_id() == self.boot && sb.os.is_alive(self.pid) {
+                sb.os.end_exec(self.pid, 129);
+            }
+        }
+    }
+}
+
+async fn handle(
+    sb: Rc<RefCell<Sandbox>>,
+    trace: Trace,
+    control: Control,
+    req: WireRequest,
+) -> Option<WireResponse> {
+    let latency = {
+        let a = control.lock();
+        (now_ms() < a.latency_until_ms).then_some(a.latency_ms)
+    };
+    if let Some(ms) = latency {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let argv = req.argv;
+    let stdin = req.stdin.0;
+    if argv.first().map(String::as_str) == Some("/bin/sh")
+        && argv.get(3).map(String::as_str) == Some("tether-install")
+    {
+        trace.log("sandbox", "exec install");
+        let mut s = sb.borrow_mut();
+        s.os.set_now(Timestamp(now_ms()));
+        return Some(install(&mut s, &argv, &stdin));
+    }
+    if argv.get(1).map(String::as_str) != Some("op") {
+        return Some(WireResponse {
+            stderr: Bytes(format!("sh: {}: not found", argv.join(" ")).into_bytes()),
+            exit_code: 127,
+            ..WireResponse::default()
+        });
+    }
+    let kind = op_kind(&stdin);
+    if let Some(ms) = control.take_slow_start(&kind) {
+        trace.log("sandbox", format!("{kind} starts {ms} ms late (fault)"));
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if kind == "submit" && std::mem::take(&mut control.lock().cancel_before_submit) {
+        trace.log(
+            "sandbox",
+            "submit held back; the client cancels now (fault)",
+        );
+        {
+            let mut a = control.lock();
+            a.cancel_op_ran = false;
+            a.cancel_now = true;
+        }
+        for _ in 0..600 {
+            if control.lock().cancel_op_ran {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        trace.log("sandbox", "submit released");
+    }
+    if kind == "shutdown" {
+        sb.borrow_mut().shutdown_seen = true;
+    }
+    let root = argv
+        .iter()
+        .position(|a| a == "--root")
+        .and_then(|i| argv.get(i + 1))
+        .cloned()
+        .unwrap_or_default();
+    let (pid, boot) = {
+        let mut s = sb.borrow_mut();
+        s.advance(now_ms());
+        if !s.os.exists(&argv[0]) {
+            trace.log("sandbox", format!("exec {kind}: agent not installed"));
+            return Some(WireResponse {
+                stderr: Bytes(format!("sh: {}: not found", argv[0]).into_bytes()),
+                exit_code: 127,
+                ..WireResponse::default()
+            });
+        }
+        let pid = match s.os.begin_exec(&argv) {
+            Ok(pid) => pid,
+            Err(e) => {
+                return Some(WireResponse {
+                    stderr: Bytes(format!("fork: {e}").into_bytes()),
+                    exit_code: 126,
+                    ..WireResponse::default()
+                })
+            }
+        };
+        s.flush_events();
+        (pid, s.os.current_boot_id().to_owned())
+    };
+    trace.log("sandbox", format!("exec {kind} as pid {pid}"));
+    let mut guard = ExecGuard {
+        sb: sb.clone(),
+        pid,
+        boot,
+        done: false,
+    };
+    let mut run = OpRun::new(&root, &stdin);
+    let line = loop {
+        let (line, wake) = {
+            let mut s = sb.borrow_mut();
+            s.advance(now_ms());
+            let previous = s.os.current();
+            s.os.set_current(pid);
+            let line = run.poll(&mut s.os);
+            s.os.set_current(previous);
+            s.advance(now_ms());
+            (line, run.next_wake())
+        };
+        if let Some(line) = line {
+            break line;
+        }
+        let now = now_ms();
+        let until = wake.map_or(now + 1, |w| w.0.max(now + 1)).min(now + 5);
+        tokio::time::sleep(Duration::from_millis(until - now)).await;
+    };
+    {
+        let mut s = sb.borrow_mut();
+        s.os.end_exec(pid, 0);
+        s.flush_events();
+        guard.done = true;
+    }
+    if kind == "cancel" {
+        control.lock().cancel_op_ran = true;
+    }
+    if control.take_reply_lost(&kind) {
+        trace.log("sandbox", format!("{kind} ran; its reply is LOST (fault)"));
+        return None;
+    }
+    trace.log("sandbox", format!("reply {kind}: {}", excerpt(&line, 160)));
+    Some(WireResponse {
+        stdout: Bytes(line),
+        ..WireResponse::default()
+    })
+}
+
+/// The sandbox host's program: the exec server.
+pub async fn sandbox_main(
+    sb: Rc<RefCell<Sandbox>>,
+    trace: Trace,
+    control: Control,
+) -> turmoil::Result {
+    let handler = Rc::new(move |req: WireRequest| -> HandlerFuture {
+        Box::pin(handle(sb.clone(), trace.clone(), control.clone(), req))
+    });
+    serve(EXEC_PORT, handler).await?;
+    Ok(())
+}

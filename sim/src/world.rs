@@ -1,0 +1,416 @@
+//! One run: a turmoil world with a client host (the real driver, see
+//! [`crate::client_host`]) and a sandbox host (the exec server over
+//! `SimOs`, see [`crate::sandbox`]), a fault loop that applies the
+//! schedule between simulation steps, and the observations the oracle
+//! judges.
+//!
+//! Everything is derived from the seed: turmoil's rng, the client's seed,
+//! SimOs's; the epoch is fixed; the world is stepped on one thread.
+
+use crate::client_host::{client_main, ClientCtx, ClientLog};
+use crate::control::Control;
+use crate::explore::RunReport;
+use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
+use crate::oracle::{self, CallObs, CellObs, CellTruth, Observations, Violation};
+use crate::sandbox::{sandbox_main, Sandbox};
+use crate::scenario::Scenario;
+use crate::trace::Trace;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+use tether::MemoryStore;
+use tether_core::protocol::{CellOutcome, Stream};
+
+/// Virtual time after which a run is declared hung.
+pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
+/// Every client call must return within this bound (the client gives up on
+/// an unreachable sandbox after 15 s; cells run at most a few seconds).
+pub const CALL_BUDGET_MS: u64 = 90_000;
+
+/// Which build of the product runs: the real one, or a deliberately broken
+/// variant (only with the `mutations` feature, never in release builds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// The product as it is.
+    Real,
+    /// Cancel signals only the process group.
+    #[cfg(feature = "mutations")]
+    CancelPgidOnly,
+    /// After an uncertain send, the client submits again with a new request id.
+    #[cfg(feature = "mutations")]
+    ResubmitNewId,
+    /// The client takes a transport error for the kernel's death.
+    #[cfg(feature = "mutations")]
+    TransportErrorIsDeath,
+}
+
+impl Variant {
+    /// Parses a variant name.
+    pub fn parse(name: &str) -> Result<Variant, String> {
+        match name {
+            "real" => Ok(Variant::Real),
+            #[cfg(feature = "mutations")]
+            "cancel-pgid-only" => Ok(Variant::CancelPgidOnly),
+            #[cfg(feature = "mutations")]
+            "resubmit-new-id" => Ok(Variant::ResubmitNewId),
+            #[cfg(feature = "mutations")]
+            "transport-error-is-death" => Ok(Variant::TransportErrorIsDeath),
+            other => Err(format!(
+                "no variant {other:?}: `real`, or (built with --features mutations) \
+                 cancel-pgid-only, resubmit-new-id, transport-error-is-death"
+            )),
+        }
+    }
+
+    #[cfg(feature = "mutations")]
+    fn mutation(self) -> Option<tether_core::mutation::Mutation> {
+        use tether_core::mutation::Mutation;
+        match self {
+            Variant::Real => None,
+            Variant::CancelPgidOnly => Some(Mutation::CancelPgidOnly),
+            Variant::ResubmitNewId => Some(Mutation::ResubmitNewId),
+            Variant::TransportErrorIsDeath => Some(Mutation::TransportErrorIsDeath),
+        }
+    }
+}
+
+/// A reviewer's race: a scenario and a fault schedule, kept as a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Race {
+    /// What the race is about.
+    #[serde(default)]
+    pub about: String,
+    /// The scenario.
+    pub scenario: String,
+    /// The seed (for the parts of the world the schedule does not fix).
+    #[serde(default)]
+    pub seed: u64,
+    /// The faults.
+    pub schedule: FaultSchedule,
+}
+
+impl Race {
+    /// Reads a race file.
+    pub fn load(path: &str) -> Result<Race, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        serde_json::from_str(&text).map_err(|e| format!("{path} is not a race file: {e}"))
+    }
+}
+
+/// Timed actions of the fault loop.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Tick {
+    Fault(FaultKind),
+    Repair,
+    Release,
+}
+
+/// Runs `scenario` with `seed` and `schedule`; judges it.
+pub fn run(
+    scenario: &Scenario,
+    seed: u64,
+    schedule: &FaultSchedule,
+    variant: Variant,
+) -> RunReport {
+    #[cfg(feature = "mutations")]
+    let _guard = tether_core::mutation::activate(variant.mutation());
+    #[cfg(not(feature = "mutations"))]
+    let _ = variant;
+
+    let trace = Trace::new();
+    trace.at(
+        0,
+        "world",
+        format!("scenario {} seed {seed}: {schedule}", scenario.name),
+    );
+    let control = Control::new();
+    let log = Rc::new(RefCell::new(ClientLog::default()));
+    let location = crate::client_host::location();
+    let sandbox = Rc::new(RefCell::new(Sandbox::new(
+        seed,
+        trace.clone(),
+        &location.root,
+        &location.agent_path(),
+    )));
+
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .epoch(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+        .simulation_duration(MAX_VIRTUAL)
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(10))
+        .build();
+
+    {
+        let sandbox = sandbox.clone();
+        let trace = trace.clone();
+        let control = control.clone();
+        sim.host("sandbox", move || {
+            sandbox_main(sandbox.clone(), trace.clone(), control.clone())
+        });
+    }
+    let ctx = ClientCtx {
+        scenario: Rc::new(scenario.clone()),
+        seed,
+        trace: trace.clone(),
+        control: control.clone(),
+        log: log.clone(),
+        store: MemoryStore::new(),
+    };
+    sim.client("client", client_main(ctx));
+
+    // The fault loop's agenda.
+    let mut agenda: Vec<(u64, Tick)> = Vec::new();
+    let mut healed = 0u64;
+    for f in &schedule.0 {
+        agenda.push((f.at_ms, Tick::Fault(f.kind.clone())));
+        let end = match f.kind {
+            FaultKind::PartitionExec { for_ms } => {
+                agenda.push((f.at_ms + for_ms, Tick::Repair));
+                f.at_ms + for_ms
+            }
+            FaultKind::HoldExec { for_ms } => {
+                agenda.push((f.at_ms + for_ms, Tick::Release));
+                f.at_ms + for_ms
+            }
+            FaultKind::ExecLatency { ms, for_ms } => f.at_ms + for_ms + ms,
+            FaultKind::SlowStart { ms, .. } => f.at_ms + ms,
+            FaultKind::CrashClient { down_ms } => f.at_ms + down_ms,
+            _ => f.at_ms,
+        };
+        healed = healed.max(end);
+    }
+    agenda.sort();
+    agenda.reverse();
+    control.lock().healed_at_ms = healed + 100;
+
+    let mut kernel_deaths = Vec::new();
+    let mut harness = Vec::new();
+    loop {
+        let now = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
+        while agenda.last().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, tick)) = agenda.pop() else { break };
+            apply(
+                &mut sim,
+                now,
+                tick,
+                &trace,
+                &control,
+                &sandbox,
+                &mut kernel_deaths,
+            );
+        }
+        {
+            let mut sb = sandbox.borrow_mut();
+            if sb.next_wake().is_some_and(|w| w <= now) {
+                sb.advance(now);
+            }
+            if std::mem::take(&mut control.lock().snapshot_now) {
+                sb.advance(now);
+                sb.take_snapshot();
+            }
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                harness.push(format!("simulation: {e}"));
+                break;
+            }
+        }
+    }
+    let virtual_ms = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
+    sandbox.borrow_mut().advance(virtual_ms);
+    drop(sim);
+
+    let obs = observe(
+        scenario,
+        &log.borrow(),
+        &sandbox.borrow(),
+        kernel_deaths,
+        harness,
+    );
+    let mut violations = oracle::check(&obs);
+    violations.extend(expectations(scenario, schedule, &obs));
+    violations.sort();
+    violations.dedup();
+    for v in &violations {
+        trace.at(virtual_ms, "oracle", format!("VIOLATION {v}"));
+    }
+    trace.at(
+        virtual_ms,
+        "world",
+        format!("end ({} violations)", violations.len()),
+    );
+    RunReport {
+        violations,
+        trace: trace.render(),
+        virtual_ms,
+    }
+}
+
+fn apply(
+    sim: &mut turmoil::Sim<'_>,
+    now: u64,
+    tick: Tick,
+    trace: &Trace,
+    control: &Control,
+    sandbox: &Rc<RefCell<Sandbox>>,
+    kernel_deaths: &mut Vec<u64>,
+) {
+    match tick {
+        Tick::Repair => {
+            trace.at(now, "fault", "partition healed");
+            sim.repair("client", "sandbox");
+        }
+        Tick::Release => {
+            trace.at(now, "fault", "hold released");
+            sim.release("client", "sandbox");
+        }
+        Tick::Fault(kind) => {
+            trace.at(
+                now,
+                "fault",
+                serde_json::to_string(&kind).unwrap_or_default(),
+            );
+            match kind {
+                FaultKind::PartitionExec { .. } => sim.partition("client", "sandbox"),
+                FaultKind::HoldExec { .. } => sim.hold("client", "sandbox"),
+                FaultKind::DropConnection => sim.bounce("sandbox"),
+                FaultKind::ExecLatency { ms, for_ms } => {
+                    let mut a = control.lock();
+                    a.latency_ms = ms;
+                    a.latency_until_ms = now + for_ms;
+                }
+                FaultKind::SlowStart { op, ms } => control.lock().slow_start.push((op, ms)),
+                FaultKind::ReplyLost { op } => control.lock().reply_lost.push(op),
+                FaultKind::KillDaemon => {
+                    if sandbox.borrow_mut().kill_daemons() {
+                        kernel_deaths.push(now);
+                    }
+                }
+                FaultKind::BounceSandbox => {
+                    if sandbox.borrow_mut().bounce() {
+                        kernel_deaths.push(now);
+                    }
+                    sim.bounce("sandbox");
+                }
+                FaultKind::CrashClient { down_ms } => control.lock().crash_client = Some(down_ms),
+                FaultKind::Cancel { point } => match point {
+                    CancelPoint::BeforeSubmitRegisters => {
+                        control.lock().cancel_before_submit = true
+                    }
+                    CancelPoint::DuringWait => control.lock().cancel_now = true,
+                    CancelPoint::AfterDone => control.lock().cancel_after_done = true,
+                },
+            }
+        }
+    }
+}
+
+fn observe(
+    scenario: &Scenario,
+    log: &ClientLog,
+    sandbox: &Sandbox,
+    kernel_deaths: Vec<u64>,
+    mut harness: Vec<String>,
+) -> Observations {
+    harness.extend(log.errors.iter().cloned());
+    let mut cells = Vec::new();
+    for spec in scenario.cells() {
+        let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
+        let truth = sandbox.truth(&spec.label);
+        let mut stdout = Vec::new();
+        for _ in 0..truth.executions.max(1) {
+            stdout.extend(spec.full_stdout());
+        }
+        let outcome = seen.resolutions.last().cloned();
+        let call = format!("run_cell {}", spec.label);
+        let (started_ms, ended_ms) = log
+            .calls
+            .iter()
+            .find(|(name, _, _)| *name == call)
+            .map_or((0, None), |(_, s, e)| (*s, *e));
+        let alive_at_end = match (&sandbox.snapshot, &seen.key) {
+            (Some(snap), Some(key)) => snap.get(&key.seq.0).cloned().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        cells.push(CellObs {
+            label: spec.label.clone(),
+            key: seen.key.as_ref().map(ToString::to_string),
+            cancel_requested: seen.cancel_requested,
+            output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
+            client_stdout: seen
+                .output
+                .iter()
+                .filter(|(_, s, _)| *s == Stream::Stdout)
+                .flat_map(|(_, _, d)| d.iter().copied())
+                .collect(),
+            outcome,
+            resolutions: u32::try_from(seen.resolutions.len()).unwrap_or(u32::MAX),
+            started_ms,
+            ended_ms,
+            truth: CellTruth {
+                executions: truth.executions,
+                stdout,
+                ran_to_end: truth.executions == 1,
+                alive_at_end,
+            },
+        });
+    }
+    let (leaked_processes, leaked_files) = sandbox.leaks();
+    Observations {
+        cells,
+        calls: log
+            .calls
+            .iter()
+            .map(|(name, start, end)| CallObs {
+                name: name.clone(),
+                started_ms: *start,
+                ended_ms: *end,
+                budget_ms: CALL_BUDGET_MS,
+            })
+            .collect(),
+        state_lost_reports: log.state_lost.clone(),
+        kernel_deaths,
+        unaccounted_executions: sandbox.unaccounted_executions(scenario),
+        collateral: sandbox.collateral(),
+        leaked_processes,
+        leaked_files,
+        liveness: log.liveness.clone(),
+        finished: log.finished,
+        harness_errors: harness,
+    }
+}
+
+/// Checks a scenario's own expectations. They hold only when the run's
+/// faults cannot change the outcome class: no faults beyond the fixed
+/// ones, or only faults that merely delay.
+fn expectations(
+    scenario: &Scenario,
+    schedule: &FaultSchedule,
+    obs: &Observations,
+) -> Vec<Violation> {
+    if schedule != &scenario.fixed {
+        return Vec::new();
+    }
+    let mut v = Vec::new();
+    for (spec, cell) in scenario.cells().zip(&obs.cells) {
+        let Some(expect) = spec.expect else { continue };
+        match &cell.outcome {
+            Some(o) if expect.admits(o) => {}
+            other => v.push(Violation::Expectation {
+                detail: format!(
+                    "{} should resolve {expect:?}, resolved {}",
+                    spec.label,
+                    other
+                        .as_ref()
+                        .map_or("never".to_string(), CellOutcome::to_string)
+                ),
+            }),
+        }
+    }
+    v
+}

@@ -1,0 +1,75 @@
+//! proptest draws fault schedules (and shrinks them when one fails); the
+//! oracle is the property. Failing schedules are kept in
+//! `sim/proptest-regressions/` and replayed first on every run.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+use tether_sim::faults::{CancelPoint, Fault, FaultKind, FaultSchedule, OpTarget};
+use tether_sim::scenario;
+use tether_sim::world::{run, Variant};
+
+fn op() -> impl Strategy<Value = OpTarget> {
+    prop_oneof![
+        Just(OpTarget::Submit),
+        Just(OpTarget::Wait),
+        Just(OpTarget::Cancel),
+        Just(OpTarget::Any),
+    ]
+}
+
+fn kind() -> impl Strategy<Value = FaultKind> {
+    prop_oneof![
+        (50u64..4_000).prop_map(|for_ms| FaultKind::PartitionExec { for_ms }),
+        (50u64..4_000).prop_map(|for_ms| FaultKind::HoldExec { for_ms }),
+        Just(FaultKind::DropConnection),
+        (10u64..800, 100u64..5_000).prop_map(|(ms, for_ms)| FaultKind::ExecLatency { ms, for_ms }),
+        (op(), 50u64..3_000).prop_map(|(op, ms)| FaultKind::SlowStart { op, ms }),
+        op().prop_map(|op| FaultKind::ReplyLost { op }),
+        Just(FaultKind::KillDaemon),
+        Just(FaultKind::BounceSandbox),
+        (10u64..2_000).prop_map(|down_ms| FaultKind::CrashClient { down_ms }),
+        prop_oneof![
+            Just(CancelPoint::BeforeSubmitRegisters),
+            Just(CancelPoint::DuringWait),
+            Just(CancelPoint::AfterDone),
+        ]
+        .prop_map(|point| FaultKind::Cancel { point }),
+    ]
+}
+
+fn schedule() -> impl Strategy<Value = FaultSchedule> {
+    proptest::collection::vec(
+        (0u64..4_000, kind()).prop_map(|(at_ms, kind)| Fault { at_ms, kind }),
+        0..4,
+    )
+    .prop_map(|mut v| {
+        v.sort();
+        FaultSchedule(v)
+    })
+}
+
+proptest! {
+    #![proptest_config(Config {
+        cases: 24,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/schedules.txt",
+        ))),
+        ..Config::default()
+    })]
+
+    #[test]
+    fn no_schedule_breaks_an_invariant(
+        which in 0usize..4,
+        seed in any::<u64>().no_shrink(),
+        faults in schedule(),
+    ) {
+        let name = ["happy", "state", "cancel_escapes", "client_crash"][which];
+        let s = scenario::by_name(name).unwrap();
+        let report = run(&s, seed, &faults, Variant::Real);
+        prop_assert!(
+            report.violations.is_empty(),
+            "{name} seed {seed} {faults}: {:?}",
+            report.violations
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! Every reviewer race under `sim/races/` replays without a violation.
+
+use tether_sim::scenario;
+use tether_sim::world::{run, Race, Variant};
+
+#[test]
+fn every_race_file_passes() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/races");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no race files in {dir}");
+    for f in files {
+        let race = Race::load(f.to_str().unwrap()).unwrap();
+        let s = scenario::by_name(&race.scenario)
+            .unwrap_or_else(|| panic!("{}: no scenario {}", f.display(), race.scenario));
+        let report = run(&s, race.seed, &race.schedule, Variant::Real);
+        assert!(
+            report.violations.is_empty(),
+            "{}: {:?}\n{}",
+            f.display(),
+            report.violations,
+            report.trace
+        );
+    }
+}
