@@ -41,6 +41,17 @@ struct Frame {
     wait: Wait,
 }
 
+/// The files the agent's cell script reads and writes around the user's
+/// code (see `tether_core::agent::shell`): the kernel's saved working
+/// directory and exports (restored first, saved at a normal end without
+/// the marker) and the cell's `end` file with the last status.
+#[derive(Clone, Debug)]
+pub(crate) struct CellFiles {
+    pub(crate) cell_dir: String,
+    pub(crate) state_dir: Option<String>,
+    pub(crate) marker: String,
+}
+
 /// A shell interpreting a workload.
 #[derive(Debug)]
 pub(crate) struct Shell {
@@ -48,14 +59,14 @@ pub(crate) struct Shell {
     frames: Vec<Frame>,
     exit_trap: Option<String>,
     last_status: i32,
-    /// Written (with the last status) when the code reaches its end, as the
-    /// agent's cell wrapper does; not on `exit N` or death.
-    end_file: Option<String>,
+    /// The cell script's files; `None` for a plain shell.
+    files: Option<CellFiles>,
+    restored: bool,
 }
 
 impl Shell {
     /// A shell that runs `workload`.
-    pub(crate) fn new(workload: Workload, end_file: Option<String>) -> Shell {
+    pub(crate) fn new(workload: Workload, files: Option<CellFiles>) -> Shell {
         Shell {
             frames: vec![Frame {
                 steps: workload.steps,
@@ -64,16 +75,17 @@ impl Shell {
             }],
             exit_trap: None,
             last_status: 0,
-            end_file,
+            files,
+            restored: false,
         }
     }
 
     /// A shell for cell code: the decoded workload, or, when the code is not
     /// a workload, a shell that reports the error and exits 2 (as `sh` does
     /// on a syntax error).
-    pub(crate) fn from_code(code: &[u8], end_file: Option<String>) -> Shell {
+    pub(crate) fn from_code(code: &[u8], files: Option<CellFiles>) -> Shell {
         match Workload::decode(code) {
-            Ok(w) => Shell::new(w, end_file),
+            Ok(w) => Shell::new(w, files),
             Err(e) => Shell::new(
                 Workload::new(vec![
                     Step::Print {
@@ -135,6 +147,11 @@ impl SimOs {
 
     fn drive_shell(&mut self, pid: Pid, shell: &mut Shell) -> bool {
         let mut progress = false;
+        if !shell.restored {
+            shell.restored = true;
+            progress = true;
+            self.restore_state(pid, shell);
+        }
         for _ in 0..STEP_LIMIT {
             if !self.running(pid) {
                 return progress;
@@ -211,14 +228,62 @@ impl SimOs {
         }
     }
 
-    /// Ends the shell: the end marker on a normal end, the EXIT trap, exit.
+    /// The cell script's prologue: `cd` to the saved directory, source the
+    /// saved exports.
+    fn restore_state(&mut self, pid: Pid, shell: &Shell) {
+        let Some(state) = shell.files.as_ref().and_then(|f| f.state_dir.clone()) else {
+            return;
+        };
+        let cwd = self
+            .fs
+            .read(&format!("{state}/cwd"))
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
+        let exports = self
+            .fs
+            .read(&format!("{state}/env"))
+            .map(|b| parse_exports(&b))
+            .unwrap_or_default();
+        let cwd = cwd.filter(|d| self.fs.is_dir(d));
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if let Some(dir) = cwd {
+                p.cwd = dir;
+            }
+            p.env.extend(exports);
+        }
+    }
+
+    /// The cell script's epilogue after the code reached its end: save the
+    /// directory and the exports (marker removed), then the `end` file.
+    fn save_state(&mut self, pid: Pid, shell: &mut Shell) {
+        let Some(files) = shell.files.take() else {
+            return;
+        };
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        p.env.remove(&files.marker);
+        let cwd = p.cwd.clone();
+        let exports = render_exports(&p.env);
+        if let Some(state) = &files.state_dir {
+            let _ = self
+                .fs
+                .write_atomic(&format!("{state}/cwd"), cwd.as_bytes());
+            let _ = self
+                .fs
+                .write_atomic(&format!("{state}/env"), exports.as_bytes());
+        }
+        let end = format!("{}/end", files.cell_dir);
+        let _ = self
+            .fs
+            .write_atomic(&end, format!("{}\n", shell.last_status).as_bytes());
+    }
+
+    /// Ends the shell: the script's epilogue on a normal end, the EXIT
+    /// trap, exit.
     fn finish(&mut self, pid: Pid, shell: &mut Shell, exit_code: Option<u8>) {
         if exit_code.is_none() {
-            if let Some(end) = shell.end_file.take() {
-                let _ = self
-                    .fs
-                    .write_atomic(&end, shell.last_status.to_string().as_bytes());
-            }
+            self.save_state(pid, shell);
         }
         if let Some(text) = shell.exit_trap.take() {
             let out = self.procs.get(&pid).map_or(Fd::Null, |p| p.stdout);
@@ -424,4 +489,44 @@ impl SimOs {
             }
         }
     }
+}
+
+/// `export -p` as dash prints it: `export NAME='value'`, one per line.
+fn render_exports(env: &BTreeMap<String, String>) -> String {
+    env.iter()
+        .map(|(k, v)| format!("export {k}={}\n", tether_scenarios::workload::sh_quote(v)))
+        .collect()
+}
+
+/// Reads back what [`render_exports`] wrote (values may span lines).
+fn parse_exports(bytes: &[u8]) -> BTreeMap<String, String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = BTreeMap::new();
+    let mut rest: &str = &text;
+    while let Some(line) = rest.strip_prefix("export ") {
+        let Some(eq) = line.find('=') else { break };
+        let name = &line[..eq];
+        let mut value = String::new();
+        let mut chars = line[eq + 1..].char_indices().peekable();
+        let mut end = line.len();
+        let mut quoted = false;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\'' => quoted = !quoted,
+                '\\' if !quoted => {
+                    if let Some((_, n)) = chars.next() {
+                        value.push(n);
+                    }
+                }
+                '\n' if !quoted => {
+                    end = eq + 1 + i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        out.insert(name.to_owned(), value);
+        rest = &line[end.min(line.len())..];
+    }
+    out
 }

@@ -29,6 +29,8 @@ pub mod shim;
 pub mod signals;
 
 #[cfg(test)]
+mod e2e_tests;
+#[cfg(test)]
 mod tests;
 
 pub use events::{ProcEvent, ProcEventKind};

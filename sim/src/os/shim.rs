@@ -9,7 +9,7 @@
 //! leftovers; the shim stays (reaping, so they stay in its subtree) until
 //! none is left.
 
-use super::interp::Shell;
+use super::interp::{CellFiles, Shell};
 use super::process::{CellRef, ExitStatus, Fd, ForkSpec, Program, Role};
 use super::SimOs;
 use std::time::Duration;
@@ -17,7 +17,10 @@ use tether_core::agent::{CellLaunch, Pid};
 use tether_core::protocol::Stream;
 use tether_core::time::Timestamp;
 
-use self::logic::{complete, ShimCore, DEFAULT_DRAIN};
+use tether_core::agent::procs::{self, CellScope, Table};
+use tether_core::agent::shim::{complete, DEFAULT_DRAIN};
+use tether_core::agent::{ExitStatus as CoreExit, Os, ShimCore};
+use tether_core::protocol::CellOutcome;
 
 /// A shim's progress.
 #[derive(Debug)]
@@ -63,7 +66,7 @@ impl ShimRun {
         if has_zombie {
             return Some(now);
         }
-        if let Some((out, err)) = self.pipes {
+        if let Some((out, err)) = self.pipes.filter(|_| !self.finished) {
             let news = |id: u64, eof: bool| {
                 !eof && os
                     .pipes
@@ -125,13 +128,14 @@ impl SimOs {
                 return false;
             }
             progress = true;
-            if !self.start_cell(pid, shim) {
-                return true;
+            self.start_cell(pid, shim);
+            if shim.core.is_none() {
+                return self.shim_linger(pid, shim) || progress;
             }
         }
         // Output first, then exits: what a process wrote before it died is
         // journaled before its end.
-        if let Some((out, err)) = shim.pipes {
+        if let Some((out, err)) = shim.pipes.filter(|_| !shim.finished) {
             for (id, stream, eof) in [
                 (out, Stream::Stdout, &mut shim.eof.0),
                 (err, Stream::Stderr, &mut shim.eof.1),
@@ -143,12 +147,9 @@ impl SimOs {
                 if !data.is_empty() {
                     progress = true;
                     if let Some(core) = shim.core.as_mut() {
-                        if core.output(self, stream, &data).is_err() {
-                            // The journal cannot be written (its directory
-                            // is gone): nothing left to report to.
-                            self.exit_proc(pid, ExitStatus::Code(1));
-                            return true;
-                        }
+                        // As the real shim: a journal that cannot be
+                        // written is reported on stderr, and it goes on.
+                        let _ = core.output(self, stream, &data);
                     }
                 }
                 if at_eof {
@@ -157,6 +158,7 @@ impl SimOs {
                 }
             }
         }
+        // waitpid(-1, WNOHANG): the main process and any reparented orphan.
         for (child, status) in self.reap_children(pid) {
             progress = true;
             if Some(child) == shim.main {
@@ -164,67 +166,100 @@ impl SimOs {
             }
         }
         if !shim.finished {
-            if let Some((at, status)) = shim.exited {
-                let eof = shim.eof.0 && shim.eof.1;
-                if complete(Some(at), eof, self.now, shim.drain) {
-                    progress = true;
-                    shim.finished = true;
-                    let leftovers = self.shim_leftovers(pid, shim);
-                    if let Some(core) = shim.core.as_mut() {
-                        let _ = core.finish(self, logic_status(status), leftovers);
-                    }
-                    // Nobody reads the pipes any more.
-                    if let Some(p) = self.procs.get_mut(&pid) {
-                        let reads = std::mem::take(&mut p.reads);
-                        for id in reads {
-                            if let Some(pipe) = self.pipes.get_mut(&id) {
-                                pipe.reader_open = false;
-                            }
-                            self.gc_pipe(id);
+            let eof = shim.eof.0 && shim.eof.1;
+            let exited_at = shim.exited.map(|(at, _)| at);
+            if complete(exited_at, eof, self.now, shim.drain) {
+                progress = true;
+                shim.finished = true;
+                // Nobody reads the pipes any more.
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    let reads = std::mem::take(&mut p.reads);
+                    for id in reads {
+                        if let Some(pipe) = self.pipes.get_mut(&id) {
+                            pipe.reader_open = false;
                         }
+                        self.gc_pipe(id);
                     }
+                }
+                let leftovers = self.shim_leftovers(pid, shim);
+                let exit = shim
+                    .exited
+                    .map_or(CoreExit::Signal(9), |(_, status)| core_exit(status));
+                if let Some(core) = shim.core.as_mut() {
+                    let _ = core.finish(self, exit, leftovers);
                 }
             }
         }
-        if shim.finished && self.children_of(pid).is_empty() {
+        self.shim_linger(pid, shim) || progress
+    }
+
+    /// After the journal is finished the shim stays, reaping, until it has
+    /// no child left; then it exits. True if it exited.
+    fn shim_linger(&mut self, pid: Pid, shim: &ShimRun) -> bool {
+        if shim.finished && self.is_alive(pid) && self.children_of(pid).is_empty() {
             self.exit_proc(pid, ExitStatus::Code(0));
             return true;
         }
-        progress
+        false
     }
 
-    /// Opens the journal, honours a tombstone, starts the main process.
-    /// False when the shim is done (it exited).
-    fn start_cell(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
+    /// As `tether-agent shim`: becomes a child subreaper, opens the journal
+    /// (exit 1 if it cannot), honours a tombstone (the code never runs),
+    /// starts the main process in a new session with the marker and its
+    /// output on two pipes, journals `started`.
+    fn start_cell(&mut self, pid: Pid, shim: &mut ShimRun) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.subreaper = true;
+        }
         let launch = shim.launch.clone();
         let mut core = match ShimCore::new(self, launch.clone()) {
             Ok(core) => core,
             Err(_) => {
                 shim.finished = true;
                 self.exit_proc(pid, ExitStatus::Code(1));
-                return false;
+                return;
             }
         };
         if let Some(reason) = core.tombstone(self) {
             let _ = core.never_started(self, reason.outcome());
             shim.finished = true;
-            self.exit_proc(pid, ExitStatus::Code(0));
-            return false;
+            return;
         }
-        if let Some(p) = self.procs.get_mut(&pid) {
-            p.subreaper = true;
+        let cell_dir = launch.cell_dir.trim_end_matches('/').to_owned();
+        // The shell script's arguments: `tether-cell STATE_DIR CELL_DIR`.
+        let state_dir = match launch.argv.get(3).map(String::as_str) {
+            Some("tether-cell") => launch.argv.get(4).cloned(),
+            _ => None,
+        };
+        let code_path = format!("{cell_dir}/code");
+        let shell = match self.fs.read(&code_path) {
+            Ok(code) => Shell::from_code(
+                &code,
+                Some(CellFiles {
+                    cell_dir: cell_dir.clone(),
+                    state_dir,
+                    marker: launch.marker.0.clone(),
+                }),
+            ),
+            Err(e) => Shell::from_code(format!("cannot open {code_path}: {e}").as_bytes(), None),
+        };
+        let Some(program) = launch.argv.first() else {
+            let message = "the cell has an empty argv".to_owned();
+            let _ = core.never_started(self, CellOutcome::Error { message });
+            shim.finished = true;
+            return;
+        };
+        if !program.starts_with('/') && !self.has_program(program) {
+            let message = format!("cannot start {program}: not found");
+            let _ = core.never_started(self, CellOutcome::Error { message });
+            shim.finished = true;
+            return;
         }
         let out = self.new_pipe();
         let err = self.new_pipe();
         if let Some(p) = self.procs.get_mut(&pid) {
             p.reads = vec![out, err];
         }
-        let code_path = format!("{}/code", launch.cell_dir.trim_end_matches('/'));
-        let end_path = format!("{}/end", launch.cell_dir.trim_end_matches('/'));
-        let shell = match self.fs.read(&code_path) {
-            Ok(code) => Shell::from_code(&code, Some(end_path)),
-            Err(e) => Shell::from_code(format!("cannot open {code_path}: {e}").as_bytes(), None),
-        };
         let argv: Vec<&str> = launch.argv.iter().map(String::as_str).collect();
         let mut spec = ForkSpec::new(&argv, Program::Shell(Box::new(shell)), Role::Cell);
         spec.new_session = true;
@@ -245,212 +280,35 @@ impl SimOs {
                 shim.pgid = main;
                 let _ = core.started(self, main, main, starttime);
                 shim.core = Some(core);
-                true
             }
             Err(e) => {
-                let _ = core.output(
-                    self,
-                    Stream::Stderr,
-                    format!("shim: fork: {e}\n").as_bytes(),
-                );
-                let _ = core.finish(self, logic_status(ExitStatus::Code(126)), Vec::new());
+                let message = format!("cannot start {program}: {e}");
+                let _ = core.never_started(self, CellOutcome::Error { message });
                 shim.finished = true;
-                self.exit_proc(pid, ExitStatus::Code(1));
-                false
             }
         }
     }
 
-    /// The cell's processes still running, as the shim sees them.
+    /// The cell's processes still running, as the real shim computes them.
     fn shim_leftovers(&mut self, pid: Pid, shim: &ShimRun) -> Vec<Pid> {
-        logic::leftovers(self, pid, shim.pgid, &shim.launch.marker.1)
-    }
-}
-
-fn logic_status(status: ExitStatus) -> logic::ExitStatus {
-    match status {
-        ExitStatus::Code(c) => logic::ExitStatus::Code(c),
-        ExitStatus::Signaled(s) => logic::ExitStatus::Signal(s.number()),
-    }
-}
-
-/// The agent's shim decisions. Until `tether_core::agent::shim` is public,
-/// a stand-in with the same calls (journal entries in the same order).
-mod logic {
-    use std::time::Duration;
-    use tether_core::agent::{CellLaunch, Os, OsError, Pid};
-    use tether_core::protocol::{parse_journal, CellOutcome, EntryKind, JournalEntry, Stream};
-    use tether_core::time::Timestamp;
-
-    pub(super) const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
-
-    #[derive(Clone, Copy, Debug)]
-    pub(super) enum ExitStatus {
-        Code(i32),
-        Signal(i32),
-    }
-
-    #[derive(Clone, Copy, Debug)]
-    pub(super) enum CancelReason {
-        Requested,
-        Timeout,
-    }
-
-    impl CancelReason {
-        pub(super) fn outcome(self) -> CellOutcome {
-            match self {
-                CancelReason::Requested => CellOutcome::Cancelled,
-                CancelReason::Timeout => CellOutcome::TimedOut,
-            }
-        }
-    }
-
-    pub(super) fn complete(
-        exited_at: Option<Timestamp>,
-        eof: bool,
-        now: Timestamp,
-        drain: Duration,
-    ) -> bool {
-        exited_at.is_some_and(|at| eof || now >= at + drain)
-    }
-
-    #[derive(Debug)]
-    pub(super) struct ShimCore {
-        cell_dir: String,
-        next_n: u64,
-    }
-
-    impl ShimCore {
-        pub(super) fn new(os: &mut dyn Os, launch: CellLaunch) -> Result<ShimCore, OsError> {
-            let cell_dir = launch.cell_dir.trim_end_matches('/').to_owned();
-            let next_n = match os.read_file(&format!("{cell_dir}/journal")) {
-                Ok(b) => parse_journal(&b).entries.last().map_or(1, |e| e.n + 1),
-                Err(OsError::NotFound) => 1,
-                Err(e) => return Err(e),
-            };
-            Ok(ShimCore { cell_dir, next_n })
-        }
-
-        fn push(&mut self, os: &mut dyn Os, kind: EntryKind) -> Result<(), OsError> {
-            let e = JournalEntry {
-                n: self.next_n,
-                kind,
-            };
-            os.append(&format!("{}/journal", self.cell_dir), &e.to_line())?;
-            self.next_n += 1;
-            Ok(())
-        }
-
-        pub(super) fn tombstone(&self, os: &dyn Os) -> Option<CancelReason> {
-            os.read_file(&format!("{}/cancel", self.cell_dir))
-                .ok()
-                .map(|t| {
-                    if t.starts_with(b"timeout") {
-                        CancelReason::Timeout
-                    } else {
-                        CancelReason::Requested
-                    }
-                })
-        }
-
-        pub(super) fn never_started(
-            &mut self,
-            os: &mut dyn Os,
-            outcome: CellOutcome,
-        ) -> Result<(), OsError> {
-            self.push(os, EntryKind::Result { outcome })?;
-            self.push(os, EntryKind::Done)
-        }
-
-        pub(super) fn started(
-            &mut self,
-            os: &mut dyn Os,
-            pid: Pid,
-            pgid: Pid,
-            starttime: u64,
-        ) -> Result<(), OsError> {
-            self.push(
-                os,
-                EntryKind::Started {
-                    pid,
-                    pgid,
-                    starttime,
-                },
-            )
-        }
-
-        pub(super) fn output(
-            &mut self,
-            os: &mut dyn Os,
-            stream: Stream,
-            data: &[u8],
-        ) -> Result<(), OsError> {
-            self.push(
-                os,
-                EntryKind::Output {
-                    stream,
-                    data: data.into(),
-                },
-            )
-        }
-
-        pub(super) fn finish(
-            &mut self,
-            os: &mut dyn Os,
-            exit: ExitStatus,
-            leftovers: Vec<Pid>,
-        ) -> Result<CellOutcome, OsError> {
-            let cancel = self.tombstone(os);
-            let end = os
-                .read_file(&format!("{}/end", self.cell_dir))
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok()?.trim().parse::<i32>().ok());
-            let outcome = match (end, cancel, exit) {
-                (Some(0), _, _) => CellOutcome::Ok,
-                (_, Some(r), _) => r.outcome(),
-                (Some(s), None, _) => CellOutcome::Error {
-                    message: format!("the last command exited with status {s}"),
-                },
-                (None, None, ExitStatus::Code(code)) => CellOutcome::Exit { code },
-                (None, None, ExitStatus::Signal(sig)) => CellOutcome::Error {
-                    message: format!("killed by signal {sig}"),
-                },
-            };
-            self.push(
-                os,
-                EntryKind::Result {
-                    outcome: outcome.clone(),
-                },
-            )?;
-            if !leftovers.is_empty() {
-                self.push(os, EntryKind::Leftovers { pids: leftovers })?;
-            }
-            self.push(os, EntryKind::Done)?;
-            Ok(outcome)
-        }
-    }
-
-    /// Descendants of the shim, the cell's session, the marker; live only.
-    pub(super) fn leftovers(os: &dyn Os, shim: Pid, sid: Pid, marker: &str) -> Vec<Pid> {
-        let procs = os.processes();
-        let mut set = std::collections::BTreeSet::new();
-        let mut frontier = vec![shim];
-        while let Some(p) = frontier.pop() {
-            for c in procs.iter().filter(|c| c.ppid == p) {
-                if set.insert(c.pid) {
-                    frontier.push(c.pid);
-                }
-            }
-        }
-        for p in &procs {
-            if p.sid == sid || p.pgid == sid || os.has_env(p.pid, "TETHER_CELL", marker) {
-                set.insert(p.pid);
-            }
-        }
-        procs
-            .iter()
-            .filter(|p| set.contains(&p.pid) && !p.zombie && p.pid > 1 && p.pid != shim)
-            .map(|p| p.pid)
+        let table = Table::snapshot(self);
+        let protected = procs::protected(&table, pid);
+        let scope = CellScope {
+            shim: Some(pid),
+            pgid: Some(shim.pgid),
+            marker: shim.launch.marker.1.clone(),
+            other_markers: Vec::new(),
+            extra: Vec::new(),
+        };
+        procs::cell_processes(self, &table, &scope, &protected)
+            .into_iter()
             .collect()
+    }
+}
+
+fn core_exit(status: ExitStatus) -> CoreExit {
+    match status {
+        ExitStatus::Code(c) => CoreExit::Code(c),
+        ExitStatus::Signaled(s) => CoreExit::Signal(s.number()),
     }
 }

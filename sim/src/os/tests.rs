@@ -135,7 +135,10 @@ fn a_cell_runs_in_virtual_time_and_journals_output_then_result() {
     assert!(matches!(j.last(), Some(EntryKind::Done)));
     assert_eq!(os.side_effect_count("runs"), 1);
     // The wrapper's end file holds the last status; the shim is gone.
-    assert_eq!(os.read_file(&format!("{KDIR}/cells/1/end")).unwrap(), b"0");
+    assert_eq!(
+        os.read_file(&format!("{KDIR}/cells/1/end")).unwrap(),
+        b"0\n"
+    );
     assert!(!os.is_alive(shim));
     assert!(os.processes_of_cell(KDIR, 1).is_empty());
     assert!(os.processes_of_cell("k", 1).is_empty());
@@ -572,4 +575,54 @@ fn same_calls_same_events() {
     let a = run();
     assert!(a.len() > 30);
     assert_eq!(a, run());
+}
+
+/// Kills what a naive cancel would find; returns the cell's survivors.
+fn naive_cancel(os: &mut SimOs, daemon: Pid, pick: impl Fn(&ProcView, Pid) -> bool) -> Vec<Pid> {
+    let main = main_pid(&journal(os, 1));
+    let targets: Vec<Pid> = os
+        .alive_pids()
+        .into_iter()
+        .filter_map(|p| os.view(p))
+        .filter(|v| pick(v, main))
+        .map(|v| v.pid)
+        .collect();
+    for p in targets {
+        sent(os, daemon, p, Signal::Kill);
+    }
+    os.advance(os.now_ts() + Duration::from_millis(10));
+    os.processes_of_cell(KDIR, 1)
+}
+
+#[test]
+fn naive_cancels_miss_the_escapes_they_miss_on_linux() {
+    let w = Workload::new(vec![
+        Step::SetsidDoubleForkDaemon { sleep_ms: 60_000 },
+        Step::EnvIDaemon { sleep_ms: 60_000 },
+        Step::SetpgidOrphan { sleep_ms: 60_000 },
+        Step::BusyLoop { ms: None },
+    ]);
+    // Process group only: all three escapes survive.
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    start_cell(&mut os, daemon, 1, &w);
+    os.advance(at(1));
+    let left = naive_cancel(&mut os, daemon, |v, main| v.pgid == main);
+    assert_eq!(left.len(), 3);
+    // Env marker only: the env -i daemon survives.
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    start_cell(&mut os, daemon, 1, &w);
+    os.advance(at(1));
+    let (name, value) = marker(1);
+    let left = naive_cancel(&mut os, daemon, |v, _| v.env.get(&name) == Some(&value));
+    assert_eq!(left.len(), 1);
+    assert!(!os.view(left[0]).unwrap().env.contains_key(&name));
+    // Session only: the setsid and env -i daemons survive.
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    start_cell(&mut os, daemon, 1, &w);
+    os.advance(at(1));
+    let left = naive_cancel(&mut os, daemon, |v, main| v.sid == main);
+    assert_eq!(left.len(), 2);
 }

@@ -1,0 +1,462 @@
+//! The agent's real logic (`OpRun` for op commands, `Daemon` for the
+//! kernel daemon, `ShimCore` inside the simulated shim) running on
+//! [`SimOs`], with a minimal discrete-event loop standing in for the
+//! world: op commands and daemons are processes of the simulated sandbox,
+//! time jumps to the next wake-up.
+
+use super::*;
+use std::time::Duration;
+use tether_core::agent::{Daemon, DaemonStep, OpRun};
+use tether_core::bytes::Bytes;
+use tether_core::ids::{CellSeq, KernelName, RequestId};
+use tether_core::protocol::{
+    Acceptance, CancelState, CellOutcome, EntryKind, Envelope, JournalEntry, Lang, Op, Reply,
+    ReplyEnvelope, Stream, Submission,
+};
+use tether_scenarios::workload::{Step, Workload};
+
+const ROOT: &str = "/root/.tether";
+const GRACE_MS: u64 = 500;
+
+struct Harness {
+    os: SimOs,
+    daemons: BTreeMap<Pid, (Daemon, Timestamp)>,
+    next_id: u64,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        Harness {
+            os: SimOs::new(SimOsConfig::default()),
+            daemons: BTreeMap::new(),
+            next_id: 0,
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        self.os.now_ts()
+    }
+
+    fn adopt_daemons(&mut self) {
+        let now = self.now();
+        for d in self.os.take_daemon_spawns() {
+            self.daemons
+                .insert(d.pid, (Daemon::new(&d.kernel_dir, &d.nonce), now));
+        }
+    }
+
+    /// Runs processes and daemons up to `until`, event by event.
+    fn run_until(&mut self, until: Timestamp) {
+        for _ in 0..1_000_000 {
+            self.adopt_daemons();
+            let now = self.now();
+            let due: Vec<Pid> = self
+                .daemons
+                .iter()
+                .filter(|(_, (_, wake))| *wake <= now)
+                .map(|(pid, _)| *pid)
+                .collect();
+            for pid in due {
+                if !self.os.is_alive(pid) {
+                    self.daemons.remove(&pid);
+                    continue;
+                }
+                self.os.set_current(pid);
+                let Some((daemon, wake)) = self.daemons.get_mut(&pid) else {
+                    continue;
+                };
+                match daemon.tick(&mut self.os) {
+                    DaemonStep::Continue { next_wake } => *wake = next_wake.max(now),
+                    DaemonStep::Exit => {
+                        self.daemons.remove(&pid);
+                        self.os.exit_process(pid, 0);
+                    }
+                }
+                // Whatever the tick started runs at once.
+                self.os.advance(now);
+            }
+            self.daemons.retain(|pid, _| self.os.is_alive(*pid));
+            let next = [
+                self.os.next_wake(),
+                self.daemons.values().map(|(_, w)| *w).min(),
+                Some(until),
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .min();
+            match next {
+                Some(t) if t <= until => {
+                    self.os.advance(t);
+                    // Nothing is left runnable at the instant just run.
+                    let after = self.os.next_wake();
+                    assert!(after.is_none_or(|w| w > t), "stuck at {t}: {after:?}");
+                }
+                _ => return,
+            }
+        }
+        panic!("runaway simulation loop");
+    }
+
+    /// One exec call running an op command to its reply.
+    fn op(&mut self, op: Op) -> Result<Reply, String> {
+        self.next_id += 1;
+        let stdin = serde_json::to_vec(&Envelope {
+            v: 1,
+            id: self.next_id,
+            op,
+        })
+        .unwrap();
+        let pid = self
+            .os
+            .begin_exec(&["tether-agent".into(), "op".into()])
+            .unwrap();
+        let mut run = OpRun::new(ROOT, &stdin);
+        let line = loop {
+            self.os.set_current(pid);
+            if let Some(line) = run.poll(&mut self.os) {
+                break line;
+            }
+            let wake = run
+                .next_wake()
+                .unwrap_or(self.now() + Duration::from_millis(5));
+            self.run_until(wake.max(self.now() + Duration::from_millis(1)));
+        };
+        self.os.end_exec(pid, 0);
+        self.adopt_daemons();
+        let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+        match (reply.reply, reply.error) {
+            (Some(r), _) => Ok(r),
+            (_, Some(e)) => Err(e.to_string()),
+            _ => Err("empty reply".into()),
+        }
+    }
+
+    fn spawn(&mut self, kernel: &str) -> Pid {
+        match self.op(Op::Spawn {
+            kernel: KernelName::new(kernel).unwrap(),
+            lang: Lang::Shell,
+            nonce: format!("nonce-{kernel}"),
+            idle_timeout_ms: 600_000,
+            grace_ms: GRACE_MS,
+        }) {
+            Ok(Reply::Spawned { identity, fresh }) => {
+                assert!(fresh);
+                identity.pid
+            }
+            other => panic!("spawn: {other:?}"),
+        }
+    }
+
+    fn submit(&mut self, kernel: &str, seq: u64, w: &Workload, wait_ms: u64) -> Reply {
+        self.op(Op::Submit {
+            kernel: KernelName::new(kernel).unwrap(),
+            submission: Submission {
+                request_id: RequestId(format!("req-{kernel}-{seq}")),
+                seq: CellSeq(seq),
+                code: Bytes(w.encode()),
+                timeout_ms: None,
+            },
+            wait_ms,
+        })
+        .unwrap()
+    }
+
+    fn cancel(&mut self, kernel: &str, seq: u64) -> CancelState {
+        match self.op(Op::Cancel {
+            kernel: KernelName::new(kernel).unwrap(),
+            seq: CellSeq(seq),
+        }) {
+            Ok(Reply::Cancelled { state }) => state,
+            other => panic!("cancel: {other:?}"),
+        }
+    }
+
+    fn wait_all(&mut self, kernel: &str, seq: u64) -> Vec<JournalEntry> {
+        match self.op(Op::Wait {
+            kernel: KernelName::new(kernel).unwrap(),
+            seq: CellSeq(seq),
+            cursor: 0,
+            wait_ms: 5_000,
+        }) {
+            Ok(Reply::Waited { batch }) => batch.entries,
+            other => panic!("wait: {other:?}"),
+        }
+    }
+
+    fn run_for(&mut self, ms: u64) {
+        let t = self.now() + Duration::from_millis(ms);
+        self.run_until(t);
+    }
+}
+
+fn stdout(entries: &[JournalEntry]) -> String {
+    entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::Output {
+                stream: Stream::Stdout,
+                data,
+            } => Some(String::from_utf8_lossy(data.as_slice()).into_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn outcome(entries: &[JournalEntry]) -> Option<CellOutcome> {
+    entries.iter().find_map(|e| match &e.kind {
+        EntryKind::Result { outcome } => Some(outcome.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_short_cell_is_one_submit_round_trip_and_runs_once() {
+    let mut h = Harness::new();
+    h.spawn("k");
+    let w = Workload::new(vec![
+        Step::Print {
+            stream: Stream::Stdout,
+            text: "hello\n".into(),
+        },
+        Step::WriteSideEffect {
+            name: "runs".into(),
+        },
+    ]);
+    let Reply::Submitted { acceptance, batch } = h.submit("k", 1, &w, 2_000) else {
+        panic!("submit")
+    };
+    assert_eq!(acceptance, Acceptance::Accepted);
+    assert!(batch.done, "{batch:?}");
+    assert_eq!(stdout(&batch.entries), "hello\n");
+    assert_eq!(outcome(&batch.entries), Some(CellOutcome::Ok));
+    assert!(matches!(batch.entries[0].kind, EntryKind::Accepted { .. }));
+    assert_eq!(h.os.side_effect_count("runs"), 1);
+
+    // A resend of the same submission is recognised; nothing runs again.
+    let Reply::Submitted { acceptance, batch } = h.submit("k", 1, &w, 2_000) else {
+        panic!("resubmit")
+    };
+    assert_eq!(acceptance, Acceptance::AlreadyAccepted);
+    assert_eq!(stdout(&batch.entries), "hello\n");
+    h.run_for(1_000);
+    assert_eq!(h.os.side_effect_count("runs"), 1);
+}
+
+#[test]
+fn exports_and_cwd_persist_across_cells_and_exit_n_keeps_the_old_state() {
+    let mut h = Harness::new();
+    h.spawn("k");
+    let w1 = Workload::new(vec![
+        Step::SetVar {
+            name: "FOO".into(),
+            value: "it's".into(),
+        },
+        Step::ChangeDir {
+            path: "/tmp".into(),
+        },
+    ]);
+    h.os.create_dir_all("/tmp").unwrap();
+    h.submit("k", 1, &w1, 2_000);
+    let w2 = Workload::new(vec![Step::Exit { code: 4 }]);
+    let Reply::Submitted { batch, .. } = h.submit("k", 2, &w2, 2_000) else {
+        panic!()
+    };
+    assert_eq!(outcome(&batch.entries), Some(CellOutcome::Exit { code: 4 }));
+    // Cell 3 starts from cell 1's state: look at its main process.
+    let w3 = Workload::new(vec![Step::BusyLoop { ms: None }]);
+    h.submit("k", 3, &w3, 50);
+    let procs = h.os.processes_of_cell("k", 3);
+    let view = h.os.view(procs[0]).unwrap();
+    assert_eq!(view.env.get("FOO").map(String::as_str), Some("it's"));
+    assert_eq!(
+        view.env.get("TETHER_CELL").map(String::as_str),
+        Some("nonce-k:3")
+    );
+    assert_eq!(
+        h.os.read_file(&format!("{ROOT}/kernels/k/state/cwd"))
+            .unwrap(),
+        b"/tmp"
+    );
+}
+
+/// Workloads that try to outlive a cancel, one per escape class.
+fn escape_classes() -> Vec<(&'static str, Vec<Step>)> {
+    let forever = Step::BusyLoop { ms: None };
+    let hour = 3_600_000;
+    vec![
+        (
+            "ignore_term",
+            vec![Step::IgnoreTerm, Step::Sleep { ms: hour }],
+        ),
+        (
+            "trap_term",
+            vec![
+                Step::TrapTerm {
+                    then: vec![Step::Print {
+                        stream: Stream::Stdout,
+                        text: "nope".into(),
+                    }],
+                },
+                forever.clone(),
+            ],
+        ),
+        ("builtin_loop", vec![forever.clone()]),
+        (
+            "background_holder",
+            vec![
+                Step::BackgroundChildHoldingStdout { sleep_ms: hour },
+                forever.clone(),
+            ],
+        ),
+        (
+            "setsid_double_fork",
+            vec![
+                Step::SetsidDoubleForkDaemon { sleep_ms: hour },
+                forever.clone(),
+            ],
+        ),
+        (
+            "env_i_daemon",
+            vec![Step::EnvIDaemon { sleep_ms: hour }, forever.clone()],
+        ),
+        (
+            "setpgid_orphan",
+            vec![Step::SetpgidOrphan { sleep_ms: hour }, forever.clone()],
+        ),
+        (
+            "exit_trap",
+            vec![Step::SetExitTrap { text: "bye".into() }, forever.clone()],
+        ),
+        (
+            "fork_burst",
+            vec![
+                Step::ForkBurst { count: 50 },
+                Step::IgnoreTerm,
+                Step::BackgroundChildHoldingStdout { sleep_ms: hour },
+                forever.clone(),
+            ],
+        ),
+        (
+            "everything_then_exit",
+            vec![
+                Step::IgnoreTerm,
+                Step::BackgroundChildHoldingStdout { sleep_ms: hour },
+                Step::SetsidDoubleForkDaemon { sleep_ms: hour },
+                Step::EnvIDaemon { sleep_ms: hour },
+                Step::SetpgidOrphan { sleep_ms: hour },
+                Step::Exit { code: 0 },
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn cancel_of_each_escape_class_leaves_nothing_of_the_cell() {
+    for (name, steps) in escape_classes() {
+        let mut h = Harness::new();
+        let daemon = h.spawn("k");
+        // A bystander: another kernel's running cell must not be touched.
+        let other = h.spawn("other");
+        let bystander = Workload::new(vec![
+            Step::IgnoreTerm,
+            Step::BackgroundChildHoldingStdout {
+                sleep_ms: 3_600_000,
+            },
+            Step::BusyLoop { ms: None },
+        ]);
+        h.submit("other", 1, &bystander, 50);
+        let w = Workload::new(steps);
+        h.submit("k", 1, &w, 50);
+        h.run_for(300);
+        let before = h.os.processes_of_cell("k", 1);
+        assert!(!before.is_empty(), "{name}: the cell runs");
+        let others_before = h.os.processes_of_cell("other", 1);
+        assert_eq!(others_before.len(), 2, "{name}");
+
+        let state = h.cancel("k", 1);
+        assert!(
+            matches!(state, CancelState::Escalating | CancelState::AlreadyDone),
+            "{name}: {state:?}"
+        );
+        h.run_for(GRACE_MS + 1_000);
+        let left: Vec<ProcView> =
+            h.os.processes_of_cell("k", 1)
+                .into_iter()
+                .filter_map(|p| h.os.view(p))
+                .collect();
+        assert!(left.is_empty(), "{name}: survivors {left:#?}");
+        let entries = h.wait_all("k", 1);
+        assert!(
+            entries.iter().any(|e| matches!(e.kind, EntryKind::Done)),
+            "{name}"
+        );
+        if name != "everything_then_exit" {
+            assert_eq!(outcome(&entries), Some(CellOutcome::Cancelled), "{name}");
+        }
+        // Nothing else was touched.
+        assert!(h.os.is_alive(daemon), "{name}: the daemon lives");
+        assert!(h.os.is_alive(other), "{name}");
+        assert_eq!(h.os.processes_of_cell("other", 1), others_before, "{name}");
+        for e in h.os.events() {
+            if let ProcEventKind::Signal { from, to, .. } = &e.kind {
+                assert!(
+                    *to != 1 && *to != daemon && *to != other,
+                    "{name}: {from} signalled {to}"
+                );
+                assert!(
+                    !others_before.contains(to),
+                    "{name}: bystander {to} signalled"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cancel_before_the_cell_starts_means_it_never_runs() {
+    let mut h = Harness::new();
+    h.spawn("k");
+    assert_eq!(h.cancel("k", 1), CancelState::Tombstoned);
+    let w = Workload::new(vec![Step::WriteSideEffect {
+        name: "runs".into(),
+    }]);
+    let Reply::Submitted { acceptance, batch } = h.submit("k", 1, &w, 500) else {
+        panic!()
+    };
+    assert_eq!(acceptance, Acceptance::CancelledBeforeStart);
+    assert_eq!(outcome(&batch.entries), Some(CellOutcome::Cancelled));
+    h.run_for(1_000);
+    assert_eq!(h.os.side_effect_count("runs"), 0);
+}
+
+#[test]
+fn a_bounce_shows_as_replaced_or_dead_on_probe() {
+    let mut h = Harness::new();
+    let daemon = h.spawn("k");
+    let Ok(Reply::Probed {
+        status: tether_core::protocol::ProbeStatus::Alive { identity },
+    }) = h.op(Op::Probe {
+        kernel: KernelName::new("k").unwrap(),
+        expect: None,
+    })
+    else {
+        panic!("alive")
+    };
+    assert_eq!(identity.pid, daemon);
+    h.os.bounce();
+    h.daemons.clear();
+    let status = h.op(Op::Probe {
+        kernel: KernelName::new("k").unwrap(),
+        expect: Some(identity),
+    });
+    assert!(
+        matches!(
+            status,
+            Ok(Reply::Probed {
+                status: tether_core::protocol::ProbeStatus::Replaced { .. }
+            })
+        ),
+        "{status:?}"
+    );
+}
