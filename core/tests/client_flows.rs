@@ -553,3 +553,35 @@ fn time_going_backwards_is_clamped() {
         }
     }
 }
+
+#[test]
+fn clipped_output_and_leftovers_reach_the_frontend() {
+    let mut h = Harness::new(25);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "out a\nclip 4096\nleftover 77,78", None);
+    h.settle();
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Clipped { cell: c, dropped: 4096 } if *c == cell)));
+    assert!(h.events.iter().any(
+        |e| matches!(e, Event::Leftovers { cell: c, pids } if *c == cell && pids == &[77, 78])
+    ));
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+}
+
+#[test]
+fn an_agent_that_cannot_be_installed_fails_the_cells_with_the_reason() {
+    let mut h = Harness::new(26);
+    h.agent.installed = false;
+    h.agent.install_error = Some(tether_core::protocol::ErrorKind::WrongArch);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "out a", None);
+    h.settle();
+    let Some(CellOutcome::Error { message }) = h.outcome(&cell) else {
+        panic!("{}", h.trace)
+    };
+    assert!(message.contains("x86_64"), "{message}");
+    assert_eq!(h.sent(OpKind::Install), 1, "a refusal is not retried");
+    assert_eq!(state_lost(&h), 0);
+}

@@ -4,7 +4,7 @@
 //! next wakeup and stops runaway loops.
 //!
 //! Cell code is a tiny script, one step per line: `out TEXT`, `err TEXT`,
-//! `exit N`, `fail MSG`, `tick` (the rest shows up one wait later) and
+//! `exit N`, `fail MSG`, `clip N`, `leftover PID,PID`, `tick` (the rest shows up one wait later) and
 //! `hang` (never ends unless cancelled).
 
 #![allow(dead_code, unreachable_pub)]
@@ -86,6 +86,12 @@ impl FakeCell {
                 "fail" => self.finish(CellOutcome::Error {
                     message: rest.into(),
                 }),
+                "clip" => self.push(EntryKind::Clipped {
+                    dropped: rest.parse().unwrap_or(0),
+                }),
+                "leftover" => self.push(EntryKind::Leftovers {
+                    pids: rest.split(',').filter_map(|p| p.parse().ok()).collect(),
+                }),
                 "tick" => return,
                 "hang" => {
                     self.pc -= 1;
@@ -127,6 +133,8 @@ pub struct FakeAgent {
     pub runs: BTreeMap<String, u32>,
     /// Ops answered, by kind, for assertions.
     pub ops: Vec<Op>,
+    /// What an install reports instead of success (e.g. a wrong arch).
+    pub install_error: Option<ErrorKind>,
 }
 
 impl Default for FakeAgent {
@@ -138,6 +146,7 @@ impl Default for FakeAgent {
             kernels: BTreeMap::new(),
             runs: BTreeMap::new(),
             ops: Vec::new(),
+            install_error: None,
         }
     }
 }
@@ -182,6 +191,9 @@ impl FakeAgent {
     fn answer(&mut self, op: &Op) -> Result<Reply, AgentError> {
         match op {
             Op::Install { .. } => {
+                if let Some(kind) = self.install_error {
+                    return err(kind, "sandbox is aarch64; the agent is built for x86_64");
+                }
                 self.installed = true;
                 Ok(Reply::Installed {
                     path: "/tmp/tether/bin/tether-agent-abababababababab".into(),
