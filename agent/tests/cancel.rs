@@ -1,0 +1,256 @@
+//! Cancel against every escape class, with real processes: after the
+//! cancel, zero processes of the cell survive (counted from the pids each
+//! process wrote and from a `/proc` scan for the cell's env marker), while
+//! the kernel's daemon, the kernel itself and a cell of another kernel that
+//! runs at the same time are untouched.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+/// Runs `code` (built from the pid file path and a scratch dir) as cell 1
+/// of kernel `a` while kernel `b` runs a cell too; waits until at least
+/// `min_pids` pids are registered; cancels; checks the aftermath.
+fn cancel_escape(code: impl Fn(&Path, &Path) -> String, min_pids: usize, expect_state: &str) {
+    let mut r = Root::new();
+    let id_a = r.spawn("a");
+    let id_b = r.spawn("b");
+    let scratch = r.file("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    // `sh SCRATCH/ignore.sh PIDS`: ignores TERM, registers its real pid.
+    std::fs::write(
+        scratch.join("ignore.sh"),
+        "trap '' TERM\necho $$ >> \"$1\"\nwhile :; do sleep 1; done\n",
+    )
+    .unwrap();
+    let pids = r.file("pids");
+    let bpids = r.file("bpids");
+
+    r.submit(
+        "b",
+        1,
+        format!(
+            "echo $$ >> {}; while :; do sleep 0.2; done",
+            bpids.display()
+        )
+        .as_bytes(),
+        0,
+    );
+    r.submit("a", 1, code(&pids, &scratch).as_bytes(), 0);
+    assert!(
+        eventually(Duration::from_secs(20), || pids_in(&pids).len() >= min_pids
+            && pids_in(&bpids).len() == 1),
+        "the cell never registered its processes: {:?}",
+        pids_in(&pids)
+    );
+    if expect_state == "already_done" {
+        let entries = r.wait_done("a", 1);
+        let left = entries.iter().find(|e| e["kind"] == "leftovers");
+        let left = left.unwrap_or_else(|| panic!("no leftovers reported: {entries:?}"));
+        for pid in pids_in(&pids) {
+            assert!(
+                left["pids"].as_array().unwrap().contains(&json!(pid)),
+                "{left}"
+            );
+            assert!(alive(pid), "a leftover must stay until cancelled");
+        }
+    }
+    let state = r.cancel("a", 1);
+    assert_eq!(state, expect_state);
+    let entries = r.wait_done("a", 1);
+    if expect_state == "escalating" {
+        assert_eq!(
+            outcome(&entries),
+            json!({"outcome": "cancelled"}),
+            "{entries:?}"
+        );
+    }
+    let marker = format!("TETHER_CELL={}:1", r.nonce("a"));
+    let survivors = |r: &Root| -> Vec<u32> {
+        let _ = r;
+        let mut s: Vec<u32> = pids_in(&pids).into_iter().filter(|p| alive(*p)).collect();
+        s.extend(procs_mentioning(&marker));
+        s.extend(procs_mentioning(&scratch.display().to_string()));
+        s.extend(procs_mentioning(&pids.display().to_string()));
+        s.sort();
+        s.dedup();
+        s
+    };
+    let clean = eventually(Duration::from_secs(20), || survivors(&r).is_empty());
+    assert!(
+        clean,
+        "survivors of the cancelled cell: {:?}",
+        survivors(&r)
+    );
+
+    // untouched: both daemons, kernel b's running cell; kernel a works on.
+    assert_eq!(r.probe("a", Some(&id_a))["status"], "alive");
+    assert_eq!(r.probe("b", Some(&id_b))["status"], "alive");
+    let b_main = pids_in(&bpids)[0];
+    assert!(alive(b_main), "the other kernel's cell was hit");
+    let b = r.op(json!({"wait": {"kernel": "b", "seq": 1, "cursor": 2, "wait_ms": 0}}));
+    assert_eq!(b["waited"]["batch"]["done"], false);
+    let (o, out, _) = r.run("a", 2, "echo still here");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"still here\n");
+    r.cancel("b", 1);
+    r.wait_done("b", 1);
+}
+
+#[test]
+fn builtin_only_loop() {
+    cancel_escape(
+        |p, _| format!("echo $$ >> {}; while :; do :; done", p.display()),
+        1,
+        "escalating",
+    );
+}
+
+#[test]
+fn descendant_that_ignores_or_traps_term() {
+    cancel_escape(
+        |p, _| {
+            let p = p.display();
+            format!(
+                "sh -c 'trap \"\" TERM; echo $$ >> {p}; while :; do sleep 0.1; done' &
+                 sh -c 'trap \"echo no\" TERM; echo $$ >> {p}; while :; do sleep 0.1; done' &
+                 echo $$ >> {p}; wait"
+            )
+        },
+        3,
+        "escalating",
+    );
+}
+
+#[test]
+fn background_child_holding_stdout_after_the_wrapper_exits() {
+    // The wrapper exits at once: the cell resolves after the drain bound
+    // with the child as a leftover, still owned; cancel kills it.
+    cancel_escape(
+        |p, _| format!("sleep 1000 & echo $! >> {}", p.display()),
+        1,
+        "already_done",
+    );
+}
+
+#[test]
+fn background_child_holding_stdout_while_the_wrapper_runs() {
+    cancel_escape(
+        |p, _| {
+            let p = p.display();
+            format!("sh -c 'trap \"\" TERM; exec sleep 1000' & echo $! >> {p}; echo $$ >> {p}; sleep 1000")
+        },
+        2,
+        "escalating",
+    );
+}
+
+#[test]
+fn setsid_double_fork_daemon() {
+    cancel_escape(
+        |p, scratch| {
+            let p = p.display();
+            let s = scratch.display();
+            format!(
+                "setsid sh -c '(sleep 1000 & echo $! >> {p}; sh {s}/ignore.sh {p}) &' ; echo $$ >> {p}; while :; do sleep 1; done"
+            )
+        },
+        3,
+        "escalating",
+    );
+}
+
+#[test]
+fn setsid_env_i_devnull_daemon() {
+    cancel_escape(
+        |p, scratch| {
+            let p = p.display();
+            let s = scratch.display();
+            format!(
+                "setsid env -i /bin/sh -c '/bin/sh {s}/ignore.sh {p} & exit 0' </dev/null >/dev/null 2>&1 & echo $$ >> {p}; while :; do sleep 1; done"
+            )
+        },
+        2,
+        "escalating",
+    );
+}
+
+#[test]
+fn setpgid_orphan() {
+    cancel_escape(
+        |p, _| {
+            let p = p.display();
+            format!(
+                "(perl -e 'setpgrp(0,0); $SIG{{TERM}}=\"IGNORE\"; open(my $f, \">>\", $ARGV[0]); print $f \"$$\\n\"; close $f; sleep 1000' {p} &) ; echo $$ >> {p}; sleep 1000"
+            )
+        },
+        2,
+        "escalating",
+    );
+}
+
+#[test]
+fn command_with_its_own_exit_trap() {
+    cancel_escape(
+        |p, _| {
+            let p = p.display();
+            format!("trap 'sleep 1000' EXIT; trap '' TERM; echo $$ >> {p}; sleep 1000 & echo $! >> {p}; wait")
+        },
+        2,
+        "escalating",
+    );
+}
+
+#[test]
+fn burst_of_fast_forks() {
+    cancel_escape(
+        |p, _| {
+            let p = p.display();
+            format!(
+                "for j in 1 2 3; do (trap '' TERM; i=0; while [ $i -lt 400 ]; do sleep 1000 & echo $! >> {p}; i=$((i+1)); done; wait) & done; echo $$ >> {p}; wait"
+            )
+        },
+        30,
+        "escalating",
+    );
+}
+
+#[test]
+fn process_whose_comm_has_spaces_and_parens() {
+    cancel_escape(
+        |p, scratch| {
+            let p = p.display();
+            let exe = scratch.join("a b) c");
+            let exe = exe.display();
+            format!(
+                "cp \"$(command -v perl)\" '{exe}'; '{exe}' -e '$SIG{{TERM}}=\"IGNORE\"; open(my $f, \">>\", $ARGV[0]); print $f \"$$\\n\"; close $f; sleep 1000' {p} & echo $$ >> {p}; wait"
+            )
+        },
+        2,
+        "escalating",
+    );
+}
+
+#[test]
+fn tombstone_before_submit_means_the_cell_never_runs() {
+    let mut r = Root::new();
+    r.spawn("k");
+    let side = r.file("side-effect");
+    assert_eq!(r.cancel("k", 1), "tombstoned");
+    let s = r.submit("k", 1, format!("touch {}", side.display()).as_bytes(), 2000);
+    assert_eq!(s["acceptance"], "cancelled_before_start", "{s}");
+    assert_eq!(s["batch"]["done"], true);
+    assert_eq!(
+        outcome(s["batch"]["entries"].as_array().unwrap()),
+        json!({"outcome": "cancelled"})
+    );
+    // a resend is answered the same way; the daemon moves on to cell 2.
+    let again = r.submit("k", 1, format!("touch {}", side.display()).as_bytes(), 100);
+    assert_eq!(again["acceptance"], "cancelled_before_start");
+    let (o, _, _) = r.run("k", 2, "true");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert!(!side.exists(), "the cancelled cell ran");
+}
