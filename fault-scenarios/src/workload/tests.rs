@@ -213,3 +213,100 @@ fn rendered_python_does_the_same() {
     assert_eq!(out.status.code(), Some(4));
     assert_eq!(count_lines(&dir.path().join("runs")), 1);
 }
+
+/// `(pgid, sid)` from `/proc/PID/stat`, cut after the last `)`.
+fn pgid_sid(pid: u32) -> Option<(u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+}
+
+fn has_marker(pid: u32, marker: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
+        .unwrap_or(false)
+}
+
+/// Pids of live processes whose command line is exactly `argv`.
+fn pids_running(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The escape steps do on Linux what the simulation says they do: the
+/// setsid daemon leaves the session and keeps the env, the `env -i` daemon
+/// leaves the session and loses the env, the setpgid orphan leaves the
+/// group and stays in the session.
+#[test]
+fn rendered_escapes_leave_group_session_and_env_as_simulated() {
+    let marker = format!("TW_SCENARIO_MARK={}", std::process::id());
+    let cases = [
+        (Step::SetsidDoubleForkDaemon { sleep_ms: 7_101 }, "7.101"),
+        (Step::EnvIDaemon { sleep_ms: 7_102 }, "7.102"),
+        (Step::SetpgidOrphan { sleep_ms: 7_103 }, "7.103"),
+        (
+            Step::BackgroundChildHoldingStdout { sleep_ms: 7_104 },
+            "7.104",
+        ),
+    ];
+    let w = Workload::new(cases.iter().map(|(s, _)| s.clone()).collect());
+    // The cell's shell as the shim starts it: a session leader.
+    let script = format!("{}echo $$", render_shell(&w, "/x"));
+    let out = Command::new("setsid")
+        .args(["-w", "sh", "-c", &script])
+        .env("TW_SCENARIO_MARK", std::process::id().to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Read only the first line: the background holder keeps stdout open.
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out.stdout.unwrap()), &mut line)
+        .unwrap();
+    let shell: u32 = line.trim().parse().unwrap();
+    let mut found = Vec::new();
+    for (_, secs) in &cases {
+        // A background child execs `sleep` a moment after its parent
+        // moved on: look again until it has.
+        let mut pids = pids_running(&["sleep", secs]);
+        for _ in 0..200 {
+            if !pids.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            pids = pids_running(&["sleep", secs]);
+        }
+        assert_eq!(pids.len(), 1, "sleep {secs}: {pids:?}");
+        let pid = pids[0];
+        found.push((pid, pgid_sid(pid).unwrap(), has_marker(pid, &marker)));
+    }
+    for (pid, _, _) in &found {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    let [setsid, env_i, setpgid, background] = found.try_into().unwrap();
+    assert!(setsid.1 .1 != shell && setsid.2, "setsid: {setsid:?}");
+    assert!(env_i.1 .1 != shell && !env_i.2, "env -i: {env_i:?}");
+    assert_eq!(setpgid.1 .0, setpgid.0, "setpgid: own group");
+    assert!(setpgid.1 .1 == shell && setpgid.2, "setpgid: {setpgid:?}");
+    assert_eq!(
+        background.1,
+        (shell, shell),
+        "background: group and session kept"
+    );
+    assert!(background.2);
+}

@@ -280,80 +280,10 @@ fn exports_and_cwd_persist_across_cells_and_exit_n_keeps_the_old_state() {
     );
 }
 
-/// Workloads that try to outlive a cancel, one per escape class.
-fn escape_classes() -> Vec<(&'static str, Vec<Step>)> {
-    let forever = Step::BusyLoop { ms: None };
-    let hour = 3_600_000;
-    vec![
-        (
-            "ignore_term",
-            vec![Step::IgnoreTerm, Step::Sleep { ms: hour }],
-        ),
-        (
-            "trap_term",
-            vec![
-                Step::TrapTerm {
-                    then: vec![Step::Print {
-                        stream: Stream::Stdout,
-                        text: "nope".into(),
-                    }],
-                },
-                forever.clone(),
-            ],
-        ),
-        ("builtin_loop", vec![forever.clone()]),
-        (
-            "background_holder",
-            vec![
-                Step::BackgroundChildHoldingStdout { sleep_ms: hour },
-                forever.clone(),
-            ],
-        ),
-        (
-            "setsid_double_fork",
-            vec![
-                Step::SetsidDoubleForkDaemon { sleep_ms: hour },
-                forever.clone(),
-            ],
-        ),
-        (
-            "env_i_daemon",
-            vec![Step::EnvIDaemon { sleep_ms: hour }, forever.clone()],
-        ),
-        (
-            "setpgid_orphan",
-            vec![Step::SetpgidOrphan { sleep_ms: hour }, forever.clone()],
-        ),
-        (
-            "exit_trap",
-            vec![Step::SetExitTrap { text: "bye".into() }, forever.clone()],
-        ),
-        (
-            "fork_burst",
-            vec![
-                Step::ForkBurst { count: 50 },
-                Step::IgnoreTerm,
-                Step::BackgroundChildHoldingStdout { sleep_ms: hour },
-                forever.clone(),
-            ],
-        ),
-        (
-            "everything_then_exit",
-            vec![
-                Step::IgnoreTerm,
-                Step::BackgroundChildHoldingStdout { sleep_ms: hour },
-                Step::SetsidDoubleForkDaemon { sleep_ms: hour },
-                Step::EnvIDaemon { sleep_ms: hour },
-                Step::SetpgidOrphan { sleep_ms: hour },
-                Step::Exit { code: 0 },
-            ],
-        ),
-    ]
-}
-
 #[test]
 fn cancel_of_each_escape_class_leaves_nothing_of_the_cell() {
-    for (name, steps) in escape_classes() {
+    for named in tether_scenarios::catalog::escapes() {
+        let name = named.name;
         let mut h = Harness::new();
         let daemon = h.spawn("k");
         // A bystander: another kernel's running cell must not be touched.
@@ -366,8 +296,7 @@ fn cancel_of_each_escape_class_leaves_nothing_of_the_cell() {
             Step::BusyLoop { ms: None },
         ]);
         h.submit("other", 1, &bystander, 50);
-        let w = Workload::new(steps);
-        h.submit("k", 1, &w, 50);
+        h.submit("k", 1, &named.workload, 50);
         h.run_for(300);
         let before = h.os.processes_of_cell("k", 1);
         assert!(!before.is_empty(), "{name}: the cell runs");
@@ -391,7 +320,7 @@ fn cancel_of_each_escape_class_leaves_nothing_of_the_cell() {
             entries.iter().any(|e| matches!(e.kind, EntryKind::Done)),
             "{name}"
         );
-        if name != "everything_then_exit" {
+        if name != "leftovers_after_exit" {
             assert_eq!(outcome(&entries), Some(CellOutcome::Cancelled), "{name}");
         }
         // Nothing else was touched.
