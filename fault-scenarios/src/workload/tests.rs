@@ -265,7 +265,7 @@ fn rendered_escapes_leave_group_session_and_env_as_simulated() {
     let w = Workload::new(cases.iter().map(|(s, _)| s.clone()).collect());
     // The cell's shell as the shim starts it: a session leader.
     let script = format!("{}echo $$", render_shell(&w, "/x"));
-    let out = Command::new("setsid")
+    let mut child = Command::new("setsid")
         .args(["-w", "sh", "-c", &script])
         .env("TW_SCENARIO_MARK", std::process::id().to_string())
         .stdout(std::process::Stdio::piped())
@@ -274,8 +274,11 @@ fn rendered_escapes_leave_group_session_and_env_as_simulated() {
         .unwrap();
     // Read only the first line: the background holder keeps stdout open.
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(out.stdout.unwrap()), &mut line)
-        .unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
     let shell: u32 = line.trim().parse().unwrap();
     let mut found = Vec::new();
     for (_, secs) in &cases {
@@ -298,6 +301,7 @@ fn rendered_escapes_leave_group_session_and_env_as_simulated() {
             .args(["-KILL", &pid.to_string()])
             .status();
     }
+    let _ = child.wait();
     let [setsid, env_i, setpgid, background] = found.try_into().unwrap();
     assert!(setsid.1 .1 != shell && setsid.2, "setsid: {setsid:?}");
     assert!(env_i.1 .1 != shell && !env_i.2, "env -i: {env_i:?}");
