@@ -329,6 +329,16 @@ async fn run_script(
     if healed > now {
         tokio::time::sleep(Duration::from_millis(healed - now)).await;
     }
+    {
+        // Faults armed for ops that never came are over too.
+        let mut a = ctx.control.lock();
+        a.reply_lost.clear();
+        a.slow_start.clear();
+        a.cancel_before_submit = false;
+        a.cancel_now = false;
+        a.cancel_after_done = false;
+        a.crash_client = None;
+    }
     let alive = CellSpec {
         label: "liveness".into(),
         workload: tether_scenarios::workload::Workload {

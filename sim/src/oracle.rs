@@ -73,9 +73,9 @@ pub struct Observations {
     pub state_lost_reports: Vec<u64>,
     /// Times (virtual ms) a kernel daemon really died (killed, sandbox bounced).
     pub kernel_deaths: Vec<u64>,
-    /// Cells the sandbox started that no scripted cell accounts for
-    /// (a second request id for the same work), by code label.
-    pub unaccounted_executions: BTreeMap<String, u32>,
+    /// Unscripted cells (liveness) that ran more than once, and cells no
+    /// script accounts for, by label, with how many times they ran.
+    pub extra_executions: BTreeMap<String, u32>,
     /// Processes that a cancel killed but did not belong to the cancelled
     /// cell (other cells, the daemon, the agent, PID 1).
     pub collateral: Vec<String>,
@@ -268,10 +268,10 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     for cell in &obs.cells {
         check_cell(cell, &mut v);
     }
-    for (label, n) in &obs.unaccounted_executions {
+    for (label, n) in &obs.extra_executions {
         v.push(Violation::DoubleExecution {
             cell: label.clone(),
-            executions: n + 1,
+            executions: *n,
         });
     }
     for c in &obs.collateral {

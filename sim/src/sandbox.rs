@@ -247,22 +247,19 @@ impl Sandbox {
         (procs, files)
     }
 
-    /// Side-effect files no scripted cell accounts for.
-    pub fn unaccounted_executions(&self, scenario: &Scenario) -> BTreeMap<String, u32> {
-        let known: BTreeSet<String> = scenario
-            .cells()
-            .map(|c| c.label.clone())
-            .chain(["liveness".to_owned(), "liveness2".to_owned()])
-            .collect();
+    /// Cells that ran more than once, or that no scripted cell accounts
+    /// for, with how many times they ran.
+    pub fn extra_executions(&self, scenario: &Scenario) -> BTreeMap<String, u32> {
+        let scripted: BTreeSet<String> = scenario.cells().map(|c| c.label.clone()).collect();
+        let liveness = ["liveness", "liveness2"];
         let dir = self.os.config().side_effect_dir.clone();
         let mut out = BTreeMap::new();
         for f in self.os.files_under(&dir) {
             let name = f.rsplit('/').next().unwrap_or_default().to_owned();
-            if !known.contains(&name) {
-                out.insert(
-                    name.clone(),
-                    u32::try_from(self.os.side_effect_count(&name)).unwrap_or(u32::MAX),
-                );
+            let n = u32::try_from(self.os.side_effect_count(&name)).unwrap_or(u32::MAX);
+            let unknown = !scripted.contains(&name) && !liveness.contains(&name.as_str());
+            if unknown || (liveness.contains(&name.as_str()) && n > 1) {
+                out.insert(name, n);
             }
         }
         out

@@ -375,7 +375,7 @@ fn observe(
             .collect(),
         state_lost_reports: log.state_lost.clone(),
         kernel_deaths,
-        unaccounted_executions: sandbox.unaccounted_executions(scenario),
+        extra_executions: sandbox.extra_executions(scenario),
         collateral: sandbox.collateral(),
         leaked_processes,
         leaked_files,

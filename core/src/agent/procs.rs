@@ -134,6 +134,11 @@ pub fn cell_processes(
                 .iter()
                 .any(|m| os.has_env(*pid, MARKER_NAME, m))
     });
+    #[cfg(feature = "mutations")]
+    if crate::mutation::active(crate::mutation::Mutation::CancelPgidOnly) {
+        // The broken variant: only what is still in the cell's group.
+        set.retain(|pid| table.get(*pid).is_some_and(|p| Some(p.pgid) == scope.pgid));
+    }
     set
 }
 

@@ -88,7 +88,14 @@ impl Client {
         }
         let out = match result {
             Ok(out) => out,
-            Err(e) => return self.retry_later(task, e.to_string()),
+            Err(e) => {
+                #[cfg(feature = "mutations")]
+                let task = match self.mutant_transport_error(task, &e) {
+                    Some(task) => task,
+                    None => return,
+                };
+                return self.retry_later(task, e.to_string());
+            }
         };
         match parse_reply(id.0, task.op_kind(), &out) {
             Ok(reply) => {
@@ -303,5 +310,46 @@ impl Client {
             // guarantees the reply kind matches the op.
             _ => {}
         }
+    }
+}
+
+/// The deliberately broken variants of [`crate::mutation`] (test builds of
+/// the simulation only): what a naive client does after a transport error.
+#[cfg(feature = "mutations")]
+impl Client {
+    /// Returns the task to retry as usual, or `None` when the mutant took over.
+    fn mutant_transport_error(&mut self, task: Task, e: &TransportError) -> Option<Task> {
+        use crate::mutation::{active, Mutation};
+        if active(Mutation::TransportErrorIsDeath) {
+            if let Some(k) = task.kernel().cloned() {
+                self.drop_task(&task);
+                self.state_lost(&k, format!("the sandbox did not answer: {e}"), false);
+                return None;
+            }
+        }
+        if active(Mutation::ResubmitNewId) {
+            if let Task::Submit(old) = &task {
+                // "The send failed, so send the work again": a new request
+                // id under a new sequence number; the old cell is written off.
+                let old = old.clone();
+                let code = self.cell(&old).map(|c| c.rec.code.clone())?;
+                let timeout = self
+                    .cell(&old)
+                    .and_then(|c| c.rec.timeout_ms)
+                    .map(std::time::Duration::from_millis);
+                self.drop_task(&task);
+                let key = self.add_cell(&old.kernel, code, timeout)?;
+                self.resolve(
+                    &old,
+                    crate::protocol::CellOutcome::Unknown {
+                        reason: format!("resubmitted as {key}"),
+                    },
+                    false,
+                );
+                self.submit_cell(&key);
+                return None;
+            }
+        }
+        Some(task)
     }
 }

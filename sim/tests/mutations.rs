@@ -1,0 +1,65 @@
+//! Each deliberately broken variant is caught by the explorer within 200
+//! seeds, and its failing schedule shrinks to at most 3 faults. (The
+//! variants exist only with the `mutations` feature, which the tests turn
+//! on through the crate's dev-dependency on itself.)
+
+use tether_sim::explore::{explore, Options};
+use tether_sim::scenario;
+use tether_sim::world::{run, Variant};
+
+fn caught(variant: &str, scenarios: &[&str]) {
+    let variant = Variant::parse(variant).unwrap();
+    let scenarios: Vec<_> = scenarios
+        .iter()
+        .map(|n| scenario::by_name(n).unwrap())
+        .collect();
+    let opts = Options {
+        seeds: 200,
+        jobs: 2,
+        stop_at_first: true,
+        shrink_first: 1,
+        ..Options::default()
+    };
+    let summary = explore(&scenarios, &opts, &|s, seed, schedule| {
+        run(s, seed, schedule, variant)
+    });
+    let failure = summary
+        .failures
+        .iter()
+        .find(|f| f.shrunk.is_some())
+        .unwrap_or_else(|| panic!("{variant:?} was not caught:\n{}", summary.table()));
+    let shrunk = failure.shrunk.as_ref().unwrap();
+    assert!(
+        shrunk.len() <= 3,
+        "{variant:?}: shrunk schedule has {} faults:\n{}",
+        shrunk.len(),
+        failure.render()
+    );
+    eprintln!("{variant:?} caught:\n{}", failure.render());
+}
+
+#[test]
+fn cancel_that_only_signals_the_process_group_is_caught() {
+    caught("cancel-pgid-only", &["cancel_escapes"]);
+}
+
+#[test]
+fn resubmit_with_a_new_request_id_is_caught() {
+    caught("resubmit-new-id", &["happy", "reply_lost"]);
+}
+
+#[test]
+fn transport_error_taken_for_kernel_death_is_caught() {
+    caught("transport-error-is-death", &["happy", "reply_lost"]);
+}
+
+#[test]
+fn the_real_product_passes_where_the_variants_fail() {
+    for name in ["cancel_escapes", "happy", "reply_lost"] {
+        let s = scenario::by_name(name).unwrap();
+        for seed in 0..3 {
+            let r = run(&s, seed, &s.schedule(seed), Variant::Real);
+            assert!(r.violations.is_empty(), "{name} {seed}: {:?}", r.violations);
+        }
+    }
+}
