@@ -89,6 +89,9 @@ async fn run(req: ExecRequest) -> Result<ExecOutput, TransportError> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group: a Ctrl-C at the terminal is for tether
+        // (which cancels the cell), not for an exec in flight.
+        .process_group(0)
         .kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
