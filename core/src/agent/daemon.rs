@@ -15,7 +15,7 @@ use super::journal::{self, read_journal, JournalWriter, DEFAULT_CAP};
 use super::kernel::{read_json, to_json, KernelConfig, LaunchRecord, DEFAULT_GRACE_MS};
 use super::layout::KernelLayout;
 use super::op::{cell_seqs, kernel_processes};
-use super::os::{CellLaunch, Os, OsError, Pid};
+use super::os::{CellLaunch, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
 use super::shell;
 use super::shim::{cancel_reason, CancelReason};
@@ -235,7 +235,7 @@ impl Daemon {
                 };
                 let set = procs::cell_processes(os, table, &scope, &protected);
                 if !c.term_sent {
-                    procs::signal_each(os, &set, procs_signal_term());
+                    procs::signal_each(os, &set, Signal::Term);
                     c.term_sent = true;
                 } else if now >= c.since + grace {
                     procs::stop_and_kill(os, &set);
@@ -377,8 +377,4 @@ impl Daemon {
             next_wake: now + TICK,
         }
     }
-}
-
-fn procs_signal_term() -> super::os::Signal {
-    super::os::Signal::Term
 }

@@ -29,19 +29,18 @@ impl JournalWriter {
     /// Takes over the journal at `path` (absent is fine), keeping at most
     /// `cap` bytes of output.
     pub fn open(os: &mut dyn Os, path: &str, cap: u64) -> Result<JournalWriter, OsError> {
-        let (read, complete_len) = match os.read_file(path) {
+        let read = match os.read_file(path) {
             Ok(bytes) => {
                 let read = parse_journal(&bytes);
-                let complete = bytes.len() - read.partial_tail;
                 if read.partial_tail > 0 {
-                    os.write_atomic(path, &bytes[..complete])?;
+                    // Cut the torn line so the next entry starts a line.
+                    os.write_atomic(path, &bytes[..bytes.len() - read.partial_tail])?;
                 }
-                (read, complete)
+                read
             }
-            Err(OsError::NotFound) => (JournalRead::default(), 0),
+            Err(OsError::NotFound) => JournalRead::default(),
             Err(e) => return Err(e),
         };
-        let _ = complete_len;
         let mut w = JournalWriter {
             path: path.to_owned(),
             next_n: 1,

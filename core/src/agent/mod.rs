@@ -25,3 +25,6 @@ pub use daemon::{Daemon, DaemonStep};
 pub use op::OpRun;
 pub use os::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
 pub use shim::{ExitStatus, ShimCore};
+
+#[cfg(test)]
+mod tests;

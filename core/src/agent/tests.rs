@@ -1,0 +1,357 @@
+//! The agent's pure decisions against a tiny in-memory [`Os`].
+
+use super::daemon::{Daemon, DaemonStep};
+use super::journal::JournalWriter;
+use super::kernel::{check_identity, to_json, KernelConfig};
+use super::layout::Layout;
+use super::op::OpRun;
+use super::os::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
+use super::procs::{self, CellScope, Table, MARKER_NAME};
+use crate::bytes::Bytes;
+use crate::ids::{CellSeq, KernelName, RequestId};
+use crate::protocol::{
+    parse_journal, CellOutcome, EntryKind, Identity, Lang, ProbeStatus, ReplyEnvelope, Stream,
+    Submission,
+};
+use crate::time::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Default)]
+struct FakeOs {
+    now: u64,
+    files: BTreeMap<String, Vec<u8>>,
+    procs: BTreeMap<Pid, ProcInfo>,
+    env: BTreeMap<Pid, Vec<(String, String)>>,
+    args: BTreeMap<Pid, Vec<String>>,
+    signals: Vec<(Pid, Signal)>,
+    launches: Vec<CellLaunch>,
+    me: Pid,
+}
+
+fn proc_(pid: Pid, ppid: Pid, pgid: Pid) -> ProcInfo {
+    ProcInfo {
+        pid,
+        ppid,
+        pgid,
+        sid: pgid,
+        starttime: 100 + u64::from(pid),
+        zombie: false,
+    }
+}
+
+impl FakeOs {
+    fn new() -> FakeOs {
+        let mut os = FakeOs {
+            me: 10,
+            ..FakeOs::default()
+        };
+        os.add(proc_(1, 0, 1));
+        os.add(proc_(10, 1, 10));
+        os
+    }
+    fn add(&mut self, p: ProcInfo) {
+        self.procs.insert(p.pid, p);
+    }
+}
+
+impl Os for FakeOs {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.now)
+    }
+    fn boot_id(&self) -> Result<String, OsError> {
+        Ok("boot-1".into())
+    }
+    fn self_pid(&self) -> Pid {
+        self.me
+    }
+    fn read_file(&self, path: &str) -> Result<Vec<u8>, OsError> {
+        self.files.get(path).cloned().ok_or(OsError::NotFound)
+    }
+    fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        if self.files.contains_key(path) {
+            return Err(OsError::AlreadyExists);
+        }
+        self.files.insert(path.into(), data.to_vec());
+        Ok(())
+    }
+    fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.files.insert(path.into(), data.to_vec());
+        Ok(())
+    }
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.files
+            .entry(path.into())
+            .or_default()
+            .extend_from_slice(data);
+        Ok(())
+    }
+    fn exists(&self, path: &str) -> bool {
+        let dir = format!("{path}/");
+        self.files.keys().any(|k| k == path || k.starts_with(&dir))
+    }
+    fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError> {
+        let dir = format!("{path}/");
+        let names: BTreeSet<String> = self
+            .files
+            .keys()
+            .filter_map(|k| k.strip_prefix(&dir))
+            .map(|rest| rest.split('/').next().unwrap_or_default().to_owned())
+            .collect();
+        Ok(names.into_iter().collect())
+    }
+    fn create_dir_all(&mut self, _path: &str) -> Result<(), OsError> {
+        Ok(())
+    }
+    fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
+        let dir = format!("{path}/");
+        self.files.retain(|k, _| k != path && !k.starts_with(&dir));
+        Ok(())
+    }
+    fn process(&self, pid: Pid) -> Option<ProcInfo> {
+        self.procs.get(&pid).cloned()
+    }
+    fn processes(&self) -> Vec<ProcInfo> {
+        self.procs.values().cloned().collect()
+    }
+    fn has_env(&self, pid: Pid, name: &str, value: &str) -> bool {
+        self.env
+            .get(&pid)
+            .is_some_and(|e| e.iter().any(|(n, v)| n == name && v == value))
+    }
+    fn has_arg(&self, pid: Pid, arg: &str) -> bool {
+        self.args
+            .get(&pid)
+            .is_some_and(|a| a.iter().any(|x| x == arg))
+    }
+    fn signal(&mut self, pid: Pid, signal: Signal) -> Result<(), OsError> {
+        self.signals.push((pid, signal));
+        if signal == Signal::Kill {
+            self.procs.remove(&pid);
+        }
+        Ok(())
+    }
+    fn spawn_daemon(&mut self, _dir: &str, nonce: &str) -> Result<Pid, OsError> {
+        self.add(proc_(50, 1, 50));
+        self.args.insert(50, vec!["serve".into(), nonce.into()]);
+        Ok(50)
+    }
+    fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
+        self.launches.push(launch.clone());
+        self.add(proc_(60, self.me, self.me));
+        Ok(60)
+    }
+    fn has_program(&self, _program: &str) -> bool {
+        true
+    }
+}
+
+fn identity() -> Identity {
+    Identity {
+        boot_id: "boot-1".into(),
+        pid: 50,
+        starttime: 150,
+        nonce: "n1".into(),
+    }
+}
+
+#[test]
+fn identity_check_tells_pid_reuse_from_death() {
+    let mut os = FakeOs::new();
+    let id = identity();
+    assert!(matches!(check_identity(&os, &id), ProbeStatus::Dead { .. }));
+    os.add(proc_(50, 1, 50));
+    os.args.insert(50, vec!["n1".into()]);
+    assert!(matches!(
+        check_identity(&os, &id),
+        ProbeStatus::Alive { .. }
+    ));
+    // same pid, another start time: reused
+    os.procs.get_mut(&50).unwrap().starttime = 999;
+    assert!(matches!(
+        check_identity(&os, &id),
+        ProbeStatus::Replaced { .. }
+    ));
+    // same start time, no nonce in argv
+    os.procs.get_mut(&50).unwrap().starttime = 150;
+    os.args.insert(50, vec!["other".into()]);
+    assert!(matches!(
+        check_identity(&os, &id),
+        ProbeStatus::Replaced { .. }
+    ));
+    // zombie
+    os.args.insert(50, vec!["n1".into()]);
+    os.procs.get_mut(&50).unwrap().zombie = true;
+    assert!(matches!(check_identity(&os, &id), ProbeStatus::Dead { .. }));
+    // another boot
+    let mut other = id.clone();
+    other.boot_id = "boot-0".into();
+    assert!(matches!(
+        check_identity(&os, &other),
+        ProbeStatus::Replaced { .. }
+    ));
+}
+
+#[test]
+fn journal_writer_recovers_n_cuts_torn_tail_and_clips_once() {
+    let mut os = FakeOs::new();
+    let path = "/j";
+    let mut w = JournalWriter::open(&mut os, path, 10).unwrap();
+    w.output(&mut os, Stream::Stdout, b"0123456").unwrap();
+    os.append(path, b"{\"n\":3,\"ki").unwrap(); // a torn append
+    let mut w2 = JournalWriter::open(&mut os, path, 10).unwrap();
+    w2.output(&mut os, Stream::Stderr, b"789abc").unwrap();
+    w2.output(&mut os, Stream::Stderr, b"def").unwrap();
+    w2.finish(
+        &mut os,
+        vec![EntryKind::Result {
+            outcome: CellOutcome::Ok,
+        }],
+    )
+    .unwrap();
+    drop(w);
+    let read = parse_journal(&os.files[path]);
+    assert!(read.bad_lines.is_empty() && read.partial_tail == 0);
+    let ns: Vec<u64> = read.entries.iter().map(|e| e.n).collect();
+    assert_eq!(ns, vec![1, 2, 3, 4, 5]);
+    assert_eq!(
+        read.entries[1].kind,
+        EntryKind::Output {
+            stream: Stream::Stderr,
+            data: Bytes(b"789".to_vec())
+        }
+    );
+    assert_eq!(read.entries[2].kind, EntryKind::Clipped { dropped: 6 });
+}
+
+#[test]
+fn cell_processes_spare_protected_pids() {
+    let mut os = FakeOs::new();
+    // 10 = caller (daemon); 60 = shim (child of 10); 61 = main (own session)
+    os.add(proc_(60, 10, 10));
+    os.add(proc_(61, 60, 61));
+    os.add(proc_(62, 61, 61)); // same group
+    os.add(proc_(63, 60, 63)); // setsid'd orphan, reparented to the shim
+    os.add(proc_(70, 1, 70)); // env marker only (escaped the tree)
+    os.env.insert(70, vec![(MARKER_NAME.into(), "n:1".into())]);
+    os.add(proc_(71, 60, 71)); // another cell's marker under our shim
+    os.env.insert(71, vec![(MARKER_NAME.into(), "n:2".into())]);
+    os.add(proc_(80, 1, 80)); // unrelated
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, 10);
+    let scope = CellScope {
+        shim: Some(60),
+        pgid: Some(61),
+        marker: "n:1".into(),
+        other_markers: vec!["n:2".into()],
+        extra: vec![],
+    };
+    let set = procs::cell_processes(&os, &table, &scope, &protected);
+    assert_eq!(set, BTreeSet::from([61, 62, 63, 70]));
+}
+
+fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {
+    let layout = Layout::new("/r");
+    let k = layout.kernel(&KernelName::new("k").unwrap());
+    let config = KernelConfig {
+        lang: Lang::Shell,
+        nonce: "n1".into(),
+        idle_timeout_ms: 60_000,
+        grace_ms: 100,
+    };
+    os.files.insert(k.config(), to_json(&config));
+    let cell = k.cell(CellSeq(1));
+    let sub = Submission {
+        request_id: RequestId("r1".into()),
+        seq: CellSeq(1),
+        code: Bytes(b"sleep 9".to_vec()),
+        timeout_ms: None,
+    };
+    os.files.insert(cell.submission(), to_json(&sub));
+    if tombstone {
+        os.files.insert(cell.cancel(), b"cancel\n".to_vec());
+    }
+    k.dir().to_owned()
+}
+
+#[test]
+fn a_tombstoned_submission_never_starts() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, true);
+    let mut d = Daemon::new(&dir, "n1");
+    assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
+    assert!(os.launches.is_empty());
+    let read = parse_journal(&os.files[&format!("{dir}/cells/1/journal")]);
+    let kinds: Vec<_> = read.entries.iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            EntryKind::Accepted {
+                request_id: RequestId("r1".into())
+            },
+            EntryKind::Result {
+                outcome: CellOutcome::Cancelled
+            },
+            EntryKind::Done
+        ]
+    );
+}
+
+#[test]
+fn escalation_terms_then_kills_everything_every_tick_after_grace() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 1);
+    // the shim (60) started main 61; 61's child 62 will ignore TERM;
+    // the leader 61 exits first.
+    os.add(proc_(61, 60, 61));
+    os.add(proc_(62, 61, 61));
+    os.append(
+        &format!("{dir}/cells/1/journal"),
+        &crate::protocol::JournalEntry {
+            n: 2,
+            kind: EntryKind::Started {
+                pid: 61,
+                pgid: 61,
+                starttime: 161,
+            },
+        }
+        .to_line(),
+    )
+    .unwrap();
+    os.files
+        .insert(format!("{dir}/cells/1/cancel"), b"cancel\n".to_vec());
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.signals, vec![(61, Signal::Term), (62, Signal::Term)]);
+    os.procs.remove(&61); // the leader obeyed; 62 did not
+    os.signals.clear();
+    os.now = 50;
+    let _ = d.tick(&mut os);
+    assert!(os.signals.is_empty(), "nothing before the grace period");
+    os.now = 111;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.signals, vec![(62, Signal::Stop), (62, Signal::Kill)]);
+    assert!(!os
+        .signals
+        .iter()
+        .any(|(p, _)| *p == 60 || *p == 10 || *p == 1));
+}
+
+#[test]
+fn bad_stdin_gives_a_reply_line_not_a_panic() {
+    let mut os = FakeOs::new();
+    for input in [
+        &b""[..],
+        b"\xff\xfe",
+        b"[]",
+        b"{\"v\":1}",
+        b"{\"v\":1,\"id\":3,\"op\":{\"wait\":{}}}",
+    ] {
+        let mut run = OpRun::new("/r", input);
+        let line = run.poll(&mut os).expect("an immediate reply");
+        let env: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+        assert!(env.error.is_some(), "{input:?}");
+    }
+}
