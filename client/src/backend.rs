@@ -4,11 +4,17 @@
 //!
 //! `latency` is added before every exec (a remote round trip);
 //! `delay.<op>` is added before execs of one op kind only (a slow start of
-//! that call, used by tests to let a later call overtake it). docker, ssh
-//! and modal are recognised and refused as not available yet.
+//! that call, used by tests to let a later call overtake it). Remote
+//! sandboxes: `docker:NAME[?image=IMG]` / `docker?image=IMG`
+//! ([`crate::docker`]), `ssh:[USER@]HOST[:PORT][?key=…&known_hosts=…]`
+//! ([`crate::ssh`]), `modal:SANDBOX_ID` / `modal?app=A&name=N`
+//! ([`crate::modal`]).
 
+use crate::docker::{DockerOptions, DockerTransport};
 use crate::duration::{format_duration, parse_duration};
 use crate::local::LocalTransport;
+use crate::modal::{ModalOptions, ModalTransport};
+use crate::ssh::{SshOptions, SshTransport};
 use crate::transport::Transport;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -22,6 +28,12 @@ use tether_core::protocol::OpKind;
 pub enum BackendSpec {
     /// Real processes on this machine.
     Local(LocalOptions),
+    /// A docker container.
+    Docker(DockerOptions),
+    /// A host reached over ssh.
+    Ssh(SshOptions),
+    /// A Modal sandbox.
+    Modal(ModalOptions),
 }
 
 /// Options of the `local` backend.
@@ -64,17 +76,28 @@ impl fmt::Display for BackendError {
             BackendError::Empty => write!(f, "the backend spec is empty; use e.g. `local`"),
             BackendError::Unknown(name) => write!(
                 f,
-                "unknown backend {name:?}; available: local (docker, ssh and modal are planned)"
+                "unknown backend {name:?}; available: local, docker:NAME, docker?image=IMG, \
+                 ssh:[USER@]HOST[:PORT], modal:SANDBOX_ID"
             ),
             BackendError::NotAvailable(name) => write!(
                 f,
                 "the {name} backend is not available yet; use `local` (this machine)"
             ),
-            BackendError::UnknownParam { backend, key } => write!(
-                f,
-                "the {backend} backend has no parameter {key:?}; it takes latency=DUR and delay.OP=DUR \
-                 (OP one of install, probe, spawn, submit, wait, cancel, shutdown, gc, ack)"
-            ),
+            BackendError::UnknownParam { backend, key } => {
+                let takes = match backend.as_str() {
+                    "docker" => "image=IMG",
+                    "ssh" => "key=PATH, known_hosts=PATH and connect_timeout=DUR",
+                    "modal" => "app=APP, name=NAME and python=PATH",
+                    _ => {
+                        "latency=DUR and delay.OP=DUR (OP one of install, probe, spawn, \
+                         submit, wait, cancel, shutdown, gc, ack)"
+                    }
+                };
+                write!(
+                    f,
+                    "the {backend} backend has no parameter {key:?}; it takes {takes}"
+                )
+            }
             BackendError::BadValue { key, reason } => write!(f, "bad value for {key}: {reason}"),
         }
     }
@@ -93,7 +116,15 @@ impl BackendSpec {
         match name {
             "" => Err(BackendError::Empty),
             "local" => parse_local(query).map(BackendSpec::Local),
-            "docker" | "ssh" | "modal" => Err(BackendError::NotAvailable(name.to_owned())),
+            n if n == "docker" || n.starts_with("docker:") => {
+                DockerOptions::parse(&n["docker".len()..], query).map(BackendSpec::Docker)
+            }
+            n if n.starts_with("ssh:") => {
+                SshOptions::parse(&n["ssh:".len()..], query).map(BackendSpec::Ssh)
+            }
+            n if n == "modal" || n.starts_with("modal:") => {
+                ModalOptions::parse(&n["modal".len()..], query).map(BackendSpec::Modal)
+            }
             other => Err(BackendError::Unknown(other.to_owned())),
         }
     }
@@ -107,6 +138,9 @@ impl BackendSpec {
         let short: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
         match self {
             BackendSpec::Local(_) => format!("local-{short}"),
+            BackendSpec::Docker(opts) => opts.sandbox_id(root),
+            BackendSpec::Ssh(opts) => opts.sandbox_id(root),
+            BackendSpec::Modal(opts) => opts.sandbox_id(root),
         }
     }
 
@@ -114,6 +148,9 @@ impl BackendSpec {
     pub fn transport(&self) -> Arc<dyn Transport> {
         match self {
             BackendSpec::Local(opts) => Arc::new(LocalTransport::new(opts.clone())),
+            BackendSpec::Docker(opts) => Arc::new(DockerTransport::new(opts.clone())),
+            BackendSpec::Ssh(opts) => Arc::new(SshTransport::new(opts.clone())),
+            BackendSpec::Modal(opts) => Arc::new(ModalTransport::new(opts.clone())),
         }
     }
 }
@@ -134,6 +171,9 @@ impl fmt::Display for BackendSpec {
                 }
                 Ok(())
             }
+            BackendSpec::Docker(opts) => write!(f, "{opts}"),
+            BackendSpec::Ssh(opts) => write!(f, "{opts}"),
+            BackendSpec::Modal(opts) => write!(f, "{opts}"),
         }
     }
 }
@@ -177,7 +217,9 @@ mod tests {
     #[test]
     fn local_with_latency_and_delays_round_trips() {
         let spec = BackendSpec::parse("local?latency=50ms&delay.submit=3s").unwrap();
-        let BackendSpec::Local(opts) = &spec;
+        let BackendSpec::Local(opts) = &spec else {
+            panic!("a local spec parses as local")
+        };
         assert_eq!(opts.latency, Duration::from_millis(50));
         assert_eq!(opts.delays[&OpKind::Submit], Duration::from_secs(3));
         assert_eq!(spec.to_string(), "local?latency=50ms&delay.submit=3s");
@@ -188,8 +230,9 @@ mod tests {
     fn bad_specs_say_what_is_wrong() {
         let cases = [
             ("", "empty"),
-            ("docker", "not available yet"),
-            ("modal?x=1", "not available yet"),
+            ("docker", "say which container"),
+            ("modal?x=1", "no parameter \"x\""),
+            ("ssh:-oProxyCommand=x", "not a host name"),
             ("kubernetes", "unknown backend"),
             ("local?speed=fast", "no parameter \"speed\""),
             ("local?delay.teleport=1s", "no parameter"),

@@ -7,6 +7,8 @@
 //! - [`transport`]: the [`transport::Transport`] trait — run a command to
 //!   completion on a sandbox;
 //! - [`local`]: the `local` transport (real processes, injected latency);
+//! - [`docker`], [`ssh`], [`modal`]: the remote transports (`docker exec`,
+//!   the ssh client, Modal's Python client), over `subprocess`;
 //! - [`backend`]: `--backend` specs (`local?latency=50ms`) to transports;
 //! - [`driver`]: [`driver::Driver`], the tokio loop around the state machine;
 //! - [`records`]: persisted kernel records (files, or memory for the sim);
@@ -20,11 +22,15 @@ pub mod agent_bin;
 pub mod backend;
 pub mod bench;
 pub mod cli;
+pub mod docker;
 pub mod driver;
 pub mod duration;
 pub mod events;
 pub mod local;
+pub mod modal;
 pub mod records;
+pub mod ssh;
+mod subprocess;
 pub mod transport;
 
 pub use driver::{CancelHandle, Driver, DriverError};

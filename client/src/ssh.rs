@@ -1,0 +1,408 @@
+//! The `ssh` transport: the sandbox is a host reached with the OpenSSH
+//! client, an exec is one `ssh` run (`BatchMode`: never a prompt).
+//!
+//! Spec: `ssh:[USER@]HOST[:PORT]` (`[ADDR]:PORT` for IPv6) with optional
+//! `key=PATH` (identity file, and only it), `known_hosts=PATH` (host keys
+//! checked strictly against that file) and `connect_timeout=DUR`.
+//! Without them, ssh's own configuration decides.
+//!
+//! ssh joins its arguments into one string for the remote login shell
+//! (which must be POSIX: sh, dash, bash, zsh), so every argv element is
+//! single-quoted. The command is followed, in the same remote shell, by a
+//! trailer on stderr carrying its exit status and a per-call nonce; the
+//! trailer is removed before the output is returned. It tells the remote
+//! command's own status (even 255) from ssh's: with the trailer the
+//! command ran and that is its status; without it, exit 255 before any
+//! output with a connection-phase message is
+//! [`TransportErrorKind::Unreachable`] (the command did not run), and
+//! anything else is [`TransportErrorKind::Io`] (the command may have run).
+
+use crate::backend::BackendError;
+use crate::docker::short_hash;
+use crate::duration::{format_duration, parse_duration};
+use crate::subprocess::{nonce, run_helper, sh_quote, HelperOutput};
+use crate::transport::{
+    ExecFuture, ExecOutput, ExecRequest, Transport, TransportError, TransportErrorKind,
+};
+use std::fmt;
+use std::io::ErrorKind;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::process::Command;
+
+/// Options of the `ssh` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshOptions {
+    /// The remote user; ssh's default when absent.
+    pub user: Option<String>,
+    /// Host name or address (IPv6 without brackets).
+    pub host: String,
+    /// Port; ssh's default when absent.
+    pub port: Option<u16>,
+    /// Identity file, used alone (`IdentitiesOnly`).
+    pub key: Option<PathBuf>,
+    /// Known-hosts file, checked strictly.
+    pub known_hosts: Option<PathBuf>,
+    /// How long to wait for the connection.
+    pub connect_timeout: Duration,
+}
+
+impl SshOptions {
+    /// Parses `[USER@]HOST[:PORT]` and the query.
+    pub fn parse(target: &str, query: &str) -> Result<SshOptions, BackendError> {
+        let bad = |key: &str, reason: String| BackendError::BadValue {
+            key: key.to_owned(),
+            reason,
+        };
+        let (user, hostport) = match target.rsplit_once('@') {
+            Some((user, rest)) => (Some(user), rest),
+            None => (None, target),
+        };
+        if let Some(user) = user {
+            let ok = user.chars().next().is_some_and(|c| c != '-')
+                && user
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            if !ok {
+                return Err(bad("ssh user", format!("{user:?} is not a user name")));
+            }
+        }
+        let (host, port) = if let Some(rest) = hostport.strip_prefix('[') {
+            let (addr, after) = rest
+                .split_once(']')
+                .ok_or_else(|| bad("ssh host", format!("unclosed `[` in {hostport:?}")))?;
+            match after {
+                "" => (addr, None),
+                _ => match after.strip_prefix(':') {
+                    Some(p) => (addr, Some(p)),
+                    None => return Err(bad("ssh host", format!("junk after `]` in {hostport:?}"))),
+                },
+            }
+        } else {
+            match hostport.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (hostport, None),
+            }
+        };
+        let host_ok = host.chars().next().is_some_and(|c| c != '-')
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '%'));
+        if !host_ok {
+            return Err(bad(
+                "ssh host",
+                format!("{host:?} is not a host name; use ssh:[USER@]HOST[:PORT]"),
+            ));
+        }
+        let port = match port {
+            None => None,
+            Some(p) => Some(
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| bad("ssh port", format!("{p:?} is not a port")))?,
+            ),
+        };
+        let mut opts = SshOptions {
+            user: user.map(str::to_owned),
+            host: host.to_owned(),
+            port,
+            key: None,
+            known_hosts: None,
+            connect_timeout: Duration::from_secs(10),
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| bad(pair, "expected key=value".into()))?;
+            match key {
+                "key" => opts.key = Some(PathBuf::from(value)),
+                "known_hosts" => opts.known_hosts = Some(PathBuf::from(value)),
+                "connect_timeout" => {
+                    opts.connect_timeout = parse_duration(value)
+                        .map_err(|e| bad(key, e.to_string()))?
+                        .max(Duration::from_secs(1));
+                }
+                _ => {
+                    return Err(BackendError::UnknownParam {
+                        backend: "ssh".into(),
+                        key: key.to_owned(),
+                    })
+                }
+            }
+        }
+        Ok(opts)
+    }
+
+    /// The sandbox id for records: user, host, port and root.
+    pub fn sandbox_id(&self, root: &str) -> String {
+        let port = self.port.map(|p| p.to_string()).unwrap_or_default();
+        let user = self.user.as_deref().unwrap_or("");
+        format!("ssh-{}", short_hash(&[user, &self.host, &port, root]))
+    }
+
+    /// The `ssh` argv (without the remote command).
+    fn ssh_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "-T".into(),
+            "-o".into(),
+            "BatchMode=yes".into(),
+            "-o".into(),
+            format!("ConnectTimeout={}", self.connect_timeout.as_secs().max(1)),
+            "-o".into(),
+            "ServerAliveInterval=15".into(),
+            "-o".into(),
+            "ServerAliveCountMax=3".into(),
+            "-o".into(),
+            "LogLevel=ERROR".into(),
+        ];
+        if let Some(port) = self.port {
+            args.extend(["-p".into(), port.to_string()]);
+        }
+        if let Some(key) = &self.key {
+            args.extend([
+                "-i".into(),
+                key.display().to_string(),
+                "-o".into(),
+                "IdentitiesOnly=yes".into(),
+            ]);
+        }
+        if let Some(kh) = &self.known_hosts {
+            args.extend([
+                "-o".into(),
+                format!("UserKnownHostsFile={}", kh.display()),
+                "-o".into(),
+                "StrictHostKeyChecking=yes".into(),
+                "-o".into(),
+                "GlobalKnownHostsFile=/dev/null".into(),
+            ]);
+        }
+        if let Some(user) = &self.user {
+            args.extend(["-l".into(), user.clone()]);
+        }
+        args.push("--".into());
+        args.push(self.host.clone());
+        args
+    }
+}
+
+impl fmt::Display for SshOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ssh:")?;
+        if let Some(user) = &self.user {
+            write!(f, "{user}@")?;
+        }
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
+        if let Some(port) = self.port {
+            write!(f, ":{port}")?;
+        }
+        let mut sep = '?';
+        if let Some(key) = &self.key {
+            write!(f, "{sep}key={}", key.display())?;
+            sep = '&';
+        }
+        if let Some(kh) = &self.known_hosts {
+            write!(f, "{sep}known_hosts={}", kh.display())?;
+            sep = '&';
+        }
+        if self.connect_timeout != Duration::from_secs(10) {
+            write!(
+                f,
+                "{sep}connect_timeout={}",
+                format_duration(self.connect_timeout)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs execs on a host over ssh.
+#[derive(Clone, Debug)]
+pub struct SshTransport {
+    opts: SshOptions,
+}
+
+impl SshTransport {
+    /// A transport to the host `opts` names.
+    pub fn new(opts: SshOptions) -> SshTransport {
+        SshTransport { opts }
+    }
+}
+
+impl Transport for SshTransport {
+    fn exec(&self, req: ExecRequest) -> ExecFuture<'_> {
+        Box::pin(async move {
+            if req.argv.is_empty() {
+                return Err(TransportError {
+                    kind: TransportErrorKind::Io,
+                    detail: "empty argv".into(),
+                });
+            }
+            let marker = format!("tether-exit-{}", nonce());
+            let mut cmd = Command::new("ssh");
+            cmd.args(self.opts.ssh_args())
+                .arg(remote_command(&req.argv, &marker));
+            let out = run_helper(cmd, req.stdin)
+                .await
+                .map_err(|e| TransportError {
+                    kind: if e.kind() == ErrorKind::NotFound {
+                        TransportErrorKind::Unreachable
+                    } else {
+                        TransportErrorKind::Io
+                    },
+                    detail: format!("cannot run the ssh client: {e}"),
+                })?;
+            classify(&self.opts.host, &marker, out)
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.opts.to_string()
+    }
+}
+
+/// The one string ssh hands to the remote shell: the quoted argv, then the
+/// trailer with its exit status on stderr.
+fn remote_command(argv: &[String], marker: &str) -> String {
+    let quoted: Vec<String> = argv.iter().map(|a| sh_quote(a)).collect();
+    format!(
+        "{}\n_tw_rc=$?; printf '%s:%d\\n' {} \"$_tw_rc\" >&2; exit \"$_tw_rc\"",
+        quoted.join(" "),
+        sh_quote(marker)
+    )
+}
+
+/// Messages with which ssh says it never got to run the command.
+const NOT_CONNECTED: [&str; 9] = [
+    "Connection refused",
+    "Could not resolve hostname",
+    "Permission denied",
+    "Host key verification failed",
+    "Connection timed out",
+    "No route to host",
+    "kex_exchange_identification",
+    "Network is unreachable",
+    "banner exchange",
+];
+
+fn classify(host: &str, marker: &str, out: HelperOutput) -> Result<ExecOutput, TransportError> {
+    let needle = format!("{marker}:");
+    if let Some(at) = find_last(&out.stderr, needle.as_bytes()) {
+        let rest = &out.stderr[at + needle.len()..];
+        let end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
+        if let Some(code) = std::str::from_utf8(&rest[..end])
+            .ok()
+            .and_then(|s| s.parse::<i32>().ok())
+        {
+            let mut stderr = out.stderr[..at].to_vec();
+            stderr.extend_from_slice(rest.get(end + 1..).unwrap_or_default());
+            return Ok(ExecOutput {
+                stdout: out.stdout,
+                stderr,
+                exit_code: code,
+            });
+        }
+    }
+    let err = out.stderr_text();
+    if out.code == 255 && out.stdout.is_empty() && NOT_CONNECTED.iter().any(|m| err.contains(m)) {
+        return Err(TransportError {
+            kind: TransportErrorKind::Unreachable,
+            detail: format!("ssh {host}: {err}"),
+        });
+    }
+    Err(TransportError {
+        kind: TransportErrorKind::Io,
+        detail: format!(
+            "ssh {host}: the remote shell gave no exit status (ssh exit {}): {err}",
+            out.code
+        ),
+    })
+}
+
+fn find_last(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    (0..=hay.len() - needle.len())
+        .rev()
+        .find(|&i| &hay[i..i + needle.len()] == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_print() {
+        let o = SshOptions::parse("alice@example.org:2222", "key=/k&known_hosts=/kh").unwrap();
+        assert_eq!(o.user.as_deref(), Some("alice"));
+        assert_eq!(o.host, "example.org");
+        assert_eq!(o.port, Some(2222));
+        assert_eq!(
+            o.to_string(),
+            "ssh:alice@example.org:2222?key=/k&known_hosts=/kh"
+        );
+        let o = SshOptions::parse("[::1]:22", "").unwrap();
+        assert_eq!(o.host, "::1");
+        assert_eq!(o.to_string(), "ssh:[::1]:22");
+        let o = SshOptions::parse("h", "connect_timeout=3s").unwrap();
+        assert_eq!(o.port, None);
+        assert_eq!(o.connect_timeout, Duration::from_secs(3));
+        assert_ne!(
+            SshOptions::parse("a@h:1", "").unwrap().sandbox_id("/r"),
+            SshOptions::parse("b@h:1", "").unwrap().sandbox_id("/r")
+        );
+    }
+
+    #[test]
+    fn hostile_specs_are_refused() {
+        for (target, query) in [
+            ("", ""),
+            ("-oProxyCommand=x", ""),
+            ("u@-h", ""),
+            ("-u@h", ""),
+            ("h:0", ""),
+            ("h:99999", ""),
+            ("h:x", ""),
+            ("a b", ""),
+            ("[::1", ""),
+            ("h", "proxy=x"),
+            ("h", "connect_timeout=soon"),
+        ] {
+            assert!(
+                SshOptions::parse(target, query).is_err(),
+                "{target:?} {query:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_trailer_gives_the_status_even_255() {
+        let out = HelperOutput {
+            stdout: b"out".to_vec(),
+            stderr: b"err\ntether-exit-n:255\n".to_vec(),
+            code: 255,
+        };
+        let got = classify("h", "tether-exit-n", out).unwrap();
+        assert_eq!(got.exit_code, 255);
+        assert_eq!(got.stderr, b"err\n");
+        let refused = HelperOutput {
+            stdout: Vec::new(),
+            stderr: b"ssh: connect to host h port 1: Connection refused\n".to_vec(),
+            code: 255,
+        };
+        let e = classify("h", "tether-exit-n", refused).unwrap_err();
+        assert_eq!(e.kind, TransportErrorKind::Unreachable);
+        let cut = HelperOutput {
+            stdout: b"partial".to_vec(),
+            stderr: b"Connection to h closed by remote host.\n".to_vec(),
+            code: 255,
+        };
+        let e = classify("h", "tether-exit-n", cut).unwrap_err();
+        assert_eq!(e.kind, TransportErrorKind::Io);
+    }
+}
