@@ -241,3 +241,41 @@ fn idle_daemon_kills_what_it_owns_and_exits() {
     assert!(eventually(Duration::from_secs(20), || !alive(daemon)));
     assert!(!alive(left[0]), "a leftover survived the idle exit");
 }
+
+#[test]
+fn a_respawned_kernel_starts_fresh_and_stops_the_dead_ones_cell() {
+    let mut r = Root::new();
+    let id = r.spawn("k");
+    r.run("k", 1, "cd /usr; export OLD=1");
+    let pids = r.file("pids");
+    r.submit(
+        "k",
+        2,
+        format!("echo $$ >> {}; sleep 1000", pids.display()).as_bytes(),
+        0,
+    );
+    assert!(eventually(Duration::from_secs(10), || pids_in(&pids).len() == 1));
+    let pid = id["pid"].as_u64().unwrap() as i32;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(10), || r
+        .probe("k", Some(&id))["status"]
+        == "dead"));
+    let w = r.try_op(json!({"wait": {"kernel": "k", "seq": 2, "cursor": 0, "wait_ms": 10}}));
+    assert_eq!(w["error"]["kind"], "kernel_dead", "{w}");
+    r.spawn("k");
+    // the dead kernel's running cell is stopped and resolved
+    let e = r.wait_done("k", 2);
+    assert_eq!(outcome(&e), json!({"outcome": "cancelled"}));
+    assert!(eventually(Duration::from_secs(10), || !alive(
+        pids_in(&pids)[0]
+    )));
+    // the new kernel has a fresh state
+    let (o, out, _) = r.run("k", 3, "pwd; echo \"[$OLD]\"");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_ne!(String::from_utf8_lossy(&out), "/usr\n[1]\n");
+    assert!(String::from_utf8_lossy(&out).ends_with("[]\n"), "{out:?}");
+}

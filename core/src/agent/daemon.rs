@@ -141,8 +141,9 @@ impl Daemon {
         )
     }
 
-    /// Cells left unresolved by an earlier daemon are finalized; cells
-    /// submitted but never taken are run.
+    /// Cells left unresolved by an earlier daemon: a cell whose shim still
+    /// runs is adopted and cancelled (its kernel's state is gone), any other
+    /// is finalized. Cells submitted but never taken are run.
     fn adopt_existing(&mut self, os: &mut dyn Os) {
         for seq in cell_seqs(os, &self.kernel) {
             let cell = self.kernel.cell(seq);
@@ -151,6 +152,30 @@ impl Daemon {
                 continue;
             }
             self.handled.insert(seq);
+            if os.exists(&journal::done_flag(&cell.journal())) {
+                continue;
+            }
+            let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
+            let live_shim = launch.filter(|l| {
+                os.process(l.shim_pid)
+                    .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie)
+            });
+            if let Some(l) = live_shim {
+                let _ = os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes());
+                self.cells.insert(
+                    seq,
+                    Track {
+                        shim: Some((l.shim_pid, l.shim_starttime)),
+                        marker: l.marker,
+                        pgid: None,
+                        leftovers: Vec::new(),
+                        done: false,
+                        deadline: None,
+                        cancel: None,
+                    },
+                );
+                continue;
+            }
             if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
                 if !w.is_done() {
                     let outcome = CellOutcome::Error {
@@ -170,14 +195,12 @@ impl Daemon {
         let mut drop = Vec::new();
         for (&seq, t) in self.cells.iter_mut() {
             let cell = self.kernel.cell(seq);
-            if !t.done {
+            if !t.done && os.exists(&journal::done_flag(&cell.journal())) {
+                t.done = true;
                 if let Ok(read) = read_journal(os, &cell.journal()) {
-                    t.pgid = t.pgid.or_else(|| journal::started_pgid(&read));
                     for e in &read.entries {
-                        match &e.kind {
-                            EntryKind::Leftovers { pids } => t.leftovers.clone_from(pids),
-                            EntryKind::Done => t.done = true,
-                            _ => {}
+                        if let EntryKind::Leftovers { pids } = &e.kind {
+                            t.leftovers.clone_from(pids);
                         }
                     }
                 }
@@ -220,6 +243,11 @@ impl Daemon {
             }
             let mut empty = false;
             if let Some(c) = t.cancel.as_mut().filter(|c| !c.finished) {
+                if t.pgid.is_none() {
+                    t.pgid = read_journal(os, &cell.journal())
+                        .ok()
+                        .and_then(|r| journal::started_pgid(&r));
+                }
                 let table = table.get_or_insert_with(|| Table::snapshot(os));
                 let protected = procs::protected(table, self_pid);
                 let scope = CellScope {

@@ -78,6 +78,11 @@ impl JournalWriter {
         os.append(&self.path, &entry.to_line())?;
         self.next_n += 1;
         self.done = is_done;
+        if is_done {
+            // A cheap "resolved" flag for the daemon, which would otherwise
+            // re-read a growing journal on every tick.
+            os.write_atomic(&done_flag(&self.path), b"")?;
+        }
         Ok(())
     }
 
@@ -124,6 +129,11 @@ pub fn read_journal(os: &dyn Os, path: &str) -> Result<JournalRead, OsError> {
         Err(OsError::NotFound) => Ok(JournalRead::default()),
         Err(e) => Err(e),
     }
+}
+
+/// The flag file written beside a journal once it holds `done`.
+pub fn done_flag(journal: &str) -> String {
+    format!("{journal}.done")
 }
 
 /// True when the entries hold `done`.
