@@ -80,6 +80,9 @@ pub struct Cli {
     /// Print events as JSON lines on stdout instead of raw output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Also print the client's notes (installs, retries, ignored replies).
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -237,6 +240,8 @@ pub struct Context {
     pub root: String,
     /// Events as JSON lines.
     pub json: bool,
+    /// Show notes.
+    pub verbose: bool,
 }
 
 impl Context {
@@ -257,6 +262,7 @@ impl Context {
             backend,
             root: root.trim_end_matches('/').to_owned(),
             json: cli.json,
+            verbose: cli.verbose,
         })
     }
 
@@ -344,7 +350,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
         }
     };
     let mut driver = ctx.driver()?;
-    let mut printer = Printer::new(ctx.json);
+    let mut printer = Printer::new(ctx.json, ctx.verbose);
     let record = driver.store().load(&kernel)?;
     let lang = match (&record, args.lang) {
         (Some(record), Some(asked)) if record.lang != Lang::from(asked) => {
@@ -404,7 +410,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
 async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
     let mut driver = ctx.driver()?;
-    let mut printer = Printer::new(ctx.json);
+    let mut printer = Printer::new(ctx.json, ctx.verbose);
     let Some(record) = driver.store().load(&kernel)? else {
         printer.note(&format!("no record of kernel {kernel}: nothing to resume"));
         return Ok(exit::OK);
@@ -435,7 +441,7 @@ async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
 async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
     let mut driver = ctx.driver()?;
-    let mut printer = Printer::new(ctx.json);
+    let mut printer = Printer::new(ctx.json, ctx.verbose);
     printer.quiet_output = true;
     let Some(record) = driver.store().load(&kernel)? else {
         printer.note(&format!("no record of kernel {kernel}: nothing to cancel"));
@@ -518,7 +524,7 @@ fn describe(r: &KernelRecord) -> String {
 async fn reset(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
     let mut driver = ctx.driver()?;
-    let mut printer = Printer::new(ctx.json);
+    let mut printer = Printer::new(ctx.json, ctx.verbose);
     shut_down(&mut driver, &mut printer, &kernel).await?;
     printer.note(&format!("kernel {kernel} stopped and forgotten"));
     Ok(exit::OK)
@@ -526,7 +532,7 @@ async fn reset(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
 
 async fn stop(ctx: &Context) -> Result<i32, Failure> {
     let mut driver = ctx.driver()?;
-    let mut printer = Printer::new(ctx.json);
+    let mut printer = Printer::new(ctx.json, ctx.verbose);
     let kernels = driver.store().list()?;
     for kernel in &kernels {
         shut_down(&mut driver, &mut printer, kernel).await?;
@@ -556,15 +562,17 @@ async fn shut_down(
 /// Shows events: raw output bytes and notes on stderr, or JSON lines.
 pub struct Printer {
     json: bool,
+    verbose: bool,
     /// Don't print cell output (cancel, reset).
     pub quiet_output: bool,
 }
 
 impl Printer {
     /// A printer for human or JSON output.
-    pub fn new(json: bool) -> Printer {
+    pub fn new(json: bool, verbose: bool) -> Printer {
         Printer {
             json,
+            verbose,
             quiet_output: false,
         }
     }
@@ -608,6 +616,7 @@ impl Printer {
                     }
                 };
             }
+            Event::Note { .. } if !self.verbose => {}
             other => {
                 if let Some(text) = crate::events::describe(other) {
                     eprintln!("tether: {text}");

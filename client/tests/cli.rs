@@ -54,7 +54,7 @@ fn hostile_kernel_names_are_refused_as_usage_errors() {
         "-rf",
         "",
     ] {
-        let out = w.tether(&["run", "--kernel", name, "true"]);
+        let out = w.tether(&["run", &format!("--kernel={name}"), "true"]);
         assert_eq!(out.status.code(), Some(2), "{name:?}: {}", show(&out));
         assert!(
             text(&out.stderr).contains("A-Z a-z 0-9"),
@@ -65,11 +65,11 @@ fn hostile_kernel_names_are_refused_as_usage_errors() {
 }
 
 #[test]
-fn unknown_and_future_backends_are_usage_errors() {
+fn unknown_backends_and_parameters_are_usage_errors() {
     let w = World::new();
-    let out = w.tether(&["--backend", "docker", "run", "true"]);
+    let out = w.tether(&["--backend", "kubernetes", "run", "true"]);
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
-    assert!(text(&out.stderr).contains("not available yet"));
+    assert!(text(&out.stderr).contains("unknown backend"));
     let out = w.tether(&["--backend", "local?speed=9", "run", "true"]);
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     assert!(text(&out.stderr).contains("speed"));
@@ -264,4 +264,50 @@ fn a_killed_daemon_is_reported_as_state_lost_and_replaced() {
         show(&out)
     );
     assert_ne!(w.daemon_pid("k"), daemon);
+}
+
+/// After `kill -9` of `tether run`, a new `run` refuses (the cell is
+/// unresolved, exit 75) and `tether cancel` kills the cell, not the kernel.
+#[test]
+fn cancel_from_another_process_after_the_client_died() {
+    let w = World::new();
+    assert_eq!(w.run("k", "export KEEP=1").status.code(), Some(0));
+    let pidfile = w.root.path().join("cell.pid");
+    let code = format!(
+        "echo started; sh -c 'echo $$ > {}; exec sleep 300'",
+        pidfile.display()
+    );
+    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    while !pidfile.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sleeper: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    kill("KILL", child.id());
+    let _ = child.wait();
+
+    let out = w.run("k", "echo too soon");
+    assert_eq!(out.status.code(), Some(75), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("tether resume"),
+        "{}",
+        show(&out)
+    );
+
+    let out = w.tether(&["cancel", "--kernel", "k"]);
+    assert_eq!(out.status.code(), Some(130), "{}", show(&out));
+    assert!(
+        !alive(sleeper),
+        "the cell's sleep {sleeper} survived the cancel"
+    );
+    let out = w.run("k", "echo $KEEP");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "1\n", "{}", show(&out));
 }
