@@ -361,7 +361,18 @@ fn a_cancel_before_the_cell_starts_means_it_never_runs() {
 
 #[test]
 fn a_bounce_shows_as_replaced_or_dead_on_probe() {
+    for keep_boot_id in [false, true] {
+        bounce_probe(keep_boot_id);
+    }
+}
+
+fn bounce_probe(keep_boot_id: bool) {
     let mut h = Harness::new();
+    h.os = SimOs::new(SimOsConfig {
+        bounce_keeps_boot_id: keep_boot_id,
+        ..SimOsConfig::default()
+    });
+    h.run_for(2_000);
     let daemon = h.spawn("k");
     let Ok(Reply::Probed {
         status: tether_core::protocol::ProbeStatus::Alive { identity },
@@ -373,8 +384,14 @@ fn a_bounce_shows_as_replaced_or_dead_on_probe() {
         panic!("alive")
     };
     assert_eq!(identity.pid, daemon);
+    let boot = h.os.current_boot_id().to_owned();
     h.os.bounce();
+    assert_eq!(h.os.current_boot_id() == boot, keep_boot_id);
     h.daemons.clear();
+    // The same spawns again: the daemon's pid is reused by a stranger.
+    h.run_for(500);
+    let stranger = h.spawn("k2");
+    assert_eq!(stranger, identity.pid);
     let status = h.op(Op::Probe {
         kernel: KernelName::new("k").unwrap(),
         expect: Some(identity),

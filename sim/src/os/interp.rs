@@ -43,8 +43,8 @@ struct Frame {
 
 /// The files the agent's cell script reads and writes around the user's
 /// code (see `tether_core::agent::shell`): the kernel's saved working
-/// directory and exports (restored first, saved at a normal end without
-/// the marker) and the cell's `end` file with the last status.
+/// directory and exports (restored first, written to `*.new` at a normal
+/// end without the marker) and the cell's `end` file with the last status.
 #[derive(Clone, Debug)]
 pub(crate) struct CellFiles {
     pub(crate) cell_dir: String,
@@ -253,8 +253,9 @@ impl SimOs {
         }
     }
 
-    /// The cell script's epilogue after the code reached its end: save the
-    /// directory and the exports (marker removed), then the `end` file.
+    /// The cell script's epilogue after the code reached its end: the
+    /// directory and the exports (marker removed) to `cwd.new` / `env.new`
+    /// (the shim promotes them), then the `end` file.
     fn save_state(&mut self, pid: Pid, shell: &mut Shell) {
         let Some(files) = shell.files.take() else {
             return;
@@ -268,10 +269,10 @@ impl SimOs {
         if let Some(state) = &files.state_dir {
             let _ = self
                 .fs
-                .write_atomic(&format!("{state}/cwd"), cwd.as_bytes());
+                .write_atomic(&format!("{state}/cwd.new"), cwd.as_bytes());
             let _ = self
                 .fs
-                .write_atomic(&format!("{state}/env"), exports.as_bytes());
+                .write_atomic(&format!("{state}/env.new"), exports.as_bytes());
         }
         let end = format!("{}/end", files.cell_dir);
         let _ = self

@@ -61,6 +61,11 @@ pub struct SimOsConfig {
     pub agent_exe: String,
     /// The environment of exec'd commands.
     pub exec_env: BTreeMap<String, String>,
+    /// A bounce keeps the boot id and the start-time clock: a container
+    /// restart on the same host (`docker restart`) shares the host kernel,
+    /// so only start times and nonces tell a reused pid apart. False: the
+    /// sandbox's kernel rebooted (a VM, a replaced sandbox).
+    pub bounce_keeps_boot_id: bool,
 }
 
 impl Default for SimOsConfig {
@@ -80,6 +85,7 @@ impl Default for SimOsConfig {
                 ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
                 ("HOME".to_owned(), "/root".to_owned()),
             ]),
+            bounce_keeps_boot_id: false,
         }
     }
 }
@@ -164,7 +170,7 @@ impl SimOs {
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);
-        os.boot(Vec::new());
+        os.boot(Vec::new(), true);
         os
     }
 
@@ -173,14 +179,16 @@ impl SimOs {
         &self.config
     }
 
-    fn boot(&mut self, killed: Vec<Pid>) {
-        self.boots += 1;
-        self.boot_id = format!(
-            "{:08x}-5157-4000-8000-{:012x}",
-            (self.config.seed as u32) ^ 0x7e7e_7e7e,
-            self.boots
-        );
-        self.boot_at = self.now;
+    fn boot(&mut self, killed: Vec<Pid>, new_kernel: bool) {
+        if new_kernel {
+            self.boots += 1;
+            self.boot_id = format!(
+                "{:08x}-5157-4000-8000-{:012x}",
+                (self.config.seed as u32) ^ 0x7e7e_7e7e,
+                self.boots
+            );
+            self.boot_at = self.now;
+        }
         self.next_pid = 1;
         self.current = 1;
         self.log(ProcEventKind::Boot {
@@ -194,8 +202,9 @@ impl SimOs {
     }
 
     /// Container restart: every process is gone at once (no signals, no
-    /// cleanup), files stay, a new boot id, and pids start again from 1 so
-    /// the same spawns get the same pids as before.
+    /// cleanup), files stay, pids start again from 1 so the same spawns get
+    /// the same pids as before, and the boot id changes (unless
+    /// [`SimOsConfig::bounce_keeps_boot_id`]).
     pub fn bounce(&mut self) {
         let killed: Vec<Pid> = self
             .procs
@@ -206,7 +215,8 @@ impl SimOs {
         self.procs.clear();
         self.pipes.clear();
         self.daemon_spawns.clear();
-        self.boot(killed);
+        let new_kernel = !self.config.bounce_keeps_boot_id;
+        self.boot(killed, new_kernel);
     }
 
     /// SIGKILL to the live daemon of `kernel_dir` (a fault). Returns its pid.
