@@ -255,25 +255,33 @@ fn classify(container: &str, out: HelperOutput) -> Result<ExecOutput, TransportE
             });
         }
         // The runtime could not start the command: not found is 127,
-        // not executable 126, as a shell would say.
-        if err.contains("OCI runtime exec failed")
-            || err.contains("unable to start container process")
-        {
-            let code = if err.contains("no such file or directory")
-                || err.contains("executable file not found")
+        // not executable 126, as a shell would say. Docker prints this on
+        // the exec's stdout (the command never wrote there), sometimes on
+        // stderr: either way it becomes stderr.
+        const OCI: &str = "OCI runtime exec failed";
+        let message = if out.stdout.starts_with(OCI.as_bytes()) {
+            Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else if err.starts_with(OCI) {
+            Some(err.clone())
+        } else {
+            None
+        };
+        if let Some(message) = message {
+            let code = if message.contains("no such file or directory")
+                || message.contains("executable file not found")
             {
                 127
-            } else if err.contains("permission denied") {
+            } else if message.contains("permission denied") {
                 126
             } else {
                 return Err(TransportError {
                     kind: TransportErrorKind::Unreachable,
-                    detail: format!("container {container}: {err}"),
+                    detail: format!("container {container}: {message}"),
                 });
             };
             return Ok(ExecOutput {
-                stdout: out.stdout,
-                stderr: out.stderr,
+                stdout: Vec::new(),
+                stderr: format!("{message}\n").into_bytes(),
                 exit_code: code,
             });
         }
@@ -412,11 +420,14 @@ mod tests {
         assert_eq!(e.kind, TransportErrorKind::Unreachable);
         let out = classify("c", helper(1, b"x", "boom")).unwrap();
         assert_eq!(out.exit_code, 1);
-        let out = classify(
-            "c",
-            helper(126, b"", "OCI runtime exec failed: exec failed: unable to start container process: exec: \"/nope\": stat /nope: no such file or directory: unknown"),
-        )
-        .unwrap();
+        let oci = "OCI runtime exec failed: exec failed: unable to start container process: \
+                   exec: \"/nope\": stat /nope: no such file or directory: unknown";
+        let out = classify("c", helper(126, b"", oci)).unwrap();
         assert_eq!(out.exit_code, 127);
+        // Where docker really puts it: on stdout.
+        let out = classify("c", helper(126, oci.as_bytes(), "")).unwrap();
+        assert_eq!(out.exit_code, 127);
+        assert!(out.stdout.is_empty());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("/nope"));
     }
 }
