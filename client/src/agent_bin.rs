@@ -129,6 +129,15 @@ impl AgentBinary {
     }
 }
 
+/// The workspace's static build (`scripts/build-agent`), if it exists.
+pub fn workspace_static() -> Option<PathBuf> {
+    candidates().into_iter().find(|p| {
+        p.is_file()
+            && p.components()
+                .any(|c| c.as_os_str() == "x86_64-unknown-linux-gnu")
+    })
+}
+
 fn candidates() -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(dir) = std::env::current_exe()

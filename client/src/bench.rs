@@ -47,7 +47,14 @@ fn fail(message: impl std::fmt::Display) -> Failure {
 
 /// Runs the benchmark and prints a table.
 pub async fn run(_ctx: &Context, args: BenchArgs) -> Result<i32, Failure> {
-    let agent = AgentBinary::find().map_err(fail)?;
+    // The agent a sandbox gets: the static release build when there is
+    // one (unless $TETHER_AGENT_BIN says otherwise).
+    let agent = match crate::agent_bin::workspace_static() {
+        Some(path) if std::env::var_os(crate::agent_bin::AGENT_ENV).is_none() => {
+            AgentBinary::load(&path).map_err(fail)?
+        }
+        _ => AgentBinary::find().map_err(fail)?,
+    };
     let scratch = std::env::temp_dir().join(format!("tether-bench-{}", std::process::id()));
     let result = run_in(&agent, &scratch, &args).await;
     let _ = std::fs::remove_dir_all(&scratch);
@@ -66,30 +73,24 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
         std::fs::create_dir_all(&dir).map_err(fail)?;
         let r = measure(agent, &dir, latency, args.iterations.max(1)).await?;
         println!("\n== injected latency {}ms per exec", latency.as_millis());
-        println!(
-            "warm `tether run true` (whole CLI), median: {}",
-            ms(r.cli_run)
-        );
-        println!(
-            "bare `sh -c true` via the transport, median: {}",
-            ms(r.bare_exec)
-        );
-        println!(
-            "in-process warm cell `true`, median:         {}",
-            ms(r.cell)
-        );
-        println!(
-            "exec round trips per warm short cell:        {}",
-            r.round_trips
-        );
-        println!(
-            "cancel -> last process dead (TERM honoured): {}",
-            ms(r.cancel)
-        );
-        println!(
-            "kernel daemon RSS:                           {} KiB",
-            r.daemon_rss_kib
-        );
+        let rows = [
+            ("warm `tether run true`, whole CLI, median", ms(r.cli_run)),
+            (
+                "bare `sh -c true` via the transport, median",
+                ms(r.bare_exec),
+            ),
+            ("warm cell `true` in-process, median", ms(r.cell)),
+            (
+                "exec calls per warm cell, in-process",
+                r.round_trips.clone(),
+            ),
+            ("exec calls per warm `tether run true`", r.cli_execs.clone()),
+            ("cancel -> last process dead (TERM honoured)", ms(r.cancel)),
+            ("kernel daemon RSS", format!("{} KiB", r.daemon_rss_kib)),
+        ];
+        for (label, value) in rows {
+            println!("{label:<46} {value}");
+        }
     }
     Ok(exit::OK)
 }
@@ -99,6 +100,7 @@ struct Results {
     bare_exec: Duration,
     cell: Duration,
     round_trips: String,
+    cli_execs: String,
     cancel: Duration,
     daemon_rss_kib: u64,
 }
@@ -221,13 +223,24 @@ async fn measure(
             return Err(fail(format!("`tether run true` failed: {status}")));
         }
     }
-    let _ = cli(&["stop"]).status();
+    let json = cli(&["--json", "run", "--kernel", "cli", "true"])
+        .stdout(Stdio::piped())
+        .output()
+        .map_err(fail)?;
+    let cli_execs = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "exit")
+        .map(|v| describe_execs(&v["execs"]))
+        .unwrap_or_else(|| "?".into());
+    let _ = cli(&["stop"]).stderr(Stdio::null()).status();
 
     Ok(Results {
         cli_run: median(runs),
         bare_exec: median(bare),
         cell: median(cells),
         round_trips: per_cell.unwrap_or_default(),
+        cli_execs,
         cancel,
         daemon_rss_kib,
     })
@@ -328,4 +341,16 @@ fn rss_kib(pid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+fn describe_execs(execs: &serde_json::Value) -> String {
+    let Some(map) = execs.as_object() else {
+        return "?".into();
+    };
+    let total: u64 = map.values().filter_map(serde_json::Value::as_u64).sum();
+    let kinds: Vec<String> = map
+        .iter()
+        .map(|(k, v)| format!("{k} {}", v.as_u64().unwrap_or(0)))
+        .collect();
+    format!("{total} ({})", kinds.join(", "))
 }

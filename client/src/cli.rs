@@ -3,7 +3,7 @@
 
 use crate::agent_bin::AgentBinary;
 use crate::backend::BackendSpec;
-use crate::driver::{Driver, DriverError};
+use crate::driver::{Driver, DriverError, DriverStats};
 use crate::duration::parse_duration;
 use crate::records::{FileStore, RecordStore};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -404,7 +404,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
     };
     driver.settle(&mut |e| printer.event(e)).await?;
     ctrl_c.abort();
-    Ok(printer.finish(&outcome))
+    Ok(printer.finish(&outcome, driver.stats()))
 }
 
 async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
@@ -435,7 +435,7 @@ async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
         .last()
         .map(|(_, o)| o.clone())
         .unwrap_or(CellOutcome::Ok);
-    Ok(printer.finish(&last))
+    Ok(printer.finish(&last, driver.stats()))
 }
 
 async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
@@ -461,7 +461,7 @@ async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
         .last()
         .map(|(_, o)| o.clone())
         .unwrap_or(CellOutcome::Cancelled);
-    Ok(printer.finish(&last))
+    Ok(printer.finish(&last, driver.stats()))
 }
 
 fn status(ctx: &Context, args: KernelOpt) -> Result<i32, Failure> {
@@ -625,14 +625,16 @@ impl Printer {
         }
     }
 
-    /// Reports the final outcome; returns the exit code.
-    pub fn finish(&mut self, outcome: &CellOutcome) -> i32 {
+    /// Reports the final outcome (in JSON with the exec calls made, by op
+    /// kind); returns the exit code.
+    pub fn finish(&mut self, outcome: &CellOutcome, stats: &DriverStats) -> i32 {
         let code = exit_code(outcome);
         if self.json {
             self.json_line(serde_json::json!({
                 "event": "exit",
                 "outcome": outcome,
                 "exit_code": code,
+                "execs": stats.execs,
             }));
         } else {
             match outcome {
