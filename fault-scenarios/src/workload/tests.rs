@@ -8,12 +8,24 @@ fn print(text: &str) -> Step {
     }
 }
 
-fn run_sh(script: &str) -> Output {
-    Command::new("/bin/sh")
+/// The shells the agent runs cells with: bash when present, else sh.
+const SHELLS: [&str; 2] = ["/bin/sh", "bash"];
+
+fn run_in(shell: &str, script: &str) -> Output {
+    Command::new(shell)
         .arg("-c")
         .arg(script)
         .output()
-        .expect("/bin/sh runs")
+        .expect("the shell runs")
+}
+
+/// Runs `script` in every shell; they must agree exactly; returns the output.
+fn run_sh(script: &str) -> Output {
+    let outs: Vec<Output> = SHELLS.iter().map(|sh| run_in(sh, script)).collect();
+    for (sh, out) in SHELLS.iter().zip(&outs).skip(1) {
+        assert_eq!(out, &outs[0], "{sh} differs from {}", SHELLS[0]);
+    }
+    outs.into_iter().next().expect("at least one shell")
 }
 
 fn count_lines(path: &std::path::Path) -> usize {
@@ -152,8 +164,9 @@ fn rendered_shell_writes_side_effects_and_runs_traps() {
         format!("got term;it's{d}\nexit trap: 'q'")
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(count_lines(&dir.path().join("runs")), 2);
-    assert_eq!(count_lines(&dir.path().join("term")), 1);
+    // Once per shell.
+    assert_eq!(count_lines(&dir.path().join("runs")), 2 * SHELLS.len());
+    assert_eq!(count_lines(&dir.path().join("term")), SHELLS.len());
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //! is an orphan, reparented to the nearest subreaper), a builtin busy loop
 //! never forks, EXIT traps run on `exit` and at the end but not on death by
 //! signal, and finished background jobs stay zombies until the shell next
-//! waits for a foreground job (as dash does).
+//! waits for a foreground job (as dash does). A cell run by `bash` differs
+//! as bash does: background jobs are reaped at once and keep SIGINT, and a
+//! fatal TERM/INT/HUP runs the EXIT trap before the shell dies.
 
 use super::process::{Disposition, ExitStatus, Fd, ForkSpec, Program, Role, RunState};
 use super::SimOs;
@@ -62,6 +64,15 @@ pub(crate) struct Shell {
     /// The cell script's files; `None` for a plain shell.
     files: Option<CellFiles>,
     restored: bool,
+    /// bash rather than dash: reaps background jobs as they finish
+    /// (SIGCHLD handler), runs the EXIT trap when a fatal TERM/INT/HUP
+    /// kills it, and does not make background jobs ignore SIGINT.
+    pub(crate) bash: bool,
+}
+
+/// Is `argv0` bash (else a POSIX `sh`, modelled on dash)?
+pub(crate) fn is_bash(argv0: &str) -> bool {
+    argv0.rsplit('/').next() == Some("bash")
 }
 
 impl Shell {
@@ -77,6 +88,7 @@ impl Shell {
             last_status: 0,
             files,
             restored: false,
+            bash: false,
         }
     }
 
@@ -102,6 +114,14 @@ impl Shell {
     /// When this shell next needs to run, if it waits on time only.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
         let trap = os.procs.get(&pid).is_some_and(|p| p.trap_pending);
+        if self.bash
+            && os
+                .procs
+                .values()
+                .any(|c| c.ppid == pid && !c.alive() && Some(c.pid) != self.foreground())
+        {
+            return Some(os.now);
+        }
         match self.frames.last().map(|f| f.wait) {
             None | Some(Wait::Ready) => Some(os.now),
             Some(Wait::Child(c)) => match os.procs.get(&c) {
@@ -111,6 +131,21 @@ impl Shell {
             Some(Wait::Busy(_)) if trap => Some(os.now),
             Some(Wait::Busy(until)) => until,
         }
+    }
+}
+
+impl Shell {
+    /// The foreground child it waits for, if any.
+    fn foreground(&self) -> Option<Pid> {
+        match self.frames.last().map(|f| f.wait) {
+            Some(Wait::Child(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Takes the EXIT trap's text (it runs once).
+    pub(crate) fn take_exit_trap(&mut self) -> Option<String> {
+        self.exit_trap.take()
     }
 }
 
@@ -155,6 +190,21 @@ impl SimOs {
         for _ in 0..STEP_LIMIT {
             if !self.running(pid) {
                 return progress;
+            }
+            if shell.bash {
+                // bash's SIGCHLD handler: finished background jobs go at
+                // once (the foreground one is collected by its wait).
+                let fg = shell.foreground();
+                let zombies: Vec<Pid> = self
+                    .procs
+                    .values()
+                    .filter(|c| c.ppid == pid && !c.alive() && Some(c.pid) != fg)
+                    .map(|c| c.pid)
+                    .collect();
+                for z in zombies {
+                    self.reap(z, pid);
+                    progress = true;
+                }
             }
             let trap_pending = self.procs.get(&pid).is_some_and(|p| p.trap_pending);
             let Some(frame) = shell.frames.last_mut() else {
@@ -357,7 +407,7 @@ impl SimOs {
                     },
                     Role::Cell,
                 );
-                spec.background = true;
+                spec.background = !shell.bash;
                 if let Err(e) = self.fork(pid, spec) {
                     self.shell_error(pid, shell, &format!("fork: {e}"));
                 }
@@ -417,6 +467,7 @@ impl SimOs {
                 }
             }
             Step::SetpgidOrphan { sleep_ms } => {
+                let bash = shell.bash;
                 let argv = self.argv_of(pid);
                 let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
                 let sub = ForkSpec::new(&argv, Program::External, Role::Cell);
@@ -428,7 +479,7 @@ impl SimOs {
                         },
                         Role::Cell,
                     );
-                    orphan.background = true;
+                    orphan.background = !bash;
                     orphan.new_group = true;
                     self.fork(b, orphan)?;
                     self.exit_proc(b, ExitStatus::Code(0));
@@ -445,7 +496,7 @@ impl SimOs {
                 let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
                 for _ in 0..count {
                     let mut spec = ForkSpec::new(&argv, Program::External, Role::Cell);
-                    spec.background = true;
+                    spec.background = !shell.bash;
                     match self.fork(pid, spec) {
                         Ok(c) => self.exit_proc(c, ExitStatus::Code(0)),
                         Err(e) => {

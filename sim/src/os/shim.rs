@@ -9,7 +9,7 @@
 //! leftovers; the shim stays (reaping, so they stay in its subtree) until
 //! none is left.
 
-use super::interp::{CellFiles, Shell};
+use super::interp::{is_bash, CellFiles, Shell};
 use super::process::{CellRef, ExitStatus, Fd, ForkSpec, Program, Role};
 use super::SimOs;
 use std::time::Duration;
@@ -243,6 +243,8 @@ impl SimOs {
             ),
             Err(e) => Shell::from_code(format!("cannot open {code_path}: {e}").as_bytes(), None),
         };
+        let mut shell = shell;
+        shell.bash = launch.argv.first().is_some_and(|a| is_bash(a));
         let Some(program) = launch.argv.first() else {
             let message = "the cell has an empty argv".to_owned();
             let _ = core.never_started(self, CellOutcome::Error { message });

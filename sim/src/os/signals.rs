@@ -179,6 +179,18 @@ impl SimOs {
                         Ok(SignalEffect::Trapped)
                     }
                     _ => {
+                        // bash catches fatal signals to run its EXIT trap
+                        // before it dies of them; dash does not.
+                        let trap = match &mut p.program {
+                            Program::Shell(shell) if shell.bash && sig != SimSignal::Pipe => {
+                                shell.take_exit_trap()
+                            }
+                            _ => None,
+                        };
+                        if let Some(text) = trap {
+                            let out = p.stdout;
+                            self.write_fd(to, out, text.as_bytes());
+                        }
                         self.exit_proc(to, ExitStatus::Signaled(sig));
                         Ok(SignalEffect::Killed)
                     }

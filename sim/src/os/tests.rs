@@ -36,8 +36,13 @@ fn marker(seq: u64) -> (String, String) {
     ("TETHER_CELL".into(), format!("nonce-1:{seq}"))
 }
 
-/// The daemon starts cell `seq` running `workload`.
+/// The daemon starts cell `seq` running `workload` under `/bin/sh` (dash).
 fn start_cell(os: &mut SimOs, daemon: Pid, seq: u64, workload: &Workload) -> Pid {
+    start_cell_in(os, daemon, seq, workload, "/bin/sh")
+}
+
+/// The same, under the shell `shell`.
+fn start_cell_in(os: &mut SimOs, daemon: Pid, seq: u64, workload: &Workload, shell: &str) -> Pid {
     let cell_dir = format!("{KDIR}/cells/{seq}");
     os.create_dir_all(&cell_dir).unwrap();
     os.write_atomic(&format!("{cell_dir}/code"), &workload.encode())
@@ -47,7 +52,7 @@ fn start_cell(os: &mut SimOs, daemon: Pid, seq: u64, workload: &Workload) -> Pid
         kernel_dir: KDIR.into(),
         cell_dir,
         lang: Lang::Shell,
-        argv: vec!["/bin/sh".into(), "-c".into(), "script".into()],
+        argv: vec![shell.into(), "-c".into(), "script".into()],
         marker: marker(seq),
     })
     .unwrap()
@@ -625,4 +630,35 @@ fn naive_cancels_miss_the_escapes_they_miss_on_linux() {
     os.advance(at(1));
     let left = naive_cancel(&mut os, daemon, |v, main| v.sid == main);
     assert_eq!(left.len(), 2);
+}
+
+#[test]
+fn bash_cells_behave_as_bash_does() {
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    // A fatal TERM runs bash's EXIT trap (dash's does not run, see above).
+    let w = Workload::new(vec![
+        Step::SetExitTrap {
+            text: "cleanup".into(),
+        },
+        Step::ForkBurst { count: 3 },
+        Step::BackgroundChildHoldingStdout { sleep_ms: 60_000 },
+        Step::BusyLoop { ms: None },
+    ]);
+    start_cell_in(&mut os, daemon, 1, &w, "bash");
+    os.advance(at(1));
+    let main = main_pid(&journal(&os, 1));
+    // Finished background jobs are reaped at once, even in a builtin loop.
+    assert!(os.processes().iter().all(|p| !(p.ppid == main && p.zombie)));
+    // Background jobs keep SIGINT.
+    let bg = *os
+        .processes_of_cell(KDIR, 1)
+        .iter()
+        .find(|&&p| p != main)
+        .unwrap();
+    sent(&mut os, daemon, bg, Signal::Int);
+    assert!(!os.is_alive(bg));
+    sent(&mut os, daemon, main, Signal::Term);
+    os.advance(at(300));
+    assert_eq!(stdout_of(&journal(&os, 1)), "cleanup");
 }
