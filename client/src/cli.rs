@@ -47,6 +47,8 @@ Examples:
   tether resume                         # after a crash or a lost connection
   tether resume --replay                # the whole output of the unresolved cell
   tether --backend 'local?latency=50ms' run true   # model a remote round trip
+  tether --backend docker:mybox run 'uname -a'     # a running container
+  tether --backend ssh:me@host:2222 run 'hostname'
   tether ls; tether status; tether reset --kernel py; tether stop
 
 Exit codes:
@@ -69,8 +71,9 @@ or the workspace build (scripts/build-agent).";
 #[derive(Debug, Parser)]
 #[command(name = "tether", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// The sandbox: `local` (this machine), with optional injected latency
-    /// `local?latency=50ms` or a slow op `local?delay.submit=2s`.
+    /// The sandbox: `local` (this machine; `local?latency=50ms` injects a
+    /// round trip), `docker:NAME` or `docker?image=IMG`,
+    /// `ssh:[USER@]HOST[:PORT]`, `modal:SANDBOX_ID`.
     #[arg(long, global = true, default_value = "local", env = "TETHER_BACKEND")]
     pub backend: String,
     /// Absolute directory on the sandbox for the agent and kernel state
