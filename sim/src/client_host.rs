@@ -101,6 +101,10 @@ pub struct CellSeen {
     pub output: Vec<(u64, Stream, Vec<u8>)>,
     /// Every resolution reported.
     pub resolutions: Vec<CellOutcome>,
+    /// When the script started it (virtual ms).
+    pub started_at: Option<u64>,
+    /// When it was first resolved (virtual ms).
+    pub resolved_at: Option<u64>,
     /// The script (or a fault) asked to cancel it.
     pub cancel_requested: bool,
 }
@@ -160,11 +164,9 @@ impl ClientLog {
             }
             Event::CellResolved { cell, outcome } => {
                 if let Some(l) = self.label_of(cell) {
-                    self.cells
-                        .entry(l)
-                        .or_default()
-                        .resolutions
-                        .push(outcome.clone());
+                    let seen = self.cells.entry(l).or_default();
+                    seen.resolutions.push(outcome.clone());
+                    seen.resolved_at.get_or_insert(now_ms());
                 }
             }
             _ => {}
@@ -294,8 +296,31 @@ async fn run_script(
         // A new client process: pick the kernel up from its record.
         let record = ctx.store.load(&kernel()).ok().flatten();
         if let Some(record) = record {
+            // The script still means to cancel the cell it was running.
+            let (label, cancel_at) = {
+                let log = ctx.log.borrow();
+                let label = log.current.clone().unwrap_or_default();
+                let at = ctx
+                    .scenario
+                    .cells()
+                    .find(|c| c.label == label)
+                    .and_then(|c| c.cancel_after_ms)
+                    .zip(log.cells.get(&label).and_then(|c| c.started_at))
+                    .map(|(ms, started)| started + ms);
+                (label, at)
+            };
             let start = now_ms();
-            let r = driver.resume(record, false, &mut on_event).await;
+            let canceller = cancel_watch(ctx, driver.cancel_handle(), label, cancel_at);
+            let r = {
+                let run = driver.resume(record, false, &mut on_event);
+                tokio::pin!(run);
+                tokio::pin!(canceller);
+                tokio::select! {
+                    biased;
+                    r = &mut run => r,
+                    () = &mut canceller => unreachable!("the canceller never ends"),
+                }
+            };
             finish_call(ctx, "resume", start, r.err());
         }
     }
@@ -389,42 +414,15 @@ async fn run_one(
     {
         let mut log = ctx.log.borrow_mut();
         log.current = Some(cell.label.clone());
-        log.cells.entry(cell.label.clone()).or_default();
+        log.cells.entry(cell.label.clone()).or_default().started_at = Some(now_ms());
     }
     ctx.trace.log("client", format!("run_cell {}", cell.label));
     let start = now_ms();
     let handle = driver.cancel_handle();
     let code = Bytes(cell.full_workload().encode());
     let timeout = cell.timeout_ms.map(Duration::from_millis);
-    let canceller = async {
-        let mut scripted = cell.cancel_after_ms;
-        loop {
-            let wait = async {
-                match scripted {
-                    Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let fault = async {
-                loop {
-                    if std::mem::take(&mut ctx.control.lock().cancel_now) {
-                        return;
-                    }
-                    tokio::time::sleep(POLL).await;
-                }
-            };
-            tokio::select! {
-                biased;
-                () = wait => scripted = None,
-                () = fault => {}
-            }
-            ctx.trace.log("client", format!("cancel {}", cell.label));
-            if let Some(c) = ctx.log.borrow_mut().cells.get_mut(&cell.label) {
-                c.cancel_requested = true;
-            }
-            handle.cancel_current();
-        }
-    };
+    let cancel_at = cell.cancel_after_ms.map(|ms| start + ms);
+    let canceller = cancel_watch(ctx, handle, cell.label.clone(), cancel_at);
     let name = kernel();
     let result = {
         let run = driver.run_cell(&name, Lang::Shell, code, timeout, &mut *on_event);
@@ -463,4 +461,44 @@ async fn run_one(
         }
     }
     outcome
+}
+
+/// Cancels the current cell (`label`) at `at` (virtual ms) and whenever
+/// the fault loop asks for it; never returns.
+async fn cancel_watch(
+    ctx: &ClientCtx,
+    handle: tether::CancelHandle,
+    label: String,
+    at: Option<u64>,
+) {
+    let mut scripted = at;
+    loop {
+        let wait = async {
+            match scripted {
+                Some(at) => {
+                    let now = now_ms();
+                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let fault = async {
+            loop {
+                if std::mem::take(&mut ctx.control.lock().cancel_now) {
+                    return;
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            () = wait => scripted = None,
+            () = fault => {}
+        }
+        ctx.trace.log("client", format!("cancel {label}"));
+        if let Some(c) = ctx.log.borrow_mut().cells.get_mut(&label) {
+            c.cancel_requested = true;
+        }
+        handle.cancel_current();
+    }
 }

@@ -25,7 +25,8 @@ pub struct CellObs {
     pub client_stdout: Vec<u8>,
     /// How the client resolved it (the last resolution seen).
     pub outcome: Option<CellOutcome>,
-    /// How many resolutions the client reported for it.
+    /// How many resolutions other than `unknown` the client reported for
+    /// it (an `unknown` cell may be resolved again by a resume).
     pub resolutions: u32,
     /// When the client started running it (virtual ms).
     pub started_ms: u64,
@@ -47,6 +48,9 @@ pub struct CellTruth {
     /// Pids of the cell's processes alive at the end of the script (before
     /// the final shutdown).
     pub alive_at_end: Vec<u32>,
+    /// When a process of the cell was spawned after the client had
+    /// resolved it as not run to completion (virtual ms), if ever.
+    pub spawned_after_resolution: Option<u64>,
 }
 
 /// One call the client script made and how long it took.
@@ -149,6 +153,14 @@ pub enum Violation {
         /// The cell that resolved `ok` on a dead kernel's state.
         cell: String,
     },
+    /// A cell the client had written off (error, unknown, cancelled) ran
+    /// afterwards.
+    RanAfterResolution {
+        /// The cell.
+        cell: String,
+        /// When a process of it was spawned.
+        at_ms: u64,
+    },
     /// A cell resolved more than once, or never.
     BadResolution {
         /// The cell.
@@ -190,6 +202,7 @@ impl Violation {
             Violation::MissedDeadline { .. } => "missed_deadline",
             Violation::FalseStateLost { .. } => "false_state_lost",
             Violation::MissedStateLost { .. } => "missed_state_lost",
+            Violation::RanAfterResolution { .. } => "ran_after_resolution",
             Violation::BadResolution { .. } => "bad_resolution",
             Violation::Leak { .. } => "leak",
             Violation::NoProgress { .. } => "no_progress",
@@ -236,6 +249,10 @@ impl fmt::Display for Violation {
                 f,
                 "the kernel died, yet {cell} resolved ok without a state-lost report"
             ),
+            Violation::RanAfterResolution { cell, at_ms } => write!(
+                f,
+                "{cell} was resolved as not completed, yet its code started at {at_ms} ms"
+            ),
             Violation::BadResolution { cell, detail } => write!(f, "{cell}: {detail}"),
             Violation::Leak { detail } => write!(f, "left after shutdown: {detail}"),
             Violation::NoProgress { detail } => {
@@ -251,11 +268,9 @@ fn show(bytes: &[u8]) -> String {
     crate::trace::excerpt(bytes, 80)
 }
 
-fn definitive(outcome: &CellOutcome) -> bool {
-    matches!(
-        outcome,
-        CellOutcome::Ok | CellOutcome::Exit { .. } | CellOutcome::Error { .. }
-    )
+/// Outcomes that claim the cell ran to its end.
+fn completed(outcome: &CellOutcome) -> bool {
+    matches!(outcome, CellOutcome::Ok | CellOutcome::Exit { .. })
 }
 
 /// Checks every invariant; returns the violations, sorted, without duplicates.
@@ -364,7 +379,7 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
                 show(&cell.truth.stdout)
             ),
         });
-    } else if cell.outcome.as_ref().is_some_and(definitive)
+    } else if cell.outcome.as_ref().is_some_and(completed)
         && cell.truth.ran_to_end
         && cell.client_stdout != cell.truth.stdout
     {
@@ -373,6 +388,14 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             wrote: show(&cell.truth.stdout),
             delivered: show(&cell.client_stdout),
         });
+    }
+    if let Some(at_ms) = cell.truth.spawned_after_resolution {
+        if !cell.outcome.as_ref().is_some_and(completed) {
+            v.push(Violation::RanAfterResolution {
+                cell: name.clone(),
+                at_ms,
+            });
+        }
     }
     if cell.resolutions > 1 {
         v.push(Violation::BadResolution {

@@ -53,6 +53,8 @@ pub struct Sandbox {
     /// Pid → role of live processes we learned from spawn events.
     roles: BTreeMap<Pid, String>,
     collateral: Vec<String>,
+    /// When processes of each cell (by seq) were spawned (virtual ms).
+    pub cell_spawns: BTreeMap<u64, Vec<u64>>,
     /// Cell processes alive when the script's cells were done, by seq.
     pub snapshot: Option<BTreeMap<u64, Vec<Pid>>>,
 }
@@ -74,6 +76,7 @@ impl Sandbox {
             fault_killed: BTreeSet::new(),
             roles: BTreeMap::new(),
             collateral: Vec::new(),
+            cell_spawns: BTreeMap::new(),
             snapshot: None,
         }
     }
@@ -152,7 +155,12 @@ impl Sandbox {
     pub fn flush_events(&mut self) {
         for e in self.os.take_events() {
             match &e.kind {
-                ProcEventKind::Spawn { pid, argv, .. } => {
+                ProcEventKind::Spawn {
+                    pid, argv, cell, ..
+                } => {
+                    if let Some(seq) = cell.as_ref().and_then(|c| c.seq) {
+                        self.cell_spawns.entry(seq).or_default().push(e.at.0);
+                    }
                     let role = match self.os.view(*pid).map(|v| v.role) {
                         Some(Role::Init) => "init",
                         Some(Role::Daemon { .. }) => "daemon",

@@ -349,7 +349,13 @@ fn observe(
                 .flat_map(|(_, _, d)| d.iter().copied())
                 .collect(),
             outcome,
-            resolutions: u32::try_from(seen.resolutions.len()).unwrap_or(u32::MAX),
+            resolutions: u32::try_from(
+                seen.resolutions
+                    .iter()
+                    .filter(|o| !matches!(o, CellOutcome::Unknown { .. }))
+                    .count(),
+            )
+            .unwrap_or(u32::MAX),
             started_ms,
             ended_ms,
             truth: CellTruth {
@@ -357,6 +363,13 @@ fn observe(
                 stdout,
                 ran_to_end: truth.executions == 1,
                 alive_at_end,
+                spawned_after_resolution: match (&seen.key, seen.resolved_at) {
+                    (Some(key), Some(resolved)) => sandbox
+                        .cell_spawns
+                        .get(&key.seq.0)
+                        .and_then(|t| t.iter().copied().find(|&t| t > resolved)),
+                    _ => None,
+                },
             },
         });
     }
