@@ -9,21 +9,29 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The agent binary the tests ship: `$TETHER_AGENT_BIN`, else a fresh
-/// debug build (`cargo build -p tether-agent`, a no-op when up to date).
+/// build next to the `tether` under test (`cargo build -p tether-agent`).
 pub fn agent_bin() -> &'static Path {
     static AGENT: OnceLock<PathBuf> = OnceLock::new();
     AGENT.get_or_init(|| {
         if let Some(path) = std::env::var_os("TETHER_AGENT_BIN") {
             return PathBuf::from(path);
         }
+        // Same profile (and so the same directory) as the tether binary
+        // under test; a no-op when the agent is up to date.
+        let tether = Path::new(env!("CARGO_BIN_EXE_tether"));
+        let profile = match tether.parent().and_then(|d| d.file_name()) {
+            Some(dir) if dir == "debug" => "dev".to_owned(),
+            Some(dir) => dir.to_string_lossy().into_owned(),
+            None => "dev".to_owned(),
+        };
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", "tether-agent", "--bin", "tether-agent"])
+            .args(["--profile", &profile])
             .current_dir(&workspace)
             .status()
             .expect("run cargo build -p tether-agent");
         assert!(status.success(), "cargo build -p tether-agent failed");
-        let tether = Path::new(env!("CARGO_BIN_EXE_tether"));
         tether.with_file_name("tether-agent")
     })
 }
