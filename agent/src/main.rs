@@ -11,6 +11,7 @@
 
 mod linux_os;
 mod op_cmd;
+mod pyshim;
 mod serve;
 mod shim;
 

@@ -35,6 +35,9 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         eprintln!("tether-agent shim: cannot become a child subreaper: {e}");
     }
+    if launch.lang == tether_core::protocol::Lang::Python {
+        return crate::pyshim::run(launch);
+    }
     let mut os = LinuxOs::new();
     let mut core = match ShimCore::new(&mut os, launch.clone()) {
         Ok(c) => c,

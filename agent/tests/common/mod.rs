@@ -93,7 +93,11 @@ impl Root {
     }
 
     pub fn spawn_with(&mut self, kernel: &str, grace_ms: u64, idle_ms: u64) -> Value {
-        let r = self.op(json!({"spawn": {"kernel": kernel, "lang": "shell",
+        self.spawn_lang(kernel, "shell", grace_ms, idle_ms)
+    }
+
+    pub fn spawn_lang(&mut self, kernel: &str, lang: &str, grace_ms: u64, idle_ms: u64) -> Value {
+        let r = self.op(json!({"spawn": {"kernel": kernel, "lang": lang,
             "nonce": self.nonce(kernel),
             "idle_timeout_ms": idle_ms, "grace_ms": grace_ms}}));
         self.kernels.push(kernel.to_owned());

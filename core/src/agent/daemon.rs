@@ -17,6 +17,7 @@ use super::layout::KernelLayout;
 use super::op::{cell_seqs, kernel_processes};
 use super::os::{CellLaunch, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
+use super::python;
 use super::shell;
 use super::shim::{cancel_reason, CancelReason};
 use crate::ids::CellSeq;
@@ -58,6 +59,11 @@ struct Track {
     done: bool,
     deadline: Option<Timestamp>,
     cancel: Option<Escalation>,
+    /// A cell of the kernel's persistent Python interpreter (whose shim
+    /// outlives the cell).
+    python: bool,
+    /// The interpreter's pid (Python cells), from the `started` entry.
+    interp: Option<Pid>,
 }
 
 /// The kernel daemon.
@@ -71,6 +77,8 @@ pub struct Daemon {
     cells: BTreeMap<CellSeq, Track>,
     idle_since: Timestamp,
     exiting: Option<Timestamp>,
+    /// The Python interpreter's shim, once started.
+    py: Option<(Pid, u64)>,
 }
 
 impl Daemon {
@@ -85,6 +93,7 @@ impl Daemon {
             cells: BTreeMap::new(),
             idle_since: Timestamp::ZERO,
             exiting: None,
+            py: None,
         }
     }
 
@@ -155,11 +164,7 @@ impl Daemon {
             if os.exists(&journal::done_flag(&cell.journal())) {
                 continue;
             }
-            let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
-            let live_shim = launch.filter(|l| {
-                os.process(l.shim_pid)
-                    .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie)
-            });
+            let live_shim = self.orphaned_shim(os, seq);
             if let Some(l) = live_shim {
                 let _ = os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes());
                 self.cells.insert(
@@ -172,6 +177,8 @@ impl Daemon {
                         done: false,
                         deadline: None,
                         cancel: None,
+                        python: false,
+                        interp: None,
                     },
                 );
                 continue;
@@ -185,6 +192,34 @@ impl Daemon {
                 }
             }
         }
+    }
+
+    /// The still-running shim of a cell an earlier daemon started: from
+    /// `launch.json`, or (if the daemon died before writing it) as the
+    /// parent of the main process the journal recorded.
+    fn orphaned_shim(&self, os: &dyn Os, seq: CellSeq) -> Option<LaunchRecord> {
+        let cell = self.kernel.cell(seq);
+        let live = |pid: Pid, start: u64| {
+            os.process(pid)
+                .is_some_and(|p| p.starttime == start && !p.zombie)
+        };
+        if let Some(l) = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten() {
+            return live(l.shim_pid, l.shim_starttime).then_some(l);
+        }
+        let read = read_journal(os, &cell.journal()).ok()?;
+        let (pid, starttime) = read.entries.iter().find_map(|e| match e.kind {
+            EntryKind::Started { pid, starttime, .. } => Some((pid, starttime)),
+            _ => None,
+        })?;
+        let main = os.process(pid).filter(|p| p.starttime == starttime)?;
+        let shim = os.process(main.ppid).filter(|p| p.pid > 1 && !p.zombie)?;
+        Some(LaunchRecord {
+            shim_pid: shim.pid,
+            shim_starttime: shim.starttime,
+            // The earlier daemon's nonce is gone with its config: the
+            // shim's tree and the recorded session still find the cell.
+            marker: String::new(),
+        })
     }
 
     fn track_cells(&mut self, os: &mut dyn Os, now: Timestamp) {
@@ -243,15 +278,29 @@ impl Daemon {
             }
             let mut empty = false;
             if let Some(c) = t.cancel.as_mut().filter(|c| !c.finished) {
-                if t.pgid.is_none() {
+                if t.python && t.interp.is_none() {
+                    t.interp = read_journal(os, &cell.journal()).ok().and_then(|r| {
+                        r.entries.iter().find_map(|e| match e.kind {
+                            EntryKind::Started { pid, .. } => Some(pid),
+                            _ => None,
+                        })
+                    });
+                } else if !t.python && t.pgid.is_none() {
                     t.pgid = read_journal(os, &cell.journal())
                         .ok()
                         .and_then(|r| journal::started_pgid(&r));
                 }
                 let table = table.get_or_insert_with(|| Table::snapshot(os));
-                let protected = procs::protected(table, self_pid);
+                let mut protected = procs::protected(table, self_pid);
+                protected.extend(t.interp);
                 let scope = CellScope {
-                    shim: t.shim.map(|s| s.0),
+                    // A Python cell's processes descend from the
+                    // interpreter (which is spared until the grace ends).
+                    shim: if t.python {
+                        t.interp
+                    } else {
+                        t.shim.map(|s| s.0)
+                    },
                     pgid: t.pgid,
                     marker: t.marker.clone(),
                     other_markers: markers
@@ -263,17 +312,25 @@ impl Daemon {
                 };
                 let set = procs::cell_processes(os, table, &scope, &protected);
                 if !c.term_sent {
+                    if let Some(interp) = t.interp.filter(|_| !t.done) {
+                        let _ = os.signal(interp, Signal::Int);
+                    }
                     procs::signal_each(os, &set, Signal::Term);
                     c.term_sent = true;
                 } else if now >= c.since + grace {
                     procs::stop_and_kill(os, &set);
+                    if let Some(interp) = t.interp.filter(|_| !t.done) {
+                        // The interpreter did not stop: it dies with its
+                        // namespace (the shim reports the loss).
+                        let _ = os.signal(interp, Signal::Kill);
+                    }
                 }
                 empty = set.is_empty();
-                if empty && t.done && t.shim.is_none() {
+                if empty && t.done && (t.python || t.shim.is_none()) {
                     c.finished = true;
                 }
             }
-            if t.done && t.shim.is_none() && (t.cancel.is_none() || empty) {
+            if t.done && (t.python || t.shim.is_none()) && (t.cancel.is_none() || empty) {
                 drop.push(seq);
             }
         }
@@ -336,7 +393,7 @@ impl Daemon {
     }
 
     fn launch(
-        &self,
+        &mut self,
         os: &mut dyn Os,
         seq: CellSeq,
         sub: &Submission,
@@ -346,21 +403,30 @@ impl Daemon {
         let marker = marker_value(&self.nonce, seq);
         os.write_atomic(&cell.code(), sub.code.as_slice())
             .map_err(|e| format!("cannot write the cell's code: {e}"))?;
-        let argv = match config.lang {
-            Lang::Shell => shell::argv(&self.shell, &self.kernel, &cell),
-            Lang::Python => return Err("python kernels are not supported by this agent yet".into()),
+        let (pid, start, python) = match config.lang {
+            Lang::Shell => {
+                let launch = CellLaunch {
+                    kernel_dir: self.kernel.dir().to_owned(),
+                    cell_dir: cell.dir().to_owned(),
+                    lang: config.lang,
+                    argv: shell::argv(&self.shell, &self.kernel, &cell),
+                    marker: (MARKER_NAME.to_owned(), marker.clone()),
+                };
+                let pid = os
+                    .spawn_cell(&launch)
+                    .map_err(|e: OsError| format!("cannot start the cell's shim: {e}"))?;
+                (pid, os.process(pid).map_or(0, |p| p.starttime), false)
+            }
+            Lang::Python => {
+                let (pid, start) = self.interpreter(os)?;
+                os.write_atomic(
+                    &python::run_file(&self.kernel),
+                    seq.0.to_string().as_bytes(),
+                )
+                .map_err(|e| format!("cannot hand the cell to the interpreter: {e}"))?;
+                (pid, start, true)
+            }
         };
-        let launch = CellLaunch {
-            kernel_dir: self.kernel.dir().to_owned(),
-            cell_dir: cell.dir().to_owned(),
-            lang: config.lang,
-            argv,
-            marker: (MARKER_NAME.to_owned(), marker.clone()),
-        };
-        let pid = os
-            .spawn_cell(&launch)
-            .map_err(|e: OsError| format!("cannot start the cell's shim: {e}"))?;
-        let start = os.process(pid).map_or(0, |p| p.starttime);
         let record = LaunchRecord {
             shim_pid: pid,
             shim_starttime: start,
@@ -375,7 +441,42 @@ impl Daemon {
             done: false,
             deadline: None,
             cancel: None,
+            python,
+            interp: None,
         })
+    }
+
+    /// The Python interpreter's shim, started if it is not running.
+    fn interpreter(&mut self, os: &mut dyn Os) -> Result<(Pid, u64), String> {
+        if let Some((pid, start)) = self.py {
+            if os
+                .process(pid)
+                .is_some_and(|p| p.starttime == start && !p.zombie)
+            {
+                return Ok((pid, start));
+            }
+        }
+        let dir = python::py_dir(&self.kernel);
+        os.create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {dir}: {e}"))?;
+        // A new interpreter starts with no cell handed to it.
+        let _ = os.remove_all(&python::run_file(&self.kernel));
+        let launch = CellLaunch {
+            kernel_dir: self.kernel.dir().to_owned(),
+            cell_dir: dir,
+            lang: Lang::Python,
+            argv: python::argv(),
+            marker: (
+                MARKER_NAME.to_owned(),
+                format!("{}:{}", self.nonce, python::INTERPRETER_MARK),
+            ),
+        };
+        let pid = os
+            .spawn_cell(&launch)
+            .map_err(|e: OsError| format!("cannot start the Python interpreter: {e}"))?;
+        let start = os.process(pid).map_or(0, |p| p.starttime);
+        self.py = Some((pid, start));
+        Ok((pid, start))
     }
 
     /// Kills everything the kernel owns (STOP + KILL, again each tick),

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod op;
 pub mod os;
 pub mod procs;
+pub mod python;
 pub mod shell;
 pub mod shim;
 

@@ -206,6 +206,36 @@ impl ShimCore {
         self.journal.finish(os, entries)?;
         Ok(outcome)
     }
+
+    /// A Python cell is complete: `reported` is the bootstrap's outcome, or
+    /// (Err) how the interpreter died during the cell. A cancel names the
+    /// outcome; a lost namespace is said on stderr.
+    pub fn finish_python(
+        &mut self,
+        os: &mut dyn Os,
+        reported: Result<CellOutcome, String>,
+        leftovers: Vec<Pid>,
+    ) -> Result<CellOutcome, OsError> {
+        let cancel = cancel_reason(os, &self.cell);
+        let outcome = match reported {
+            Ok(o) => super::python::outcome(o, cancel),
+            Err(detail) => {
+                let note = format!(
+                    "tether: the Python interpreter {detail}; the kernel's namespace is lost\n"
+                );
+                self.journal.output(os, Stream::Stderr, note.as_bytes())?;
+                super::python::died(cancel, &detail)
+            }
+        };
+        let mut entries = vec![EntryKind::Result {
+            outcome: outcome.clone(),
+        }];
+        if !leftovers.is_empty() {
+            entries.push(EntryKind::Leftovers { pids: leftovers });
+        }
+        self.journal.finish(os, entries)?;
+        Ok(outcome)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,103 @@
+//! The Python kernel: one persistent `python3` per kernel, run under a
+//! long-lived shim (the "interpreter shim", launched like a cell with the
+//! pseudo cell directory `{kernel}/py`). The daemon hands it one cell at a
+//! time by writing the cell's sequence number to `{kernel}/py/run`; the
+//! shim passes `seq cell_dir marker` on the interpreter's stdin; the
+//! bootstrap runs the cell in the kernel's one namespace (the value of a
+//! final expression is printed), sets the cell's env marker so subprocesses
+//! carry it, and reports the outcome as one JSON line on fd 3.
+//!
+//! Cancel: SIGINT to the interpreter (KeyboardInterrupt, namespace kept)
+//! and TERM to the cell's subprocesses; if the cell is not done after the
+//! grace period the interpreter is killed too and the loss is reported.
+
+use super::layout::KernelLayout;
+use super::shim::CancelReason;
+use crate::protocol::CellOutcome;
+
+/// The bootstrap the interpreter runs (`python3 -u -c BOOTSTRAP`).
+pub const BOOTSTRAP: &str = r#"
+import ast, json, os, signal, sys, traceback
+_ctl = os.fdopen(3, "w")
+_ns = {"__name__": "__main__", "__builtins__": __builtins__}
+_busy = [False]
+def _on_int(signum, frame):
+    if _busy[0]:
+        raise KeyboardInterrupt
+signal.signal(signal.SIGINT, _on_int)
+for _line in sys.stdin:
+    _seq, _dir, _marker = _line.rstrip("\n").split(" ", 2)
+    os.environ["TETHER_CELL"] = _marker
+    _out = {"outcome": "ok"}
+    _busy[0] = True
+    try:
+        with open(os.path.join(_dir, "code"), "rb") as _f:
+            _src = _f.read()
+        _tree = ast.parse(_src, filename="<cell>", mode="exec")
+        _last = None
+        if _tree.body and isinstance(_tree.body[-1], ast.Expr):
+            _last = ast.Expression(_tree.body.pop().value)
+        exec(compile(_tree, "<cell>", "exec"), _ns)
+        if _last is not None:
+            _v = eval(compile(_last, "<cell>", "eval"), _ns)
+            if _v is not None:
+                print(repr(_v))
+    except KeyboardInterrupt:
+        _out = {"outcome": "cancelled"}
+    except SystemExit as _e:
+        _c = _e.code
+        _out = {"outcome": "exit", "code": _c if isinstance(_c, int) else (0 if _c is None else 1)}
+    except BaseException as _e:
+        traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
+        _out = {"outcome": "error", "message": "%s: %s" % (type(_e).__name__, _e)}
+    finally:
+        _busy[0] = False
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    _ctl.write(json.dumps({"seq": int(_seq), "outcome": _out}) + "\n")
+    _ctl.flush()
+"#;
+
+/// The interpreter shim's pseudo cell directory.
+pub fn py_dir(kernel: &KernelLayout) -> String {
+    format!("{}/py", kernel.dir())
+}
+
+/// The file through which the daemon hands the shim its next cell.
+pub fn run_file(kernel: &KernelLayout) -> String {
+    format!("{}/run", py_dir(kernel))
+}
+
+/// Argv of the interpreter.
+pub fn argv() -> Vec<String> {
+    vec!["python3".into(), "-u".into(), "-c".into(), BOOTSTRAP.into()]
+}
+
+/// The marker suffix of the interpreter itself (`<nonce>:py`).
+pub const INTERPRETER_MARK: &str = "py";
+
+/// A Python cell's outcome: what the bootstrap reported, with a cancel
+/// (KeyboardInterrupt, or an error it caused) named by its reason.
+pub fn outcome(reported: CellOutcome, cancel: Option<CancelReason>) -> CellOutcome {
+    match (cancel, reported) {
+        (_, CellOutcome::Ok) => CellOutcome::Ok,
+        (Some(reason), CellOutcome::Cancelled | CellOutcome::Error { .. }) => reason.outcome(),
+        (None, CellOutcome::Cancelled) => CellOutcome::Error {
+            message: "KeyboardInterrupt".into(),
+        },
+        (_, other) => other,
+    }
+}
+
+/// The outcome when the interpreter died during a cell.
+pub fn died(cancel: Option<CancelReason>, detail: &str) -> CellOutcome {
+    match cancel {
+        Some(reason) => reason.outcome(),
+        None => CellOutcome::Error {
+            message: format!("the Python interpreter {detail}; the kernel's namespace is lost"),
+        },
+    }
+}
