@@ -147,6 +147,7 @@ fn candidates() -> Vec<PathBuf> {
         out.push(dir.join("tether-agent"));
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let workspace = workspace.canonicalize().unwrap_or(workspace);
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"));
