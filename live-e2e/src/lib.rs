@@ -1,1 +1,23 @@
-//! live
+//! # tether-live
+//!
+//! Runs the scenario catalog ([`tether_scenarios`]) against real backends
+//! through the real client [`tether::Driver`] and the real agent, and
+//! observes the real system (`ps`, side-effect files) through the same
+//! transport the client uses.
+//!
+//! - [`backends`]: which backends can run here, and why not (a test skips
+//!   only when its backend truly can't run: no docker daemon, no Modal
+//!   credentials, no sshd binary);
+//! - [`container`]: a throwaway docker container from `tether-sandbox:latest`
+//!   (built by `scripts/docker-image`), removed when dropped;
+//! - [`sshd`]: a private sshd on a free loopback port with a temporary host
+//!   key and authorized key (no system configuration touched);
+//! - [`harness`]: a [`harness::Live`] kernel session over one backend — run
+//!   cells, cancel, drop the client mid-cell, resume, observe;
+//! - [`procs`]: `ps` output as rows.
+
+pub mod backends;
+pub mod container;
+pub mod harness;
+pub mod procs;
+pub mod sshd;

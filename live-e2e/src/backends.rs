@@ -1,0 +1,84 @@
+//! Which backends can run on this machine, and a clear line when a test
+//! skips because one can't.
+//!
+//! A backend is skipped only when it truly cannot run here: the docker CLI
+//! or daemon is absent, the OpenSSH server or client is not installed,
+//! Modal credentials are not set. Anything else that is missing (the
+//! `tether-sandbox` image when docker runs) is a failure that says how to
+//! fix it.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The docker image the docker tests start containers from.
+pub const IMAGE: &str = "tether-sandbox:latest";
+
+/// Says, on the real stderr (not captured by the test harness), that
+/// `test` is skipped and why.
+pub fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+fn runs(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `Ok` when docker can run containers here; `Err(why not)` otherwise.
+///
+/// # Panics
+///
+/// When docker runs but the image is missing: that is a setup step not
+/// done (`scripts/setup`), not a reason to skip.
+pub fn docker() -> Result<(), String> {
+    if !runs("docker", &["--version"]) {
+        return Err("the docker CLI is not installed".into());
+    }
+    if !runs("docker", &["info"]) {
+        return Err("the docker daemon is not reachable (`docker info` fails)".into());
+    }
+    assert!(
+        runs("docker", &["image", "inspect", IMAGE]),
+        "docker runs but the image {IMAGE} is missing: run scripts/setup (or scripts/docker-image)"
+    );
+    Ok(())
+}
+
+/// Where sshd is.
+pub const SSHD: &str = "/usr/sbin/sshd";
+
+/// `Ok` when a private sshd can be started here; `Err(why not)` otherwise.
+pub fn sshd() -> Result<(), String> {
+    if !Path::new(SSHD).is_file() {
+        return Err(format!(
+            "{SSHD} is not installed (Debian package openssh-server; scripts/setup installs it)"
+        ));
+    }
+    for tool in ["ssh", "ssh-keygen"] {
+        if !runs("sh", &["-c", &format!("command -v {tool}")]) {
+            return Err(format!(
+                "{tool} is not installed (Debian package openssh-client)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `Ok` when Modal credentials are in the environment.
+pub fn modal() -> Result<(), String> {
+    let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
+    if set("MODAL_TOKEN_ID") && set("MODAL_TOKEN_SECRET") {
+        Ok(())
+    } else {
+        Err(
+            "MODAL_TOKEN_ID / MODAL_TOKEN_SECRET are not set, so no Modal sandbox can be reached"
+                .into(),
+        )
+    }
+}

@@ -1,0 +1,96 @@
+//! A throwaway docker container from [`crate::backends::IMAGE`], removed
+//! (with everything in it) when dropped.
+
+use crate::backends::IMAGE;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A running container.
+#[derive(Debug)]
+pub struct Container {
+    /// Its name.
+    pub name: String,
+}
+
+impl Container {
+    /// Starts one (`docker run -d --init … sleep infinity`), named after
+    /// `label`, this process and a counter.
+    ///
+    /// # Panics
+    ///
+    /// When docker refuses (the caller checked [`crate::backends::docker`]).
+    pub fn start(label: &str) -> Container {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let label: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(40)
+            .collect();
+        let name = format!(
+            "tether-live-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let out = Command::new("docker")
+            .args([
+                "run",
+                "-d",
+                "--init",
+                "--name",
+                &name,
+                "--label",
+                "tether.live=1",
+            ])
+            .args(["--entrypoint", "sleep", IMAGE, "infinity"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run docker");
+        assert!(
+            out.status.success(),
+            "docker run {IMAGE}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Container { name }
+    }
+
+    /// The backend spec that reaches it.
+    pub fn spec(&self) -> String {
+        format!("docker:{}", self.name)
+    }
+
+    /// Runs `sh -c script` in it as root (for test setup), returning
+    /// stdout.
+    ///
+    /// # Panics
+    ///
+    /// When the script fails.
+    pub fn sh(&self, script: &str) -> String {
+        let out = Command::new("docker")
+            .args(["exec", &self.name, "sh", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run docker exec");
+        assert!(
+            out.status.success(),
+            "docker exec {script:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Removes it now (also done on drop).
+    pub fn remove(&self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &self.name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
