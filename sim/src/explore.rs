@@ -84,6 +84,8 @@ pub struct Options {
     pub progress: bool,
     /// Stop a scenario's exploration at its first failing seed.
     pub stop_at_first: bool,
+    /// How a failure's replay command starts (up to the subcommand's flags).
+    pub replay_prefix: String,
 }
 
 impl Default for Options {
@@ -98,6 +100,7 @@ impl Default for Options {
             shrink_first: 1,
             progress: false,
             stop_at_first: false,
+            replay_prefix: "cargo run -p tether-sim -- replay".into(),
         }
     }
 }
@@ -115,6 +118,9 @@ pub struct Failure {
     pub shrunk: Option<FaultSchedule>,
     /// What broke.
     pub violations: Vec<Violation>,
+    /// How the replay command starts.
+    #[serde(skip)]
+    pub replay_prefix: String,
 }
 
 impl Failure {
@@ -122,7 +128,8 @@ impl Failure {
     pub fn replay_command(&self) -> String {
         let schedule = self.shrunk.as_ref().unwrap_or(&self.schedule);
         format!(
-            "cargo run -p tether-sim -- replay --scenario {} --seed {} --schedule '{}'",
+            "{} --scenario {} --seed {} --schedule '{}'",
+            self.replay_prefix,
             self.scenario,
             self.seed,
             schedule.to_json()
@@ -342,6 +349,7 @@ fn run_one(job: &Job<'_>, opts: &Options, run: &RunFn<'_>) -> Done {
             schedule,
             shrunk: None,
             violations: report.violations,
+            replay_prefix: opts.replay_prefix.clone(),
         }),
         virtual_ms: report.virtual_ms,
         wall: t.elapsed(),

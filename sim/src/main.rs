@@ -25,7 +25,7 @@ enum Command {
         #[arg(long)]
         scenario: Option<String>,
         /// Seeds per scenario.
-        #[arg(long, default_value_t = 40)]
+        #[arg(long, default_value_t = 100)]
         seeds: u64,
         /// First seed (with --seeds 1: exactly this seed).
         #[arg(long, default_value_t = 0)]
@@ -133,6 +133,14 @@ fn run(command: Command) -> Result<ExitCode, String> {
                 shard: Shard::parse(&shard)?,
                 check_determinism,
                 progress: true,
+                replay_prefix: if variant == Variant::Real {
+                    "cargo run -p tether-sim -- replay".into()
+                } else {
+                    format!(
+                        "cargo run -p tether-sim --features mutations -- replay --variant {}",
+                        variant.name()
+                    )
+                },
                 ..Options::default()
             };
             eprintln!(

@@ -67,14 +67,23 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Shortens bytes for a trace line: printable, at most `max` characters.
+/// Shortens bytes for a trace line: at most `max` characters, control
+/// characters escaped (so one entry stays one line).
 pub fn excerpt(bytes: &[u8], max: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let mut out: String = text.chars().take(max).collect();
-    if text.chars().count() > max {
-        out.push('…');
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
     }
-    out.escape_debug().to_string()
+    out
 }
 
 #[cfg(test)]

@@ -63,6 +63,19 @@ impl Variant {
         }
     }
 
+    /// The variant's name, as [`Variant::parse`] takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Real => "real",
+            #[cfg(feature = "mutations")]
+            Variant::CancelPgidOnly => "cancel-pgid-only",
+            #[cfg(feature = "mutations")]
+            Variant::ResubmitNewId => "resubmit-new-id",
+            #[cfg(feature = "mutations")]
+            Variant::TransportErrorIsDeath => "transport-error-is-death",
+        }
+    }
+
     #[cfg(feature = "mutations")]
     fn mutation(self) -> Option<tether_core::mutation::Mutation> {
         use tether_core::mutation::Mutation;

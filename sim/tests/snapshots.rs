@@ -1,0 +1,32 @@
+//! The replay trace of a few named seeds, as insta snapshots: any change in
+//! what the client or the agent does under these faults shows up in review.
+
+use tether_sim::scenario;
+use tether_sim::world::{run, Variant};
+
+fn trace_of(name: &str, seed: u64) -> String {
+    let s = scenario::by_name(name).unwrap();
+    let report = run(&s, seed, &s.schedule(seed), Variant::Real);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    report.trace
+}
+
+#[test]
+fn happy_seed_3() {
+    insta::assert_snapshot!(trace_of("happy", 3));
+}
+
+#[test]
+fn reply_lost_seed_1() {
+    insta::assert_snapshot!(trace_of("reply_lost", 1));
+}
+
+#[test]
+fn cancel_escapes_seed_2() {
+    insta::assert_snapshot!(trace_of("cancel_escapes", 2));
+}
+
+#[test]
+fn client_crash_seed_5() {
+    insta::assert_snapshot!(trace_of("client_crash", 5));
+}
