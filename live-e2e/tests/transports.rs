@@ -1,0 +1,253 @@
+//! The remote transports on their own, against the real thing: bytes in
+//! and out exactly, the command's exit status kept apart from the
+//! transport's failures.
+
+use std::sync::Arc;
+use tether::backend::BackendSpec;
+use tether::transport::{ExecOutput, ExecRequest, Transport, TransportError, TransportErrorKind};
+use tether_live::backends::{self, skip};
+use tether_live::container::Container;
+use tether_live::sshd::Sshd;
+
+fn transport(spec: &str) -> Arc<dyn Transport> {
+    BackendSpec::parse(spec)
+        .unwrap_or_else(|e| panic!("{spec}: {e}"))
+        .transport()
+}
+
+async fn exec(
+    t: &Arc<dyn Transport>,
+    argv: &[&str],
+    stdin: &[u8],
+) -> Result<ExecOutput, TransportError> {
+    t.exec(ExecRequest {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        stdin: stdin.to_vec(),
+    })
+    .await
+}
+
+/// Every byte value, a megabyte of them.
+fn all_bytes() -> Vec<u8> {
+    (0..1_048_576u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
+}
+
+const HOSTILE: [&str; 16] = [
+    "",
+    " ",
+    "a b",
+    "it's",
+    "'",
+    "''",
+    "\"",
+    "$(touch /tmp/tether-pwned)",
+    "`id`",
+    "$HOME",
+    "back\\slash",
+    "line\nbreak",
+    "-n",
+    "*",
+    "; exit 3",
+    "ünïcödé ✓",
+];
+
+#[tokio::test]
+async fn docker_exec_round_trips_bytes_and_keeps_exit_codes_apart_from_docker_errors() {
+    let test = "docker_exec_round_trips_bytes";
+    if let Err(why) = backends::docker() {
+        skip(test, &why);
+        return;
+    }
+    let c = Container::start("transport");
+    let t = transport(&c.spec());
+    let data = all_bytes();
+    let out = exec(&t, &["cat"], &data).await.unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert!(out.stdout == data, "cat changed the bytes");
+    let out = exec(&t, &["sh", "-c", "printf 'e\\377' >&2; exit 255"], b"")
+        .await
+        .unwrap();
+    assert_eq!((out.exit_code, out.stderr.as_slice()), (255, &b"e\xff"[..]));
+    let out = exec(&t, &["sh", "-c", "exit 1"], b"").await.unwrap();
+    assert_eq!(
+        out.exit_code, 1,
+        "the command's own 1 is not a docker error"
+    );
+    let out = exec(&t, &["/nonexistent/tether-agent", "op"], b"")
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 127, "a missing agent is 127: {out:?}");
+    let mut args = vec!["printf", "%s\\0"];
+    args.extend(HOSTILE);
+    let out = exec(&t, &args, b"").await.unwrap();
+    let want: Vec<u8> = HOSTILE
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    assert_eq!(out.stdout, want);
+
+    c.remove();
+    let err = exec(&t, &["true"], b"").await.unwrap_err();
+    assert_eq!(err.kind, TransportErrorKind::Unreachable, "{err}");
+    assert!(err.detail.contains("No such container"), "{err}");
+}
+
+#[tokio::test]
+async fn docker_image_spec_creates_the_container_once() {
+    let test = "docker_image_spec_creates_the_container_once";
+    if let Err(why) = backends::docker() {
+        skip(test, &why);
+        return;
+    }
+    let name = format!("tether-live-img-{}", std::process::id());
+    let guard = Container { name: name.clone() };
+    let t = transport(&format!("docker:{name}?image={}", backends::IMAGE));
+    let (a, b) = tokio::join!(
+        exec(&t, &["cat", "/etc/debian_version"], b""),
+        exec(&t, &["sh", "-c", "echo $$"], b"")
+    );
+    assert_eq!(a.unwrap().exit_code, 0);
+    assert_eq!(b.unwrap().exit_code, 0);
+    // It is a real container of that image, running docker's init.
+    let out = exec(&t, &["ps", "-o", "args=", "-p", "1"], b"")
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("init"),
+        "{out:?}"
+    );
+    drop(guard);
+}
+
+#[tokio::test]
+async fn ssh_exec_round_trips_hostile_args_stdin_and_every_exit_status() {
+    let test = "ssh_exec_round_trips_hostile_args";
+    if let Err(why) = backends::sshd() {
+        skip(test, &why);
+        return;
+    }
+    let sshd = Sshd::start();
+    let t = transport(&sshd.spec());
+    for arg in HOSTILE {
+        let out = exec(&t, &["printf", "%s", arg], b"")
+            .await
+            .unwrap_or_else(|e| panic!("{e}\nsshd log: {}", sshd.log()));
+        assert_eq!(out.stdout, arg.as_bytes(), "printf %s {arg:?}");
+        assert_eq!(out.exit_code, 0);
+    }
+    assert!(
+        !std::path::Path::new("/tmp/tether-pwned").exists(),
+        "an argument was run as code"
+    );
+    let data = all_bytes();
+    let out = exec(&t, &["cat"], &data).await.unwrap();
+    assert!(out.stdout == data, "cat over ssh changed the bytes");
+    // The remote command's own 255 is its status, not an ssh failure.
+    let out = exec(&t, &["sh", "-c", "printf x >&2; exit 255"], b"")
+        .await
+        .unwrap();
+    assert_eq!((out.exit_code, out.stderr.as_slice()), (255, &b"x"[..]));
+    let out = exec(&t, &["/nonexistent/tether-agent", "op"], b"")
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 127, "{out:?}");
+}
+
+#[tokio::test]
+async fn ssh_failures_to_connect_are_unreachable() {
+    let test = "ssh_failures_to_connect_are_unreachable";
+    if let Err(why) = backends::sshd() {
+        skip(test, &why);
+        return;
+    }
+    let sshd = Sshd::start();
+    // A host key that is not the server's: refused before any command.
+    let other = tempfile::tempdir().unwrap();
+    let kh = other.path().join("known_hosts");
+    std::fs::write(
+        &kh,
+        format!(
+            "[127.0.0.1]:{} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
+            sshd.port
+        ),
+    )
+    .unwrap();
+    let spec = format!(
+        "ssh:{}@127.0.0.1:{}?key={}&known_hosts={}",
+        sshd.user,
+        sshd.port,
+        sshd.key().display(),
+        kh.display()
+    );
+    let err = exec(&transport(&spec), &["true"], b"").await.unwrap_err();
+    assert_eq!(err.kind, TransportErrorKind::Unreachable, "{err}");
+    assert!(err.detail.contains("Host key verification failed"), "{err}");
+    // Nobody listens there any more.
+    let port = sshd.port;
+    drop(sshd);
+    let spec = format!("ssh:127.0.0.1:{port}?connect_timeout=3s");
+    let err = exec(&transport(&spec), &["true"], b"").await.unwrap_err();
+    assert_eq!(err.kind, TransportErrorKind::Unreachable, "{err}");
+}
+
+/// Without the `modal` package (or without credentials) the helper says
+/// so, as "unreachable": the command was not started. This runs here.
+#[tokio::test]
+async fn modal_without_client_or_credentials_is_unreachable_with_the_reason() {
+    if backends::modal().is_ok() {
+        return; // the real test below runs instead
+    }
+    let t = transport("modal:sb-tetherlivenosuch?python=python3");
+    let err = exec(&t, &["true"], b"").await.unwrap_err();
+    assert_eq!(err.kind, TransportErrorKind::Unreachable, "{err}");
+    assert!(
+        err.detail.contains("pip install modal") || err.detail.contains("Token"),
+        "{err}"
+    );
+}
+
+/// A real Modal sandbox: created for the test, bytes round-tripped,
+/// terminated. Needs MODAL_TOKEN_ID / MODAL_TOKEN_SECRET and a python3
+/// with `modal` ($TETHER_MODAL_PYTHON).
+#[tokio::test]
+async fn modal_exec_round_trips_bytes() {
+    let test = "modal_exec_round_trips_bytes";
+    if let Err(why) = backends::modal() {
+        skip(test, &why);
+        return;
+    }
+    let python = std::env::var("TETHER_MODAL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let created = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import modal\n\
+             app = modal.App.lookup('tether-live', create_if_missing=True)\n\
+             sb = modal.Sandbox.create(app=app, image=modal.Image.debian_slim(), timeout=600)\n\
+             print(sb.object_id)",
+        ])
+        .output()
+        .expect("run python3 for modal");
+    assert!(
+        created.status.success(),
+        "cannot create a Modal sandbox: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let id = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    let t = transport(&format!("modal:{id}?python={python}"));
+    let data = all_bytes();
+    let out = exec(&t, &["cat"], &data).await;
+    let status = exec(&t, &["sh", "-c", "exit 255"], b"").await;
+    let _ = std::process::Command::new(&python)
+        .args([
+            "-c",
+            &format!("import modal\nmodal.Sandbox.from_id('{id}').terminate()"),
+        ])
+        .status();
+    assert!(
+        out.unwrap().stdout == data,
+        "cat over modal changed the bytes"
+    );
+    assert_eq!(status.unwrap().exit_code, 255);
+}
