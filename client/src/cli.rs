@@ -345,6 +345,10 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
     let code = match args.code {
         Some(code) => code.into_vec(),
         None => {
+            use std::io::IsTerminal;
+            if std::io::stdin().is_terminal() {
+                eprintln!("tether: reading the cell's code from stdin (end with Ctrl-D)");
+            }
             let mut buf = Vec::new();
             std::io::stdin()
                 .read_to_end(&mut buf)

@@ -311,3 +311,75 @@ fn cancel_from_another_process_after_the_client_died() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     assert_eq!(text(&out.stdout), "1\n", "{}", show(&out));
 }
+
+fn have_python() -> bool {
+    std::process::Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A Python kernel keeps its namespace, shows a final expression, maps an
+/// exception to exit 1 and `sys.exit(N)` to N; Ctrl-C interrupts the cell
+/// and keeps the namespace; a shell `--lang` on it is a usage error.
+#[test]
+fn python_kernel_keeps_its_namespace() {
+    if !have_python() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let w = World::new();
+    let py = |code: &str| w.tether(&["run", "--lang", "python", "--kernel", "py", code]);
+    let out = py("x = 6 * 7");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let out = py("x");
+    assert_eq!(text(&out.stdout), "42\n", "{}", show(&out));
+    let out = py("raise ValueError('boom')");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("ValueError: boom"),
+        "{}",
+        show(&out)
+    );
+    let out = py("import sys; sys.exit(4)");
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
+
+    let mut child = w.spawn(&[
+        "run",
+        "--kernel",
+        "py",
+        "import time\nprint('started', flush=True)\ntime.sleep(300)",
+    ]);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    kill("INT", child.id());
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let out = py("x + 1");
+    assert_eq!(text(&out.stdout), "43\n", "{}", show(&out));
+
+    let out = w.tether(&["run", "--lang", "shell", "--kernel", "py", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+}
+
+#[test]
+fn resume_with_nothing_to_resume_says_so() {
+    let w = World::new();
+    let out = w.tether(&["resume", "--kernel", "k"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("nothing to resume"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(w.run("k", "true").status.code(), Some(0));
+    let out = w.tether(&["resume", "--kernel", "k"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("no unresolved cell"),
+        "{}",
+        show(&out)
+    );
+}
