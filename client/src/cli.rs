@@ -256,14 +256,19 @@ impl Context {
             Some(root) => root.clone(),
             None => format!("/tmp/tether-{}", current_uid()),
         };
-        if !root.starts_with('/') || root.split('/').any(|part| part == "..") {
+        let trimmed = root.trim_end_matches('/');
+        if !root.starts_with('/') || trimmed.is_empty() || root.split('/').any(|part| part == "..")
+        {
             return Err(Failure::usage(format!(
-                "--root must be an absolute path without `..` (got {root:?})"
+                "--root must be an absolute path below / without `..` (got {root:?})"
             )));
+        }
+        if matches!(backend, BackendSpec::Local(_)) {
+            check_local_root(trimmed)?;
         }
         Ok(Context {
             backend,
-            root: root.trim_end_matches('/').to_owned(),
+            root: trimmed.to_owned(),
             json: cli.json,
             verbose: cli.verbose,
         })
@@ -290,6 +295,40 @@ impl Context {
             agent.bytes.clone(),
             location,
         ))
+    }
+}
+
+/// On this machine the root holds the binary we execute: refuse one that
+/// another user owns or could write (e.g. a planted `/tmp/tether-$UID`).
+/// A missing root is fine: the install creates it with mode 0700.
+fn check_local_root(root: &str) -> Result<(), Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(root) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Failure::other(format!("--root {root}: {e}"))),
+    };
+    let uid = current_uid();
+    let problem = if !meta.is_dir() {
+        Some("it is not a directory (or is a symlink)".to_owned())
+    } else if meta.uid() != uid {
+        Some(format!(
+            "it belongs to uid {}, not to you ({uid})",
+            meta.uid()
+        ))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "others can write to it (mode {:o})",
+            meta.mode() & 0o777
+        ))
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(why) => Err(Failure::other(format!(
+            "refusing --root {root}: {why}; pick another --root or remove it"
+        ))),
     }
 }
 

@@ -383,3 +383,21 @@ fn resume_with_nothing_to_resume_says_so() {
         show(&out)
     );
 }
+
+/// The local root holds the binary tether executes: one that others can
+/// write to is refused.
+#[test]
+fn a_local_root_writable_by_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    std::fs::set_permissions(w.root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = w.run("k", "true");
+    assert_eq!(out.status.code(), Some(69), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("others can write"),
+        "{}",
+        show(&out)
+    );
+    std::fs::set_permissions(w.root.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(w.run("k", "true").status.code(), Some(0));
+}
