@@ -262,6 +262,17 @@ impl Client {
         let why = e.to_string();
         match (&task, e.kind) {
             (_, E::Io) => self.retry_later(task, why),
+            (Task::Spawn(k), E::Conflict) => {
+                // A daemon this client has no record of runs the kernel (an
+                // earlier client process spawned it and crashed before its
+                // identity was persisted): probe it and adopt it.
+                let k = k.clone();
+                self.drop_task(&task);
+                if let Some(kernel) = self.kernels.get_mut(&k) {
+                    kernel.phase = Phase::Probing;
+                }
+                self.start(Task::Probe(k));
+            }
             (Task::Probe(k), E::NoSuchKernel) => {
                 let k = k.clone();
                 self.drop_task(&task);
