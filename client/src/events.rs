@@ -74,8 +74,8 @@ pub fn describe(event: &Event) -> Option<String> {
         Event::Leftovers { pids, .. } => {
             let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
             Some(format!(
-                "the cell left processes running (pids {}); they die with the next \
-                 `tether cancel`, `tether reset` or when the kernel idles out",
+                "the cell left processes running (pids {}); they die with \
+                 `tether reset`, `tether stop` or when the kernel idles out",
                 pids.join(" ")
             ))
         }

@@ -401,3 +401,20 @@ fn a_local_root_writable_by_others_is_refused() {
     std::fs::set_permissions(w.root.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(w.run("k", "true").status.code(), Some(0));
 }
+
+/// Injected latency is a backend parameter; cells run the same through it,
+/// and a background child that keeps running is reported as a leftover.
+#[test]
+fn cells_run_through_injected_latency_and_leftovers_are_reported() {
+    let w = World::with_backend("local?latency=100ms");
+    let out = w.run("k", "echo slow but fine");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "slow but fine\n");
+    let out = w.run("k", "sleep 30 >/dev/null 2>&1 &");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("left processes running"),
+        "{}",
+        show(&out)
+    );
+}
