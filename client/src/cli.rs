@@ -414,7 +414,8 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
             return Err(Failure {
                 code: exit::UNKNOWN,
                 message: format!(
-                    "kernel {kernel} has an unresolved cell ({}) from an earlier run; \
+                    "kernel {kernel} has an unresolved cell ({}) from an earlier run \
+                     (or one still running in another tether); \
                      `tether resume --kernel {kernel}` to finish it or `tether cancel --kernel {kernel}`",
                     seqs.join(", ")
                 ),
