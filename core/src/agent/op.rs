@@ -430,6 +430,14 @@ fn spawn(
         os.create_dir_all(&dir)
             .map_err(|e| io("creating the kernel directory", e))?;
     }
+    // Cells the old daemon accepted but never started died with it (the
+    // client reports them lost): the fresh daemon must never run them.
+    for seq in cell_seqs(os, k) {
+        let cell = k.cell(seq);
+        if !os.exists(&cell.journal()) && !os.exists(&cell.launch()) {
+            let _ = os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes());
+        }
+    }
     os.write_atomic(&k.config(), &to_json(config))
         .map_err(|e| io("writing config.json", e))?;
     os.write_atomic(&k.lang(), format!("{}\n", config.lang).as_bytes())
