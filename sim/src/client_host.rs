@@ -122,6 +122,8 @@ pub struct ClientLog {
     pub calls: Vec<(String, u64, Option<u64>)>,
     /// When state lost was reported.
     pub state_lost: Vec<u64>,
+    /// When a daemon was reported ready, and its pid.
+    pub ready: Vec<(u64, u32)>,
     /// Driver errors.
     pub errors: Vec<String>,
     /// The script ran to its end.
@@ -148,6 +150,7 @@ impl ClientLog {
         trace.log("client", describe(event));
         match event {
             Event::StateLost { .. } => self.state_lost.push(now_ms()),
+            Event::KernelReady { identity, .. } => self.ready.push((now_ms(), identity.pid)),
             Event::CellAccepted { cell, .. } => {
                 let _ = self.label_of(cell);
             }

@@ -153,8 +153,8 @@ pub enum Violation {
         /// The cell that resolved `ok` on a dead kernel's state.
         cell: String,
     },
-    /// A cell the client had written off (error, unknown, cancelled) ran
-    /// afterwards.
+    /// A cell the client had written off (error, cancelled, timed out) ran
+    /// afterwards. (`unknown` promises nothing either way.)
     RanAfterResolution {
         /// The cell.
         cell: String,
@@ -390,7 +390,11 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
         });
     }
     if let Some(at_ms) = cell.truth.spawned_after_resolution {
-        if !cell.outcome.as_ref().is_some_and(completed) {
+        let written_off = matches!(
+            cell.outcome,
+            Some(CellOutcome::Error { .. } | CellOutcome::Cancelled | CellOutcome::TimedOut)
+        );
+        if written_off {
             v.push(Violation::RanAfterResolution {
                 cell: name.clone(),
                 at_ms,

@@ -195,31 +195,35 @@ impl Sandbox {
         }
     }
 
-    /// Kills every kernel daemon (a fault); true if one was alive.
-    pub fn kill_daemons(&mut self) -> bool {
+    /// Kills every kernel daemon (a fault); returns the pids killed.
+    pub fn kill_daemons(&mut self) -> Vec<Pid> {
         let kernels = format!("{}/kernels", self.root);
         let dirs = self.os.list_dir(&kernels).unwrap_or_default();
-        let mut any = false;
+        let mut killed = Vec::new();
         for d in dirs {
             let dir = format!("{kernels}/{d}");
             if let Some(pid) = self.os.kill_daemon(&dir) {
                 self.fault_killed.insert(pid);
-                any = true;
+                killed.push(pid);
             }
         }
         self.flush_events();
-        any
+        killed
     }
 
-    /// Restarts the sandbox (a fault); true if a daemon was alive.
-    pub fn bounce(&mut self) -> bool {
-        let had_daemon =
-            !self.daemons.is_empty() && self.daemons.keys().any(|&p| self.os.is_alive(p));
+    /// Restarts the sandbox (a fault); returns the daemons that were alive.
+    pub fn bounce(&mut self) -> Vec<Pid> {
+        let alive: Vec<Pid> = self
+            .daemons
+            .keys()
+            .copied()
+            .filter(|&p| self.os.is_alive(p))
+            .collect();
         self.os.bounce();
         self.daemons.clear();
         self.roles.clear();
         self.flush_events();
-        had_daemon
+        alive
     }
 
     /// Ground truth for the cell `label`.

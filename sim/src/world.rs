@@ -20,6 +20,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
+use tether_core::agent::Pid;
 use tether_core::protocol::{CellOutcome, Stream};
 
 /// Virtual time after which a run is declared hung.
@@ -271,7 +272,7 @@ fn apply(
     trace: &Trace,
     control: &Control,
     sandbox: &Rc<RefCell<Sandbox>>,
-    kernel_deaths: &mut Vec<u64>,
+    kernel_deaths: &mut Vec<(u64, Pid)>,
 ) {
     match tick {
         Tick::Repair => {
@@ -300,13 +301,13 @@ fn apply(
                 FaultKind::SlowStart { op, ms } => control.lock().slow_start.push((op, ms)),
                 FaultKind::ReplyLost { op } => control.lock().reply_lost.push(op),
                 FaultKind::KillDaemon => {
-                    if sandbox.borrow_mut().kill_daemons() {
-                        kernel_deaths.push(now);
+                    for pid in sandbox.borrow_mut().kill_daemons() {
+                        kernel_deaths.push((now, pid));
                     }
                 }
                 FaultKind::BounceSandbox => {
-                    if sandbox.borrow_mut().bounce() {
-                        kernel_deaths.push(now);
+                    for pid in sandbox.borrow_mut().bounce() {
+                        kernel_deaths.push((now, pid));
                     }
                     sim.bounce("sandbox");
                 }
@@ -327,7 +328,7 @@ fn observe(
     scenario: &Scenario,
     log: &ClientLog,
     sandbox: &Sandbox,
-    kernel_deaths: Vec<u64>,
+    kernel_deaths: Vec<(u64, Pid)>,
     mut harness: Vec<String>,
 ) -> Observations {
     harness.extend(log.errors.iter().cloned());
@@ -400,7 +401,14 @@ fn observe(
             })
             .collect(),
         state_lost_reports: log.state_lost.clone(),
-        kernel_deaths,
+        // A death matters only if a client knew the daemon (it held state
+        // the client relied on): a daemon spawned by a client that crashed
+        // before hearing of it holds nothing.
+        kernel_deaths: kernel_deaths
+            .into_iter()
+            .filter(|(at, pid)| log.ready.iter().any(|(t, p)| p == pid && t <= at))
+            .map(|(at, _)| at)
+            .collect(),
         extra_executions: sandbox.extra_executions(scenario),
         collateral: sandbox.collateral(),
         leaked_processes,

@@ -126,6 +126,15 @@ impl Client {
         let Some(cell) = self.cell(key) else {
             return;
         };
+        if cell.resolved && cell.rec.cancel_requested && cell.rec.submitted {
+            // Written off as `unknown` before its cancel got through: send
+            // the cancel now that the kernel answers, or the cell runs on
+            // (and blocks the kernel's later cells).
+            if !self.tasks.contains_key(&Task::Cancel(key.clone())) {
+                self.start(Task::Cancel(key.clone()));
+            }
+            return;
+        }
         if cell.resolved
             || self.tasks.contains_key(&Task::Submit(key.clone()))
             || self.tasks.contains_key(&Task::Wait(key.clone()))
