@@ -62,22 +62,27 @@ impl Transport for SimTransport {
     fn exec(&self, req: ExecRequest) -> ExecFuture<'_> {
         let trace = self.trace.clone();
         Box::pin(async move {
+            let what = describe_request(&req.argv, &req.stdin);
+            trace.log("client", format!("exec {what}"));
             let wire = WireRequest {
                 argv: req.argv,
                 stdin: Bytes(req.stdin),
             };
             match call(&format!("sandbox:{EXEC_PORT}"), &wire).await {
-                Ok(resp) => Ok(ExecOutput {
-                    stdout: resp.stdout.0,
-                    stderr: resp.stderr.0,
-                    exit_code: resp.exit_code,
-                }),
+                Ok(resp) => {
+                    trace.log("client", format!("exec {what} -> exit {}", resp.exit_code));
+                    Ok(ExecOutput {
+                        stdout: resp.stdout.0,
+                        stderr: resp.stderr.0,
+                        exit_code: resp.exit_code,
+                    })
+                }
                 Err(e) => {
                     let kind = match e.kind() {
                         std::io::ErrorKind::ConnectionRefused => TransportErrorKind::Unreachable,
                         _ => TransportErrorKind::Io,
                     };
-                    trace.log("client", format!("transport error: {e}"));
+                    trace.log("client", format!("exec {what} -> transport error: {e}"));
                     Err(TransportError {
                         kind,
                         detail: e.to_string(),
@@ -89,6 +94,76 @@ impl Transport for SimTransport {
 
     fn describe(&self) -> String {
         "sim (turmoil)".into()
+    }
+}
+
+/// `x7 submit` for an agent op, `install` for the install script.
+fn describe_request(argv: &[String], stdin: &[u8]) -> String {
+    if argv.get(3).map(String::as_str) == Some("tether-install") {
+        return format!("x{} install", argv.get(7).map_or("?", String::as_str));
+    }
+    let v: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
+    let id = v.get("id").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let kind = match v.get("op") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Object(m)) => m.keys().next().cloned().unwrap_or_default(),
+        _ => "?".into(),
+    };
+    format!("x{id} {kind}")
+}
+
+/// The client's record store: a [`MemoryStore`] (it outlives a client
+/// crash) whose writes go into the trace.
+pub struct LoggingStore {
+    inner: MemoryStore,
+    trace: Trace,
+}
+
+impl tether::RecordStore for LoggingStore {
+    fn load(
+        &self,
+        kernel: &KernelName,
+    ) -> Result<Option<tether_core::client::KernelRecord>, tether::records::RecordError> {
+        self.inner.load(kernel)
+    }
+
+    fn save(
+        &mut self,
+        record: &tether_core::client::KernelRecord,
+    ) -> Result<(), tether::records::RecordError> {
+        let cells: Vec<String> = record
+            .cells
+            .iter()
+            .map(|c| {
+                format!(
+                    "#{}{}{}@{}",
+                    c.seq,
+                    if c.submitted { " sent" } else { "" },
+                    if c.cancel_requested { " cancel" } else { "" },
+                    c.cursor
+                )
+            })
+            .collect();
+        self.trace.log(
+            "client",
+            format!(
+                "persist {} daemon={} next_seq={} cells=[{}]",
+                record.kernel,
+                record.identity.as_ref().map_or(0, |i| i.pid),
+                record.next_seq,
+                cells.join(", ")
+            ),
+        );
+        self.inner.save(record)
+    }
+
+    fn forget(&mut self, kernel: &KernelName) -> Result<(), tether::records::RecordError> {
+        self.trace.log("client", format!("forget {kernel}"));
+        self.inner.forget(kernel)
+    }
+
+    fn list(&self) -> Result<Vec<KernelName>, tether::records::RecordError> {
+        self.inner.list()
     }
 }
 
@@ -245,7 +320,10 @@ pub async fn client_main(ctx: ClientCtx) -> turmoil::Result {
         let mut driver = Driver::new(
             client,
             transport,
-            Box::new(ctx.store.clone()),
+            Box::new(LoggingStore {
+                inner: ctx.store.clone(),
+                trace: ctx.trace.clone(),
+            }),
             Arc::from(AGENT_BINARY),
             location(),
         );
