@@ -286,13 +286,13 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
                     r[i] = Some(done);
                 }
                 let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
-                if opts.progress && (n.is_multiple_of(10) || n == jobs.len()) {
-                    progress_line(n, jobs.len(), failing.load(Ordering::SeqCst), started);
+                if opts.progress {
+                    progress(n, jobs.len(), failing.load(Ordering::SeqCst), started);
                 }
             });
         }
     });
-    if opts.progress {
+    if opts.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!();
     }
     let results = results.into_inner().unwrap_or_default();
@@ -377,16 +377,33 @@ pub fn first_difference(a: &str, b: &str) -> Option<String> {
     }
 }
 
-fn progress_line(done: usize, total: usize, failing: usize, started: Instant) {
+/// A progress bar on a terminal (redrawn every 10 runs); elsewhere (CI
+/// logs) one line per tenth of the runs.
+fn progress(done: usize, total: usize, failing: usize, started: Instant) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    let step = (total / 10).max(1);
+    let due = if tty {
+        done.is_multiple_of(10) || done == total
+    } else {
+        done.is_multiple_of(step) || done == total
+    };
+    if !due {
+        return;
+    }
     let width = 30;
     let filled = done * width / total.max(1);
     let bar: String = "#".repeat(filled) + &"-".repeat(width - filled);
-    let mut err = std::io::stderr().lock();
-    let _ = write!(
-        err,
-        "\r[{bar}] {done}/{total} runs, {failing} failing, {:.1}s",
+    let line = format!(
+        "[{bar}] {done}/{total} runs, {failing} failing, {:.1}s",
         started.elapsed().as_secs_f64()
     );
+    let mut err = std::io::stderr().lock();
+    let _ = if tty {
+        write!(err, "\r{line}")
+    } else {
+        writeln!(err, "{line}")
+    };
     let _ = err.flush();
 }
 
