@@ -230,6 +230,12 @@ impl Daemon {
         let mut drop = Vec::new();
         for (&seq, t) in self.cells.iter_mut() {
             let cell = self.kernel.cell(seq);
+            if !t.done && !os.exists(cell.dir()) {
+                // Acked and deleted before this tick saw `done`: the client
+                // only acks a journal it read to its end, so the cell is
+                // over (a Python cell's shim never exits to tell us).
+                t.done = true;
+            }
             if !t.done && os.exists(&journal::done_flag(&cell.journal())) {
                 t.done = true;
                 if let Ok(read) = read_journal(os, &cell.journal()) {

@@ -3,7 +3,7 @@
 use super::daemon::{Daemon, DaemonStep};
 use super::journal::JournalWriter;
 use super::kernel::{check_identity, to_json, KernelConfig};
-use super::layout::Layout;
+use super::layout::{KernelLayout, Layout};
 use super::op::OpRun;
 use super::os::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
 use super::procs::{self, CellScope, Table, MARKER_NAME};
@@ -354,4 +354,36 @@ fn bad_stdin_gives_a_reply_line_not_a_panic() {
         let env: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
         assert!(env.error.is_some(), "{input:?}");
     }
+}
+
+#[test]
+fn a_python_cell_acked_before_the_daemon_saw_done_does_not_block_the_next() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let config = KernelConfig {
+        lang: Lang::Python,
+        nonce: "n1".into(),
+        idle_timeout_ms: 60_000,
+        grace_ms: 100,
+    };
+    os.files.insert(k.config(), to_json(&config));
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    let run = format!("{dir}/py/run");
+    assert_eq!(os.files.get(&run).map(Vec::as_slice), Some(&b"1"[..]));
+    // The cell finishes and the client acks it (its directory goes) before
+    // the daemon's next tick; then cell 2 arrives.
+    os.remove_all(k.cell(CellSeq(1)).dir()).unwrap();
+    let sub = Submission {
+        request_id: RequestId("r2".into()),
+        seq: CellSeq(2),
+        code: Bytes(b"x".to_vec()),
+        timeout_ms: None,
+    };
+    os.files
+        .insert(k.cell(CellSeq(2)).submission(), to_json(&sub));
+    let _ = d.tick(&mut os);
+    let _ = d.tick(&mut os);
+    assert_eq!(os.files.get(&run).map(Vec::as_slice), Some(&b"2"[..]));
 }
