@@ -147,6 +147,11 @@ impl Live {
         format!("{}/side", self.root)
     }
 
+    /// Exec calls the current client made so far, by op kind.
+    pub fn stats(&self) -> &tether::driver::DriverStats {
+        self.driver.stats()
+    }
+
     /// Replaces the client by a fresh one (another process, as after a
     /// crash) that shares the records.
     pub fn new_client(&mut self) {
@@ -370,6 +375,8 @@ fn new_driver(transport: &Arc<dyn Transport>, root: &str, store: &MemoryStore) -
     let location = agent.location(root);
     let mut config = Config::new(location.clone(), agent.size());
     config.wait_ms = 2_000;
+    // A test that panics before its shutdown leaves no daemon for long.
+    config.daemon_idle_timeout = Duration::from_secs(120);
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

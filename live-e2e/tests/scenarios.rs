@@ -201,13 +201,22 @@ async fn output_survives_a_client_crash(live: &mut Live) {
     live.shutdown("k").await;
 }
 
+/// Runs `scenario`, failing (not hanging) if it takes longer than any
+/// scenario should: a cell that never resolves is a bug to report.
+async fn bounded(test: &str, scenario: impl std::future::Future<Output = ()>) {
+    let limit = std::time::Duration::from_secs(150);
+    if tokio::time::timeout(limit, scenario).await.is_err() {
+        panic!("{test} did not finish within {limit:?}: a call never resolved");
+    }
+}
+
 macro_rules! on_backends {
     ($($name:ident: $scenario:ident on $backend:literal;)*) => {$(
         #[tokio::test]
         async fn $name() {
             let test = concat!(stringify!($name), " (", $backend, ")");
             let Some((_sandbox, mut live)) = open($backend, test) else { return };
-            $scenario(&mut live).await;
+            bounded(test, $scenario(&mut live)).await;
         }
     )*};
 }
@@ -227,6 +236,14 @@ on_backends! {
 /// A sandbox that is not x86_64 gets a clear error, not a crash loop.
 #[tokio::test]
 async fn docker_wrong_architecture_is_a_clear_error() {
+    bounded(
+        "docker_wrong_architecture_is_a_clear_error",
+        docker_wrong_architecture_is_a_clear_error_body(),
+    )
+    .await;
+}
+
+async fn docker_wrong_architecture_is_a_clear_error_body() {
     let Some((sandbox, mut live)) = open("docker", "docker_wrong_architecture_is_a_clear_error")
     else {
         return;
@@ -249,6 +266,14 @@ async fn docker_wrong_architecture_is_a_clear_error() {
 /// A Python kernel on a sandbox without python3 says so.
 #[tokio::test]
 async fn docker_missing_python3_is_a_clear_error() {
+    bounded(
+        "docker_missing_python3_is_a_clear_error",
+        docker_missing_python3_is_a_clear_error_body(),
+    )
+    .await;
+}
+
+async fn docker_missing_python3_is_a_clear_error_body() {
     let Some((sandbox, mut live)) = open("docker", "docker_missing_python3_is_a_clear_error")
     else {
         return;
@@ -273,6 +298,14 @@ async fn docker_missing_python3_is_a_clear_error() {
 /// evidence, and the next cell runs on a fresh kernel.
 #[tokio::test]
 async fn docker_restart_is_reported_as_state_lost() {
+    bounded(
+        "docker_restart_is_reported_as_state_lost",
+        docker_restart_is_reported_as_state_lost_body(),
+    )
+    .await;
+}
+
+async fn docker_restart_is_reported_as_state_lost_body() {
     let Some((sandbox, mut live)) = open("docker", "docker_restart_is_reported_as_state_lost")
     else {
         return;
