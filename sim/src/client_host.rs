@@ -304,8 +304,16 @@ pub struct ClientCtx {
 }
 
 fn kernel() -> KernelName {
-    // A constant, valid name.
-    KernelName::new(KERNEL).unwrap_or_else(|_| unreachable!("constant kernel name is valid"))
+    kernel_named(KERNEL)
+}
+
+fn kernel_named(name: &str) -> KernelName {
+    // Scenario kernel names are constants checked by the scenario tests.
+    KernelName::new(name).unwrap_or_else(|e| unreachable!("scenario kernel name {name:?}: {e}"))
+}
+
+fn kernel_of(cell: &CellSpec) -> KernelName {
+    cell.kernel.as_deref().map_or_else(kernel, kernel_named)
 }
 
 /// The client host's program: runs the script, restarting after crashes.
@@ -374,9 +382,12 @@ async fn run_script(
     let trace = ctx.trace.clone();
     let mut on_event = |e: &Event| log.borrow_mut().on_event(&trace, e);
     if restarted {
-        // A new client process: pick the kernel up from its record.
-        let record = ctx.store.load(&kernel()).ok().flatten();
-        if let Some(record) = record {
+        // A new client process: pick its kernels up from their records.
+        let names = ctx.store.list().unwrap_or_default();
+        for name in names {
+            let Some(record) = ctx.store.load(&name).ok().flatten() else {
+                continue;
+            };
             // The script still means to cancel the cell it was running.
             let (label, cancel_at) = {
                 let log = ctx.log.borrow();
@@ -456,6 +467,8 @@ async fn run_script(
         timeout_ms: None,
         cancel_after_ms: None,
         expect: None,
+        kernel: None,
+        bystander: false,
     };
     let mut outcome = run_one(ctx, driver, &alive, &mut on_event).await;
     if outcome.as_ref() != Some(&CellOutcome::Ok) && !ctx.log.borrow().state_lost.is_empty() {
@@ -469,8 +482,14 @@ async fn run_script(
     }
     ctx.log.borrow_mut().liveness = outcome;
     let start = now_ms();
-    let r = driver.shutdown(&kernel(), &mut on_event).await;
-    finish_call(ctx, "shutdown", start, r.err());
+    let mut kernels: Vec<KernelName> = ctx.scenario.cells().map(kernel_of).collect();
+    kernels.push(kernel());
+    kernels.sort();
+    kernels.dedup();
+    for k in kernels {
+        let r = driver.shutdown(&k, &mut on_event).await;
+        finish_call(ctx, "shutdown", start, r.err());
+    }
     // Let exec calls still in flight on the sandbox drain.
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     ctx.log.borrow_mut().finished = true;
@@ -504,7 +523,7 @@ async fn run_one(
     let timeout = cell.timeout_ms.map(Duration::from_millis);
     let cancel_at = cell.cancel_after_ms.map(|ms| start + ms);
     let canceller = cancel_watch(ctx, handle, cell.label.clone(), cancel_at);
-    let name = kernel();
+    let name = kernel_of(cell);
     let result = {
         let run = driver.run_cell(&name, Lang::Shell, code, timeout, &mut *on_event);
         tokio::pin!(run);

@@ -56,7 +56,8 @@ pub struct Sandbox {
     /// When processes of each cell (by seq) were spawned (virtual ms).
     pub cell_spawns: BTreeMap<u64, Vec<u64>>,
     /// Cell processes alive when the script's cells were done, by seq.
-    pub snapshot: Option<BTreeMap<u64, Vec<Pid>>>,
+    /// Keyed by (kernel name, seq).
+    pub snapshot: Option<BTreeMap<(String, u64), Vec<Pid>>>,
 }
 
 impl Sandbox {
@@ -235,13 +236,20 @@ impl Sandbox {
 
     /// Records which cell processes are alive now (end of the script).
     pub fn take_snapshot(&mut self) {
-        let mut by_seq: BTreeMap<u64, Vec<Pid>> = BTreeMap::new();
+        let mut by_cell: BTreeMap<(String, u64), Vec<Pid>> = BTreeMap::new();
         for (pid, cell) in self.os.cell_processes() {
             if let Some(seq) = cell.seq {
-                by_seq.entry(seq).or_default().push(pid);
+                let kernel = cell
+                    .kernel_dir
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                by_cell.entry((kernel, seq)).or_default().push(pid);
             }
         }
-        self.snapshot = Some(by_seq);
+        self.snapshot = Some(by_cell);
     }
 
     /// Processes (other than pid 1 and exec calls still draining) and

@@ -22,6 +22,11 @@ pub struct CellSpec {
     pub cancel_after_ms: Option<u64>,
     /// What a fault-free run must resolve it as (`None`: anything).
     pub expect: Option<Expect>,
+    /// The kernel it runs in (`None`: the scenario's main kernel).
+    pub kernel: Option<String>,
+    /// Its leftovers must still live when the script ends: nothing that
+    /// happened to other cells or kernels may touch them.
+    pub bystander: bool,
 }
 
 /// A class of outcomes.
@@ -145,6 +150,8 @@ fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
         timeout_ms: None,
         cancel_after_ms: None,
         expect: Some(expect),
+        kernel: None,
+        bystander: false,
     }
 }
 
@@ -210,6 +217,29 @@ pub fn all() -> Vec<Scenario> {
         Expect::TimedOut,
     );
     slow.timeout_ms = Some(1_000);
+    let mut bystander = cell(
+        "bystander",
+        vec![
+            print("other kernel\n"),
+            Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+            Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+        ],
+        Expect::Ok,
+    );
+    bystander.kernel = Some("other".into());
+    bystander.bystander = true;
+    let mut target = cell(
+        "target",
+        vec![
+            Step::IgnoreTerm,
+            print("start\n"),
+            Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+            Step::EnvIDaemon { sleep_ms: 600_000 },
+            Step::BusyLoop { ms: None },
+        ],
+        Expect::Cancelled,
+    );
+    target.cancel_after_ms = Some(600);
     let mut all_faults = network();
     all_faults.extend([Family::Cancel, Family::KillDaemon, Family::Bounce]);
     vec![
@@ -340,6 +370,13 @@ pub fn all() -> Vec<Scenario> {
                 Action::Run(slow),
                 Action::Run(cell("next", vec![print("still here\n")], Expect::Ok)),
             ],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+        Scenario {
+            name: "two_kernels",
+            about: "cancel a cell of one kernel: another kernel's cell and leftovers are untouched",
+            script: vec![Action::Run(bystander), Action::Run(target)],
             fixed: FaultSchedule::empty(),
             space: space(network()),
         },

@@ -241,6 +241,7 @@ pub fn run(
 
     let obs = observe(
         scenario,
+        schedule,
         &log.borrow(),
         &sandbox.borrow(),
         kernel_deaths,
@@ -326,6 +327,7 @@ fn apply(
 
 fn observe(
     scenario: &Scenario,
+    schedule: &FaultSchedule,
     log: &ClientLog,
     sandbox: &Sandbox,
     kernel_deaths: Vec<(u64, Pid)>,
@@ -333,6 +335,7 @@ fn observe(
 ) -> Observations {
     harness.extend(log.errors.iter().cloned());
     let mut cells = Vec::new();
+    let mut bystanders_hit = Vec::new();
     for spec in scenario.cells() {
         let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
         let truth = sandbox.truth(&spec.label);
@@ -348,9 +351,30 @@ fn observe(
             .find(|(name, _, _)| *name == call)
             .map_or((0, None), |(_, s, e)| (*s, *e));
         let alive_at_end = match (&sandbox.snapshot, &seen.key) {
-            (Some(snap), Some(key)) => snap.get(&key.seq.0).cloned().unwrap_or_default(),
+            (Some(snap), Some(key)) => snap
+                .get(&(key.kernel.as_str().to_owned(), key.seq.0))
+                .cloned()
+                .unwrap_or_default(),
             _ => Vec::new(),
         };
+        // A bystander's leftovers must live on, unless the whole sandbox
+        // restarted or the script never got that far.
+        let bounced = schedule
+            .0
+            .iter()
+            .any(|f| matches!(f.kind, FaultKind::BounceSandbox));
+        if spec.bystander
+            && !bounced
+            && log.finished
+            && sandbox.snapshot.is_some()
+            && seen.resolutions.last() == Some(&CellOutcome::Ok)
+            && alive_at_end.is_empty()
+        {
+            bystanders_hit.push(format!(
+                "every process of {} (a cell nobody cancelled) is gone",
+                spec.label
+            ));
+        }
         cells.push(CellObs {
             label: spec.label.clone(),
             key: seen.key.as_ref().map(ToString::to_string),
@@ -410,7 +434,11 @@ fn observe(
             .map(|(at, _)| at)
             .collect(),
         extra_executions: sandbox.extra_executions(scenario),
-        collateral: sandbox.collateral(),
+        collateral: sandbox
+            .collateral()
+            .into_iter()
+            .chain(bystanders_hit)
+            .collect(),
         leaked_processes,
         leaked_files,
         liveness: log.liveness.clone(),

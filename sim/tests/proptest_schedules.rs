@@ -72,7 +72,7 @@ proptest! {
 
     #[test]
     fn no_schedule_breaks_an_invariant(
-        which in 0usize..11,
+        which in 0..scenario::all().len(),
         seed in any::<u64>().no_shrink(),
         faults in schedule(),
     ) {

@@ -158,6 +158,8 @@ impl Harness {
                 timeout_ms: None,
             },
             wait_ms,
+            ack: Vec::new(),
+            expect: None,
         })
         .unwrap()
     }
