@@ -239,7 +239,7 @@ fn classify(container: &str, out: HelperOutput) -> Result<ExecOutput, TransportE
     if out.code != 0 {
         let err = out.stderr_text();
         let from_docker = err.starts_with("Error response from daemon:")
-            || err.starts_with("Error: ")
+            || err.starts_with("Error: No such container:")
             || err.starts_with("Cannot connect to the Docker daemon")
             || err.starts_with("error during connect");
         if from_docker && out.stdout.is_empty() && NOT_THERE.iter().any(|m| err.contains(m)) {
@@ -419,6 +419,9 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.kind, TransportErrorKind::Unreachable);
         let out = classify("c", helper(1, b"x", "boom")).unwrap();
+        assert_eq!(out.exit_code, 1);
+        // A command's own message that merely sounds like docker's.
+        let out = classify("c", helper(1, b"", "Error: the service is not running")).unwrap();
         assert_eq!(out.exit_code, 1);
         let oci = "OCI runtime exec failed: exec failed: unable to start container process: \
                    exec: \"/nope\": stat /nope: no such file or directory: unknown";
