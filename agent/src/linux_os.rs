@@ -233,6 +233,21 @@ impl Os for LinuxOs {
             .filter(|dir| !dir.as_os_str().is_empty())
             .any(|dir| is_executable(&dir.join(program)))
     }
+
+    /// Writes one byte to the daemon's FIFO without blocking: no FIFO, no
+    /// reader or a full pipe all mean the daemon is not waiting for it.
+    fn wake(&mut self, path: &str) {
+        use rustix::fs::{FileType, Mode, OFlags};
+        let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let Ok(fd) = rustix::fs::open(path, flags, Mode::empty()) else {
+            return;
+        };
+        if rustix::fs::fstat(&fd)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Fifo)
+        {
+            let _ = rustix::io::write(&fd, b"!");
+        }
+    }
 }
 
 /// A regular file (after symlinks) that we may execute.

@@ -1,12 +1,17 @@
 //! `tether-agent serve --kernel-dir D --nonce N`: the kernel daemon. Started
 //! detached (own session) by `spawn`; a child subreaper, so every orphan of
 //! its cells comes back to it; loops [`Daemon::tick`] and reaps its
-//! children (shims, reparented orphans) in between.
+//! children (shims, reparented orphans) in between. Between ticks it
+//! sleeps on the kernel's `wake` FIFO, so an op that records a submission
+//! or a tombstone has the daemon look at once, not at its next tick.
 
 use crate::linux_os::LinuxOs;
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::fd::OwnedFd;
 use rustix::process::{wait, WaitOptions};
 use std::ffi::OsString;
 use std::time::Duration;
+use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::{Daemon, DaemonStep, Os};
 
 pub(crate) fn run(args: &[OsString]) -> u8 {
@@ -22,6 +27,8 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
     }
     let mut os = LinuxOs::new();
     let mut daemon = Daemon::new(&dir, &nonce);
+    let wake = open_wake_fifo(&KernelLayout::new(&dir).wake());
+    let mut buf = [0u8; 64];
     loop {
         let step = daemon.tick(&mut os);
         reap_all();
@@ -31,11 +38,48 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
                 return 0;
             }
             DaemonStep::Continue { next_wake } => {
-                crate::sleep_until(os.now(), Some(next_wake), Duration::from_millis(50));
+                match &wake {
+                    Some(fd) => {
+                        let d = next_wake
+                            .saturating_since(os.now())
+                            .min(Duration::from_millis(50));
+                        let timeout = rustix::time::Timespec {
+                            tv_sec: 0,
+                            tv_nsec: i64::from(d.subsec_nanos()),
+                        };
+                        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                        if poll(&mut fds, Some(&timeout)).is_ok_and(|n| n > 0) {
+                            // An op recorded a submission or a tombstone:
+                            // drain the nudges and tick now.
+                            while rustix::io::read(fd, &mut buf).is_ok_and(|n| n > 0) {}
+                        }
+                    }
+                    None => {
+                        crate::sleep_until(os.now(), Some(next_wake), Duration::from_millis(50))
+                    }
+                }
                 reap_all();
             }
         }
     }
+}
+
+/// The FIFO ops write to after recording a submission or a tombstone
+/// (`Os::wake`), opened read-write so that it never reports end-of-file.
+/// `None` (plain ticking) when it cannot be made.
+fn open_wake_fifo(path: &str) -> Option<OwnedFd> {
+    use rustix::fs::{FileType, Mode, OFlags, CWD};
+    match rustix::fs::mknodat(CWD, path, FileType::Fifo, Mode::from_raw_mode(0o600), 0) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => {
+            eprintln!("tether-agent serve: cannot make {path}: {e}; ticking only");
+            return None;
+        }
+    }
+    let flags = OFlags::RDWR | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let fd = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    (FileType::from_raw_mode(st.st_mode) == FileType::Fifo).then_some(fd)
 }
 
 /// Reaps every child that has exited, without blocking.

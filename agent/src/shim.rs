@@ -113,7 +113,20 @@ fn run_cell(os: &mut LinuxOs, core: &mut ShimCore, launch: &CellLaunch) -> Resul
     let mut exited_at: Option<Timestamp> = None;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        read_ready(os, core, &mut pipes, &mut buf);
+        if exit.is_none() && pipes.iter().all(|p| p.fd.is_none()) {
+            // Nothing left to read: sleep until a child exits (the main
+            // one ends the cell; an orphan is just reaped).
+            match wait(WaitOptions::empty()) {
+                Ok(Some((pid, status))) if pid.as_raw_nonzero().get() as u32 == main_pid => {
+                    exit = Some(to_exit(status));
+                    exited_at = Some(os.now());
+                }
+                Ok(_) => {}
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        } else {
+            read_ready(os, core, &mut pipes, &mut buf);
+        }
         while let Ok(Some((pid, status))) = wait(WaitOptions::NOHANG) {
             if pid.as_raw_nonzero().get() as u32 == main_pid {
                 exit = Some(to_exit(status));
@@ -151,7 +164,7 @@ fn read_ready(os: &mut LinuxOs, core: &mut ShimCore, pipes: &mut [Pipe], buf: &m
         .filter(|&i| pipes[i].fd.is_some())
         .collect();
     if open.is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(std::time::Duration::from_millis(1));
         return;
     }
     let ready: Vec<bool> = {

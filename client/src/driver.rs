@@ -7,7 +7,9 @@
 //!   effect's deadline; its result goes back through `handle_exec`;
 //! - [`Effect::Persist`] / [`Effect::Forget`] → the [`RecordStore`], done
 //!   synchronously *before* any later effect is looked at, so a record is
-//!   durable before the submit it describes is sent;
+//!   durable before the submit it describes is sent; the events queued
+//!   before a `Persist` are handed to `on_event` before it is saved, so a
+//!   persisted cursor never covers output that was not delivered;
 //! - timers → `tokio::time::sleep_until(poll_timeout)`, then
 //!   `handle_timeout`;
 //! - cancels from a [`CancelHandle`] (Ctrl-C, a test, the simulation) →
@@ -341,7 +343,16 @@ impl Driver {
                             (id, result)
                         });
                     }
-                    Effect::Persist(record) => self.store.save(&record)?,
+                    Effect::Persist(record) => {
+                        // The record may carry a cursor past output queued
+                        // as events: hand those over first, so a crash after
+                        // the save never loses output (it may repeat some).
+                        while let Some(event) = self.client.poll_event() {
+                            on_event(&event);
+                            watch(&event);
+                        }
+                        self.store.save(&record)?
+                    }
                     Effect::Forget(kernel) => self.store.forget(&kernel)?,
                 }
             }

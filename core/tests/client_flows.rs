@@ -55,33 +55,93 @@ fn the_record_is_persisted_before_the_first_submit() {
         .position(|e| matches!(e, Effect::Exec { op, .. } if op.kind() == OpKind::Submit));
     assert!(persist.unwrap() < submit.unwrap());
     h.settle();
-    assert!(
-        h.records[&kname("k")].cells.is_empty(),
-        "acked cells leave the record"
+    let record = &h.records[&kname("k")];
+    assert!(record.cells.is_empty(), "resolved cells leave the record");
+    assert_eq!(
+        record.acked,
+        vec![cell.seq],
+        "its acknowledgement waits in the record for the next submit"
     );
-    assert_eq!(h.sent(OpKind::Ack), 1);
 }
 
 #[test]
-fn probe_alive_attaches_without_spawning() {
+fn acks_ride_on_the_next_submit_or_go_alone_when_the_kernel_stays_idle() {
+    let mut h = Harness::new(20);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let one = h.run("k", "out 1", None);
+    h.settle();
+    assert!(h.agent.has_cell(&kname("k"), one.seq), "not acked yet");
+    let two = h.run("k", "out 2", None);
+    h.settle();
+    assert!(
+        !h.agent.has_cell(&kname("k"), one.seq),
+        "the second submit acknowledged the first cell"
+    );
+    assert_eq!(h.sent(OpKind::Ack), 0);
+    assert_eq!(h.sent(OpKind::Submit), 2);
+    assert_eq!(h.records[&kname("k")].acked, vec![two.seq]);
+    // Idle for ack_delay: the last acknowledgement goes on its own.
+    h.run_until(|h| h.sent(OpKind::Ack) == 1 && h.pending.is_empty());
+    assert!(!h.agent.has_cell(&kname("k"), two.seq));
+    assert!(h.records[&kname("k")].acked.is_empty());
+    assert!(h.now >= Timestamp(0) + support::config().ack_delay);
+}
+
+#[test]
+fn a_recorded_kernel_is_not_probed_the_submit_checks_the_daemon() {
     let mut h = Harness::new(3);
     h.open("k", Lang::Shell);
+    let first = h.run("k", "out 1", None);
     h.settle();
     let record = h.records[&kname("k")].clone();
     let mut h2 = Harness::with(Client::new(support::config(), 4), h.agent.clone());
     h2.client.resume(record, false, h2.now);
     h2.settle();
-    assert_eq!(h2.sent(OpKind::Probe), 1);
+    assert!(h2.effects.is_empty() || h2.sent(OpKind::Probe) == 0);
+    let cell = h2
+        .client
+        .run_cell(&kname("k"), Bytes::from("out 2"), None, h2.now)
+        .unwrap();
+    h2.settle();
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok));
+    assert_eq!(h2.output(&cell), "2\n");
+    assert_eq!(h2.sent(OpKind::Probe), 0);
     assert_eq!(h2.sent(OpKind::Spawn), 0);
-    assert!(h2
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::KernelReady { fresh: false, .. })));
+    assert_eq!(h2.sent(OpKind::Submit), 1, "one exec for the warm cell");
     assert_eq!(state_lost(&h2), 0);
+    assert!(
+        !h2.agent.has_cell(&kname("k"), first.seq),
+        "the submit carried the earlier process's acknowledgement"
+    );
 }
 
 #[test]
-fn probe_dead_reports_state_lost_and_respawns() {
+fn a_resumed_cell_in_flight_is_still_probed_before_the_wait() {
+    let mut h = Harness::new(30);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "out a\ntick\nout b", None);
+    h.run_until(|h| h.output(&cell) == "a\n");
+    let record = h.records[&kname("k")].clone();
+    let mut h2 = Harness::with(Client::new(support::config(), 31), h.agent.clone());
+    h2.now = h.now;
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    let kinds: Vec<OpKind> = h2
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Exec { op, .. } => Some(op.kind()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds.first(), Some(&OpKind::Probe), "{}", h2.trace);
+    assert_eq!(h2.sent(OpKind::Submit), 0, "resume waits, never resubmits");
+    assert_eq!(h2.output(&cell), "b\n");
+}
+
+#[test]
+fn submit_to_a_dead_daemon_reports_state_lost_and_runs_the_cell_in_a_fresh_one() {
     let mut h = Harness::new(5);
     h.open("k", Lang::Python);
     h.settle();
@@ -95,6 +155,7 @@ fn probe_dead_reports_state_lost_and_respawns() {
         .unwrap();
     h2.settle();
     assert_eq!(state_lost(&h2), 1);
+    assert_eq!(h2.sent(OpKind::Probe), 0, "the submit was the probe");
     assert!(h2
         .events
         .iter()
@@ -102,12 +163,13 @@ fn probe_dead_reports_state_lost_and_respawns() {
     assert_eq!(
         h2.outcome(&key),
         Some(CellOutcome::Ok),
-        "a queued cell runs in the fresh kernel"
+        "the cell the dead daemon refused runs in the fresh kernel"
     );
+    assert_eq!(h2.agent.runs.values().sum::<u32>(), 1, "it ran once");
 }
 
 #[test]
-fn probe_replaced_reports_state_lost_and_replacement() {
+fn submit_to_a_replaced_daemon_reports_state_lost_and_replacement() {
     let mut h = Harness::new(7);
     h.open("k", Lang::Shell);
     h.settle();
@@ -115,6 +177,10 @@ fn probe_replaced_reports_state_lost_and_replacement() {
     h.agent.restart_with_pid_reuse(&kname("k"));
     let mut h2 = Harness::with(Client::new(support::config(), 8), h.agent.clone());
     h2.client.resume(record, false, h2.now);
+    let key = h2
+        .client
+        .run_cell(&kname("k"), Bytes::from("out y"), None, h2.now)
+        .unwrap();
     h2.settle();
     assert_eq!(state_lost(&h2), 1);
     assert!(h2
@@ -123,6 +189,50 @@ fn probe_replaced_reports_state_lost_and_replacement() {
         .any(|e| matches!(e, Event::KernelReplaced { .. })));
     let new = h2.records[&kname("k")].identity.clone().unwrap();
     assert_ne!(new.nonce, "someone-else");
+    assert_eq!(h2.outcome(&key), Some(CellOutcome::Ok));
+}
+
+#[test]
+fn a_cell_an_earlier_send_recorded_in_the_dead_daemon_is_lost_not_run_again() {
+    let mut h = Harness::new(40);
+    h.open("k", Lang::Shell);
+    h.settle();
+    // The submit runs but its reply is lost; the daemon dies before the
+    // resend, which finds the cell recorded under its request id.
+    h.net = Net::LoseReplies;
+    let cell = h.run("k", "out once\ntick\nout more", None);
+    h.run_until(|h| h.pending.is_empty());
+    h.agent.kill_daemon(&kname("k"));
+    h.net = Net::Up;
+    h.settle();
+    assert_eq!(state_lost(&h), 1, "{}", h.trace);
+    assert!(
+        matches!(h.outcome(&cell), Some(CellOutcome::Error { .. })),
+        "{}",
+        h.trace
+    );
+    assert_eq!(h.agent.runs.values().sum::<u32>(), 1, "never run again");
+}
+
+#[test]
+fn a_cancelled_cell_the_dead_daemon_never_recorded_resolves_cancelled() {
+    let mut h = Harness::new(42);
+    h.open("k", Lang::Shell);
+    h.settle();
+    h.agent.kill_daemon(&kname("k"));
+    h.net = Net::Down;
+    let cell = h.run("k", "out never", None);
+    h.client.cancel(&cell, h.now);
+    h.drain();
+    h.net = Net::Up;
+    h.settle();
+    assert_eq!(
+        h.outcome(&cell),
+        Some(CellOutcome::Cancelled),
+        "{}",
+        h.trace
+    );
+    assert_eq!(h.agent.runs.values().sum::<u32>(), 0, "{}", h.trace);
 }
 
 #[test]

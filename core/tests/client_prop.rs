@@ -159,7 +159,7 @@ impl World {
                     *e -= 1;
                     prop_assert!(
                         *e >= 0,
-                        "state lost for {kernel} without a probe's evidence"
+                        "state lost for {kernel} without a probe's (or a submit's) evidence"
                     );
                 }
                 Event::Output { cell, n, .. } => {
@@ -204,8 +204,37 @@ impl World {
         self.client.handle_exec(id, result, now);
     }
 
+    /// Checks that an acknowledgement only names cells whose journal the
+    /// frontend has whole: resolved, every journaled output delivered.
+    fn check_acks(&self, op: &Op) -> Result<(), TestCaseError> {
+        let (kernel, seqs): (&KernelName, Vec<CellSeq>) = match op {
+            Op::Ack { kernel, seq } => (kernel, vec![*seq]),
+            Op::Submit { kernel, ack, .. } => (kernel, ack.clone()),
+            _ => return Ok(()),
+        };
+        for seq in seqs {
+            let key = CellKey {
+                kernel: kernel.clone(),
+                seq,
+            };
+            prop_assert!(
+                self.resolved.contains_key(&key),
+                "{} acknowledged before it resolved",
+                key
+            );
+            let last = self.delivered_n.get(&key).copied().unwrap_or(0);
+            let undelivered = self
+                .journaled
+                .get(&key)
+                .is_some_and(|ns| ns.iter().any(|n| *n > last));
+            prop_assert!(!undelivered, "{} acknowledged with output undelivered", key);
+        }
+        Ok(())
+    }
+
     /// Runs the op on the fake agent and notes probe evidence.
-    fn run_op(&mut self, id: ExecId, op: &Op) -> ExecOutput {
+    fn run_op(&mut self, id: ExecId, op: &Op) -> Result<ExecOutput, TestCaseError> {
+        self.check_acks(op)?;
         let out = self.agent.exec(id, op);
         for (kernel, k) in &self.agent.kernels {
             for (seq, c) in &k.cells {
@@ -234,7 +263,16 @@ impl World {
                 }
             }
         }
-        out
+        if let Op::Submit { kernel, .. } = op {
+            // A submit that carried the expected identity answers with the
+            // probe's verdict when the daemon is not that one.
+            if let Ok(Reply::IdentityMismatch { status, .. }) = parse_reply(id.0, op.kind(), &out) {
+                if !matches!(status, ProbeStatus::Alive { .. }) {
+                    *self.evidence.entry(kernel.clone()).or_default() += 1;
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn take(&mut self, i: usize) -> Option<(ExecId, Op)> {
@@ -283,7 +321,7 @@ impl World {
             }
             Action::Deliver(i) => {
                 if let Some((id, op)) = self.take(i) {
-                    let out = self.run_op(id, &op);
+                    let out = self.run_op(id, &op)?;
                     self.deliver(id, Ok(out));
                 }
             }
@@ -308,7 +346,7 @@ impl World {
             }
             Action::LoseReply(i) => {
                 if let Some((id, op)) = self.take(i) {
-                    let _ = self.run_op(id, &op);
+                    let _ = self.run_op(id, &op)?;
                     let e = TransportError {
                         kind: TransportErrorKind::TimedOut,
                         detail: "lost".into(),
@@ -342,7 +380,7 @@ impl World {
             Action::Uninstall => self.agent.installed = false,
             Action::Gappy(i) | Action::Doubled(i) => {
                 if let Some((id, op)) = self.take(i) {
-                    let out = self.run_op(id, &op);
+                    let out = self.run_op(id, &op)?;
                     let gappy = matches!(a, Action::Gappy(_));
                     let out = mangle(id, &op, out, |entries| {
                         if gappy {
@@ -403,7 +441,7 @@ impl World {
                 let op = queue.remove(&(at, id)).unwrap_or(Op::Gc);
                 self.now = self.now.max(at);
                 let result = if up {
-                    Ok(self.run_op(id, &op))
+                    Ok(self.run_op(id, &op)?)
                 } else {
                     Err(TransportError {
                         kind: TransportErrorKind::Unreachable,

@@ -6,7 +6,7 @@ mod support;
 
 use support::{kname, Harness, Net};
 use tether_core::client::Client;
-use tether_core::protocol::Lang;
+use tether_core::protocol::{Lang, OpKind};
 
 #[test]
 fn happy_path() {
@@ -51,7 +51,9 @@ fn drop_during_wait_then_resume_in_a_new_client() {
 }
 
 #[test]
-fn probe_finds_a_replaced_pid() {
+fn submit_finds_a_replaced_pid() {
+    // No probe first: the submit carries the recorded identity and the
+    // agent answers with the probe's verdict instead of recording the cell.
     let mut h = Harness::new(104);
     h.open("k", Lang::Shell);
     h.settle();
@@ -63,4 +65,33 @@ fn probe_finds_a_replaced_pid() {
     h2.run("k", "out fresh", None);
     h2.settle();
     insta::assert_snapshot!(h2.trace);
+}
+
+#[test]
+fn warm_cells_cost_one_exec_each() {
+    // Two cells in one client, then a new client process (from the record)
+    // runs a third: every warm cell is one submit, which carries the
+    // expected daemon and the previous cell's acknowledgement. The last
+    // acknowledgement goes alone once the kernel has been idle for
+    // `ack_delay`.
+    let mut h = Harness::new(106);
+    h.open("k", Lang::Shell);
+    h.settle();
+    h.line("--- warm ---".into());
+    h.run("k", "out one", None);
+    h.settle();
+    h.run("k", "out two", None);
+    h.settle();
+    let record = h.records[&kname("k")].clone();
+    let mut h2 = Harness::with(Client::new(support::config(), 107), h.agent.clone());
+    h2.now = h.now;
+    h2.line("--- a new client process, from the record ---".into());
+    h2.client.resume(record, false, h2.now);
+    h2.drain();
+    h2.run("k", "out three", None);
+    h2.settle();
+    h2.line("--- idle ---".into());
+    h2.run_until(|h| h.sent(OpKind::Ack) == 1 && h.pending.is_empty());
+    let trace = format!("{}{}", h.trace, h2.trace);
+    insta::assert_snapshot!(trace);
 }

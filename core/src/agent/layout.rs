@@ -72,6 +72,13 @@ impl KernelLayout {
         format!("{}/config.json", self.dir)
     }
 
+    /// `wake`: a FIFO the daemon sleeps on; an op that records a
+    /// submission or a tombstone writes a byte to it (see
+    /// [`super::Os::wake`]).
+    pub fn wake(&self) -> String {
+        format!("{}/wake", self.dir)
+    }
+
     /// `lang`: the language as text.
     pub fn lang(&self) -> String {
         format!("{}/lang", self.dir)

@@ -25,8 +25,18 @@ use std::time::Duration;
 /// Once a long poll has news (output or the end), it lingers this long for
 /// more, so a short cell's whole journal comes back in one reply.
 pub const LINGER: Duration = Duration::from_millis(50);
-/// How often a waiting op looks again when nothing else wakes it.
+/// How often a waiting op looks again when nothing else wakes it, while
+/// the wait is young (a short cell ends within a few ms: look often).
+pub const POLL_INTERVAL_YOUNG: Duration = Duration::from_millis(1);
+/// A wait is young for this long.
+pub const YOUNG: Duration = Duration::from_millis(100);
+/// How often a waiting op looks again once the wait is no longer young
+/// (and how often shutdown sweeps).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// How often a long wait looks, after [`SLOW_AFTER`].
+pub const POLL_INTERVAL_SLOW: Duration = Duration::from_millis(10);
+/// A wait looks at [`POLL_INTERVAL_SLOW`] after this long.
+pub const SLOW_AFTER: Duration = Duration::from_secs(2);
 /// Shutdown gives up sweeping after this long (and removes the directory).
 pub const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
 
@@ -53,6 +63,7 @@ enum State {
 struct Waiting {
     cell: CellLayout,
     cursor: u64,
+    since: Timestamp,
     deadline: Timestamp,
     acceptance: Option<Acceptance>,
     news_at: Option<Timestamp>,
@@ -220,15 +231,43 @@ impl OpRun {
                 kernel,
                 submission,
                 wait_ms,
+                ack,
+                expect,
             } => {
+                if let Some(expect) = &expect {
+                    // The liveness check of a probe, before anything is
+                    // recorded: a submit to a daemon that is not the one
+                    // the client knows records nothing.
+                    let k = self.layout.kernel(&kernel);
+                    let status = probe(os, &k, Some(expect));
+                    if !matches!(status, ProbeStatus::Alive { .. }) {
+                        let recorded =
+                            read_json::<Submission>(os, &k.cell(submission.seq).submission())
+                                .ok()
+                                .flatten()
+                                .is_some_and(|s| s.request_id == submission.request_id);
+                        return self.reply(Reply::IdentityMismatch { status, recorded });
+                    }
+                }
                 let k = self.kernel_dir(os, &kernel)?;
                 let cell = k.cell(submission.seq);
                 let acceptance = submit(os, &k, &cell, &submission)?;
+                if acceptance == Acceptance::Accepted {
+                    os.wake(&k.wake());
+                }
+                for seq in ack {
+                    if seq != submission.seq {
+                        // Best effort: a journal left behind is removed by
+                        // gc or shutdown; the submission is recorded.
+                        let _ = ack_cell(os, &k.cell(seq), seq);
+                    }
+                }
                 self.wait_step(
                     os,
                     Waiting {
                         cell,
                         cursor: 0,
+                        since: now,
                         deadline: now + Duration::from_millis(wait_ms),
                         acceptance: Some(acceptance),
                         news_at: None,
@@ -267,6 +306,7 @@ impl OpRun {
                     Waiting {
                         cell,
                         cursor,
+                        since: now,
                         deadline: now + Duration::from_millis(wait_ms),
                         acceptance: None,
                         news_at: None,
@@ -277,6 +317,9 @@ impl OpRun {
             Op::Cancel { kernel, seq } => {
                 let k = self.kernel_dir(os, &kernel)?;
                 let state = cancel(os, &k.cell(seq))?;
+                if state != CancelState::AlreadyDone {
+                    os.wake(&k.wake());
+                }
                 self.reply(Reply::Cancelled { state })
             }
             Op::Shutdown { kernel } => {
@@ -300,18 +343,7 @@ impl OpRun {
             }
             Op::Ack { kernel, seq } => {
                 let cell = self.layout.kernel(&kernel).cell(seq);
-                if os.exists(cell.dir()) {
-                    let read = read_journal(os, &cell.journal())
-                        .map_err(|e| io("reading the journal", e))?;
-                    if !journal::is_done(&read) {
-                        return Err(err(
-                            ErrorKind::BadRequest,
-                            format!("cell {seq} is not done yet; wait for it or cancel it first"),
-                        ));
-                    }
-                    os.remove_all(cell.dir())
-                        .map_err(|e| io("removing the cell", e))?;
-                }
+                ack_cell(os, &cell, seq)?;
                 self.reply(Reply::Acked)
             }
         }
@@ -343,7 +375,15 @@ impl OpRun {
                 None => self.reply(Reply::Waited { batch }),
             };
         }
-        let mut wake = (now + POLL_INTERVAL).min(w.deadline);
+        let age = now.saturating_since(w.since);
+        let interval = if age < YOUNG {
+            POLL_INTERVAL_YOUNG
+        } else if age < SLOW_AFTER {
+            POLL_INTERVAL
+        } else {
+            POLL_INTERVAL_SLOW
+        };
+        let mut wake = (now + interval).min(w.deadline);
         if let Some(t) = w.news_at {
             wake = wake.min(t + LINGER);
         }
@@ -531,6 +571,23 @@ fn submit(
         }
         Err(e) => Err(io("writing the submission", e)),
     }
+}
+
+/// Deletes a cell whose journal the client has whole; idempotent (a cell
+/// already gone is fine), refused while the journal is not done.
+fn ack_cell(os: &mut dyn Os, cell: &CellLayout, seq: CellSeq) -> Result<(), AgentError> {
+    if !os.exists(cell.dir()) {
+        return Ok(());
+    }
+    let read = read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;
+    if !journal::is_done(&read) {
+        return Err(err(
+            ErrorKind::BadRequest,
+            format!("cell {seq} is not done yet; wait for it or cancel it first"),
+        ));
+    }
+    os.remove_all(cell.dir())
+        .map_err(|e| io("removing the cell", e))
 }
 
 fn cancel(os: &mut dyn Os, cell: &CellLayout) -> Result<CancelState, AgentError> {

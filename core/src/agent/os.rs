@@ -131,4 +131,12 @@ pub trait Os {
     fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError>;
     /// True when `program` can be found on PATH (e.g. `python3`).
     fn has_program(&self, program: &str) -> bool;
+    /// Nudges whoever sleeps on the wake channel at `path` (the kernel
+    /// daemon, see [`super::layout::KernelLayout::wake`]) so that it looks
+    /// at its cells now rather than at its next tick. Best effort: nobody
+    /// listening is fine. The default does nothing (the daemon still
+    /// notices at its next tick).
+    fn wake(&mut self, path: &str) {
+        let _ = path;
+    }
 }

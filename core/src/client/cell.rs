@@ -166,10 +166,13 @@ impl Client {
         match task {
             Task::Submit(_) => {
                 let cell = self.cell(key).filter(|c| !c.resolved)?;
+                let k = self.kernels.get(&kernel)?;
                 Some(Op::Submit {
-                    kernel,
                     submission: cell.submission(),
                     wait_ms: self.config.wait_ms,
+                    ack: k.acked.iter().copied().collect(),
+                    expect: k.identity.clone(),
+                    kernel,
                 })
             }
             Task::Wait(_) => {
@@ -293,10 +296,53 @@ impl Client {
         self.finish_cell(key, outcome);
     }
 
-    /// Resolves a cell the agent knows about and acknowledges its journal.
+    /// Resolves a cell the agent knows about; its acknowledgement (kept in
+    /// the record that the resolution persists) rides on the kernel's next
+    /// submit, or goes on its own after `ack_delay` without one.
     fn finish_cell(&mut self, key: &CellKey, outcome: CellOutcome) {
+        let at = self.now + self.config.ack_delay;
+        if let Some(k) = self.kernels.get_mut(&key.kernel) {
+            k.acked.insert(key.seq);
+            self.timers.set(Timer::FlushAcks(key.kernel.clone()), at);
+        }
         self.resolve(key, outcome, false);
-        self.start(Task::Ack(key.clone()));
+    }
+
+    /// The kernel's acknowledgements waited `ack_delay` for a submit: send
+    /// them on their own once the kernel is ready and idle.
+    pub(crate) fn flush_acks(&mut self, name: &KernelName) {
+        let at = self.now + self.config.ack_delay;
+        let Some(k) = self.kernels.get(name) else {
+            return;
+        };
+        if k.acked.is_empty() || k.phase != super::kernel::Phase::Ready {
+            // Nothing to send, or the next submit carries them.
+            return;
+        }
+        if k.busy() {
+            self.timers.set(Timer::FlushAcks(name.clone()), at);
+            return;
+        }
+        let keys: Vec<CellKey> = k
+            .acked
+            .iter()
+            .map(|seq| CellKey {
+                kernel: name.clone(),
+                seq: *seq,
+            })
+            .collect();
+        for key in keys {
+            self.start(Task::Ack(key));
+        }
+    }
+
+    /// The agent confirmed that these cells' journals are gone.
+    pub(crate) fn acks_done(&mut self, name: &KernelName, seqs: &[CellSeq]) {
+        if let Some(k) = self.kernels.get_mut(name) {
+            for seq in seqs {
+                k.acked.remove(seq);
+            }
+        }
     }
 
     /// Cancelled, or timed out when the client's timeout asked for it.

@@ -33,12 +33,16 @@ pub struct Config {
     pub daemon_idle_timeout: Duration,
     /// Grace between TERM and KILL when the agent cancels a cell.
     pub grace: Duration,
+    /// A resolved cell's acknowledgement rides on the kernel's next submit;
+    /// when no submit comes for this long, it is sent as an ack of its own.
+    pub ack_delay: Duration,
 }
 
 impl Config {
     /// The defaults: 10 s long-poll, 10 s slack, 6 attempts, backoff
     /// 200 ms → 5 s, unreachable after 60 s, kernels reaped after 30 min idle
-    /// or beyond 16, daemons exit after 1 h idle, 2 s grace.
+    /// or beyond 16, daemons exit after 1 h idle, 2 s grace, acks that find
+    /// no submit to ride on sent after 2 s.
     pub fn new(location: AgentLocation, agent_size: u64) -> Config {
         Config {
             location,
@@ -53,6 +57,7 @@ impl Config {
             max_kernels: 16,
             daemon_idle_timeout: Duration::from_secs(60 * 60),
             grace: Duration::from_secs(2),
+            ack_delay: Duration::from_secs(2),
         }
     }
 

@@ -42,6 +42,10 @@ impl Client {
         let Some(state) = self.tasks.get_mut(task) else {
             return;
         };
+        if let Op::Submit { ack, expect, .. } = &op {
+            state.acks.clone_from(ack);
+            state.expect.clone_from(expect);
+        }
         state.attempts += 1;
         state.exec = Some(id);
         state.after_install = false;
@@ -100,8 +104,9 @@ impl Client {
         match parse_reply(id.0, task.op_kind(), &out) {
             Ok(reply) => {
                 self.reached(&task);
+                let sent = self.tasks.get(&task).cloned().unwrap_or_default();
                 self.drop_task(&task);
-                self.on_reply(task, reply);
+                self.on_reply(task, reply, sent);
             }
             Err(ReplyError::AgentMissing { stderr }) if task != Task::Install => {
                 self.reached(&task);
@@ -207,7 +212,7 @@ impl Client {
         self.drop_task(&task);
         match &task {
             Task::Install => self.after_install(Err((false, format!("installing the agent failed: {why}")))),
-            Task::Ack(c) => self.note(Some(c.kernel.clone()), format!("could not acknowledge cell {c} ({why}); the agent's gc will remove its journal")),
+            Task::Ack(c) => self.note(Some(c.kernel.clone()), format!("could not acknowledge cell {c} ({why}); the kernel's next submit carries the acknowledgement")),
             Task::Shutdown(k) => {
                 let k = k.clone();
                 self.note(Some(k.clone()), format!("could not shut kernel {k} down ({why}); its daemon exits by itself when idle"));
@@ -243,6 +248,9 @@ impl Client {
                 self.resolve(&c, crate::protocol::CellOutcome::Unknown { reason }, false);
             }
             Task::Cancel(c) | Task::Ack(c) => {
+                if let Task::Ack(c) = &task {
+                    self.acks_done(&c.kernel, &[c.seq]);
+                }
                 self.note(Some(c.kernel.clone()), format!("{task:?} refused: {why}"));
             }
             Task::Shutdown(k) => {
@@ -287,6 +295,9 @@ impl Client {
             | (Task::Shutdown(_), E::KernelDead | E::NoSuchKernel) => {
                 // Nothing left to stop or remove.
                 self.drop_task(&task);
+                if let Task::Ack(c) = &task {
+                    self.acks_done(&c.kernel, &[c.seq]);
+                }
                 if let Task::Shutdown(k) = &task {
                     let k = k.clone();
                     self.remove_kernel(&k);
@@ -296,8 +307,9 @@ impl Client {
         }
     }
 
-    /// A reply the agent gave for `task` (already finished).
-    fn on_reply(&mut self, task: Task, reply: Reply) {
+    /// A reply the agent gave for `task` (already finished; `sent` is the
+    /// state of its last send).
+    fn on_reply(&mut self, task: Task, reply: Reply, sent: TaskState) {
         match (task, reply) {
             (Task::Install, Reply::Installed { path }) => {
                 self.note(None, format!("installed the agent at {path}"));
@@ -306,7 +318,16 @@ impl Client {
             (Task::Probe(k), Reply::Probed { status }) => self.on_probed(&k, status),
             (Task::Spawn(k), Reply::Spawned { identity, fresh }) => self.ready(&k, identity, fresh),
             (Task::Submit(c), Reply::Submitted { acceptance, batch }) => {
+                // The agent deleted the journals this submit acknowledged.
+                self.acks_done(&c.kernel, &sent.acks);
                 self.on_submitted(&c, acceptance, batch)
+            }
+            (Task::Submit(c), Reply::IdentityMismatch { status, recorded }) => {
+                self.on_mismatch(&c, status, recorded, sent.expect)
+            }
+            (Task::Ack(c), Reply::Acked) => {
+                self.acks_done(&c.kernel, &[c.seq]);
+                self.persist(&c.kernel);
             }
             (Task::Wait(c), Reply::Waited { batch }) => self.on_batch(&c, batch, false),
             (Task::Shutdown(k), Reply::ShutDown { .. })

@@ -15,7 +15,7 @@ use super::Client;
 use crate::ids::{CellSeq, KernelName};
 use crate::protocol::{CellOutcome, Identity, Lang, Op, ProbeStatus};
 use crate::time::Timestamp;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a kernel stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +46,8 @@ pub(crate) struct Kernel {
     pub(crate) phase: Phase,
     pub(crate) next_seq: u64,
     pub(crate) cells: BTreeMap<CellSeq, Cell>,
+    /// Resolved cells whose acknowledgement the agent has not confirmed.
+    pub(crate) acked: BTreeSet<CellSeq>,
     /// Last command or activity (for the reaper).
     pub(crate) last_used: Timestamp,
     /// Last successful exec, or the start of the current activity.
@@ -66,6 +68,7 @@ impl Kernel {
             phase: Phase::Probing,
             next_seq: 1,
             cells: BTreeMap::new(),
+            acked: BTreeSet::new(),
             last_used: now,
             last_contact: now,
             last_error: None,
@@ -91,6 +94,7 @@ impl Kernel {
             identity: self.identity.clone(),
             next_seq: self.next_seq,
             cells: self.cells.values().map(|c| c.rec.clone()).collect(),
+            acked: self.acked.iter().copied().collect(),
         }
     }
 
@@ -127,6 +131,64 @@ impl Client {
         };
         self.start(task);
         self.arm_give_up(name);
+    }
+
+    /// Takes a recorded daemon as running without asking: its cells are
+    /// submitted with the identity as `expect`, so the submit itself is the
+    /// liveness check (a daemon that is gone answers
+    /// [`crate::protocol::Reply::IdentityMismatch`] and nothing is
+    /// recorded). Only for a kernel none of whose cells was submitted: one
+    /// that has cells in flight is probed first ([`Client::connect`]).
+    pub(crate) fn assume_ready(&mut self, name: &KernelName) {
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        k.phase = Phase::Ready;
+        let keys = k.keys();
+        for key in keys {
+            self.drive_cell(&key);
+        }
+        self.arm_give_up(name);
+    }
+
+    /// A submit that expected `sent` found another daemon (or none):
+    /// `status` is the probe's verdict. Unless an earlier send had recorded
+    /// it, the cell was not recorded, so it goes to the next daemon.
+    pub(crate) fn on_mismatch(
+        &mut self,
+        key: &CellKey,
+        status: ProbeStatus,
+        recorded: bool,
+        sent: Option<Identity>,
+    ) {
+        if !recorded {
+            let mut cancelled = false;
+            if let Some(cell) = self.cell_mut(key) {
+                cell.rec.submitted = false;
+                cell.accepted = false;
+                cancelled = cell.rec.cancel_requested;
+            }
+            if cancelled {
+                // Never recorded and cancelled: it never runs anywhere.
+                let outcome = self.cancelled_outcome(key);
+                self.resolve(key, outcome, false);
+            }
+        }
+        let name = &key.kernel;
+        let Some(k) = self.kernels.get(name) else {
+            return;
+        };
+        let ready = k.phase == Phase::Ready;
+        if ready && sent.is_some() && k.identity == sent {
+            self.on_probed(name, status);
+        } else {
+            // An earlier verdict already moved the kernel on: the cell
+            // waits for (or goes to) the daemon the kernel has now.
+            self.persist(name);
+            if ready {
+                self.drive_cell(key);
+            }
+        }
     }
 
     /// The op that carries a kernel task.

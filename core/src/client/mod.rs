@@ -54,7 +54,11 @@ use timer::{Timer, TimerTable};
 ///
 /// 1. [`Client::poll_effect`] until `None`, carrying each out in order. An
 ///    [`Effect::Persist`] must be durable before any later effect is carried
-///    out (a record always precedes the submit it describes). An
+///    out (a record always precedes the submit it describes), and the
+///    events queued so far must be delivered (step 2) before it is made
+///    durable: a persisted cursor then never covers output the frontend has
+///    not been handed (a crash between the two repeats output on resume,
+///    it never loses any). An
 ///    [`Effect::Exec`] is started (not awaited) and its result, or a
 ///    [`TransportError`] at its deadline, goes to [`Client::handle_exec`].
 /// 2. [`Client::poll_event`] until `None`, for the frontend.
@@ -78,7 +82,13 @@ use timer::{Timer, TimerTable};
 ///   [`Event::Note`]).
 /// - Output is delivered in journal order exactly once per client.
 /// - [`Event::StateLost`] only follows a probe that said dead or replaced
-///   (or found no trace of a daemon it was told to expect).
+///   (or found no trace of a daemon it was told to expect), or the same
+///   verdict from a submit that carried the expected identity
+///   ([`crate::protocol::Reply::IdentityMismatch`]).
+/// - A warm cell costs one exec: its submit carries the daemon's expected
+///   identity (no probe first) and the acknowledgements of the cells
+///   resolved before it (no ack exec after); acknowledgements that find no
+///   submit within [`Config::ack_delay`] are sent on their own.
 /// - A sandbox that does not answer for [`Config::unreachable_after`] makes
 ///   the kernel's cells `unknown` and keeps their record; it never causes a
 ///   respawn.
@@ -233,6 +243,7 @@ impl Client {
         }
         let mut k = Kernel::new(name.clone(), record.lang, self.now);
         k.identity = record.identity;
+        k.acked = record.acked.into_iter().collect();
         let max_seq = record.cells.iter().map(|c| c.seq.0).max().unwrap_or(0);
         let retired = self.retired.get(&name).copied().unwrap_or(1);
         k.next_seq = record.next_seq.max(max_seq + 1).max(retired);
@@ -256,11 +267,18 @@ impl Client {
                 seq: c.rec.seq,
             })
             .collect();
+        // A daemon with cells in flight is probed before they are waited
+        // for; otherwise the next submit checks it (it carries the identity).
+        let probe = k.identity.is_none() || k.cells.values().any(|c| c.rec.submitted);
         self.kernels.insert(name.clone(), k);
         for key in never_sent {
             self.request_cancel(&key);
         }
-        self.connect(&name);
+        if probe {
+            self.connect(&name);
+        } else {
+            self.assume_ready(&name);
+        }
         self.arm_reap();
     }
 
@@ -316,6 +334,7 @@ impl Client {
                 Timer::CellTimeout(key) => self.on_cell_timeout(&key),
                 Timer::GiveUp(name) => self.on_give_up_timer(&name),
                 Timer::Reap => self.reap(),
+                Timer::FlushAcks(name) => self.flush_acks(&name),
             }
         }
         self.arm_reap();

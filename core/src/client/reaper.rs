@@ -101,8 +101,11 @@ impl Client {
         if let Some(k) = self.kernels.get_mut(name) {
             k.phase = Phase::ShuttingDown;
             k.cells.clear();
+            // The shutdown removes every journal.
+            k.acked.clear();
         }
         self.timers.stop(&Timer::GiveUp(name.clone()));
+        self.timers.stop(&Timer::FlushAcks(name.clone()));
         self.effects.push_back(super::Effect::Forget(name.clone()));
         self.start(Task::Shutdown(name.clone()));
     }
@@ -114,7 +117,7 @@ impl Client {
             self.retired.insert(name.clone(), k.next_seq);
         }
         self.timers.retain(|t| match t {
-            Timer::GiveUp(k) => k != name,
+            Timer::GiveUp(k) | Timer::FlushAcks(k) => k != name,
             Timer::CellTimeout(c) => &c.kernel != name,
             _ => true,
         });

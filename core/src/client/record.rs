@@ -7,7 +7,8 @@ use crate::protocol::{Identity, Lang};
 use serde::{Deserialize, Serialize};
 
 /// A kernel as persisted: written (via [`super::Effect::Persist`]) before
-/// the first submit of each cell and whenever a cell's cursor moves.
+/// the first submit of each cell, whenever a cell's cursor moves and when
+/// a cell resolves.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelRecord {
     /// The kernel.
@@ -20,6 +21,11 @@ pub struct KernelRecord {
     pub next_seq: u64,
     /// Cells not yet acknowledged: unresolved, or resolved as `unknown`.
     pub cells: Vec<CellRecord>,
+    /// Cells whose whole journal the client has delivered but whose
+    /// acknowledgement the agent has not confirmed yet: the next submit
+    /// carries them (or, when the kernel stays idle, acks of their own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acked: Vec<CellSeq>,
 }
 
 /// One unacknowledged cell as persisted.

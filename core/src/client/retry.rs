@@ -73,6 +73,10 @@ pub(crate) struct TaskState {
     pub(crate) exec: Option<ExecId>,
     /// Parked until the agent is installed.
     pub(crate) after_install: bool,
+    /// A submit's last send: the acknowledgements it carried.
+    pub(crate) acks: Vec<crate::ids::CellSeq>,
+    /// A submit's last send: the daemon it expected.
+    pub(crate) expect: Option<crate::protocol::Identity>,
 }
 
 /// The delay before attempt `attempts + 1`: `base · 2^(attempts-1)`, capped.

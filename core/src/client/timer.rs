@@ -21,6 +21,9 @@ pub(crate) enum Timer {
     GiveUp(KernelName),
     /// Look for idle kernels and kernels beyond the cap.
     Reap,
+    /// The kernel's acknowledgements found no submit to ride on for
+    /// `ack_delay`: send them as acks of their own.
+    FlushAcks(KernelName),
 }
 
 /// Deadlines by timer.

@@ -87,6 +87,13 @@ pub enum Op {
         grace_ms: u64,
     },
     /// Record a cell (O_EXCL by sequence) and wait for its journal.
+    ///
+    /// With `expect`, the agent first checks the daemon exactly as
+    /// [`Op::Probe`] does; if it is not that daemon, nothing is recorded
+    /// and the reply is [`super::Reply::IdentityMismatch`] with the verdict.
+    /// Once the submission is recorded, the journals of the `ack` cells are
+    /// deleted (as [`Op::Ack`] does, idempotently; a cell whose journal is
+    /// not done is left alone).
     Submit {
         /// The kernel.
         kernel: KernelName,
@@ -94,6 +101,12 @@ pub enum Op {
         submission: Submission,
         /// Long-poll bound: how long to wait for the journal before replying.
         wait_ms: u64,
+        /// Cells whose whole journal the client has: they may go.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ack: Vec<CellSeq>,
+        /// The daemon the client believes runs the kernel.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<Identity>,
     },
     /// Long-poll a cell's journal from a cursor.
     Wait {

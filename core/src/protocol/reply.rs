@@ -154,6 +154,17 @@ pub enum Reply {
     },
     /// The journal is deleted.
     Acked,
+    /// A submit's `expect` did not match the kernel's daemon: nothing was
+    /// recorded by this submit. `status` is what a probe with the same
+    /// expectation says (dead, replaced, or dead because the kernel's
+    /// directory is gone).
+    IdentityMismatch {
+        /// The probe's verdict.
+        status: ProbeStatus,
+        /// The cell's sequence number already holds this very request (an
+        /// earlier send recorded it in the daemon that is now gone).
+        recorded: bool,
+    },
 }
 
 /// The kind of failure the agent reports.
@@ -227,6 +238,7 @@ impl Reply {
                 | (Reply::ShutDown { .. }, K::Shutdown)
                 | (Reply::Collected { .. }, K::Gc)
                 | (Reply::Acked, K::Ack)
+                | (Reply::IdentityMismatch { .. }, K::Submit)
         )
     }
 }

@@ -16,11 +16,11 @@ use tether_core::bytes::Bytes;
 use tether_core::client::{
     CellKey, Client, Config, Effect, Event, KernelRecord, TransportError, TransportErrorKind,
 };
-use tether_core::ids::{ExecId, KernelName};
+use tether_core::ids::{CellSeq, ExecId, KernelName};
 use tether_core::protocol::{
     Acceptance, AgentError, AgentLocation, CancelState, CellOutcome, EntryKind, ErrorKind,
     ExecOutput, Identity, JournalBatch, JournalEntry, Op, ProbeStatus, Reply, ReplyEnvelope,
-    Stream,
+    Stream, Submission,
 };
 use tether_core::time::Timestamp;
 
@@ -188,6 +188,76 @@ impl FakeAgent {
         }
     }
 
+    fn probe(&self, kernel: &KernelName, expect: Option<&Identity>) -> ProbeStatus {
+        let Some(k) = self.kernels.get(kernel) else {
+            return ProbeStatus::Absent;
+        };
+        match (&k.daemon, expect) {
+            (None, _) => ProbeStatus::Dead {
+                evidence: "no daemon process".into(),
+            },
+            (Some(d), Some(e)) if d == e => ProbeStatus::Alive {
+                identity: d.clone(),
+            },
+            (Some(d), Some(e)) => ProbeStatus::Replaced {
+                evidence: format!(
+                    "pid {} is held by another process (starttime {} / boot {} / nonce {}, expected {} / {} / {})",
+                    d.pid, d.starttime, d.boot_id, d.nonce, e.starttime, e.boot_id, e.nonce
+                ),
+            },
+            (Some(d), None) => ProbeStatus::Alive {
+                identity: d.clone(),
+            },
+        }
+    }
+
+    fn submit(
+        &mut self,
+        kernel: &KernelName,
+        submission: &Submission,
+    ) -> Result<Reply, AgentError> {
+        let Some(k) = self.kernels.get_mut(kernel) else {
+            return err(ErrorKind::NoSuchKernel, "no such kernel");
+        };
+        let seq = submission.seq.0;
+        if let Some(c) = k.cells.get(&seq) {
+            if c.request_id != submission.request_id.0 {
+                return err(ErrorKind::Conflict, "sequence held by another request");
+            }
+            return Ok(Reply::Submitted {
+                acceptance: Acceptance::AlreadyAccepted,
+                batch: c.after(0),
+            });
+        }
+        if k.daemon.is_none() {
+            return err(ErrorKind::KernelDead, "the kernel's daemon is not running");
+        }
+        let mut cell = FakeCell {
+            request_id: submission.request_id.0.clone(),
+            steps: String::from_utf8_lossy(submission.code.as_slice())
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+            pc: 0,
+            journal: Vec::new(),
+            done: false,
+        };
+        cell.push(EntryKind::Accepted {
+            request_id: submission.request_id.clone(),
+        });
+        let acceptance = if k.tombstones.contains(&seq) {
+            cell.finish(CellOutcome::Cancelled);
+            Acceptance::CancelledBeforeStart
+        } else {
+            *self.runs.entry(cell.request_id.clone()).or_default() += 1;
+            cell.run();
+            Acceptance::Accepted
+        };
+        let batch = cell.after(0);
+        k.cells.insert(seq, cell);
+        Ok(Reply::Submitted { acceptance, batch })
+    }
+
     fn answer(&mut self, op: &Op) -> Result<Reply, AgentError> {
         match op {
             Op::Install { .. } => {
@@ -199,31 +269,9 @@ impl FakeAgent {
                     path: "/tmp/tether/bin/tether-agent-abababababababab".into(),
                 })
             }
-            Op::Probe { kernel, expect } => {
-                let Some(k) = self.kernels.get(kernel) else {
-                    return Ok(Reply::Probed {
-                        status: ProbeStatus::Absent,
-                    });
-                };
-                let status = match (&k.daemon, expect) {
-                    (None, _) => ProbeStatus::Dead {
-                        evidence: "no daemon process".into(),
-                    },
-                    (Some(d), Some(e)) if d == e => ProbeStatus::Alive {
-                        identity: d.clone(),
-                    },
-                    (Some(d), Some(e)) => ProbeStatus::Replaced {
-                        evidence: format!(
-                            "pid {} is held by another process (starttime {} / boot {} / nonce {}, expected {} / {} / {})",
-                            d.pid, d.starttime, d.boot_id, d.nonce, e.starttime, e.boot_id, e.nonce
-                        ),
-                    },
-                    (Some(d), None) => ProbeStatus::Alive {
-                        identity: d.clone(),
-                    },
-                };
-                Ok(Reply::Probed { status })
-            }
+            Op::Probe { kernel, expect } => Ok(Reply::Probed {
+                status: self.probe(kernel, expect.as_ref()),
+            }),
             Op::Spawn { kernel, nonce, .. } => {
                 let k = self.kernels.entry(kernel.clone()).or_default();
                 if let Some(d) = &k.daemon {
@@ -248,48 +296,35 @@ impl FakeAgent {
                 })
             }
             Op::Submit {
-                kernel, submission, ..
+                kernel,
+                submission,
+                ack,
+                expect,
+                ..
             } => {
-                let Some(k) = self.kernels.get_mut(kernel) else {
-                    return err(ErrorKind::NoSuchKernel, "no such kernel");
-                };
-                let seq = submission.seq.0;
-                if let Some(c) = k.cells.get(&seq) {
-                    if c.request_id != submission.request_id.0 {
-                        return err(ErrorKind::Conflict, "sequence held by another request");
+                if let Some(e) = expect {
+                    let status = self.probe(kernel, Some(e));
+                    if !matches!(status, ProbeStatus::Alive { .. }) {
+                        let recorded = self
+                            .kernels
+                            .get(kernel)
+                            .and_then(|k| k.cells.get(&submission.seq.0))
+                            .is_some_and(|c| c.request_id == submission.request_id.0);
+                        return Ok(Reply::IdentityMismatch { status, recorded });
                     }
-                    return Ok(Reply::Submitted {
-                        acceptance: Acceptance::AlreadyAccepted,
-                        batch: c.after(0),
-                    });
                 }
-                if k.daemon.is_none() {
-                    return err(ErrorKind::KernelDead, "the kernel's daemon is not running");
+                let reply = self.submit(kernel, submission);
+                if reply.is_ok() {
+                    if let Some(k) = self.kernels.get_mut(kernel) {
+                        for seq in ack {
+                            if seq != &submission.seq && k.cells.get(&seq.0).is_some_and(|c| c.done)
+                            {
+                                k.cells.remove(&seq.0);
+                            }
+                        }
+                    }
                 }
-                let mut cell = FakeCell {
-                    request_id: submission.request_id.0.clone(),
-                    steps: String::from_utf8_lossy(submission.code.as_slice())
-                        .lines()
-                        .map(str::to_owned)
-                        .collect(),
-                    pc: 0,
-                    journal: Vec::new(),
-                    done: false,
-                };
-                cell.push(EntryKind::Accepted {
-                    request_id: submission.request_id.clone(),
-                });
-                let acceptance = if k.tombstones.contains(&seq) {
-                    cell.finish(CellOutcome::Cancelled);
-                    Acceptance::CancelledBeforeStart
-                } else {
-                    *self.runs.entry(cell.request_id.clone()).or_default() += 1;
-                    cell.run();
-                    Acceptance::Accepted
-                };
-                let batch = cell.after(0);
-                k.cells.insert(seq, cell);
-                Ok(Reply::Submitted { acceptance, batch })
+                reply
             }
             Op::Wait {
                 kernel,
@@ -348,6 +383,13 @@ impl FakeAgent {
         if let Some(k) = self.kernels.get_mut(kernel) {
             k.daemon = None;
         }
+    }
+
+    /// The agent still holds this cell's journal (not acknowledged yet).
+    pub fn has_cell(&self, kernel: &KernelName, seq: CellSeq) -> bool {
+        self.kernels
+            .get(kernel)
+            .is_some_and(|k| k.cells.contains_key(&seq.0))
     }
 
     /// The container restarts and another process takes the daemon's pid.
@@ -415,7 +457,7 @@ impl Harness {
         }
     }
 
-    fn line(&mut self, text: String) {
+    pub fn line(&mut self, text: String) {
         let _ = writeln!(self.trace, "{:>8} {text}", self.now.to_string());
     }
 
@@ -468,6 +510,9 @@ impl Harness {
                     }
                 }
                 Effect::Persist(record) => {
+                    // The driver's rule: the events queued so far are
+                    // delivered before a record is made durable.
+                    self.drain_events();
                     let cells: Vec<String> = record
                         .cells
                         .iter()
@@ -482,14 +527,20 @@ impl Harness {
                         })
                         .collect();
                     self.line(format!(
-                        "persist {} next={} identity={} cells=[{}]",
+                        "persist {} next={} identity={} cells=[{}] acked=[{}]",
                         record.kernel,
                         record.next_seq,
                         record
                             .identity
                             .as_ref()
                             .map_or("-".into(), |i| i.pid.to_string()),
-                        cells.join(", ")
+                        cells.join(", "),
+                        record
+                            .acked
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                     ));
                     self.records.insert(record.kernel.clone(), record.clone());
                 }
@@ -500,6 +551,10 @@ impl Harness {
             }
             self.effects.push(effect);
         }
+        self.drain_events();
+    }
+
+    fn drain_events(&mut self) {
         while let Some(event) = self.client.poll_event() {
             self.line(format!("event {}", describe_event(&event)));
             self.events.push(event);
@@ -625,10 +680,23 @@ pub fn describe(op: &Op) -> String {
             ..
         } => format!("spawn {kernel} {lang} nonce={nonce}"),
         Op::Submit {
-            kernel, submission, ..
+            kernel,
+            submission,
+            ack,
+            expect,
+            ..
         } => format!(
-            "submit {kernel}#{} rid={} code={:?}",
-            submission.seq, submission.request_id, submission.code
+            "submit {kernel}#{} rid={} code={:?} ack=[{}] expect={}",
+            submission.seq,
+            submission.request_id,
+            submission.code,
+            ack.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            expect
+                .as_ref()
+                .map_or("-".into(), |i| format!("pid {} nonce {}", i.pid, i.nonce))
         ),
         Op::Wait {
             kernel,
