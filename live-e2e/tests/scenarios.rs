@@ -328,3 +328,85 @@ async fn docker_restart_is_reported_as_state_lost_body() {
     assert!(lost, "no StateLost event: {:#?}", run.events);
     live.shutdown("k").await;
 }
+
+/// A sandbox that stops answering (a paused container: every exec is
+/// refused) gives `unknown` — never success, never a silent respawn, never
+/// "state lost" — and keeps the record; once it answers again the kernel
+/// is the same (state intact), and resuming the cell runs it at most once.
+#[tokio::test]
+async fn docker_unreachable_gives_unknown_and_keeps_the_kernel() {
+    bounded(
+        "docker_unreachable_gives_unknown_and_keeps_the_kernel",
+        docker_unreachable_gives_unknown_and_keeps_the_kernel_body(),
+    )
+    .await;
+}
+
+async fn docker_unreachable_gives_unknown_and_keeps_the_kernel_body() {
+    let Some((sandbox, mut live)) = open(
+        "docker",
+        "docker_unreachable_gives_unknown_and_keeps_the_kernel",
+    ) else {
+        return;
+    };
+    let Sandbox::Docker(c) = &sandbox else {
+        unreachable!()
+    };
+    live.prepare().await;
+    let run = live.run("k", Lang::Shell, "export KEEP=kept").await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{run:?}");
+    let docker = |verb: &str| {
+        let ok = std::process::Command::new("docker")
+            .args([verb, &c.name])
+            .output()
+            .expect("docker")
+            .status
+            .success();
+        assert!(ok, "docker {verb}");
+    };
+    docker("pause");
+    let code = shell(
+        vec![
+            Step::WriteSideEffect {
+                name: "paused".into(),
+            },
+            print("ran\n"),
+        ],
+        &live,
+    );
+    let run = live.run("k", Lang::Shell, &code).await;
+    docker("unpause");
+    let CellOutcome::Unknown { reason } = &run.outcome else {
+        panic!("a paused sandbox must give unknown, got {run:?}")
+    };
+    assert!(reason.contains("paused"), "{reason}");
+    assert!(
+        !run.events
+            .iter()
+            .any(|e| matches!(e, Event::StateLost { .. })),
+        "unreachable is not evidence of a lost kernel: {:#?}",
+        run.events
+    );
+    // A new client resumes the cell. Its submit never reached the
+    // sandbox; whatever the client concludes, the cell runs at most once
+    // and success is claimed only with its output.
+    live.new_client();
+    let run = live.resume("k").await;
+    let runs = live.side_effect_count("paused").await;
+    match &run.outcome {
+        CellOutcome::Ok => {
+            assert_eq!(run.out(), "ran\n");
+            assert_eq!(runs, 1, "ran exactly once");
+        }
+        CellOutcome::Unknown { .. } | CellOutcome::Error { .. } => {
+            assert_eq!(
+                runs, 0,
+                "not reported as run, so it must not have run: {run:?}"
+            );
+        }
+        other => panic!("resume gave {other:?}"),
+    }
+    let run = live.run("k", Lang::Shell, "echo $KEEP").await;
+    assert_eq!(run.out(), "kept\n", "the same kernel, state intact");
+    live.shutdown("k").await;
+}
