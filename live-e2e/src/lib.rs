@@ -12,6 +12,7 @@
 //!   (built by `scripts/docker-image`), removed when dropped;
 //! - [`sshd`]: a private sshd on a free loopback port with a temporary host
 //!   key and authorized key (no system configuration touched);
+//! - [`modal_box`]: a throwaway Modal sandbox (only with credentials);
 //! - [`harness`]: a [`harness::Live`] kernel session over one backend — run
 //!   cells, cancel, drop the client mid-cell, resume, observe;
 //! - [`procs`]: `ps` output as rows.
@@ -19,5 +20,6 @@
 pub mod backends;
 pub mod container;
 pub mod harness;
+pub mod modal_box;
 pub mod procs;
 pub mod sshd;

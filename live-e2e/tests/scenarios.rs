@@ -8,6 +8,7 @@ use tether_core::protocol::{CellOutcome, Lang, Stream};
 use tether_live::backends::{self, skip};
 use tether_live::container::Container;
 use tether_live::harness::{unique, Live};
+use tether_live::modal_box::ModalBox;
 use tether_live::sshd::Sshd;
 use tether_scenarios::{render_shell, Step, Workload};
 
@@ -17,6 +18,7 @@ enum Sandbox {
     Local(tempfile::TempDir),
     Docker(Container),
     Ssh(Sshd, tempfile::TempDir),
+    Modal(ModalBox),
 }
 
 fn host_root() -> tempfile::TempDir {
@@ -53,6 +55,15 @@ fn open(backend: &str, test: &str) -> Option<(Sandbox, Live)> {
             let dir = host_root();
             let live = Live::new(&sshd.spec(), &dir.path().display().to_string());
             Some((Sandbox::Ssh(sshd, dir), live))
+        }
+        "modal" => {
+            if let Err(why) = backends::modal() {
+                skip(test, &why);
+                return None;
+            }
+            let sb = ModalBox::create();
+            let live = Live::new(&sb.spec(), "/tmp/tether-live");
+            Some((Sandbox::Modal(sb), live))
         }
         other => panic!("no backend {other}"),
     }
@@ -231,6 +242,8 @@ on_backends! {
     local_output_survives_a_client_crash: output_survives_a_client_crash on "local";
     docker_output_survives_a_client_crash: output_survives_a_client_crash on "docker";
     ssh_output_survives_a_client_crash: output_survives_a_client_crash on "ssh";
+    modal_state_persists: state_persists_across_cells on "modal";
+    modal_cancel_leaves_zero_survivors: cancel_leaves_zero_survivors on "modal";
 }
 
 /// A sandbox that is not x86_64 gets a clear error, not a crash loop.
