@@ -7,6 +7,7 @@ use tether::backend::BackendSpec;
 use tether::transport::{ExecOutput, ExecRequest, Transport, TransportError, TransportErrorKind};
 use tether_live::backends::{self, skip};
 use tether_live::container::Container;
+use tether_live::modal_box::ModalBox;
 use tether_live::sshd::Sshd;
 
 fn transport(spec: &str) -> Arc<dyn Transport> {
@@ -218,33 +219,12 @@ async fn modal_exec_round_trips_bytes() {
         skip(test, &why);
         return;
     }
-    let python = std::env::var("TETHER_MODAL_PYTHON").unwrap_or_else(|_| "python3".into());
-    let created = std::process::Command::new(&python)
-        .args([
-            "-c",
-            "import modal\n\
-             app = modal.App.lookup('tether-live', create_if_missing=True)\n\
-             sb = modal.Sandbox.create(app=app, image=modal.Image.debian_slim(), timeout=600)\n\
-             print(sb.object_id)",
-        ])
-        .output()
-        .expect("run python3 for modal");
-    assert!(
-        created.status.success(),
-        "cannot create a Modal sandbox: {}",
-        String::from_utf8_lossy(&created.stderr)
-    );
-    let id = String::from_utf8_lossy(&created.stdout).trim().to_owned();
-    let t = transport(&format!("modal:{id}?python={python}"));
+    let sb = ModalBox::create();
+    let t = transport(&sb.spec());
     let data = all_bytes();
     let out = exec(&t, &["cat"], &data).await;
     let status = exec(&t, &["sh", "-c", "exit 255"], b"").await;
-    let _ = std::process::Command::new(&python)
-        .args([
-            "-c",
-            &format!("import modal\nmodal.Sandbox.from_id('{id}').terminate()"),
-        ])
-        .status();
+    drop(sb);
     assert!(
         out.unwrap().stdout == data,
         "cat over modal changed the bytes"
