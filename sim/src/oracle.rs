@@ -77,6 +77,9 @@ pub struct Observations {
     pub state_lost_reports: Vec<u64>,
     /// Times (virtual ms) a kernel daemon really died (killed, sandbox bounced).
     pub kernel_deaths: Vec<u64>,
+    /// The deaths of daemons a client had already heard of (their state
+    /// was relied on); a subset of `kernel_deaths`.
+    pub known_kernel_deaths: Vec<u64>,
     /// Unscripted cells (liveness) that ran more than once, and cells no
     /// script accounts for, by label, with how many times they ran.
     pub extra_executions: BTreeMap<String, u32>,
@@ -311,7 +314,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     // A death must be reported before a cell that was started after it
     // passes as ok (it ran on a fresh kernel, or on nothing).
     for cell in &obs.cells {
-        let died_before = obs.kernel_deaths.iter().any(|&d| d < cell.started_ms);
+        let died_before = obs.known_kernel_deaths.iter().any(|&d| d < cell.started_ms);
         let reported = |end: u64| {
             obs.state_lost_reports
                 .iter()
@@ -498,6 +501,7 @@ mod tests {
         o.cells[0].outcome = Some(CellOutcome::Cancelled);
         o.cells[0].truth.alive_at_end = vec![42];
         o.kernel_deaths.push(1);
+        o.known_kernel_deaths.push(1);
         o.state_lost_reports.push(5);
         let v = check(&o);
         assert_eq!(v.len(), 1, "{v:?}");

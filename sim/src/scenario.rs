@@ -356,9 +356,10 @@ pub fn all() -> Vec<Scenario> {
             script: vec![
                 Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
                 Action::Idle { ms: 2_000 },
-                // The client learns of the restart only when it sends this
-                // cell: it reports the loss and does not run the cell.
-                Action::Run(cell("after", vec![print("y\n")], Expect::Unknown)),
+                // The client learns of the restart when it sends this cell
+                // (submit carries the expected identity): it reports the
+                // loss, spawns a fresh kernel and runs the cell there.
+                Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
             ],
             fixed: fixed(vec![(1_000, FaultKind::BounceSandbox)]),
             space: space(network()),

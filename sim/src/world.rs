@@ -428,11 +428,12 @@ fn observe(
         // A death matters only if a client knew the daemon (it held state
         // the client relied on): a daemon spawned by a client that crashed
         // before hearing of it holds nothing.
-        kernel_deaths: kernel_deaths
-            .into_iter()
+        known_kernel_deaths: kernel_deaths
+            .iter()
             .filter(|(at, pid)| log.ready.iter().any(|(t, p)| p == pid && t <= at))
-            .map(|(at, _)| at)
+            .map(|(at, _)| *at)
             .collect(),
+        kernel_deaths: kernel_deaths.iter().map(|(at, _)| *at).collect(),
         extra_executions: sandbox.extra_executions(scenario),
         collateral: sandbox
             .collateral()
