@@ -45,6 +45,9 @@ enum Command {
         /// Explore a deliberately broken variant (test builds only).
         #[arg(long, default_value = "real")]
         variant: String,
+        /// At most this many drawn faults per run (default: each scenario's, 3).
+        #[arg(long)]
+        max_faults: Option<usize>,
     },
     /// Print the full trace of one run.
     Replay {
@@ -123,8 +126,14 @@ fn run(command: Command) -> Result<ExitCode, String> {
             check_determinism,
             json,
             variant,
+            max_faults,
         } => {
-            let scenarios = pick(scenario.as_deref())?;
+            let mut scenarios = pick(scenario.as_deref())?;
+            if let Some(n) = max_faults {
+                for s in &mut scenarios {
+                    s.space.max_faults = n;
+                }
+            }
             let variant = Variant::parse(&variant)?;
             let opts = Options {
                 first_seed: seed,
