@@ -158,13 +158,15 @@ fn run_cell(os: &mut LinuxOs, core: &mut ShimCore, launch: &CellLaunch) -> Resul
     Ok(())
 }
 
-/// Waits up to 20 ms for output, journals what is there.
+/// Waits up to 20 ms for output (not at all when every pipe is closed),
+/// journals what is there.
 fn read_ready(os: &mut LinuxOs, core: &mut ShimCore, pipes: &mut [Pipe], buf: &mut [u8]) {
     let open: Vec<usize> = (0..pipes.len())
         .filter(|&i| pipes[i].fd.is_some())
         .collect();
     if open.is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(1));
+        // Nothing to wait for here: the caller blocks in wait() while the
+        // main process runs, and stops once it has exited.
         return;
     }
     let ready: Vec<bool> = {

@@ -138,6 +138,35 @@ fn json_mode_prints_one_json_object_per_line() {
     assert_eq!(last["outcome"]["outcome"], "exit");
 }
 
+/// A warm `tether run` in a fresh process (the kernel is known from its
+/// record) costs exactly one exec: the submit checks the daemon and
+/// carries the previous cell's acknowledgement.
+#[test]
+fn a_warm_run_in_a_new_process_is_one_exec() {
+    let w = World::new();
+    assert_eq!(w.run("k", "echo first").status.code(), Some(0));
+    let cells = w.root.path().join("kernels/k/cells");
+    assert!(cells.join("1").exists(), "cell 1 waits for its ack");
+    for seq in 2..=3 {
+        let out = w.tether(&["--json", "run", "--kernel", "k", "true"]);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+        let last: serde_json::Value =
+            serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+        assert_eq!(last["event"], "exit", "{}", show(&out));
+        assert_eq!(
+            last["execs"],
+            serde_json::json!({ "submit": 1 }),
+            "{}",
+            show(&out)
+        );
+        assert!(
+            !cells.join((seq - 1).to_string()).exists(),
+            "the submit of cell {seq} acknowledged cell {}",
+            seq - 1
+        );
+    }
+}
+
 /// Ctrl-C cancels the cell, not the kernel: the cell's processes are gone,
 /// the kernel's state is still there.
 #[test]

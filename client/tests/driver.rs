@@ -32,7 +32,12 @@ impl RecordStore for LoggingStore {
     }
     fn save(&mut self, record: &KernelRecord) -> Result<(), RecordError> {
         let cells: Vec<u64> = record.cells.iter().map(|c| c.seq.0).collect();
-        self.log.lock().unwrap().push(format!("persist {cells:?}"));
+        let mut log = self.log.lock().unwrap();
+        log.push(format!("persist {cells:?}"));
+        for c in &record.cells {
+            log.push(format!("cursor {}", c.cursor));
+        }
+        drop(log);
         self.inner.save(record)
     }
     fn forget(&mut self, kernel: &KernelName) -> Result<(), RecordError> {
@@ -128,7 +133,7 @@ fn stdout_of(events: &[Event]) -> Vec<u8> {
 }
 
 #[test]
-fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_submit() {
+fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_exec() {
     let rig = Rig::new();
     let rt = rt();
     let mut driver = rig.driver(1);
@@ -155,24 +160,108 @@ fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_submit() {
         );
     }
 
-    let before = driver.stats().clone();
+    // Warm cells: one exec each, a submit that carries the expected
+    // daemon (no probe) and the previous cell's acknowledgement (no ack).
+    for _ in 0..3 {
+        let before = driver.stats().clone();
+        let (_, outcome) = rt
+            .block_on(driver.run_cell(
+                &kernel(),
+                Lang::Shell,
+                Bytes::from("true"),
+                None,
+                &mut |_| (),
+            ))
+            .unwrap();
+        assert_eq!(outcome, CellOutcome::Ok);
+        rt.block_on(driver.settle(&mut |_| ())).unwrap();
+        let after = driver.stats();
+        assert_eq!(after.total() - before.total(), 1, "{before:?} -> {after:?}");
+        assert_eq!(
+            after.execs[&OpKind::Submit] - before.execs[&OpKind::Submit],
+            1
+        );
+    }
+    let record = rig.store.load(&kernel()).unwrap().unwrap();
+    assert!(record.cells.is_empty());
+    assert_eq!(record.acked.len(), 1, "the last ack waits for a submit");
+
+    // A new driver (a new `tether run` process) with that record: still
+    // one exec for the cell.
+    drop(driver);
+    let mut driver = rig.driver(11);
+    rt.block_on(driver.resume(record, false, &mut |_| ()))
+        .unwrap();
+    let mut events = Vec::new();
     let (_, outcome) = rt
         .block_on(driver.run_cell(
             &kernel(),
             Lang::Shell,
-            Bytes::from("true"),
+            Bytes::from("echo warm"),
             None,
-            &mut |_| (),
+            &mut |e| events.push(e.clone()),
+        ))
+        .unwrap();
+    rt.block_on(driver.settle(&mut |_| ())).unwrap();
+    assert_eq!(outcome, CellOutcome::Ok);
+    assert_eq!(stdout_of(&events), b"warm\n");
+    assert_eq!(driver.stats().total(), 1, "{:?}", driver.stats());
+    assert_eq!(driver.stats().execs.get(&OpKind::Submit), Some(&1));
+    rt.block_on(driver.shutdown(&kernel(), &mut |_| ()))
+        .unwrap();
+}
+
+/// Every record the driver saves has a cursor that covers only output it
+/// has already handed to `on_event`: a crash right after a save never
+/// loses output for a plain `tether resume`.
+#[test]
+fn a_saved_cursor_never_covers_output_not_yet_delivered() {
+    let rig = Rig::new();
+    let rt = rt();
+    let mut driver = rig.driver(12);
+    let log = rig.log.clone();
+    let mut events = Vec::new();
+    let (_, outcome) = rt
+        .block_on(driver.run_cell(
+            &kernel(),
+            Lang::Shell,
+            Bytes::from("echo one; echo two >&2; sleep 0.2; echo three"),
+            None,
+            &mut |e| {
+                if let Event::Output { n, .. } = e {
+                    log.lock().unwrap().push(format!("output {n}"));
+                }
+                events.push(e.clone());
+            },
         ))
         .unwrap();
     assert_eq!(outcome, CellOutcome::Ok);
-    rt.block_on(driver.settle(&mut |_| ())).unwrap();
-    let after = driver.stats();
-    let submits = after.execs[&OpKind::Submit] - before.execs[&OpKind::Submit];
-    assert_eq!(submits, 1);
-    // Everything else is off the critical path (the ack after the result).
-    let others: u64 = after.total() - before.total() - submits;
-    assert!(others <= 1, "{:?} -> {:?}", before, after);
+    let log = rig.log.lock().unwrap();
+    let mut delivered: Vec<u64> = Vec::new();
+    let mut saved = 0;
+    for line in log.iter() {
+        if let Some(n) = line.strip_prefix("output ") {
+            delivered.push(n.parse().unwrap());
+        } else if let Some(c) = line.strip_prefix("cursor ") {
+            let cursor: u64 = c.parse().unwrap();
+            saved += 1;
+            let outputs_later: Vec<&String> = log
+                .iter()
+                .skip_while(|l| *l != line)
+                .filter(|l| {
+                    l.strip_prefix("output ")
+                        .is_some_and(|n| n.parse::<u64>().unwrap() <= cursor)
+                })
+                .collect();
+            assert!(
+                outputs_later.is_empty(),
+                "saved cursor {cursor} before delivering {outputs_later:?}: {log:?}"
+            );
+        }
+    }
+    assert!(saved > 0, "{log:?}");
+    assert_eq!(delivered.len(), 3, "{log:?}");
+    drop(log);
     rt.block_on(driver.shutdown(&kernel(), &mut |_| ()))
         .unwrap();
 }

@@ -8,6 +8,9 @@
 //! `end` file with the last status; the shim then puts the new state in
 //! place atomically ([`promote_state`]), only if `end` was reached.
 //!
+//! The saved directory is read back with bash's `read -d ''` (no fork),
+//! or `$(cat …)` under a plain POSIX shell; either keeps every byte.
+//!
 //! `exit N` in the code ends the shell before the save: the previous state
 //! is kept and the cell resolves as `exit N`. Nothing here uses a trap, so
 //! a cell that sets its own `EXIT` trap changes none of it (its trap runs
@@ -22,8 +25,12 @@ const SCRIPT: &str = r#"__tether_state=$1
 __tether_cell=$2
 set --
 if [ -f "$__tether_state/cwd" ]; then
-  __tether_dir=$(cat "$__tether_state/cwd"; printf x)
-  __tether_dir=${__tether_dir%x}
+  if [ -n "${BASH_VERSION-}" ]; then
+    IFS= read -r -d '' __tether_dir < "$__tether_state/cwd"
+  else
+    __tether_dir=$(cat "$__tether_state/cwd"; printf x)
+    __tether_dir=${__tether_dir%x}
+  fi
   cd -- "$__tether_dir" 2>/dev/null || cd
 fi
 unset __tether_dir
