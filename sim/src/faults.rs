@@ -109,6 +109,13 @@ pub enum FaultKind {
         /// Where.
         point: CancelPoint,
     },
+    /// The sandbox's clock jumps `ms` forward, as after a suspend: sleeps,
+    /// grace periods, timeouts and idle timers on the sandbox all see the
+    /// jump; the client's clock does not.
+    ClockJump {
+        /// How far.
+        ms: u64,
+    },
 }
 
 impl FaultKind {
@@ -125,6 +132,7 @@ impl FaultKind {
             FaultKind::BounceSandbox => Family::Bounce,
             FaultKind::CrashClient { .. } => Family::CrashClient,
             FaultKind::Cancel { .. } => Family::Cancel,
+            FaultKind::ClockJump { .. } => Family::ClockJump,
         }
     }
 
@@ -151,6 +159,7 @@ impl FaultKind {
             FaultKind::CrashClient { down_ms } => FaultKind::CrashClient {
                 down_ms: half(down_ms)?,
             },
+            FaultKind::ClockJump { ms } => FaultKind::ClockJump { ms: half(ms)? },
             _ => return None,
         })
     }
@@ -180,11 +189,13 @@ pub enum Family {
     CrashClient,
     /// [`FaultKind::Cancel`]
     Cancel,
+    /// [`FaultKind::ClockJump`]
+    ClockJump,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 10] = [
+    pub const ALL: [Family; 11] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -195,6 +206,7 @@ impl Family {
         Family::Bounce,
         Family::CrashClient,
         Family::Cancel,
+        Family::ClockJump,
     ];
 
     /// A random fault of this family.
@@ -228,6 +240,11 @@ impl Family {
             Family::Bounce => FaultKind::BounceSandbox,
             Family::CrashClient => FaultKind::CrashClient {
                 down_ms: rng.random_range(10..2_000),
+            },
+            Family::ClockJump => FaultKind::ClockJump {
+                ms: *[500u64, 5_000, 60_000, 3_700_000]
+                    .get(rng.random_range(0..4))
+                    .unwrap_or(&500),
             },
             Family::Cancel => {
                 const POINTS: [CancelPoint; 3] = [

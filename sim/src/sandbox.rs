@@ -55,6 +55,15 @@ pub struct Sandbox {
     collateral: Vec<String>,
     /// When processes of each cell (by seq) were spawned (virtual ms).
     pub cell_spawns: BTreeMap<u64, Vec<u64>>,
+    /// The cell (kernel name, seq) each cell process was born from.
+    cell_of: BTreeMap<Pid, (String, u64)>,
+    /// Cells (kernel name, seq) whose processes the agent signalled before
+    /// any shutdown.
+    pub signalled_cells: BTreeSet<(String, u64)>,
+    /// The sandbox's clock runs this far ahead of virtual time (clock jumps).
+    clock_offset: u64,
+    /// Daemons that exited by themselves (idle), with when (virtual ms).
+    pub self_exits: Vec<(u64, Pid)>,
     /// Cell processes alive when the script's cells were done, by seq.
     /// Keyed by (kernel name, seq).
     pub snapshot: Option<BTreeMap<(String, u64), Vec<Pid>>>,
@@ -78,6 +87,10 @@ impl Sandbox {
             roles: BTreeMap::new(),
             collateral: Vec::new(),
             cell_spawns: BTreeMap::new(),
+            cell_of: BTreeMap::new(),
+            signalled_cells: BTreeSet::new(),
+            clock_offset: 0,
+            self_exits: Vec::new(),
             snapshot: None,
         }
     }
@@ -90,7 +103,7 @@ impl Sandbox {
     /// Runs processes and daemons up to `now_ms`, then moves the process
     /// events into the trace.
     pub fn advance(&mut self, now_ms: u64) {
-        let now = Timestamp(now_ms);
+        let now = self.os_time(now_ms);
         self.os.advance(now);
         for spawn in self.os.take_daemon_spawns() {
             self.trace.at(
@@ -131,6 +144,9 @@ impl Sandbox {
                 DaemonStep::Exit => {
                     self.trace
                         .at(now_ms, "sandbox", format!("daemon {pid} exits"));
+                    if !self.shutdown_seen {
+                        self.self_exits.push((now_ms, pid));
+                    }
                     self.os.exit_process(pid, 0);
                     self.daemons.remove(&pid);
                 }
@@ -141,10 +157,30 @@ impl Sandbox {
         self.flush_events();
     }
 
-    /// When something on the sandbox is next due.
+    /// The sandbox clock's reading at virtual time `ms`.
+    fn os_time(&self, ms: u64) -> Timestamp {
+        Timestamp(ms.saturating_add(self.clock_offset))
+    }
+
+    /// Virtual time of a sandbox clock reading.
+    fn virtual_ms(&self, t: Timestamp) -> u64 {
+        t.0.saturating_sub(self.clock_offset)
+    }
+
+    /// The sandbox's clock jumps `ms` forward (a fault).
+    pub fn jump_clock(&mut self, now_ms: u64, ms: u64) {
+        self.clock_offset = self.clock_offset.saturating_add(ms);
+        self.advance(now_ms);
+    }
+
+    /// When something on the sandbox is next due (virtual ms).
     pub fn next_wake(&self) -> Option<u64> {
-        let os = self.os.next_wake().map(|t| t.0);
-        let d = self.daemons.values().map(|d| d.next_wake.0).min();
+        let os = self.os.next_wake().map(|t| self.virtual_ms(t));
+        let d = self
+            .daemons
+            .values()
+            .map(|d| self.virtual_ms(d.next_wake))
+            .min();
         match (os, d) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -159,8 +195,12 @@ impl Sandbox {
                 ProcEventKind::Spawn {
                     pid, argv, cell, ..
                 } => {
-                    if let Some(seq) = cell.as_ref().and_then(|c| c.seq) {
-                        self.cell_spawns.entry(seq).or_default().push(e.at.0);
+                    if let Some(c) = cell {
+                        if let Some(seq) = c.seq {
+                            let at = self.virtual_ms(e.at);
+                            self.cell_spawns.entry(seq).or_default().push(at);
+                            self.cell_of.insert(*pid, (kernel_name(&c.kernel_dir), seq));
+                        }
                     }
                     let role = match self.os.view(*pid).map(|v| v.role) {
                         Some(Role::Init) => "init",
@@ -176,6 +216,11 @@ impl Sandbox {
                 ProcEventKind::Signal {
                     from, to, signal, ..
                 } if *from != 0 => {
+                    if let Some(c) = self.cell_of.get(to) {
+                        if !self.shutdown_seen {
+                            self.signalled_cells.insert(c.clone());
+                        }
+                    }
                     let victim = self.roles.get(to).cloned().unwrap_or_default();
                     let bystander = victim.starts_with("init")
                         || victim.starts_with("exec")
@@ -192,7 +237,8 @@ impl Sandbox {
                 _ => {}
             }
             let text = e.kind.to_string();
-            self.trace.at(e.at.0, "proc", excerpt(text.as_bytes(), 110));
+            self.trace
+                .at(self.virtual_ms(e.at), "proc", excerpt(text.as_bytes(), 110));
         }
     }
 
@@ -223,6 +269,7 @@ impl Sandbox {
         self.os.bounce();
         self.daemons.clear();
         self.roles.clear();
+        self.cell_of.clear();
         self.flush_events();
         alive
     }
@@ -239,14 +286,10 @@ impl Sandbox {
         let mut by_cell: BTreeMap<(String, u64), Vec<Pid>> = BTreeMap::new();
         for (pid, cell) in self.os.cell_processes() {
             if let Some(seq) = cell.seq {
-                let kernel = cell
-                    .kernel_dir
-                    .trim_end_matches('/')
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                by_cell.entry((kernel, seq)).or_default().push(pid);
+                by_cell
+                    .entry((kernel_name(&cell.kernel_dir), seq))
+                    .or_default()
+                    .push(pid);
             }
         }
         self.snapshot = Some(by_cell);
@@ -289,6 +332,16 @@ impl Sandbox {
     pub fn collateral(&self) -> Vec<String> {
         self.collateral.clone()
     }
+}
+
+/// The kernel's name: the last component of its directory.
+fn kernel_name(kernel_dir: &str) -> String {
+    kernel_dir
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The install op: `/bin/sh -c <script> tether-install ROOT HASH SIZE ID PATH`.
@@ -381,7 +434,8 @@ async fn handle(
     {
         trace.log("sandbox", "exec install");
         let mut s = sb.borrow_mut();
-        s.os.set_now(Timestamp(now_ms()));
+        let t = s.os_time(now_ms());
+        s.os.set_now(t);
         return Some(install(&mut s, &argv, &stdin));
     }
     if argv.get(1).map(String::as_str) != Some("op") {

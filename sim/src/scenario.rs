@@ -165,6 +165,7 @@ fn network() -> Vec<Family> {
         Family::ReplyLost,
         Family::ReplyLost,
         Family::CrashClient,
+        Family::ClockJump,
     ]
 }
 

@@ -34,6 +34,7 @@ fn kind() -> impl Strategy<Value = FaultKind> {
             Just(CancelPoint::AfterDone),
         ]
         .prop_map(|point| FaultKind::Cancel { point }),
+        (100u64..4_000_000).prop_map(|ms| FaultKind::ClockJump { ms }),
     ]
 }
 

@@ -259,7 +259,7 @@ impl OpRun {
                     if seq != submission.seq {
                         // Best effort: a journal left behind is removed by
                         // gc or shutdown; the submission is recorded.
-                        let _ = ack_cell(os, &k.cell(seq), seq);
+                        let _ = ack_cell(os, &k, seq);
                     }
                 }
                 self.wait_step(
@@ -342,8 +342,7 @@ impl OpRun {
                 self.reply(Reply::Collected { removed })
             }
             Op::Ack { kernel, seq } => {
-                let cell = self.layout.kernel(&kernel).cell(seq);
-                ack_cell(os, &cell, seq)?;
+                ack_cell(os, &self.layout.kernel(&kernel), seq)?;
                 self.reply(Reply::Acked)
             }
         }
@@ -575,7 +574,16 @@ fn submit(
 
 /// Deletes a cell whose journal the client has whole; idempotent (a cell
 /// already gone is fine), refused while the journal is not done.
-fn ack_cell(os: &mut dyn Os, cell: &CellLayout, seq: CellSeq) -> Result<(), AgentError> {
+/// Where the launch records of acknowledged cells whose shim still runs
+/// (holding leftovers) are kept, so that shutdown and idle exit still find
+/// them after the cell's directory is gone, even when the daemon that
+/// started them is gone too.
+fn leftovers_dir(k: &KernelLayout) -> String {
+    format!("{}/leftovers", k.dir())
+}
+
+fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), AgentError> {
+    let cell = k.cell(seq);
     if !os.exists(cell.dir()) {
         return Ok(());
     }
@@ -585,6 +593,18 @@ fn ack_cell(os: &mut dyn Os, cell: &CellLayout, seq: CellSeq) -> Result<(), Agen
             ErrorKind::BadRequest,
             format!("cell {seq} is not done yet; wait for it or cancel it first"),
         ));
+    }
+    if let Ok(Some(l)) = read_json::<LaunchRecord>(os, &cell.launch()) {
+        let running = os
+            .process(l.shim_pid)
+            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
+        if running {
+            let dir = leftovers_dir(k);
+            os.create_dir_all(&dir)
+                .map_err(|e| io("creating the leftovers directory", e))?;
+            os.write_atomic(&format!("{dir}/{seq}.json"), &to_json(&l))
+                .map_err(|e| io("keeping the leftovers' launch record", e))?;
+        }
     }
     os.remove_all(cell.dir())
         .map_err(|e| io("removing the cell", e))
@@ -658,6 +678,25 @@ pub fn kernel_processes(
             continue;
         }
         set.extend(procs::cell_processes(os, table, &scope, protected));
+    }
+    // Shims of acknowledged cells that still hold leftovers.
+    let dir = leftovers_dir(k);
+    for name in os.list_dir(&dir).unwrap_or_default() {
+        let Ok(Some(l)) = read_json::<LaunchRecord>(os, &format!("{dir}/{name}")) else {
+            continue;
+        };
+        let live = table
+            .get(l.shim_pid)
+            .is_some_and(|p| p.starttime == l.shim_starttime);
+        if live && !protected.contains(&l.shim_pid) {
+            set.insert(l.shim_pid);
+            set.extend(
+                table
+                    .descendants(l.shim_pid)
+                    .into_iter()
+                    .filter(|p| !protected.contains(p)),
+            );
+        }
     }
     set
 }
