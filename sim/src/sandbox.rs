@@ -53,8 +53,9 @@ pub struct Sandbox {
     /// Pid → role of live processes we learned from spawn events.
     roles: BTreeMap<Pid, String>,
     collateral: Vec<String>,
-    /// When processes of each cell (by seq) were spawned (virtual ms).
-    pub cell_spawns: BTreeMap<u64, Vec<u64>>,
+    /// When processes of each cell (kernel name, seq) were spawned
+    /// (virtual ms).
+    pub cell_spawns: BTreeMap<(String, u64), Vec<u64>>,
     /// The cell (kernel name, seq) each cell process was born from.
     cell_of: BTreeMap<Pid, (String, u64)>,
     /// Cells (kernel name, seq) whose processes the agent signalled before
@@ -198,8 +199,9 @@ impl Sandbox {
                     if let Some(c) = cell {
                         if let Some(seq) = c.seq {
                             let at = self.virtual_ms(e.at);
-                            self.cell_spawns.entry(seq).or_default().push(at);
-                            self.cell_of.insert(*pid, (kernel_name(&c.kernel_dir), seq));
+                            let key = (kernel_name(&c.kernel_dir), seq);
+                            self.cell_spawns.entry(key.clone()).or_default().push(at);
+                            self.cell_of.insert(*pid, key);
                         }
                     }
                     let role = match self.os.view(*pid).map(|v| v.role) {

@@ -403,7 +403,7 @@ fn observe(
                 spawned_after_resolution: match (&seen.key, seen.resolved_at) {
                     (Some(key), Some(resolved)) => sandbox
                         .cell_spawns
-                        .get(&key.seq.0)
+                        .get(&(key.kernel.as_str().to_owned(), key.seq.0))
                         .and_then(|t| t.iter().copied().find(|&t| t > resolved)),
                     _ => None,
                 },
