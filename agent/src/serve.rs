@@ -42,7 +42,7 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
                     Some(fd) => {
                         let d = next_wake
                             .saturating_since(os.now())
-                            .min(Duration::from_millis(50));
+                            .clamp(Duration::from_millis(1), Duration::from_millis(50));
                         let timeout = rustix::time::Timespec {
                             tv_sec: 0,
                             tv_nsec: i64::from(d.subsec_nanos()),
