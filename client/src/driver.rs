@@ -9,7 +9,9 @@
 //!   synchronously *before* any later effect is looked at, so a record is
 //!   durable before the submit it describes is sent; the events queued
 //!   before a `Persist` are handed to `on_event` before it is saved, so a
-//!   persisted cursor never covers output that was not delivered;
+//!   persisted cursor never covers output that was not delivered; a
+//!   `Persist` followed directly by another of the same kernel is skipped
+//!   (the later record is written, one fsync instead of two);
 //! - timers → `tokio::time::sleep_until(poll_timeout)`, then
 //!   `handle_timeout`;
 //! - cancels from a [`CancelHandle`] (Ctrl-C, a test, the simulation) →
@@ -311,8 +313,16 @@ impl Driver {
     ) -> Result<(), DriverError> {
         loop {
             let mut progressed = false;
+            let mut effects = Vec::new();
             while let Some(effect) = self.client.poll_effect() {
+                effects.push(effect);
+            }
+            let superseded = superseded_persists(&effects);
+            for (i, effect) in effects.into_iter().enumerate() {
                 progressed = true;
+                if superseded.contains(&i) {
+                    continue;
+                }
                 match effect {
                     Effect::Exec { id, op, deadline } => {
                         *self.stats.execs.entry(op.kind()).or_default() += 1;
@@ -408,6 +418,27 @@ impl Driver {
     }
 }
 
+/// Indexes of [`Effect::Persist`]s that a later `Persist` of the same
+/// kernel replaces before any exec or forget is carried out: writing only
+/// the later record is as durable for everything that follows it (a record
+/// still precedes every exec it describes), with one fsync less.
+fn superseded_persists(effects: &[Effect]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (i, effect) in effects.iter().enumerate() {
+        let Effect::Persist(record) = effect else {
+            continue;
+        };
+        let later = effects[i + 1..]
+            .iter()
+            .take_while(|e| matches!(e, Effect::Persist(_)))
+            .any(|e| matches!(e, Effect::Persist(r) if r.kernel == record.kernel));
+        if later {
+            out.push(i);
+        }
+    }
+    out
+}
+
 fn to_timestamp(epoch: Instant, at: Instant) -> Timestamp {
     Timestamp(u64::try_from(at.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX))
 }
@@ -416,5 +447,41 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_core::client::KernelRecord;
+    use tether_core::protocol::Op;
+
+    fn persist(kernel: &str, next_seq: u64) -> Effect {
+        Effect::Persist(KernelRecord {
+            kernel: KernelName::new(kernel).unwrap(),
+            lang: Lang::Shell,
+            identity: None,
+            next_seq,
+            cells: Vec::new(),
+            acked: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn only_a_persist_replaced_before_any_exec_is_skipped() {
+        let exec = Effect::Exec {
+            id: ExecId(1),
+            op: Op::Gc,
+            deadline: Timestamp(0),
+        };
+        let effects = vec![
+            persist("a", 1),
+            persist("b", 1),
+            persist("a", 2), // replaces 0 (b's record in between is no exec)
+            exec,
+            persist("a", 3), // precedes nothing of a: kept
+            persist("b", 2),
+        ];
+        assert_eq!(superseded_persists(&effects), vec![0]);
     }
 }
