@@ -178,15 +178,24 @@ pub(crate) fn create_dir_all(path: &str) -> Result<(), OsError> {
 /// Removes a file or a whole tree; absent (or vanishing meanwhile) is fine.
 /// A symlink is removed itself, never followed.
 pub(crate) fn remove_all(path: &str) -> Result<(), OsError> {
-    let result = match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
-        Ok(_) => fs::remove_file(path),
-        Err(e) => Err(e),
-    };
-    match result {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(os_error("remove", path, &e)),
+    // A process finishing up (a shim's last file, an atomic write's
+    // temporary) may add an entry while the tree is being removed, which
+    // fails with ENOTEMPTY: sweep again, a bounded number of times.
+    let mut attempts = 0;
+    loop {
+        let result = match fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+            Ok(_) => fs::remove_file(path),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty && attempts < 20 => {
+                attempts += 1;
+            }
+            Err(e) => return Err(os_error("remove", path, &e)),
+        }
     }
 }
 
