@@ -695,3 +695,77 @@ fn an_agent_that_cannot_be_installed_fails_the_cells_with_the_reason() {
     assert_eq!(h.sent(OpKind::Install), 1, "a refusal is not retried");
     assert_eq!(state_lost(&h), 0);
 }
+
+/// The submits the fake agent answered, as (request id, seq, code).
+fn submits_seen(agent: &support::FakeAgent) -> Vec<(String, u64, Vec<u8>)> {
+    agent
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            tether_core::protocol::Op::Submit { submission, .. } => Some((
+                submission.request_id.to_string(),
+                submission.seq.0,
+                submission.code.as_slice().to_vec(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn resume_of_a_cell_whose_submit_never_arrived_submits_it_once_with_its_request_id() {
+    let mut h = Harness::new(50);
+    h.open("k", Lang::Shell);
+    h.settle();
+    // The record says submitted, but the send never reaches the sandbox and
+    // the client process dies.
+    h.net = Net::Down;
+    let cell = h.run("k", "out hello", None);
+    let record = h.records[&kname("k")].clone();
+    assert!(record.cells[0].submitted, "{}", h.trace);
+    let (rid, seq) = (
+        record.cells[0].request_id.to_string(),
+        record.cells[0].seq.0,
+    );
+    assert!(submits_seen(&h.agent).is_empty(), "{}", h.trace);
+
+    let mut h2 = Harness::with(Client::new(support::config(), 51), h.agent.clone());
+    h2.now = h.now;
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert_eq!(
+        submits_seen(&h2.agent),
+        vec![(rid.clone(), seq, b"out hello".to_vec())],
+        "exactly one submit, with the recorded request id, seq and code\n{}",
+        h2.trace
+    );
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok), "{}", h2.trace);
+    assert_eq!(h2.output(&cell), "hello\n");
+    assert_eq!(h2.resolutions(&cell), 1);
+    assert_eq!(h2.agent.runs.get(&rid), Some(&1), "ran once");
+}
+
+#[test]
+fn resume_of_a_cell_whose_journal_exists_never_resubmits_it() {
+    let mut h = Harness::new(52);
+    h.open("k", Lang::Shell);
+    h.settle();
+    // The submit reaches the sandbox (the journal exists) but its reply is
+    // lost, and the client process dies.
+    h.net = Net::LoseReplies;
+    let cell = h.run("k", "out a\ntick\nout b", None);
+    h.run_until(|h| h.pending.is_empty());
+    assert_eq!(submits_seen(&h.agent).len(), 1, "{}", h.trace);
+    let record = h.records[&kname("k")].clone();
+    let rid = record.cells[0].request_id.to_string();
+
+    let mut h2 = Harness::with(Client::new(support::config(), 53), h.agent.clone());
+    h2.now = h.now;
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert_eq!(h2.sent(OpKind::Submit), 0, "{}", h2.trace);
+    assert_eq!(submits_seen(&h2.agent).len(), 1, "{}", h2.trace);
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok), "{}", h2.trace);
+    assert_eq!(h2.output(&cell), "a\nb\n");
+    assert_eq!(h2.agent.runs.get(&rid), Some(&1), "ran once");
+}

@@ -291,6 +291,25 @@ impl Client {
                 self.drop_task(&task);
                 self.suspect(&k, why);
             }
+            (Task::Wait(c), E::NoSuchCell)
+                if self
+                    .cell(c)
+                    .is_some_and(|cell| cell.rec.submitted && !cell.accepted && !cell.resolved) =>
+            {
+                // A cell in the record whose submit never reached the
+                // sandbox (the process died between persisting and sending):
+                // send it now, with the recorded request id, seq and code.
+                // Submit is idempotent by request id, so this never runs it
+                // twice. Once per process: a cell the agent accepted (here)
+                // and then lost is not sent again (`fatal` → unknown).
+                let c = c.clone();
+                self.drop_task(&task);
+                self.note(
+                    Some(c.kernel.clone()),
+                    format!("cell {c} never reached the sandbox; submitting it now"),
+                );
+                self.submit_cell(&c);
+            }
             (Task::Cancel(_) | Task::Ack(_), E::KernelDead | E::NoSuchKernel | E::NoSuchCell)
             | (Task::Shutdown(_), E::KernelDead | E::NoSuchKernel) => {
                 // Nothing left to stop or remove.
