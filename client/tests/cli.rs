@@ -3,8 +3,7 @@
 
 mod common;
 
-use common::{alive, kill, show, text, World};
-use std::io::{BufRead, BufReader};
+use common::{alive, finish, first_line, kill, show, text, wait_bounded, wait_for_file, World};
 use std::time::Duration;
 
 #[test]
@@ -93,12 +92,15 @@ fn code_runs_verbatim() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     assert_eq!(out.stdout, expected, "{}", show(&out));
 
-    let out = w
+    let child = w
         .cmd()
         .args(["run", "--kernel", "k"])
         .arg(std::ffi::OsStr::from_bytes(&code))
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let out = finish(child, "tether run --kernel k <code as an argument>");
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     assert_eq!(out.stdout, expected, "{}", show(&out));
 }
@@ -179,20 +181,16 @@ fn ctrl_c_cancels_the_cell_and_keeps_the_kernel() {
         pidfile.display()
     );
     let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    let (line, _stdout) = first_line(&mut child);
     assert_eq!(line, "started\n");
-    while !pidfile.exists() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&pidfile);
     let sleeper: u32 = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
     kill("INT", child.id());
-    let status = child.wait().unwrap();
+    let status = wait_bounded(&mut child, "tether run after ctrl-c");
     assert_eq!(status.code(), Some(130));
     assert!(
         !alive(sleeper),
@@ -214,7 +212,7 @@ fn cancel_before_registration_never_runs_the_cell() {
     // Well inside the 4 s the submit is held back.
     std::thread::sleep(Duration::from_millis(1500));
     kill("INT", child.id());
-    let out = child.wait_with_output().unwrap();
+    let out = finish(child, "tether run after ctrl-c");
     assert_eq!(out.status.code(), Some(130), "{}", show(&out));
     assert!(!side.exists(), "the cancelled cell ran");
     // The submit has landed by now (tether waits for it); still nothing.
@@ -234,12 +232,10 @@ fn resume_after_the_client_is_killed_prints_the_rest_once() {
         counter.display()
     );
     let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    let (line, _stdout) = first_line(&mut child);
     assert_eq!(line, "first\n");
     kill("KILL", child.id());
-    let _ = child.wait();
+    let _ = wait_bounded(&mut child, "tether run after kill -9");
 
     let out = w.tether(&["resume", "--kernel", "k"]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
@@ -261,12 +257,10 @@ fn resume_replay_prints_the_whole_transcript() {
         counter.display()
     );
     let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    let (line, _stdout) = first_line(&mut child);
     assert_eq!(line, "first\n");
     kill("KILL", child.id());
-    let _ = child.wait();
+    let _ = wait_bounded(&mut child, "tether run after kill -9");
 
     let out = w.tether(&["resume", "--kernel", "k", "--replay"]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
@@ -307,20 +301,16 @@ fn cancel_from_another_process_after_the_client_died() {
         pidfile.display()
     );
     let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    let (line, _stdout) = first_line(&mut child);
     assert_eq!(line, "started\n");
-    while !pidfile.exists() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&pidfile);
     let sleeper: u32 = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
     kill("KILL", child.id());
-    let _ = child.wait();
+    let _ = wait_bounded(&mut child, "tether run after kill -9");
 
     let out = w.run("k", "echo too soon");
     assert_eq!(out.status.code(), Some(75), "{}", show(&out));
@@ -380,12 +370,13 @@ fn python_kernel_keeps_its_namespace() {
         "py",
         "import time\nprint('started', flush=True)\ntime.sleep(300)",
     ]);
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
+    let (line, _stdout) = first_line(&mut child);
     assert_eq!(line, "started\n");
     kill("INT", child.id());
-    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(
+        wait_bounded(&mut child, "tether run after ctrl-c").code(),
+        Some(130)
+    );
     let out = py("x + 1");
     assert_eq!(text(&out.stdout), "43\n", "{}", show(&out));
 
@@ -446,4 +437,19 @@ fn cells_run_through_injected_latency_and_leftovers_are_reported() {
         "{}",
         show(&out)
     );
+}
+
+/// The hang guard itself: a child past its bound is killed, not waited on.
+#[test]
+fn a_child_past_its_bound_is_killed() {
+    let mut child = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert_eq!(
+        common::wait_within(&mut child, Duration::from_millis(100)),
+        None
+    );
+    assert!(!alive(pid), "sleep {pid} survived");
 }

@@ -3,10 +3,97 @@
 
 #![allow(dead_code, unreachable_pub, clippy::new_without_default)]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long any `tether` a test starts may take: past it the process is
+/// killed and the test fails (a cell that never resolves must not hang CI).
+pub const BOUND: Duration = Duration::from_secs(120);
+
+/// Waits for `child` at most `bound`; past it kills it and returns `None`.
+pub fn wait_within(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if start.elapsed() < bound => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Waits for `child` at most [`BOUND`]; past it kills it and fails the test.
+pub fn wait_bounded(child: &mut Child, what: &str) -> ExitStatus {
+    wait_within(child, BOUND).unwrap_or_else(|| {
+        panic!("`{what}` did not exit within {BOUND:?}: killed it (a cell that never resolves?)")
+    })
+}
+
+/// Like [`Child::wait_with_output`], bounded by [`BOUND`] (the pipes are
+/// read in threads so a full pipe never blocks the child).
+pub fn finish(mut child: Child, what: &str) -> Output {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let status = wait_bounded(&mut child, what);
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// The first line `child` prints, waiting at most [`BOUND`] (past it the
+/// child is killed and the test fails). The reader comes back too: keep it,
+/// so the child's stdout stays open.
+pub fn first_line(child: &mut Child) -> (String, BufReader<ChildStdout>) {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        let _ = tx.send((line, reader));
+    });
+    match rx.recv_timeout(BOUND) {
+        Ok(got) => got,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`tether` printed no line within {BOUND:?}: killed it");
+        }
+    }
+}
+
+/// Waits until `path` exists, at most [`BOUND`].
+pub fn wait_for_file(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < BOUND,
+            "{} did not appear within {BOUND:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// The agent binary the tests ship: `$TETHER_AGENT_BIN`, else a fresh
 /// build next to the `tether` under test (`cargo build -p tether-agent`).
@@ -73,9 +160,9 @@ impl World {
         cmd
     }
 
-    /// Runs `tether ARGS…` to completion.
+    /// Runs `tether ARGS…` to completion (at most [`BOUND`]).
     pub fn tether(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().unwrap()
+        finish(self.spawn(args), &format!("tether {}", args.join(" ")))
     }
 
     /// Runs `tether run --kernel K CODE` to completion.
@@ -93,8 +180,13 @@ impl World {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child.wait_with_output().unwrap()
+        let mut pipe = child.stdin.take().unwrap();
+        let stdin = stdin.to_vec();
+        // A thread, so a child that never reads cannot block the test.
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&stdin);
+        });
+        finish(child, &format!("tether {} (with stdin)", args.join(" ")))
     }
 
     /// Starts `tether ARGS…` with piped stdout/stderr.
@@ -121,7 +213,9 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         // Leave no daemon behind.
-        let _ = self.cmd().arg("stop").output();
+        if let Ok(mut child) = self.cmd().arg("stop").spawn() {
+            let _ = wait_within(&mut child, BOUND);
+        }
     }
 }
 
