@@ -50,7 +50,22 @@ impl Root {
             .spawn()
             .unwrap();
         child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
+        // Bounded: an op that never returns fails the test instead of
+        // hanging CI (the wait ops themselves return within their wait_ms).
+        let id = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(out) => out.unwrap(),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &id.to_string()])
+                    .status();
+                panic!("tether-agent op did not exit within 120 s: killed it");
+            }
+        };
         assert!(out.status.success(), "op failed: {out:?}");
         let text = String::from_utf8(out.stdout).unwrap();
         assert_eq!(text.matches('\n').count(), 1, "one reply line: {text:?}");
