@@ -453,3 +453,28 @@ fn a_child_past_its_bound_is_killed() {
     );
     assert!(!alive(pid), "sleep {pid} survived");
 }
+
+/// `kill -9` of `tether run` while its submit is still on its way (held
+/// back 4 s): the cell never reached the sandbox. `tether resume` sends it
+/// then, under its recorded request id, and it runs exactly once.
+#[test]
+fn resume_sends_a_submit_that_never_reached_the_sandbox() {
+    let w = World::with_backend("local?delay.submit=4s");
+    assert_eq!(w.run("k", "true").status.code(), Some(0));
+    let counter = w.root.path().join("counter");
+    let code = format!("echo ran >> {}; echo hello", counter.display());
+    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
+    // Well inside the 4 s the submit is held back.
+    std::thread::sleep(Duration::from_millis(1500));
+    kill("KILL", child.id());
+    let _ = wait_bounded(&mut child, "tether run after kill -9");
+    assert!(!counter.exists(), "the submit reached the sandbox");
+
+    let out = w.tether(&["resume", "--kernel", "k"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "hello\n", "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
+    let out = w.run("k", "echo next");
+    assert_eq!(text(&out.stdout), "next\n", "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
+}

@@ -292,16 +292,18 @@ impl Client {
                 self.suspect(&k, why);
             }
             (Task::Wait(c), E::NoSuchCell)
-                if self
-                    .cell(c)
-                    .is_some_and(|cell| cell.rec.submitted && !cell.accepted && !cell.resolved) =>
+                if self.cell(c).is_some_and(|c| {
+                    c.rec.submitted && c.rec.cursor == 0 && !c.accepted && !c.resolved
+                }) =>
             {
                 // A cell in the record whose submit never reached the
                 // sandbox (the process died between persisting and sending):
                 // send it now, with the recorded request id, seq and code.
                 // Submit is idempotent by request id, so this never runs it
                 // twice. Once per process: a cell the agent accepted (here)
-                // and then lost is not sent again (`fatal` → unknown).
+                // and then lost is not sent again (`fatal` → unknown), nor
+                // one whose journal this record has read from (cursor > 0:
+                // the cell existed, so it was acknowledged, not lost).
                 let c = c.clone();
                 self.drop_task(&task);
                 self.note(
