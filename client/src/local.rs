@@ -9,20 +9,14 @@
 //! [`TransportError`].
 
 use crate::backend::LocalOptions;
+use crate::subprocess::run_helper;
 use crate::transport::{
     ExecFuture, ExecOutput, ExecRequest, Transport, TransportError, TransportErrorKind,
 };
 use std::io::ErrorKind;
-use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
 use std::time::Duration;
 use tether_core::protocol::{Envelope, OpKind};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
-
-/// How long to keep reading stdout/stderr after the command exited: a
-/// process it left behind may hold the pipes open forever.
-const DRAIN_BOUND: Duration = Duration::from_secs(2);
 
 /// Runs execs as child processes of this process.
 #[derive(Clone, Debug, Default)]
@@ -84,74 +78,24 @@ async fn run(req: ExecRequest) -> Result<ExecOutput, TransportError> {
         });
     };
     let mut command = Command::new(program);
-    command
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group: a Ctrl-C at the terminal is for tether
-        // (which cancels the cell), not for an exec in flight.
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(not_run(program, &e, 127)),
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => return Ok(not_run(program, &e, 126)),
-        Err(e) => {
-            return Err(TransportError {
-                kind: TransportErrorKind::Io,
-                detail: format!("cannot start {program}: {e}"),
-            })
-        }
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        let bytes = req.stdin;
-        // A command that does not read its stdin closes the pipe: that is
-        // its business, not a transport failure.
-        tokio::spawn(async move {
-            let _ = stdin.write_all(&bytes).await;
-            let _ = stdin.shutdown().await;
-        });
+    command.args(args);
+    // The shared runner puts the exec in its own process group (a Ctrl-C
+    // at the terminal is for tether, which cancels the cell) and bounds the
+    // drain after exit (a background child may hold stdout).
+    match run_helper(command, req.stdin).await {
+        Ok(out) => Ok(ExecOutput {
+            stdout: out.stdout,
+            stderr: out.stderr,
+            exit_code: out.code,
+        }),
+        // As a shell would report it, so a missing agent gets installed.
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(not_run(program, &e, 127)),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => Ok(not_run(program, &e, 126)),
+        Err(e) => Err(TransportError {
+            kind: TransportErrorKind::Io,
+            detail: format!("running {program}: {e}"),
+        }),
     }
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut status = None;
-    let mut drain_until = None;
-    loop {
-        if status.is_some() && stdout.is_none() && stderr.is_none() {
-            break;
-        }
-        let mut out_buf = [0u8; 16 * 1024];
-        let mut err_buf = [0u8; 16 * 1024];
-        tokio::select! {
-            biased;
-            got = read_some(&mut stdout, &mut out_buf) => {
-                take_chunk(got, &mut stdout, &out_buf, &mut out);
-            }
-            got = read_some(&mut stderr, &mut err_buf) => {
-                take_chunk(got, &mut stderr, &err_buf, &mut err);
-            }
-            exited = child.wait(), if status.is_none() => {
-                status = Some(exited.map_err(|e| TransportError {
-                    kind: TransportErrorKind::Io,
-                    detail: format!("waiting for {program}: {e}"),
-                })?);
-                drain_until = Some(tokio::time::Instant::now() + DRAIN_BOUND);
-            }
-            () = sleep_until_opt(drain_until) => break,
-        }
-    }
-    let status = status.unwrap_or_default();
-    let exit_code = status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(-1);
-    Ok(ExecOutput {
-        stdout: out,
-        stderr: err,
-        exit_code,
-    })
 }
 
 fn not_run(program: &str, e: &std::io::Error, code: i32) -> ExecOutput {
@@ -159,35 +103,6 @@ fn not_run(program: &str, e: &std::io::Error, code: i32) -> ExecOutput {
         stdout: Vec::new(),
         stderr: format!("{program}: {e}\n").into_bytes(),
         exit_code: code,
-    }
-}
-
-async fn read_some<R: AsyncRead + Unpin>(
-    reader: &mut Option<R>,
-    buf: &mut [u8],
-) -> std::io::Result<usize> {
-    match reader {
-        Some(r) => r.read(buf).await,
-        None => std::future::pending().await,
-    }
-}
-
-fn take_chunk<R>(
-    got: std::io::Result<usize>,
-    reader: &mut Option<R>,
-    buf: &[u8],
-    to: &mut Vec<u8>,
-) {
-    match got {
-        Ok(0) | Err(_) => *reader = None,
-        Ok(n) => to.extend_from_slice(&buf[..n]),
-    }
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
