@@ -85,11 +85,14 @@ fn executable(dir: &Path, name: &str, contents: &[u8]) -> PathBuf {
 /// while it waits for a child.
 const STAND_IN: &[u8] = b"#!/bin/sh\nsleep 300 &\nwait\n";
 
+/// Our session id as procfs reports it. Not `getsid`: in a container whose
+/// session leader lives outside our PID namespace the kernel reports 0, which
+/// rustix's `Pid` cannot hold (it panics), while procfs says 0 plainly.
 fn own_sid() -> Pid {
-    rustix::process::getsid(None)
-        .unwrap()
-        .as_raw_nonzero()
-        .get() as Pid
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
+    // After the comm: state, ppid, pgrp, session.
+    after_comm.split_whitespace().nth(3).unwrap().parse().unwrap()
 }
 
 /// Where `/proc/PID/fd/FD` points.
