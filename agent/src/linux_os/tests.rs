@@ -92,7 +92,12 @@ fn own_sid() -> Pid {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
     let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
     // After the comm: state, ppid, pgrp, session.
-    after_comm.split_whitespace().nth(3).unwrap().parse().unwrap()
+    after_comm
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// Where `/proc/PID/fd/FD` points.
