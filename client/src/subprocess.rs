@@ -113,21 +113,7 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Quotes `s` for a POSIX shell: `'…'`, with `'` as `'\''`. Any byte
-/// string survives (newlines, `$`, backslashes, leading `-`).
-pub(crate) fn sh_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
-}
+pub(crate) use tether_core::shell_quote::sh_quote;
 
 /// A short random hex string (from the OS, via std's hasher keys), for
 /// markers a remote command cannot guess.

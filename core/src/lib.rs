@@ -10,6 +10,7 @@
 //! - [`agent`]: the agent's decisions over an [`agent::Os`];
 //! - [`ids`]: validated names and identifiers;
 //! - [`bytes`]: exact bytes in JSON;
+//! - [`shell_quote`]: quoting for `sh -c` command lines;
 //! - [`time`]: [`time::Timestamp`], time as a value.
 //!
 //! ## Driving a cell by hand
@@ -104,4 +105,5 @@ pub mod ids;
 #[cfg(feature = "mutations")]
 pub mod mutation;
 pub mod protocol;
+pub mod shell_quote;
 pub mod time;

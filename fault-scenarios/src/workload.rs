@@ -309,20 +309,7 @@ fn secs(ms: u64) -> String {
     format!("{}.{:03}", ms / 1000, ms % 1000)
 }
 
-/// Quotes `s` for a POSIX shell: `'…'`, with `'` as `'\''`.
-pub fn sh_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
-}
+pub use tether_core::shell_quote::sh_quote;
 
 /// A shell command that writes `text` exactly, NUL bytes included.
 fn sh_print(text: &str, stream: Stream) -> String {
