@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{alive, finish, first_line, kill, show, text, wait_bounded, wait_for_file, World};
+use common::{alive, finish, first_line, kill, show, text, wait_bounded, World};
 use std::time::Duration;
 
 #[test]
@@ -175,20 +175,7 @@ fn a_warm_run_in_a_new_process_is_one_exec() {
 fn ctrl_c_cancels_the_cell_and_keeps_the_kernel() {
     let w = World::new();
     assert_eq!(w.run("k", "export KEEP=1").status.code(), Some(0));
-    let pidfile = w.root.path().join("cell.pid");
-    let code = format!(
-        "echo started; sh -c 'echo $$ > {}; exec sleep 300'",
-        pidfile.display()
-    );
-    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    let (line, _stdout) = first_line(&mut child);
-    assert_eq!(line, "started\n");
-    wait_for_file(&pidfile);
-    let sleeper: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (mut child, sleeper) = w.spawn_sleeping_cell("k");
     kill("INT", child.id());
     let status = wait_bounded(&mut child, "tether run after ctrl-c");
     assert_eq!(status.code(), Some(130));
@@ -295,20 +282,7 @@ fn a_killed_daemon_is_reported_as_state_lost_and_replaced() {
 fn cancel_from_another_process_after_the_client_died() {
     let w = World::new();
     assert_eq!(w.run("k", "export KEEP=1").status.code(), Some(0));
-    let pidfile = w.root.path().join("cell.pid");
-    let code = format!(
-        "echo started; sh -c 'echo $$ > {}; exec sleep 300'",
-        pidfile.display()
-    );
-    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    let (line, _stdout) = first_line(&mut child);
-    assert_eq!(line, "started\n");
-    wait_for_file(&pidfile);
-    let sleeper: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (mut child, sleeper) = w.spawn_sleeping_cell("k");
     kill("KILL", child.id());
     let _ = wait_bounded(&mut child, "tether run after kill -9");
 

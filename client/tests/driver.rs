@@ -117,6 +117,18 @@ fn kernel() -> KernelName {
     KernelName::new("k").unwrap()
 }
 
+/// Runs one shell cell on the test kernel to its outcome.
+fn shell_cell(
+    rt: &tokio::runtime::Runtime,
+    driver: &mut Driver,
+    code: &str,
+    on_event: &mut dyn FnMut(&Event),
+) -> CellOutcome {
+    rt.block_on(driver.run_cell(&kernel(), Lang::Shell, Bytes::from(code), None, on_event))
+        .unwrap()
+        .1
+}
+
 fn stdout_of(events: &[Event]) -> Vec<u8> {
     let mut out = Vec::new();
     for e in events {
@@ -138,15 +150,7 @@ fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_exec() {
     let rt = rt();
     let mut driver = rig.driver(1);
     let mut events = Vec::new();
-    let (_, outcome) = rt
-        .block_on(driver.run_cell(
-            &kernel(),
-            Lang::Shell,
-            Bytes::from("echo hi"),
-            None,
-            &mut |e| events.push(e.clone()),
-        ))
-        .unwrap();
+    let outcome = shell_cell(&rt, &mut driver, "echo hi", &mut |e| events.push(e.clone()));
     assert_eq!(outcome, CellOutcome::Ok);
     assert_eq!(stdout_of(&events), b"hi\n");
     rt.block_on(driver.settle(&mut |_| ())).unwrap();
@@ -164,15 +168,7 @@ fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_exec() {
     // daemon (no probe) and the previous cell's acknowledgement (no ack).
     for _ in 0..3 {
         let before = driver.stats().clone();
-        let (_, outcome) = rt
-            .block_on(driver.run_cell(
-                &kernel(),
-                Lang::Shell,
-                Bytes::from("true"),
-                None,
-                &mut |_| (),
-            ))
-            .unwrap();
+        let outcome = shell_cell(&rt, &mut driver, "true", &mut |_| ());
         assert_eq!(outcome, CellOutcome::Ok);
         rt.block_on(driver.settle(&mut |_| ())).unwrap();
         let after = driver.stats();
@@ -193,15 +189,9 @@ fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_exec() {
     rt.block_on(driver.resume(record, false, &mut |_| ()))
         .unwrap();
     let mut events = Vec::new();
-    let (_, outcome) = rt
-        .block_on(driver.run_cell(
-            &kernel(),
-            Lang::Shell,
-            Bytes::from("echo warm"),
-            None,
-            &mut |e| events.push(e.clone()),
-        ))
-        .unwrap();
+    let outcome = shell_cell(&rt, &mut driver, "echo warm", &mut |e| {
+        events.push(e.clone())
+    });
     rt.block_on(driver.settle(&mut |_| ())).unwrap();
     assert_eq!(outcome, CellOutcome::Ok);
     assert_eq!(stdout_of(&events), b"warm\n");
@@ -221,20 +211,17 @@ fn a_saved_cursor_never_covers_output_not_yet_delivered() {
     let mut driver = rig.driver(12);
     let log = rig.log.clone();
     let mut events = Vec::new();
-    let (_, outcome) = rt
-        .block_on(driver.run_cell(
-            &kernel(),
-            Lang::Shell,
-            Bytes::from("echo one; echo two >&2; sleep 0.2; echo three"),
-            None,
-            &mut |e| {
-                if let Event::Output { n, .. } = e {
-                    log.lock().unwrap().push(format!("output {n}"));
-                }
-                events.push(e.clone());
-            },
-        ))
-        .unwrap();
+    let outcome = shell_cell(
+        &rt,
+        &mut driver,
+        "echo one; echo two >&2; sleep 0.2; echo three",
+        &mut |e| {
+            if let Event::Output { n, .. } = e {
+                log.lock().unwrap().push(format!("output {n}"));
+            }
+            events.push(e.clone());
+        },
+    );
     assert_eq!(outcome, CellOutcome::Ok);
     let log = rig.log.lock().unwrap();
     let mut delivered: Vec<u64> = Vec::new();
@@ -295,15 +282,7 @@ fn a_cancel_handle_cancels_the_running_cell() {
             .1
     });
     assert_eq!(outcome, CellOutcome::Cancelled);
-    let (_, outcome) = rt
-        .block_on(driver.run_cell(
-            &kernel(),
-            Lang::Shell,
-            Bytes::from("true"),
-            None,
-            &mut |_| (),
-        ))
-        .unwrap();
+    let outcome = shell_cell(&rt, &mut driver, "true", &mut |_| ());
     assert_eq!(outcome, CellOutcome::Ok);
     rt.block_on(driver.shutdown(&kernel(), &mut |_| ()))
         .unwrap();

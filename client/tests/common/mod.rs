@@ -199,6 +199,27 @@ impl World {
             .unwrap()
     }
 
+    /// Starts `tether run` of a cell on `kernel` that prints `started` and
+    /// then waits in a `sleep 300`; returns the running client and the
+    /// sleeper's pid once the cell is really running.
+    pub fn spawn_sleeping_cell(&self, kernel: &str) -> (Child, u32) {
+        let pidfile = self.root.path().join(format!("{kernel}-cell.pid"));
+        let code = format!(
+            "echo started; sh -c 'echo $$ > {}; exec sleep 300'",
+            pidfile.display()
+        );
+        let mut child = self.spawn(&["run", "--kernel", kernel, &code]);
+        let (line, _stdout) = first_line(&mut child);
+        assert_eq!(line, "started\n");
+        wait_for_file(&pidfile);
+        let sleeper = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        (child, sleeper)
+    }
+
     /// The daemon pid of `kernel`, from `tether status --json`.
     pub fn daemon_pid(&self, kernel: &str) -> u32 {
         let out = self.tether(&["status", "--json", "--kernel", kernel]);
