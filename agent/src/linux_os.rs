@@ -6,11 +6,14 @@
 //! - [`spawn`]: detached starts of the daemon and shim roles (new session,
 //!   stdio away from the caller, no inherited descriptors or ignored
 //!   signals).
+//! - [`cgroup`]: a cell's own cgroup v2 (made by the shim, its members,
+//!   its removal).
 //!
 //! Everything the agent *decides* lives in `tether_core::agent`; this module
 //! only answers questions and carries out orders, with typed errors and no
 //! panics on anything the system hands back.
 
+pub(crate) mod cgroup;
 mod files;
 mod procfs;
 mod spawn;
@@ -191,6 +194,16 @@ impl Os for LinuxOs {
             rustix::io::Errno::PERM => OsError::PermissionDenied,
             e => OsError::Other(format!("signal {signal:?} to pid {pid}: {e}")),
         })
+    }
+
+    /// `{group}/cgroup.procs`.
+    fn cgroup_members(&self, group: &str) -> Vec<Pid> {
+        cgroup::members(group)
+    }
+
+    /// `rmdir`, only on a cgroup2 file system.
+    fn remove_cgroup(&mut self, group: &str) -> Result<(), OsError> {
+        cgroup::remove(group)
     }
 
     fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError> {

@@ -279,6 +279,10 @@ fn leftovers(os: &LinuxOs, marker: &str, py_pid: u32) -> Vec<u32> {
         marker: marker.to_owned(),
         other_markers: Vec::new(),
         extra: Vec::new(),
+        // The interpreter serves every cell of the kernel: a cgroup of its
+        // own would hold all of them, not one cell (its cells are found by
+        // marker).
+        cgroup: None,
     };
     procs::cell_processes(os, &table, &scope, &protected)
         .into_iter()

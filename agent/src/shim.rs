@@ -1,12 +1,16 @@
 //! `tether-agent shim --launch JSON`: one cell's shim. A child subreaper:
 //! starts the cell's main process in a new session with the cell's env
-//! marker and its stdout/stderr on pipes, journals what the pipes carry,
+//! marker, in the cell's own cgroup when one can be made (recorded in the
+//! cell's `cgroup` file first; see [`crate::linux_os::cgroup`]), and its
+//! stdout/stderr on pipes, journals what the pipes carry,
 //! runs the `waitpid(-1)` loop itself, and when the main process has exited
 //! and the pipes reached EOF (or the drain bound passed) journals the
 //! result, the leftovers and `done` through [`ShimCore`]. It then stays,
 //! reaping, until its whole tree is gone, so every leftover keeps being a
-//! descendant of the shim (and so a process of the cell).
+//! descendant of the shim (and so a process of the cell); then it removes
+//! the cell's cgroup if that is empty.
 
+use crate::linux_os::cgroup::{self, CellCgroup};
 use crate::linux_os::LinuxOs;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{wait, WaitOptions, WaitStatus};
@@ -50,16 +54,35 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
         let _ = core.never_started(&mut os, reason.outcome());
         return 0;
     }
-    match run_cell(&mut os, &mut core, &launch) {
+    let group = cell_cgroup(&mut os, &mut core);
+    match run_cell(&mut os, &mut core, &launch, group.as_ref()) {
         Ok(()) => {}
         Err(message) => {
             eprintln!("tether-agent shim: {message}");
             let _ = core.never_started(&mut os, CellOutcome::Error { message });
         }
     }
+    let group = group.map(CellCgroup::into_path);
     // Stay until the tree is empty: leftovers remain our descendants.
     while wait(WaitOptions::empty()).is_ok() {}
+    // Only an empty cgroup goes; one that still holds a process that left
+    // our tree stays for the daemon, ack, gc or shutdown to remove.
+    if let Some(path) = group {
+        let _ = os.remove_cgroup(&path);
+    }
     0
+}
+
+/// The cell's own cgroup, made and recorded in the cell directory before
+/// the main process starts; `None` (silently: the cell runs as before)
+/// when cgroup v2 is not there or not writable.
+fn cell_cgroup(os: &mut LinuxOs, core: &mut ShimCore) -> Option<CellCgroup> {
+    let group = CellCgroup::create(&core.cgroup_name()).ok()?;
+    if core.record_cgroup(os, &group.path).is_err() {
+        group.discard();
+        return None;
+    }
+    Some(group)
 }
 
 struct Pipe {
@@ -67,7 +90,12 @@ struct Pipe {
     stream: Stream,
 }
 
-fn run_cell(os: &mut LinuxOs, core: &mut ShimCore, launch: &CellLaunch) -> Result<(), String> {
+fn run_cell(
+    os: &mut LinuxOs,
+    core: &mut ShimCore,
+    launch: &CellLaunch,
+    group: Option<&CellCgroup>,
+) -> Result<(), String> {
     let (program, rest) = launch
         .argv
         .split_first()
@@ -83,9 +111,21 @@ fn run_cell(os: &mut LinuxOs, core: &mut ShimCore, launch: &CellLaunch) -> Resul
         .stdin(Stdio::null())
         .stdout(Stdio::from(out_w))
         .stderr(Stdio::from(err_w));
-    // SAFETY: setsid is async-signal-safe and allocates nothing.
+    // The main process moves itself into the cell's cgroup between fork
+    // and exec, through a `cgroup.procs` opened before the fork: it runs
+    // no code of the cell before it is a member, so nothing it forks can
+    // be born outside. (Moving the shim itself first would make the shim a
+    // member: cancel would have to spare it, every process the shim starts
+    // would be born inside, and the cgroup could not be removed before the
+    // shim moved out again.)
+    let procs_fd = group.map(CellCgroup::procs_fd);
+    // SAFETY: write(2) and setsid are async-signal-safe; nothing is
+    // allocated in the child.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            if let Some(fd) = procs_fd {
+                cgroup::enter(fd);
+            }
             rustix::process::setsid()?;
             Ok(())
         });
@@ -149,6 +189,7 @@ fn run_cell(os: &mut LinuxOs, core: &mut ShimCore, launch: &CellLaunch) -> Resul
         marker: launch.marker.1.clone(),
         other_markers: Vec::new(),
         extra: Vec::new(),
+        cgroup: group.map(|g| g.path.clone()),
     };
     let leftovers: Vec<u32> = procs::cell_processes(os, &table, &scope, &protected)
         .into_iter()

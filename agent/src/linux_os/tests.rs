@@ -511,3 +511,54 @@ fn an_op_command_that_spawned_a_daemon_reaches_eof() {
     // and let its new parent reap it.
     rustix::process::kill_process_group(raw(pid), rustix::process::Signal::KILL).unwrap();
 }
+
+#[test]
+fn a_cell_cgroup_holds_the_process_that_entered_it_and_is_removed_after() {
+    let name = format!("tether-test-{}", std::process::id());
+    let group = match cgroup::CellCgroup::create(&name) {
+        Ok(g) => g,
+        Err(why) => {
+            eprintln!("skipped: cgroup v2 is not writable here: {why}");
+            return;
+        }
+    };
+    let path = group.path.clone();
+    let procs_fd = group.procs_fd();
+    let mut cmd = Command::new("sleep");
+    cmd.arg("300");
+    // SAFETY: enter only calls write(2).
+    unsafe {
+        cmd.pre_exec(move || {
+            cgroup::enter(procs_fd);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let guard = own(child);
+    let mut os = LinuxOs::new();
+    assert_eq!(os.cgroup_members(&path), vec![pid]);
+    let own_line = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(
+        own_line
+            .lines()
+            .any(|l| l.starts_with("0::") && l.ends_with(&name)),
+        "{own_line}"
+    );
+    // Not ours: the test process itself stayed where it was.
+    assert!(!os.cgroup_members(&path).contains(&std::process::id()));
+    assert!(
+        os.remove_cgroup(&path).is_err(),
+        "a cgroup with a member stays"
+    );
+    assert!(Path::new(&path).is_dir());
+    drop(guard); // killed and reaped
+    assert_eq!(os.cgroup_members(&path), Vec::<Pid>::new());
+    group.discard(); // closes the fd; the directory is empty now
+    assert!(!Path::new(&path).exists(), "{path} was not removed");
+    assert_eq!(os.remove_cgroup(&path), Ok(()), "absent is fine");
+    // A directory that is not a cgroup is never removed.
+    let plain = tempfile::tempdir().unwrap();
+    assert!(os.remove_cgroup(plain.path().to_str().unwrap()).is_err());
+    assert!(plain.path().is_dir());
+}

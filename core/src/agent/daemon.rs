@@ -64,6 +64,11 @@ struct Track {
     python: bool,
     /// The interpreter's pid (Python cells), from the `started` entry.
     interp: Option<Pid>,
+    /// The cell's own cgroup (shell cells), from its `cgroup` file.
+    cgroup: Option<String>,
+    /// The `cgroup` file was read after the cell was done (it is written
+    /// before the main process starts, so it will not appear later).
+    cgroup_checked: bool,
 }
 
 /// The kernel daemon.
@@ -179,6 +184,8 @@ impl Daemon {
                         cancel: None,
                         python: false,
                         interp: None,
+                        cgroup: None,
+                        cgroup_checked: false,
                     },
                 );
                 continue;
@@ -219,6 +226,7 @@ impl Daemon {
             // The earlier daemon's nonce is gone with its config: the
             // shim's tree and the recorded session still find the cell.
             marker: String::new(),
+            cgroup: None,
         })
     }
 
@@ -266,6 +274,10 @@ impl Daemon {
                     let _ = w.finish(os, vec![EntryKind::Result { outcome }]);
                 }
                 t.done = true;
+            }
+            if !t.python && t.cgroup.is_none() && !t.cgroup_checked {
+                t.cgroup = procs::read_cgroup(os, &cell);
+                t.cgroup_checked = t.cgroup.is_some() || t.done;
             }
             if t.cancel.is_none() && os.exists(&cell.cancel()) {
                 t.cancel = Some(Escalation {
@@ -315,6 +327,7 @@ impl Daemon {
                         .cloned()
                         .collect(),
                     extra: t.leftovers.clone(),
+                    cgroup: t.cgroup.clone(),
                 };
                 let set = procs::cell_processes(os, table, &scope, &protected);
                 if !c.term_sent {
@@ -337,7 +350,23 @@ impl Daemon {
                 }
             }
             if t.done && (t.python || t.shim.is_none()) && (t.cancel.is_none() || empty) {
-                drop.push(seq);
+                // A cell whose shim is gone may still have processes in
+                // its cgroup (a daemon that escaped the shim's tree before
+                // the shim was killed): keep it, so that a cancel, or the
+                // idle exit, still finds them.
+                let lingering = t.cgroup.as_deref().is_some_and(|g| {
+                    let table = table.get_or_insert_with(|| Table::snapshot(os));
+                    let protected = procs::protected(table, self_pid);
+                    os.cgroup_members(g).into_iter().any(|pid| {
+                        !protected.contains(&pid) && table.get(pid).is_some_and(|p| !p.zombie)
+                    })
+                });
+                if !lingering {
+                    if let Some(g) = &t.cgroup {
+                        let _ = os.remove_cgroup(g);
+                    }
+                    drop.push(seq);
+                }
             }
         }
         for seq in drop {
@@ -437,6 +466,7 @@ impl Daemon {
             shim_pid: pid,
             shim_starttime: start,
             marker: marker.clone(),
+            cgroup: None,
         };
         let _ = os.write_atomic(&cell.launch(), &to_json(&record));
         Ok(Track {
@@ -449,6 +479,8 @@ impl Daemon {
             cancel: None,
             python,
             interp: None,
+            cgroup: None,
+            cgroup_checked: false,
         })
     }
 
@@ -500,11 +532,15 @@ impl Daemon {
                 marker: t.marker.clone(),
                 other_markers: Vec::new(),
                 extra: t.leftovers.clone(),
+                cgroup: t.cgroup.clone(),
             };
             set.extend(procs::cell_processes(os, &table, &scope, &protected));
         }
         set.retain(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie));
         if set.is_empty() || now >= deadline {
+            for g in self.cells.values().filter_map(|t| t.cgroup.as_deref()) {
+                let _ = os.remove_cgroup(g);
+            }
             return DaemonStep::Exit;
         }
         procs::stop_and_kill(os, &set);

@@ -31,6 +31,10 @@ pub struct LaunchRecord {
     pub shim_starttime: u64,
     /// The cell's env marker value.
     pub marker: String,
+    /// The cell's cgroup, kept in the record of an acknowledged cell whose
+    /// cgroup still has members (`leftovers/`); absent in `launch.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
 }
 
 /// Reads a JSON file: `Ok(None)` when absent, an error when unreadable.

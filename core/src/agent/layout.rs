@@ -8,7 +8,7 @@
 //!                        /lang            the language, as text
 //!                        /state/          the shell's saved cwd + exports
 //!                        /cells/{seq}/    submission.json, code, journal,
-//!                                         cancel, launch.json, end
+//!                                         cancel, launch.json, end, cgroup
 //! ```
 
 use crate::ids::{CellSeq, KernelName};
@@ -144,6 +144,13 @@ impl CellLayout {
     /// `launch.json`: the shim the daemon started for the cell.
     pub fn launch(&self) -> String {
         format!("{}/launch.json", self.dir)
+    }
+
+    /// `cgroup`: the path of the cell's own cgroup (cgroup v2), written by
+    /// the shim before the cell's main process starts, absent when no
+    /// cgroup could be made (see [`super::procs::read_cgroup`]).
+    pub fn cgroup(&self) -> String {
+        format!("{}/cgroup", self.dir)
     }
 
     /// `end`: written by the shell script when the user's code reached its

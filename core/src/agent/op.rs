@@ -406,6 +406,7 @@ impl OpRun {
             }
         }
         if set.is_empty() || now >= s.deadline {
+            remove_cgroups(os, &s.kernel);
             os.remove_all(s.kernel.dir())
                 .map_err(|e| io("removing the kernel directory", e))?;
             let killed = u32::try_from(s.killed.len()).unwrap_or(u32::MAX);
@@ -594,17 +595,30 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
             format!("cell {seq} is not done yet; wait for it or cancel it first"),
         ));
     }
-    if let Ok(Some(l)) = read_json::<LaunchRecord>(os, &cell.launch()) {
-        let running = os
-            .process(l.shim_pid)
-            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
-        if running {
-            let dir = leftovers_dir(k);
-            os.create_dir_all(&dir)
-                .map_err(|e| io("creating the leftovers directory", e))?;
-            os.write_atomic(&format!("{dir}/{seq}.json"), &to_json(&l))
-                .map_err(|e| io("keeping the leftovers' launch record", e))?;
-        }
+    let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
+    let running = launch.as_ref().is_some_and(|l| {
+        os.process(l.shim_pid)
+            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie)
+    });
+    // A cgroup that cannot be removed still has members (the shim, or a
+    // daemon that escaped its tree): they stay owned.
+    let cgroup = procs::read_cgroup(os, &cell)
+        .filter(|g| os.remove_cgroup(g).is_err() && !os.cgroup_members(g).is_empty());
+    if running || cgroup.is_some() {
+        let record = match launch {
+            Some(l) => LaunchRecord { cgroup, ..l },
+            None => LaunchRecord {
+                shim_pid: 0,
+                shim_starttime: 0,
+                marker: String::new(),
+                cgroup,
+            },
+        };
+        let dir = leftovers_dir(k);
+        os.create_dir_all(&dir)
+            .map_err(|e| io("creating the leftovers directory", e))?;
+        os.write_atomic(&format!("{dir}/{seq}.json"), &to_json(&record))
+            .map_err(|e| io("keeping the leftovers' launch record", e))?;
     }
     os.remove_all(cell.dir())
         .map_err(|e| io("removing the cell", e))
@@ -673,8 +687,13 @@ pub fn kernel_processes(
                 .unwrap_or_default(),
             other_markers: Vec::new(),
             extra: shim.map(|l| vec![l.shim_pid]).unwrap_or_default(),
+            cgroup: procs::read_cgroup(os, &cell),
         };
-        if scope.marker.is_empty() && scope.pgid.is_none() && scope.extra.is_empty() {
+        if scope.marker.is_empty()
+            && scope.pgid.is_none()
+            && scope.extra.is_empty()
+            && scope.cgroup.is_none()
+        {
             continue;
         }
         set.extend(procs::cell_processes(os, table, &scope, protected));
@@ -685,6 +704,13 @@ pub fn kernel_processes(
         let Ok(Some(l)) = read_json::<LaunchRecord>(os, &format!("{dir}/{name}")) else {
             continue;
         };
+        if let Some(g) = l.cgroup.as_deref().filter(|g| procs::valid_cgroup_path(g)) {
+            set.extend(
+                os.cgroup_members(g)
+                    .into_iter()
+                    .filter(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie)),
+            );
+        }
         let live = table
             .get(l.shim_pid)
             .is_some_and(|p| p.starttime == l.shim_starttime);
@@ -699,6 +725,25 @@ pub fn kernel_processes(
         }
     }
     set
+}
+
+/// Removes the cgroups of the kernel's cells and of its kept leftovers
+/// records, before the directories that name them go (only empty ones can
+/// be removed; a cgroup with members stays, as its processes do).
+fn remove_cgroups(os: &mut dyn Os, k: &KernelLayout) {
+    let mut groups: Vec<String> = cell_seqs(os, k)
+        .into_iter()
+        .filter_map(|seq| procs::read_cgroup(os, &k.cell(seq)))
+        .collect();
+    let dir = leftovers_dir(k);
+    for name in os.list_dir(&dir).unwrap_or_default() {
+        if let Ok(Some(l)) = read_json::<LaunchRecord>(os, &format!("{dir}/{name}")) {
+            groups.extend(l.cgroup.filter(|g| procs::valid_cgroup_path(g)));
+        }
+    }
+    for g in groups {
+        let _ = os.remove_cgroup(&g);
+    }
 }
 
 /// The cells of a kernel, by sequence number.
@@ -739,6 +784,7 @@ fn gc(os: &mut dyn Os, layout: &Layout) -> Result<Vec<KernelName>, AgentError> {
         if unresolved {
             continue;
         }
+        remove_cgroups(os, &k);
         os.remove_all(k.dir())
             .map_err(|e| io("removing a stale kernel", e))?;
         removed.push(kernel);

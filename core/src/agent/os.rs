@@ -124,6 +124,16 @@ pub trait Os {
     /// Sends a signal to one pid.
     fn signal(&mut self, pid: Pid, signal: Signal) -> Result<(), OsError>;
 
+    /// The processes in the cgroup at `group` (an absolute path to its
+    /// directory, as a cell's `cgroup` file records it), sorted: what its
+    /// `cgroup.procs` lists. Empty when there is no such cgroup. Only
+    /// processes that are members themselves: a moved-out child is not.
+    fn cgroup_members(&self, group: &str) -> Vec<Pid>;
+    /// Removes the cgroup at `group` (`rmdir`), which succeeds only when
+    /// it has no member left. Absent is fine; one that still has members
+    /// is an error and stays.
+    fn remove_cgroup(&mut self, group: &str) -> Result<(), OsError>;
+
     /// Starts the kernel daemon for `kernel_dir`, detached (own session),
     /// with `nonce` in its argv. Returns its pid.
     fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError>;

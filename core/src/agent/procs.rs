@@ -3,11 +3,15 @@
 //! A cell's processes are the union of: the descendants of its shim (a
 //! child subreaper, so a double-forked daemon is reparented to it and stays
 //! a descendant), everything in the process group or session recorded by
-//! the cell's `started` entry, and everything carrying the cell's env
-//! marker. Never included: pid 1, the calling process and its ancestors,
+//! the cell's `started` entry, everything carrying the cell's env marker,
+//! and the members of the cell's own cgroup when the shim could make one
+//! (the only trace left of a `setsid` + `env -i` daemon once the shim
+//! itself was killed: no marker, its own session, reparented away).
+//! Never included: pid 1, the calling process and its ancestors,
 //! the shim itself, processes carrying another known cell's marker, and
 //! zombies (already dead; their parent reaps them).
 
+use super::layout::CellLayout;
 use super::os::{Os, Pid, ProcInfo, Signal};
 use crate::ids::CellSeq;
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,6 +22,53 @@ pub const MARKER_NAME: &str = "TETHER_CELL";
 /// The marker value of cell `seq` of the kernel spawned with `nonce`.
 pub fn marker_value(nonce: &str, seq: CellSeq) -> String {
     format!("{nonce}:{}", seq.0)
+}
+
+/// Prefix of every cgroup the agent makes (and the only kind it removes).
+pub const CGROUP_PREFIX: &str = "tether-";
+
+/// The name of the cgroup of the cell whose marker value is `marker`
+/// (`{nonce}:{seq}` gives `tether-{nonce}-{seq}`): letters, digits, `-`,
+/// `_` and `.` are kept, anything else becomes `_`; at most 200 bytes.
+pub fn cgroup_name(marker: &str) -> String {
+    let mut name = String::from(CGROUP_PREFIX);
+    for c in marker.chars() {
+        if name.len() >= 200 {
+            break;
+        }
+        name.push(match c {
+            ':' => '-',
+            c if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') => c,
+            _ => '_',
+        });
+    }
+    name
+}
+
+/// Is `path` a cgroup path the agent may have made: absolute, no `.` or
+/// `..` or empty components, no control characters, and a last component
+/// starting with [`CGROUP_PREFIX`]? A cell's `cgroup` file is only
+/// believed when it is (so a damaged file never points the agent's
+/// `rmdir` or member reads anywhere else).
+pub fn valid_cgroup_path(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    !path.chars().any(char::is_control)
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && *p != "." && *p != "..")
+        && parts
+            .last()
+            .is_some_and(|p| p.len() > CGROUP_PREFIX.len() && p.starts_with(CGROUP_PREFIX))
+}
+
+/// The cell's cgroup, from its `cgroup` file, when it has a valid one.
+pub fn read_cgroup(os: &dyn Os, cell: &CellLayout) -> Option<String> {
+    let bytes = os.read_file(&cell.cgroup()).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?.trim_end_matches('\n');
+    valid_cgroup_path(text).then(|| text.to_owned())
 }
 
 /// One snapshot of the process table.
@@ -89,6 +140,9 @@ pub struct CellScope {
     pub other_markers: Vec<String>,
     /// Further pids known to belong to the cell (reported leftovers).
     pub extra: Vec<Pid>,
+    /// The cell's own cgroup (its members belong to the cell), from the
+    /// cell's `cgroup` file ([`read_cgroup`]).
+    pub cgroup: Option<String>,
 }
 
 /// Pids that are never signalled: pid 1 and `caller` with its ancestors.
@@ -115,6 +169,13 @@ pub fn cell_processes(
             set.insert(pid);
             set.extend(table.descendants(pid));
         }
+    }
+    if let Some(group) = &scope.cgroup {
+        set.extend(
+            os.cgroup_members(group)
+                .into_iter()
+                .filter(|pid| table.get(*pid).is_some()),
+        );
     }
     for p in table.iter() {
         let in_group = scope.pgid.is_some_and(|g| p.pgid == g || p.sid == g);

@@ -150,6 +150,21 @@ impl ShimCore {
         cancel_reason(os, &self.cell)
     }
 
+    /// The name of the cell's own cgroup ([`super::procs::cgroup_name`]).
+    pub fn cgroup_name(&self) -> String {
+        super::procs::cgroup_name(&self.launch.marker.1)
+    }
+
+    /// Records the cell's cgroup in its `cgroup` file, before the main
+    /// process starts, so that any later op or daemon finds its members.
+    /// A path the agent would not believe back is refused.
+    pub fn record_cgroup(&mut self, os: &mut dyn Os, path: &str) -> Result<(), OsError> {
+        if !super::procs::valid_cgroup_path(path) {
+            return Err(OsError::Other(format!("not a cell cgroup path: {path:?}")));
+        }
+        os.write_atomic(&self.cell.cgroup(), format!("{path}\n").as_bytes())
+    }
+
     /// Resolves a cell that never started.
     pub fn never_started(&mut self, os: &mut dyn Os, outcome: CellOutcome) -> Result<(), OsError> {
         self.journal.finish(os, vec![EntryKind::Result { outcome }])

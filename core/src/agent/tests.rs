@@ -25,6 +25,8 @@ struct FakeOs {
     args: BTreeMap<Pid, Vec<String>>,
     signals: Vec<(Pid, Signal)>,
     launches: Vec<CellLaunch>,
+    /// cgroup path -> pids put in it (a member is listed while it exists).
+    cgroups: BTreeMap<String, Vec<Pid>>,
     me: Pid,
 }
 
@@ -128,6 +130,27 @@ impl Os for FakeOs {
         if signal == Signal::Kill {
             self.procs.remove(&pid);
         }
+        Ok(())
+    }
+    fn cgroup_members(&self, group: &str) -> Vec<Pid> {
+        let mut pids: Vec<Pid> = self
+            .cgroups
+            .get(group)
+            .map(|m| {
+                m.iter()
+                    .copied()
+                    .filter(|p| self.procs.contains_key(p))
+                    .collect()
+            })
+            .unwrap_or_default();
+        pids.sort();
+        pids
+    }
+    fn remove_cgroup(&mut self, group: &str) -> Result<(), OsError> {
+        if !self.cgroup_members(group).is_empty() {
+            return Err(OsError::Other("busy".into()));
+        }
+        self.cgroups.remove(group);
         Ok(())
     }
     fn spawn_daemon(&mut self, _dir: &str, nonce: &str) -> Result<Pid, OsError> {
@@ -244,9 +267,100 @@ fn cell_processes_spare_protected_pids() {
         marker: "n:1".into(),
         other_markers: vec!["n:2".into()],
         extra: vec![],
+        cgroup: None,
     };
     let set = procs::cell_processes(&os, &table, &scope, &protected);
     assert_eq!(set, BTreeSet::from([61, 62, 63, 70]));
+}
+
+#[test]
+fn cell_processes_include_cgroup_members_but_spare_protected_ones() {
+    let mut os = FakeOs::new();
+    os.add(proc_(61, 1, 61)); // setsid + env -i, shim gone: only the cgroup
+    os.add(proc_(72, 1, 72)); // in the cgroup but another cell's marker
+    os.env.insert(72, vec![(MARKER_NAME.into(), "n:2".into())]);
+    os.add(proc_(80, 1, 80)); // unrelated
+    let g = "/sys/fs/cgroup/tether-n-1".to_owned();
+    os.cgroups.insert(g.clone(), vec![10, 61, 72]); // 10 = the caller
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, 10);
+    let mut scope = CellScope {
+        shim: None,
+        pgid: None,
+        marker: "n:1".into(),
+        other_markers: vec!["n:2".into()],
+        extra: vec![],
+        cgroup: None,
+    };
+    assert!(procs::cell_processes(&os, &table, &scope, &protected).is_empty());
+    scope.cgroup = Some(g);
+    let set = procs::cell_processes(&os, &table, &scope, &protected);
+    assert_eq!(set, BTreeSet::from([61]));
+}
+
+#[test]
+fn cgroup_names_and_paths() {
+    assert_eq!(procs::cgroup_name("n1:7"), "tether-n1-7");
+    assert_eq!(procs::cgroup_name("a/b c:1"), "tether-a_b_c-1");
+    assert!(procs::cgroup_name(&"x".repeat(500)).len() <= 200);
+    assert!(procs::valid_cgroup_path("/sys/fs/cgroup/a/tether-n1-7"));
+    for bad in [
+        "",
+        "tether-x",
+        "/sys/fs/cgroup/user.slice",
+        "/sys/fs/cgroup/../tether-x",
+        "/sys/fs/cgroup//tether-x",
+        "/sys/fs/cgroup/tether-",
+        "/sys/fs/cgroup/tether-x\n/etc",
+    ] {
+        assert!(!procs::valid_cgroup_path(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_cell_whose_shim_died_stays_owned_while_its_cgroup_has_members() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let cell = k.cell(CellSeq(1));
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 1);
+    // The shim (60) made the cell's cgroup, recorded it, started main 61,
+    // which started a setsid + env -i daemon 65 (reparented to pid 1).
+    let g = "/sys/fs/cgroup/tether-n1-1".to_owned();
+    os.files
+        .insert(cell.cgroup(), format!("{g}\n").into_bytes());
+    os.add(proc_(61, 60, 61));
+    os.add(proc_(65, 1, 65));
+    os.cgroups.insert(g.clone(), vec![61, 65]);
+    os.now = 5;
+    let _ = d.tick(&mut os);
+    // The shim is killed -9 (and its main process with it): the daemon
+    // resolves the cell, but 65 is still a process of the cell.
+    os.procs.remove(&60);
+    os.procs.remove(&61);
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    let journal = parse_journal(&os.files[&cell.journal()]);
+    assert!(journal.entries.iter().any(|e| e.kind == EntryKind::Done));
+    assert!(os.signals.is_empty());
+    os.files.insert(cell.cancel(), b"cancel\n".to_vec());
+    os.now = 20;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.signals, vec![(65, Signal::Term)]);
+    os.now = 200;
+    let _ = d.tick(&mut os);
+    assert_eq!(
+        os.signals[1..],
+        [(65, Signal::Stop), (65, Signal::Kill)],
+        "{:?}",
+        os.signals
+    );
+    assert!(os.cgroups.contains_key(&g));
+    os.now = 210;
+    let _ = d.tick(&mut os);
+    assert!(!os.cgroups.contains_key(&g), "the empty cgroup is removed");
 }
 
 fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {

@@ -66,6 +66,10 @@ pub struct SimOsConfig {
     /// so only start times and nonces tell a reused pid apart. False: the
     /// sandbox's kernel rebooted (a VM, a replaced sandbox).
     pub bounce_keeps_boot_id: bool,
+    /// A writable cgroup v2 directory under which shims make each cell's
+    /// own cgroup; `None`: cgroups are not writable (docker's read-only
+    /// `/sys/fs/cgroup`) and cells have none.
+    pub cgroup_root: Option<String>,
 }
 
 impl Default for SimOsConfig {
@@ -86,6 +90,7 @@ impl Default for SimOsConfig {
                 ("HOME".to_owned(), "/root".to_owned()),
             ]),
             bounce_keeps_boot_id: false,
+            cgroup_root: Some("/sys/fs/cgroup".into()),
         }
     }
 }
@@ -125,6 +130,8 @@ pub struct ProcView {
     pub role: Role,
     /// The cell it was born from (ground truth).
     pub cell: Option<CellRef>,
+    /// Its cgroup (`None`: the root one).
+    pub cgroup: Option<String>,
 }
 
 /// The simulated sandbox.
@@ -140,6 +147,8 @@ pub struct SimOs {
     pipes: BTreeMap<u64, Pipe>,
     next_pipe: u64,
     fs: fs::Fs,
+    /// Cgroups that exist (made by shims; gone with a bounce).
+    cgroups: BTreeSet<String>,
     current: Pid,
     events: Vec<ProcEvent>,
     daemon_spawns: Vec<DaemonSpawn>,
@@ -164,6 +173,7 @@ impl SimOs {
             pipes: BTreeMap::new(),
             next_pipe: 0,
             fs: fs::Fs::default(),
+            cgroups: BTreeSet::new(),
             current: 1,
             events: Vec::new(),
             daemon_spawns: Vec::new(),
@@ -214,6 +224,7 @@ impl SimOs {
             .collect();
         self.procs.clear();
         self.pipes.clear();
+        self.cgroups.clear();
         self.daemon_spawns.clear();
         let new_kernel = !self.config.bounce_keeps_boot_id;
         self.boot(killed, new_kernel);
@@ -394,6 +405,7 @@ impl SimOs {
             subreaper: p.subreaper,
             role: p.role.clone(),
             cell: p.origin.clone(),
+            cgroup: p.cgroup.clone(),
         })
     }
 
@@ -468,6 +480,38 @@ impl SimOs {
     pub fn current_boot_id(&self) -> &str {
         &self.boot_id
     }
+
+    /// Cgroups that exist now, sorted (a leak check: none should be left
+    /// once a kernel is shut down).
+    pub fn cgroups(&self) -> Vec<String> {
+        self.cgroups.iter().cloned().collect()
+    }
+
+    /// Makes the cgroup `name` under the cgroup of `pid` (a shim), if
+    /// cgroups are writable here ([`SimOsConfig::cgroup_root`]). Returns
+    /// its path.
+    pub(crate) fn make_cgroup(&mut self, pid: Pid, name: &str) -> Option<String> {
+        let root = self.config.cgroup_root.clone()?;
+        let parent = self
+            .procs
+            .get(&pid)
+            .and_then(|p| p.cgroup.clone())
+            .unwrap_or(root);
+        let path = format!("{parent}/{name}");
+        self.cgroups.insert(path.clone());
+        Some(path)
+    }
+
+    /// Moves `pid` into the existing cgroup `group` (writing its
+    /// `cgroup.procs`).
+    pub(crate) fn join_cgroup(&mut self, pid: Pid, group: &str) -> Result<(), OsError> {
+        if !self.cgroups.contains(group) {
+            return Err(OsError::NotFound);
+        }
+        let p = self.procs.get_mut(&pid).ok_or(OsError::NotFound)?;
+        p.cgroup = Some(group.to_owned());
+        Ok(())
+    }
 }
 
 impl Os for SimOs {
@@ -533,6 +577,35 @@ impl Os for SimOs {
         self.procs
             .get(&pid)
             .is_some_and(|p| p.alive() && p.argv.iter().any(|a| a == arg))
+    }
+
+    /// Live members of an existing cgroup, by pid (an exited process has
+    /// left its cgroup, as on Linux).
+    fn cgroup_members(&self, group: &str) -> Vec<Pid> {
+        if !self.cgroups.contains(group) {
+            return Vec::new();
+        }
+        self.procs
+            .values()
+            .filter(|p| p.alive() && p.cgroup.as_deref() == Some(group))
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// `rmdir`: only a cgroup without live members (nor child cgroups)
+    /// goes.
+    fn remove_cgroup(&mut self, group: &str) -> Result<(), OsError> {
+        if !self.cgroups.contains(group) {
+            return Ok(());
+        }
+        let child = format!("{group}/");
+        if !self.cgroup_members(group).is_empty()
+            || self.cgroups.iter().any(|g| g.starts_with(&child))
+        {
+            return Err(OsError::Other(format!("rmdir {group}: EBUSY")));
+        }
+        self.cgroups.remove(group);
+        Ok(())
     }
 
     /// As `kill(2)` on one pid; pid 0 is refused (it would mean the

@@ -159,6 +159,10 @@ pub(crate) struct Proc {
     pub(crate) program: Program,
     pub(crate) origin: Option<CellRef>,
     pub(crate) role: Role,
+    /// The cgroup it is a member of (a cell's own, see
+    /// [`super::SimOsConfig::cgroup_root`]); `None`: the root one.
+    /// Inherited on fork, as on Linux.
+    pub(crate) cgroup: Option<String>,
 }
 
 impl Proc {
@@ -239,32 +243,35 @@ impl SimOs {
     /// namespace, like an exec call) into a new process as `spec` says.
     pub(crate) fn fork(&mut self, parent: Pid, spec: ForkSpec) -> Result<Pid, OsError> {
         let pid = self.alloc_pid()?;
-        let (pgid, sid, env, cwd, term, int, hup, stdio, origin) = match self.procs.get(&parent) {
-            Some(p) if p.alive() => (
-                p.pgid,
-                p.sid,
-                p.env.clone(),
-                p.cwd.clone(),
-                p.term.inherited(),
-                p.int.inherited(),
-                p.hup.inherited(),
-                (p.stdout, p.stderr),
-                p.origin.clone(),
-            ),
-            Some(_) => return Err(OsError::Other(format!("fork: parent {parent} has exited"))),
-            None if parent == 0 => (
-                pid,
-                pid,
-                BTreeMap::new(),
-                "/".to_owned(),
-                Disposition::Default,
-                Disposition::Default,
-                Disposition::Default,
-                (Fd::Null, Fd::Null),
-                None,
-            ),
-            None => return Err(OsError::NotFound),
-        };
+        let (pgid, sid, env, cwd, term, int, hup, stdio, origin, cgroup) =
+            match self.procs.get(&parent) {
+                Some(p) if p.alive() => (
+                    p.pgid,
+                    p.sid,
+                    p.env.clone(),
+                    p.cwd.clone(),
+                    p.term.inherited(),
+                    p.int.inherited(),
+                    p.hup.inherited(),
+                    (p.stdout, p.stderr),
+                    p.origin.clone(),
+                    p.cgroup.clone(),
+                ),
+                Some(_) => return Err(OsError::Other(format!("fork: parent {parent} has exited"))),
+                None if parent == 0 => (
+                    pid,
+                    pid,
+                    BTreeMap::new(),
+                    "/".to_owned(),
+                    Disposition::Default,
+                    Disposition::Default,
+                    Disposition::Default,
+                    (Fd::Null, Fd::Null),
+                    None,
+                    None,
+                ),
+                None => return Err(OsError::NotFound),
+            };
         let pgid = if spec.new_session || spec.new_group {
             pid
         } else {
@@ -306,6 +313,7 @@ impl SimOs {
             program: spec.program,
             origin,
             role: spec.role,
+            cgroup,
         };
         self.log(ProcEventKind::Spawn {
             pid,

@@ -34,6 +34,8 @@ pub(crate) struct ShimRun {
     exited: Option<(Timestamp, ExitStatus)>,
     finished: bool,
     drain: Duration,
+    /// The cell's own cgroup, when one could be made.
+    cgroup: Option<String>,
 }
 
 impl ShimRun {
@@ -48,6 +50,7 @@ impl ShimRun {
             exited: None,
             finished: false,
             drain: DEFAULT_DRAIN,
+            cgroup: None,
         }
     }
 
@@ -197,6 +200,10 @@ impl SimOs {
     /// no child left; then it exits. True if it exited.
     fn shim_linger(&mut self, pid: Pid, shim: &ShimRun) -> bool {
         if shim.finished && self.is_alive(pid) && self.children_of(pid).is_empty() {
+            // Its tree is gone: the cell's cgroup goes too, if empty.
+            if let Some(group) = &shim.cgroup {
+                let _ = self.remove_cgroup(group);
+            }
             self.exit_proc(pid, ExitStatus::Code(0));
             return true;
         }
@@ -257,6 +264,15 @@ impl SimOs {
             shim.finished = true;
             return;
         }
+        // As the real shim: the cell's own cgroup, recorded before the
+        // main process starts (none when cgroups are not writable).
+        if let Some(group) = self.make_cgroup(pid, &core.cgroup_name()) {
+            if core.record_cgroup(self, &group).is_ok() {
+                shim.cgroup = Some(group);
+            } else {
+                let _ = self.remove_cgroup(&group);
+            }
+        }
         let out = self.new_pipe();
         let err = self.new_pipe();
         if let Some(p) = self.procs.get_mut(&pid) {
@@ -277,6 +293,11 @@ impl SimOs {
         shim.pipes = Some((out, err));
         match self.fork(pid, spec) {
             Ok(main) => {
+                // The child enters the cgroup before it runs the cell's
+                // code (nothing runs between the fork and this).
+                if let Some(group) = &shim.cgroup {
+                    let _ = self.join_cgroup(main, group);
+                }
                 let starttime = self.procs.get(&main).map_or(0, |p| p.starttime);
                 shim.main = Some(main);
                 shim.pgid = main;
@@ -301,6 +322,7 @@ impl SimOs {
             marker: shim.launch.marker.1.clone(),
             other_markers: Vec::new(),
             extra: Vec::new(),
+            cgroup: shim.cgroup.clone(),
         };
         procs::cell_processes(self, &table, &scope, &protected)
             .into_iter()

@@ -1,5 +1,6 @@
 use super::*;
 use std::time::Duration;
+use tether_core::agent::procs::{self, CellScope, Table};
 use tether_core::protocol::{parse_journal, CellOutcome, EntryKind, Lang, Stream};
 use tether_scenarios::workload::{Step, Workload};
 
@@ -661,4 +662,89 @@ fn bash_cells_behave_as_bash_does() {
     sent(&mut os, daemon, main, Signal::Term);
     os.advance(at(300));
     assert_eq!(stdout_of(&journal(&os, 1)), "cleanup");
+}
+
+#[test]
+fn a_cell_cgroup_is_inherited_on_fork_and_finds_what_nothing_else_does() {
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    let w = Workload::new(vec![
+        Step::EnvIDaemon { sleep_ms: 60_000 },
+        Step::BusyLoop { ms: None },
+    ]);
+    let shim = start_cell(&mut os, daemon, 1, &w);
+    os.advance(at(1));
+    let main = main_pid(&journal(&os, 1));
+    let group = os
+        .read_file(&format!("{KDIR}/cells/1/cgroup"))
+        .map(|b| String::from_utf8(b).unwrap())
+        .unwrap();
+    let group = group.trim_end().to_owned();
+    assert_eq!(group, "/sys/fs/cgroup/tether-nonce-1-1");
+    assert_eq!(os.cgroups(), vec![group.clone()]);
+    // Inherited on fork: the main process and what it started; not the
+    // shim, not the daemon.
+    let escaped = os
+        .processes_of_cell(KDIR, 1)
+        .into_iter()
+        .find(|&p| p != main)
+        .unwrap();
+    assert_eq!(os.cgroup_members(&group), vec![main, escaped]);
+    assert_eq!(os.view(escaped).unwrap().cgroup.as_deref(), Some(&*group));
+    assert_eq!(os.view(shim).unwrap().cgroup, None);
+    // The shim is killed: the env -i daemon goes to the kernel daemon, with
+    // no marker and a session of its own; the main process is killed too.
+    sent(&mut os, daemon, shim, Signal::Kill);
+    sent(&mut os, daemon, main, Signal::Kill);
+    os.advance(at(2));
+    let v = os.view(escaped).unwrap();
+    let (name, value) = marker(1);
+    assert!(v.ppid == daemon && v.sid != main && !v.env.contains_key(&name));
+    assert_eq!(os.remove_cgroup(&group).map_err(|_| ()), Err(()));
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, daemon);
+    let mut scope = CellScope {
+        shim: None,
+        pgid: Some(main),
+        marker: value,
+        other_markers: vec!["nonce-1:2".into()],
+        extra: vec![],
+        cgroup: None,
+    };
+    assert!(procs::cell_processes(&os, &table, &scope, &protected).is_empty());
+    scope.cgroup = Some(group.clone());
+    let set = procs::cell_processes(&os, &table, &scope, &protected);
+    assert_eq!(set.into_iter().collect::<Vec<_>>(), vec![escaped]);
+    // Once its last member is gone the cgroup can be removed.
+    sent(&mut os, daemon, escaped, Signal::Kill);
+    os.advance(at(3));
+    assert!(os.cgroup_members(&group).is_empty());
+    assert_eq!(os.remove_cgroup(&group), Ok(()));
+    assert!(os.cgroups().is_empty());
+}
+
+#[test]
+fn without_writable_cgroups_a_cell_has_none_and_the_shim_removes_its_own() {
+    // Not writable: no cgroup, no file, the cell runs as before.
+    let mut os = SimOs::new(SimOsConfig {
+        cgroup_root: None,
+        ..SimOsConfig::default()
+    });
+    let daemon = boot_daemon(&mut os);
+    start_cell(&mut os, daemon, 1, &Workload::new(vec![print("hi")]));
+    os.advance(at(500));
+    assert_eq!(stdout_of(&journal(&os, 1)), "hi");
+    assert!(!os.exists(&format!("{KDIR}/cells/1/cgroup")));
+    assert!(os.cgroups().is_empty());
+    // Writable: the shim removes the cell's cgroup once its tree is gone.
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    let w = Workload::new(vec![print("hi"), sleep(100)]);
+    let shim = start_cell(&mut os, daemon, 1, &w);
+    os.advance(at(1));
+    assert_eq!(os.cgroups().len(), 1);
+    os.advance(at(500));
+    assert!(!os.is_alive(shim));
+    assert_eq!(stdout_of(&journal(&os, 1)), "hi");
+    assert!(os.cgroups().is_empty());
 }
