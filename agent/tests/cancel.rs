@@ -254,3 +254,151 @@ fn tombstone_before_submit_means_the_cell_never_runs() {
     assert_eq!(o, json!({"outcome": "ok"}));
     assert!(!side.exists(), "the cancelled cell ran");
 }
+
+/// Can this process make a cgroup v2 child of its own cgroup? `Err` says
+/// why not. (The agent's shim does the same at each cell's start.)
+fn cgroup_v2_writable() -> Result<(), String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+    let own = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("no cgroup v2 line in /proc/self/cgroup (cgroup v1 only)")?
+        .to_owned();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+    let dir = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let dash = f.iter().position(|x| *x == "-")?;
+            (f.get(dash + 1) == Some(&"cgroup2")).then(|| (f[3].to_owned(), f[4].to_owned()))
+        })
+        .find_map(|(root, mount)| {
+            let rest = if root == "/" {
+                own.as_str()
+            } else {
+                own.strip_prefix(root.as_str())?
+            };
+            Some(format!("{mount}{}", rest.trim_end_matches('/')))
+        })
+        .ok_or("no cgroup2 mount shows our cgroup")?;
+    let probe = format!("{dir}/tether-probe-{}", std::process::id());
+    std::fs::create_dir(&probe).map_err(|e| format!("cannot mkdir {probe}: {e}"))?;
+    let _ = std::fs::remove_dir(&probe);
+    Ok(())
+}
+
+/// The escape only a cgroup catches: a `setsid` + `env -i` daemon with its
+/// stdio on /dev/null, and then the cell's shim is killed -9. The daemon is
+/// reparented away from the shim's tree (to the kernel daemon), carries no
+/// marker, has a session of its own, and was never reported as a leftover
+/// (the shim died first). Only its membership of the cell's cgroup is left.
+#[test]
+fn daemon_that_outlives_its_killed_shim_is_found_by_the_cell_cgroup() {
+    if let Err(why) = cgroup_v2_writable() {
+        eprintln!(
+            "skipped: cgroup v2 is not writable on this machine, so no cell gets a cgroup: {why}"
+        );
+        return;
+    }
+    let mut r = Root::new();
+    let id_a = r.spawn("a");
+    let scratch = r.file("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(
+        scratch.join("ignore.sh"),
+        "trap '' TERM\necho $$ >> \"$1\"\nwhile :; do sleep 1; done\n",
+    )
+    .unwrap();
+    let pids = r.file("pids");
+    let (p, s) = (pids.display(), scratch.display());
+    let code = format!(
+        "setsid env -i /bin/sh -c '/bin/sh {s}/ignore.sh {p} & exit 0' </dev/null >/dev/null 2>&1 & echo $$ >> {p}; while :; do sleep 1; done"
+    );
+    r.submit("a", 1, code.as_bytes(), 0);
+    assert!(
+        eventually(Duration::from_secs(20), || pids_in(&pids).len() >= 2),
+        "the cell never registered its processes: {:?}",
+        pids_in(&pids)
+    );
+    let (main, escaped) = {
+        let v = pids_in(&pids);
+        // The main shell writes its pid after starting the daemon; either
+        // may land first.
+        let main = *v
+            .iter()
+            .find(|p| session_of(**p) == Some(**p))
+            .unwrap_or_else(|| panic!("no session leader among {v:?}"));
+        let escaped = *v.iter().find(|p| **p != main).unwrap();
+        (main, escaped)
+    };
+    let cell = r.path().join("kernels/a/cells/1");
+    let group = std::fs::read_to_string(cell.join("cgroup"))
+        .unwrap_or_else(|e| panic!("cgroup v2 is writable but the shim recorded no cgroup: {e}"));
+    let group = group.trim_end().to_owned();
+    let members = || -> Vec<u32> {
+        std::fs::read_to_string(format!("{group}/cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    assert!(members().contains(&escaped), "{:?}", members());
+    let launch: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cell.join("launch.json")).unwrap()).unwrap();
+    let shim = launch["shim_pid"].as_u64().unwrap() as u32;
+    assert!(!members().contains(&shim), "the shim is not a member");
+
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &shim.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let entries = r.wait_done("a", 1);
+    assert_eq!(
+        outcome(&entries),
+        json!({"outcome": "error", "message": "the cell's shim died"}),
+        "{entries:?}"
+    );
+    // Untraceable but for the cgroup: alive, outside the shim's tree (the
+    // shim is dead), no marker, a session that is not the cell's, never
+    // reported as a leftover.
+    let marker = format!("TETHER_CELL={}:1", r.nonce("a"));
+    assert!(alive(escaped) && !alive(shim));
+    assert!(!procs_mentioning(&marker).contains(&escaped));
+    assert_ne!(session_of(escaped), Some(main));
+    assert!(!entries.iter().any(|e| e["kind"] == "leftovers"));
+
+    assert_eq!(r.cancel("a", 1), "already_done");
+    let survivors = || -> Vec<u32> {
+        let mut s: Vec<u32> = pids_in(&pids).into_iter().filter(|p| alive(*p)).collect();
+        s.extend(procs_mentioning(&marker));
+        s.extend(procs_mentioning(&scratch.display().to_string()));
+        s.extend(procs_mentioning(&pids.display().to_string()));
+        s.sort();
+        s.dedup();
+        s
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || survivors().is_empty()),
+        "survivors of the cancelled cell: {:?}",
+        survivors()
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || !Path::new(&group).exists()),
+        "the cell's empty cgroup {group} was not removed"
+    );
+    assert_eq!(r.probe("a", Some(&id_a))["status"], "alive");
+    let (o, out, _) = r.run("a", 2, "echo still here");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"still here\n");
+}
+
+/// The session of `pid`, from procfs.
+fn session_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
+}
