@@ -8,6 +8,12 @@
 //! every tick until none is left. Never gated on the main process: a
 //! descendant that traps TERM after its leader exited still dies.
 //!
+//! A cell stays tracked after its shim is gone while its own cgroup (see
+//! [`super::procs::read_cgroup`]) still has members: a process that left
+//! the shim's tree, its session and its marker before the shim was killed
+//! is still the cell's, for a later cancel and for the idle exit. The
+//! cgroup is removed when the cell is dropped.
+//!
 //! The driver calls `tick` at `next_wake` at the latest (earlier is fine)
 //! and reaps its children (the shims) between ticks.
 
