@@ -402,3 +402,53 @@ fn session_of(pid: u32) -> Option<u32> {
         .parse()
         .ok()
 }
+
+/// A cell acknowledged while its cgroup still holds a process that left
+/// the shim's tree: the cell's directory goes, the cgroup is kept in a
+/// leftovers record, and shutdown kills the process and removes the
+/// cgroup (no empty cgroup is left behind).
+#[test]
+fn shutdown_after_ack_kills_what_the_cgroup_holds_and_removes_it() {
+    if let Err(why) = cgroup_v2_writable() {
+        eprintln!(
+            "skipped: cgroup v2 is not writable on this machine, so no cell gets a cgroup: {why}"
+        );
+        return;
+    }
+    let mut r = Root::new();
+    r.spawn("a");
+    let pids = r.file("pids");
+    let p = pids.display();
+    let code = format!(
+        "setsid env -i /bin/sh -c 'echo $$ >> {p}; exec sleep 1000' </dev/null >/dev/null 2>&1 & while :; do sleep 1; done"
+    );
+    r.submit("a", 1, code.as_bytes(), 0);
+    assert!(
+        eventually(Duration::from_secs(20), || pids_in(&pids).len() == 1),
+        "the cell never registered its daemon"
+    );
+    let escaped = pids_in(&pids)[0];
+    let cell = r.path().join("kernels/a/cells/1");
+    let group = std::fs::read_to_string(cell.join("cgroup")).unwrap();
+    let group = group.trim_end().to_owned();
+    let launch: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cell.join("launch.json")).unwrap()).unwrap();
+    let shim = launch["shim_pid"].as_u64().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &shim])
+        .status()
+        .unwrap()
+        .success());
+    r.wait_done("a", 1);
+    r.op(json!({"ack": {"kernel": "a", "seq": 1}}));
+    assert!(!cell.exists(), "the acknowledged cell's directory is gone");
+    assert!(alive(escaped));
+    let kept = std::fs::read_to_string(r.path().join("kernels/a/leftovers/1.json")).unwrap();
+    assert!(kept.contains(&group), "{kept}");
+    r.op(json!({"shutdown": {"kernel": "a"}}));
+    assert!(
+        eventually(Duration::from_secs(20), || !alive(escaped)),
+        "shutdown left {escaped} alive"
+    );
+    assert!(!Path::new(&group).exists(), "{group} was left behind");
+}
