@@ -1,16 +1,104 @@
-//! `tether-sim`: explore fault schedules, replay one seed, list scenarios.
+//! `tether-sim`: explore fault schedules, replay one seed or a race file,
+//! list scenarios.
+//!
+//! Exit codes (the same for every subcommand): [`OK`] every run kept every
+//! invariant, [`VIOLATION`] an invariant broke, [`USAGE`] the command could
+//! not run as asked. Machine output (`--json`) goes to stdout; progress and
+//! diagnostics go to stderr.
 
 use clap::{Parser, Subcommand};
+use serde::Serialize;
+use std::io::Write as _;
 use std::process::ExitCode;
-use tether_sim::explore::{self, Options, Shard};
-use tether_sim::faults::FaultSchedule;
+use tether_sim::explore::{self, Options, RunReport, Shard};
+use tether_sim::faults::{FaultKind, FaultSchedule};
 use tether_sim::scenario::{self, Scenario};
-use tether_sim::world::{self, Variant};
+use tether_sim::trace;
+use tether_sim::world::{self, Race, Variant};
+
+/// Every run kept every invariant.
+const OK: u8 = 0;
+/// An invariant broke in some run.
+const VIOLATION: u8 = 1;
+/// The command could not run as asked; nothing was judged.
+const USAGE: u8 = 2;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  every run kept every invariant
+  1  an invariant broke (explore, replay, race); the report on stderr
+     (or the JSON on stdout) says which, with a command that replays it
+  2  the command could not run as asked: an unknown scenario or variant,
+     a bad --shard, an unreadable or malformed schedule or race file, an
+     output file that cannot be written; nothing was run or judged";
+
+const TOP_HELP: &str = "\
+Examples (from the workspace: cargo run --release -p tether-sim -- …):
+  tether-sim explore                               every scenario x 100 seeds
+  tether-sim explore --scenario reply_lost --seeds 1000
+  tether-sim explore --shard 3/8 --seeds 10000     one of 8 CI shards
+  tether-sim replay --scenario happy --seed 3      the trace of one run
+  tether-sim race sim/races/reply-lost-after-submit.json
+  tether-sim list
+
+Exit codes:
+  0  every run kept every invariant
+  1  an invariant broke (explore, replay, race)
+  2  the command could not run as asked (bad arguments or input file)
+
+JSON (--json) goes to stdout, progress and reports to stderr.";
+
+const EXPLORE_HELP: &str = "\
+Examples:
+  tether-sim explore                                   every scenario x 100 seeds
+  tether-sim explore --scenario cancel_early --seeds 1000
+  tether-sim explore --shard 3/8 --seeds 10000         seeds with seed % 8 == 2
+  tether-sim explore --check-determinism --seeds 20    each seed twice, traces compared
+  tether-sim explore --max-faults 8                    denser fault schedules
+  tether-sim explore --json --quiet > summary.json
+
+A failing seed is reported on stderr with its schedule, the shrunk schedule
+(fewest and shortest faults that still fail) and the replay command; add
+`--save-race FILE` to that command to keep it as a race file.
+
+Progress: a bar on a terminal, one line per tenth of the runs elsewhere
+(CI logs), none with --quiet; always on stderr.";
+
+const REPLAY_HELP: &str = "\
+Examples:
+  tether-sim replay --scenario happy --seed 3
+  tether-sim replay --scenario happy --seed 3 --json
+  tether-sim replay --scenario reply_lost --seed 0 \\
+      --schedule '[{\"at_ms\":0,\"kind\":\"reply_lost\",\"op\":\"submit\"}]'
+  tether-sim replay --scenario reply_lost --seed 0 --schedule sched.json \\
+      --save-race sim/races/open/my-race.json --about \"what it shows\"
+
+The trace is identical on every replay of the same seed and schedule.";
+
+const RACE_HELP: &str = "\
+A race file is JSON: {\"about\": \"…\", \"scenario\": \"<name>\", \"seed\": N,
+\"schedule\": [{\"at_ms\": …, \"kind\": \"…\", …}]} (\"about\" and \"seed\" may be
+left out). `replay … --save-race FILE` writes one.
+
+Examples:
+  tether-sim race sim/races/reply-lost-after-submit.json
+  tether-sim race --json sim/races/cancel-lost-in-partition.json";
+
+const LIST_HELP: &str = "\
+Examples:
+  tether-sim list
+  tether-sim list --json     scenarios with their fault spaces, and the variants of this build";
 
 #[derive(Parser)]
 #[command(
     name = "tether-sim",
-    about = "deterministic simulation of tether under faults"
+    version,
+    about = "Deterministic simulation of tether under injected faults",
+    long_about = "Deterministic simulation of tether under injected faults: the real \
+                  client driver and agent logic in a turmoil world with a simulated \
+                  sandbox OS, judged by an oracle. Every run is a function of its \
+                  scenario, seed and fault schedule.",
+    after_help = TOP_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -20,57 +108,83 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run every scenario (or one) over many seeds and check the invariants.
+    #[command(after_help = format!("{EXPLORE_HELP}\n\n{EXIT_CODES}"))]
     Explore {
-        /// Only this scenario.
-        #[arg(long)]
+        /// Only this scenario (see `list`).
+        #[arg(long, value_name = "NAME")]
         scenario: Option<String>,
-        /// Seeds per scenario.
-        #[arg(long, default_value_t = 100)]
+        /// Seeds per scenario (before sharding).
+        #[arg(long, default_value_t = 100, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
         seeds: u64,
         /// First seed (with --seeds 1: exactly this seed).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_name = "N")]
         seed: u64,
         /// Worker threads.
-        #[arg(long, default_value_t = default_jobs())]
+        #[arg(long, default_value_t = default_jobs(), value_name = "N")]
         jobs: usize,
-        /// Explore only seeds with seed % N == K-1.
-        #[arg(long, default_value = "1/1")]
+        /// Explore only seeds with seed % N == K-1 (1 <= K <= N).
+        #[arg(long, default_value = "1/1", value_name = "K/N")]
         shard: String,
         /// Run every seed twice and compare the traces byte for byte.
         #[arg(long)]
         check_determinism: bool,
-        /// Print the summary as JSON on stdout.
+        /// Print the summary as JSON on stdout (instead of the table).
         #[arg(long)]
         json: bool,
-        /// Explore a deliberately broken variant (test builds only).
-        #[arg(long, default_value = "real")]
+        /// No progress and no header on stderr (failures are still reported).
+        #[arg(long, short)]
+        quiet: bool,
+        /// Explore a deliberately broken variant (builds with --features mutations only).
+        #[arg(long, default_value = "real", value_name = "NAME")]
         variant: String,
         /// At most this many drawn faults per run (default: each scenario's, 3).
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         max_faults: Option<usize>,
     },
     /// Print the full trace of one run.
+    #[command(after_help = format!("{REPLAY_HELP}\n\n{EXIT_CODES}"))]
     Replay {
-        /// The scenario.
-        #[arg(long)]
+        /// The scenario (see `list`).
+        #[arg(long, value_name = "NAME")]
         scenario: String,
         /// The seed.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         seed: u64,
-        /// A fault schedule (inline JSON, or a file) instead of the seed's own.
-        #[arg(long)]
+        /// A fault schedule (inline JSON array, or a file holding one)
+        /// instead of the seed's own.
+        #[arg(long, value_name = "JSON|FILE")]
         schedule: Option<String>,
-        /// Replay a deliberately broken variant.
-        #[arg(long, default_value = "real")]
+        /// Replay a deliberately broken variant (builds with --features mutations only).
+        #[arg(long, default_value = "real", value_name = "NAME")]
         variant: String,
+        /// Print the run as one JSON document: trace entries, violations, schedule.
+        #[arg(long)]
+        json: bool,
+        /// Also write the run's scenario, seed and schedule as a race file
+        /// (refuses to overwrite one).
+        #[arg(long, value_name = "FILE")]
+        save_race: Option<String>,
+        /// What the saved race shows (default: the violations it found).
+        #[arg(long, value_name = "TEXT", requires = "save_race")]
+        about: Option<String>,
     },
-    /// Replay a race file (sim/races/*.json).
+    /// Replay a race file (sim/races/*.json) on the real product.
+    #[command(after_help = format!("{RACE_HELP}\n\n{EXIT_CODES}"))]
     Race {
-        /// The file.
+        /// The race file.
         file: String,
+        /// Print the run as one JSON document, as `replay --json` does.
+        #[arg(long)]
+        json: bool,
     },
     /// List the scenarios.
-    List,
+    #[command(after_help = LIST_HELP)]
+    List {
+        /// Print them as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn default_jobs() -> usize {
@@ -82,40 +196,280 @@ fn default_jobs() -> usize {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
-        Ok(code) => code,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("tether-sim: {e}");
-            ExitCode::from(2)
+            ExitCode::from(USAGE)
         }
     }
+}
+
+/// Writes to stdout. A reader that went away (`| head`) is not an error:
+/// the exit code still reports the verdict.
+fn emit(text: &str) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(format!("cannot write to stdout: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn emit_json(value: &impl Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    emit(&format!("{text}\n"))
+}
+
+fn scenario_names() -> String {
+    let names: Vec<_> = scenario::all().iter().map(|s| s.name).collect();
+    names.join(", ")
 }
 
 fn pick(name: Option<&str>) -> Result<Vec<Scenario>, String> {
     match name {
         None => Ok(scenario::all()),
-        Some(n) => scenario::by_name(n).map(|s| vec![s]).ok_or_else(|| {
-            let names: Vec<_> = scenario::all().iter().map(|s| s.name).collect();
-            format!("no scenario {n:?}; there are: {}", names.join(", "))
-        }),
+        Some(n) => scenario::by_name(n)
+            .map(|s| vec![s])
+            .ok_or_else(|| format!("no scenario {n:?}; there are: {}", scenario_names())),
     }
 }
 
+/// The broken variants (they exist only in builds with `--features
+/// mutations`).
+const MUTATION_VARIANTS: [&str; 3] = [
+    "cancel-pgid-only",
+    "resubmit-new-id",
+    "transport-error-is-death",
+];
+
+/// The variants this build runs.
+fn variants_built() -> Vec<&'static str> {
+    std::iter::once("real")
+        .chain(MUTATION_VARIANTS)
+        .filter(|n| Variant::parse(n).is_ok())
+        .collect()
+}
+
+fn variant(name: &str) -> Result<Variant, String> {
+    Variant::parse(name).map_err(|_| variant_error(name, &variants_built()))
+}
+
+fn variant_error(name: &str, built: &[&str]) -> String {
+    if MUTATION_VARIANTS.contains(&name) && !built.contains(&name) {
+        format!(
+            "--variant {name}: this build has no broken variants (they exist only in \
+             builds with --features mutations, never in release builds); here only `real`"
+        )
+    } else {
+        format!(
+            "--variant {name:?}: no such variant; this build has: {}",
+            built.join(", ")
+        )
+    }
+}
+
+/// A fault schedule from `--schedule`: inline JSON or a file.
 fn load_schedule(text: &str) -> Result<FaultSchedule, String> {
     let json = if text.trim_start().starts_with('[') {
         text.to_owned()
     } else {
-        std::fs::read_to_string(text).map_err(|e| format!("cannot read {text}: {e}"))?
+        std::fs::read_to_string(text).map_err(|e| format!("cannot read schedule {text}: {e}"))?
     };
-    FaultSchedule::from_json(&json).map_err(|e| format!("bad schedule {text:?}: {e}"))
+    let schedule = FaultSchedule::from_json(&json).map_err(|e| {
+        format!(
+            "schedule {text:?} is not a fault schedule: {e} (expected a JSON array like \
+             [{{\"at_ms\":0,\"kind\":\"reply_lost\",\"op\":\"submit\"}}])"
+        )
+    })?;
+    check_schedule(&schedule).map_err(|e| format!("schedule {text:?}: {e}"))?;
+    Ok(schedule)
 }
 
-fn run(command: Command) -> Result<ExitCode, String> {
-    match command {
-        Command::List => {
-            for s in scenario::all() {
-                println!("{:<16} {}", s.name, s.about);
+/// A race file, with its scenario looked up and its schedule checked.
+fn load_race(file: &str) -> Result<(Race, Scenario), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let race: Race = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{file} is not a race file: {e} (expected JSON {{\"scenario\": NAME, \"seed\": N, \
+             \"schedule\": [FAULT, …]}}; see `tether-sim race --help`)"
+        )
+    })?;
+    let s = scenario::by_name(&race.scenario).ok_or_else(|| {
+        format!(
+            "{file} names scenario {:?}, which does not exist; there are: {}",
+            race.scenario,
+            scenario_names()
+        )
+    })?;
+    check_schedule(&race.schedule).map_err(|e| format!("{file}: {e}"))?;
+    Ok((race, s))
+}
+
+/// Times and durations of a schedule must lie within one run (a run ends
+/// after [`world::MAX_VIRTUAL`]); anything past it is a typo.
+fn check_schedule(schedule: &FaultSchedule) -> Result<(), String> {
+    let end = u64::try_from(world::MAX_VIRTUAL.as_millis()).unwrap_or(u64::MAX);
+    for (i, f) in schedule.0.iter().enumerate() {
+        let spans: &[(&str, u64)] = match f.kind {
+            FaultKind::PartitionExec { for_ms } | FaultKind::HoldExec { for_ms } => {
+                &[("for_ms", for_ms)]
             }
-            Ok(ExitCode::SUCCESS)
+            FaultKind::ExecLatency { ms, for_ms } => &[("ms", ms), ("for_ms", for_ms)],
+            FaultKind::SlowStart { ms, .. } => &[("ms", ms)],
+            FaultKind::CrashClient { down_ms } => &[("down_ms", down_ms)],
+            // A clock jump may be any length (a suspend of days); the
+            // other kinds have no duration. New kinds: add their spans.
+            _ => &[],
+        };
+        for (field, value) in std::iter::once(&("at_ms", f.at_ms)).chain(spans) {
+            if *value > end {
+                return Err(format!(
+                    "fault {} ({f}): {field} {value} is past the end of a run \
+                     (at most {end} ms)",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `list --json`.
+#[derive(Serialize)]
+struct Listing {
+    scenarios: Vec<ScenarioInfo>,
+    /// The `--variant`s this build runs.
+    variants: Vec<&'static str>,
+}
+
+#[derive(Serialize)]
+struct ScenarioInfo {
+    name: &'static str,
+    about: &'static str,
+    /// Faults every run carries.
+    fixed: FaultSchedule,
+    /// Families the per-seed faults are drawn from.
+    families: Vec<tether_sim::faults::Family>,
+    /// At most this many drawn faults per run.
+    max_faults: usize,
+    /// Drawn faults start before this time.
+    window_ms: u64,
+}
+
+/// `replay --json` and `race --json`.
+#[derive(Serialize)]
+struct RunJson<'a> {
+    scenario: &'a str,
+    seed: u64,
+    variant: &'a str,
+    schedule: &'a FaultSchedule,
+    virtual_ms: u64,
+    violations: &'a [tether_sim::oracle::Violation],
+    trace: Vec<trace::Entry>,
+}
+
+/// Prints one run (trace then violations, or JSON); its exit code.
+fn show_run(
+    report: &RunReport,
+    json: bool,
+    scenario: &str,
+    seed: u64,
+    variant: Variant,
+    schedule: &FaultSchedule,
+) -> Result<u8, String> {
+    if json {
+        emit_json(&RunJson {
+            scenario,
+            seed,
+            variant: variant.name(),
+            schedule,
+            virtual_ms: report.virtual_ms,
+            violations: &report.violations,
+            trace: trace::entries(&report.trace),
+        })?;
+    } else {
+        let mut text = report.trace.clone();
+        for v in &report.violations {
+            text.push_str(&format!("VIOLATION {v}\n"));
+        }
+        emit(&text)?;
+    }
+    Ok(if report.violations.is_empty() {
+        OK
+    } else {
+        VIOLATION
+    })
+}
+
+fn compact(value: &impl Serialize) -> Result<String, String> {
+    serde_json::to_string(value).map_err(|e| e.to_string())
+}
+
+/// A race file's text, in the layout of `sim/races/*.json`: one fault a line.
+fn race_text(race: &Race) -> Result<String, String> {
+    let faults = race
+        .schedule
+        .0
+        .iter()
+        .map(compact)
+        .collect::<Result<Vec<_>, _>>()?;
+    let schedule = if faults.is_empty() {
+        "[]".to_owned()
+    } else {
+        format!("[\n    {}\n  ]", faults.join(",\n    "))
+    };
+    Ok(format!(
+        "{{\n  \"about\": {},\n  \"scenario\": {},\n  \"seed\": {},\n  \"schedule\": {schedule}\n}}\n",
+        compact(&race.about)?,
+        compact(&race.scenario)?,
+        race.seed,
+    ))
+}
+
+fn save_race(path: &str, race: &Race) -> Result<(), String> {
+    let text = race_text(race)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => {
+                format!("--save-race {path}: the file exists; pick another name or remove it")
+            }
+            _ => format!("--save-race {path}: cannot create it: {e}"),
+        })?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("--save-race {path}: cannot write it: {e}"))
+}
+
+fn run(command: Command) -> Result<u8, String> {
+    match command {
+        Command::List { json } => {
+            if json {
+                let scenarios = scenario::all()
+                    .into_iter()
+                    .map(|s| ScenarioInfo {
+                        name: s.name,
+                        about: s.about,
+                        fixed: s.fixed,
+                        families: s.space.families,
+                        max_faults: s.space.max_faults,
+                        window_ms: s.space.window_ms,
+                    })
+                    .collect();
+                emit_json(&Listing {
+                    scenarios,
+                    variants: variants_built(),
+                })?;
+            } else {
+                let mut text = String::new();
+                for s in scenario::all() {
+                    text.push_str(&format!("{:<16} {}\n", s.name, s.about));
+                }
+                emit(&text)?;
+            }
+            Ok(OK)
         }
         Command::Explore {
             scenario,
@@ -125,7 +479,8 @@ fn run(command: Command) -> Result<ExitCode, String> {
             shard,
             check_determinism,
             json,
-            variant,
+            quiet,
+            variant: variant_name,
             max_faults,
         } => {
             let mut scenarios = pick(scenario.as_deref())?;
@@ -134,14 +489,14 @@ fn run(command: Command) -> Result<ExitCode, String> {
                     s.space.max_faults = n;
                 }
             }
-            let variant = Variant::parse(&variant)?;
+            let variant = variant(&variant_name)?;
             let opts = Options {
                 first_seed: seed,
                 seeds,
                 jobs: jobs.max(1),
                 shard: Shard::parse(&shard)?,
                 check_determinism,
-                progress: true,
+                progress: !quiet,
                 replay_prefix: if variant == Variant::Real {
                     "cargo run -p tether-sim -- replay".into()
                 } else {
@@ -152,14 +507,17 @@ fn run(command: Command) -> Result<ExitCode, String> {
                 },
                 ..Options::default()
             };
-            eprintln!(
-                "exploring {} scenarios x {} seeds ({} jobs, shard {}/{}, variant {variant:?})",
-                scenarios.len(),
-                seeds,
-                opts.jobs,
-                opts.shard.k,
-                opts.shard.n
-            );
+            if !quiet {
+                eprintln!(
+                    "exploring {} scenarios x {} seeds ({} jobs, shard {}/{}, variant {})",
+                    scenarios.len(),
+                    seeds,
+                    opts.jobs,
+                    opts.shard.k,
+                    opts.shard.n,
+                    variant.name()
+                );
+            }
             let summary = explore::explore(&scenarios, &opts, &|s, seed, schedule| {
                 world::run(s, seed, schedule, variant)
             });
@@ -167,55 +525,129 @@ fn run(command: Command) -> Result<ExitCode, String> {
                 eprint!("{}", f.render());
             }
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?
-                );
+                let mut value = serde_json::to_value(&summary).map_err(|e| e.to_string())?;
+                // Each failure carries the command that replays it.
+                if let Some(failures) = value
+                    .get_mut("failures")
+                    .and_then(serde_json::Value::as_array_mut)
+                {
+                    for (v, f) in failures.iter_mut().zip(&summary.failures) {
+                        if let Some(obj) = v.as_object_mut() {
+                            obj.insert("replay".into(), f.replay_command().into());
+                        }
+                    }
+                }
+                emit_json(&value)?;
             } else {
-                print!("{}", summary.table());
+                emit(&summary.table())?;
             }
             Ok(if summary.failures.is_empty() {
-                ExitCode::SUCCESS
+                OK
             } else {
-                ExitCode::from(1)
+                VIOLATION
             })
         }
         Command::Replay {
             scenario,
             seed,
             schedule,
-            variant,
+            variant: variant_name,
+            json,
+            save_race: save_to,
+            about,
         } => {
             let s = pick(Some(&scenario))?.remove(0);
             let schedule = match schedule {
                 Some(text) => load_schedule(&text)?,
                 None => s.schedule(seed),
             };
-            let variant = Variant::parse(&variant)?;
+            let variant = variant(&variant_name)?;
             let report = world::run(&s, seed, &schedule, variant);
-            print!("{}", report.trace);
-            for v in &report.violations {
-                println!("VIOLATION {v}");
+            if let Some(path) = &save_to {
+                let about = about.unwrap_or_else(|| {
+                    let found: Vec<String> =
+                        report.violations.iter().map(|v| v.to_string()).collect();
+                    if found.is_empty() {
+                        String::new()
+                    } else {
+                        format!("found: {}", found.join("; "))
+                    }
+                });
+                let race = Race {
+                    about,
+                    scenario: s.name.into(),
+                    seed,
+                    schedule: schedule.clone(),
+                };
+                save_race(path, &race)?;
+                eprintln!(
+                    "tether-sim: saved the race to {path}; replay it with: tether-sim race {path}"
+                );
             }
-            Ok(if report.violations.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            show_run(&report, json, s.name, seed, variant, &schedule)
         }
-        Command::Race { file } => {
-            let race = world::Race::load(&file)?;
-            let s = pick(Some(&race.scenario))?.remove(0);
+        Command::Race { file, json } => {
+            let (race, s) = load_race(&file)?;
             let report = world::run(&s, race.seed, &race.schedule, Variant::Real);
-            print!("{}", report.trace);
-            for v in &report.violations {
-                println!("VIOLATION {v}");
-            }
-            Ok(if report.violations.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            show_run(
+                &report,
+                json,
+                s.name,
+                race.seed,
+                Variant::Real,
+                &race.schedule,
+            )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_variant_in_a_build_without_them_says_how_to_get_them() {
+        let e = variant_error("cancel-pgid-only", &["real"]);
+        assert!(e.contains("--features mutations"), "{e}");
+        let e = variant_error("nope", &["real"]);
+        assert!(e.contains("\"nope\"") && e.contains("real"), "{e}");
+    }
+
+    #[test]
+    fn schedules_past_the_end_of_a_run_are_refused() {
+        let bad = FaultSchedule::from_json(
+            r#"[{"at_ms":0,"kind":"partition_exec","for_ms":18446744073709551615}]"#,
+        )
+        .unwrap();
+        let e = check_schedule(&bad).unwrap_err();
+        assert!(e.contains("for_ms") && e.contains("fault 1"), "{e}");
+        let late = FaultSchedule::from_json(r#"[{"at_ms":240001,"kind":"kill_daemon"}]"#).unwrap();
+        assert!(check_schedule(&late).unwrap_err().contains("at_ms"));
+        let jump =
+            FaultSchedule::from_json(r#"[{"at_ms":5,"kind":"clock_jump","ms":99999999}]"#).unwrap();
+        assert_eq!(check_schedule(&jump), Ok(()));
+    }
+
+    #[test]
+    fn a_saved_race_reads_back() {
+        let race = Race {
+            about: "a \"quoted\" race".into(),
+            scenario: "reply_lost".into(),
+            seed: 7,
+            schedule: FaultSchedule::from_json(
+                r#"[{"at_ms":0,"kind":"reply_lost","op":"submit"},{"at_ms":9,"kind":"kill_daemon"}]"#,
+            )
+            .unwrap(),
+        };
+        let text = race_text(&race).unwrap();
+        assert_eq!(serde_json::from_str::<Race>(&text).unwrap(), race);
+        let empty = Race {
+            schedule: FaultSchedule::empty(),
+            ..race
+        };
+        assert_eq!(
+            serde_json::from_str::<Race>(&race_text(&empty).unwrap()).unwrap(),
+            empty
+        );
     }
 }
