@@ -429,6 +429,12 @@ fn race_text(race: &Race) -> Result<String, String> {
 
 fn save_race(path: &str, race: &Race) -> Result<(), String> {
     let text = race_text(race)?;
+    if let Some(dir) = std::path::Path::new(path).parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("--save-race {path}: cannot create {}: {e}", dir.display()))?;
+        }
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

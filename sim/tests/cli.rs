@@ -299,7 +299,7 @@ fn every_race_file_replays_clean() {
 #[test]
 fn a_replay_saved_as_a_race_replays_the_same() {
     let dir = scratch("save-race");
-    let path = dir.join("lost-reply.json");
+    let path = dir.join("open").join("lost-reply.json");
     let path = path.to_str().unwrap();
     let schedule = r#"[{"at_ms":0,"kind":"reply_lost","op":"submit"}]"#;
     let replay = [
