@@ -87,7 +87,11 @@ Examples:
 const LIST_HELP: &str = "\
 Examples:
   tether-sim list
-  tether-sim list --json     scenarios with their fault spaces, and the variants of this build";
+  tether-sim list --json     scenarios with their fault spaces, and the variants of this build
+
+Exit codes:
+  0  listed
+  2  a flag it does not take";
 
 #[derive(Parser)]
 #[command(
