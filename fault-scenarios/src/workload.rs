@@ -118,6 +118,29 @@ pub enum Step {
         /// The directory.
         path: String,
     },
+    /// Ignores SIGINT from now on: `trap '' INT` in shell,
+    /// `signal.signal(SIGINT, SIG_IGN)` in Python (the interpreter can then
+    /// not be interrupted: a cancel has to kill it).
+    IgnoreInt,
+    /// Binds `name` to the string `value` in the kernel's namespace. Python:
+    /// `NAME = "VALUE"` (kept by the interpreter for later cells, also after
+    /// a KeyboardInterrupt). Shell: `NAME='VALUE'`, a variable of the cell's
+    /// shell that is not exported, so it ends with the cell (a shell kernel
+    /// keeps only exports and the directory).
+    SetName {
+        /// The name (`[A-Za-z_][A-Za-z0-9_]*`).
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// Writes the value bound to `name` and a newline to stdout. When the
+    /// name is not bound the cell fails there: Python raises `NameError`
+    /// (the cell's outcome is an error); shell's `${NAME?}` makes the
+    /// non-interactive shell exit with status 2.
+    PrintName {
+        /// The name.
+        name: String,
+    },
 }
 
 /// What a cell does, in order.
@@ -269,6 +292,12 @@ fn validate_steps(steps: &[Step], depth: usize, count: &mut usize) -> Result<(),
             Step::SetVar { name, .. } if !is_var_name(name) => {
                 return Err(WorkloadError::BadVarName { name: name.clone() })
             }
+            Step::SetName { name, .. } | Step::PrintName { name } if !is_var_name(name) => {
+                return Err(WorkloadError::BadVarName { name: name.clone() })
+            }
+            Step::SetName { name, value } if value.contains('\0') => {
+                return Err(WorkloadError::NulInValue { name: name.clone() })
+            }
             Step::SetVar { name, value } if value.contains('\0') => {
                 return Err(WorkloadError::NulInValue { name: name.clone() })
             }
@@ -408,6 +437,9 @@ fn shell_step(step: &Step, dir: &str) -> String {
         }
         Step::SetVar { name, value } => format!("export {name}={}", sh_quote(value)),
         Step::ChangeDir { path } => format!("cd {}", sh_quote(path)),
+        Step::IgnoreInt => "trap '' INT".to_owned(),
+        Step::SetName { name, value } => format!("{name}={}", sh_quote(value)),
+        Step::PrintName { name } => format!("printf '%s\\n' \"${{{name}?}}\""),
     }
 }
 
@@ -496,6 +528,13 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
             vec![format!("_tw_os.environ[{}] = {}", py_str(name), py_str(value))]
         }
         Step::ChangeDir { path } => vec![format!("_tw_os.chdir({})", py_str(path))],
+        Step::IgnoreInt => {
+            vec!["_tw_signal.signal(_tw_signal.SIGINT, _tw_signal.SIG_IGN)".to_owned()]
+        }
+        Step::SetName { name, value } => vec![format!("{name} = {}", py_str(value))],
+        Step::PrintName { name } => vec![format!(
+            "_tw_sys.stdout.write(str({name}) + \"\\n\"); _tw_sys.stdout.flush()"
+        )],
     };
     let mut out = String::new();
     for line in lines {

@@ -469,6 +469,12 @@ async fn run_script(
         expect: None,
         kernel: None,
         bystander: false,
+        // The scenario's main kernel keeps its language.
+        lang: ctx
+            .scenario
+            .cells()
+            .find(|c| c.kernel.is_none())
+            .map_or(Lang::Shell, |c| c.lang),
     };
     let mut outcome = run_one(ctx, driver, &alive, &mut on_event).await;
     if outcome.as_ref() != Some(&CellOutcome::Ok) && !ctx.log.borrow().state_lost.is_empty() {
@@ -525,7 +531,7 @@ async fn run_one(
     let canceller = cancel_watch(ctx, handle, cell.label.clone(), cancel_at);
     let name = kernel_of(cell);
     let result = {
-        let run = driver.run_cell(&name, Lang::Shell, code, timeout, &mut *on_event);
+        let run = driver.run_cell(&name, cell.lang, code, timeout, &mut *on_event);
         tokio::pin!(run);
         tokio::pin!(canceller);
         tokio::select! {

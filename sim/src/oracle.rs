@@ -25,6 +25,12 @@ pub struct CellObs {
     pub client_stdout: Vec<u8>,
     /// How the client resolved it (the last resolution seen).
     pub outcome: Option<CellOutcome>,
+    /// It failed on a name that an earlier cell of its (Python) kernel
+    /// bound and the client saw complete: the namespace was gone.
+    pub namespace_lost: bool,
+    /// The client delivered the agent's note that the interpreter died
+    /// and the kernel's namespace is lost.
+    pub loss_reported: bool,
     /// How many resolutions other than `unknown` the client reported for
     /// it (an `unknown` cell may be resolved again by a resume).
     pub resolutions: u32,
@@ -90,6 +96,11 @@ pub struct Observations {
     pub leaked_processes: Vec<String>,
     /// Kernel directories left after the final shutdown.
     pub leaked_files: Vec<String>,
+    /// Cgroups (made by shims) left after the final shutdown.
+    pub leaked_cgroups: Vec<String>,
+    /// Times (virtual ms) a Python interpreter really died (before any
+    /// shutdown).
+    pub interpreter_deaths: Vec<u64>,
     /// Outcome of the liveness cell run after every fault healed.
     pub liveness: Option<CellOutcome>,
     /// The script finished (did not hang until the simulation's end).
@@ -156,6 +167,19 @@ pub enum Violation {
         /// The cell that resolved `ok` on a dead kernel's state.
         cell: String,
     },
+    /// A Python kernel's namespace was gone, yet neither its interpreter
+    /// nor its daemon had died.
+    NamespaceLost {
+        /// The cell that found a bound name unbound.
+        cell: String,
+    },
+    /// A cell found the Python namespace gone, and no cell before it
+    /// carried the note that the interpreter died, nor was state lost
+    /// reported.
+    UnreportedLoss {
+        /// The cell.
+        cell: String,
+    },
     /// A cell the client had written off (error, cancelled, timed out) ran
     /// afterwards. (`unknown` promises nothing either way.)
     RanAfterResolution {
@@ -205,6 +229,8 @@ impl Violation {
             Violation::MissedDeadline { .. } => "missed_deadline",
             Violation::FalseStateLost { .. } => "false_state_lost",
             Violation::MissedStateLost { .. } => "missed_state_lost",
+            Violation::NamespaceLost { .. } => "namespace_lost",
+            Violation::UnreportedLoss { .. } => "unreported_loss",
             Violation::RanAfterResolution { .. } => "ran_after_resolution",
             Violation::BadResolution { .. } => "bad_resolution",
             Violation::Leak { .. } => "leak",
@@ -251,6 +277,14 @@ impl fmt::Display for Violation {
             Violation::MissedStateLost { cell } => write!(
                 f,
                 "the kernel died, yet {cell} resolved ok without a state-lost report"
+            ),
+            Violation::NamespaceLost { cell } => write!(
+                f,
+                "{cell} found the Python namespace gone, but no interpreter or kernel died"
+            ),
+            Violation::UnreportedLoss { cell } => write!(
+                f,
+                "{cell} found the Python namespace gone, but its loss was never reported"
             ),
             Violation::RanAfterResolution { cell, at_ms } => write!(
                 f,
@@ -329,6 +363,12 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
             });
         }
     }
+    check_namespace(obs, &mut v);
+    if !obs.leaked_cgroups.is_empty() {
+        v.push(Violation::Leak {
+            detail: format!("cgroups {}", obs.leaked_cgroups.join(", ")),
+        });
+    }
     if !obs.leaked_processes.is_empty() {
         v.push(Violation::Leak {
             detail: format!("processes {}", obs.leaked_processes.join(", ")),
@@ -357,6 +397,50 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     v.sort();
     v.dedup();
     v
+}
+
+/// The Python kernel's truths: its namespace is lost only when its
+/// interpreter or daemon really died; a loss is reported (the agent's note
+/// in a cell's stderr, or "state lost") before a cell finds it; the note
+/// never comes without a real death of the interpreter.
+fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
+    let first_py_death = obs.interpreter_deaths.iter().min().copied();
+    let first_death = obs.kernel_deaths.iter().min().copied();
+    // Cells run one after another: a note delivered for an earlier cell
+    // came before a later cell ran.
+    let mut noted = false;
+    for cell in &obs.cells {
+        let end = cell.ended_ms.unwrap_or(u64::MAX);
+        if cell.namespace_lost {
+            let died = first_py_death
+                .into_iter()
+                .chain(first_death)
+                .any(|d| d <= end);
+            let reported = noted || obs.state_lost_reports.iter().any(|&r| r <= end);
+            if !died {
+                v.push(Violation::NamespaceLost {
+                    cell: cell.label.clone(),
+                });
+            } else if !reported {
+                v.push(Violation::UnreportedLoss {
+                    cell: cell.label.clone(),
+                });
+            }
+        }
+        if cell.loss_reported {
+            if first_py_death.is_none_or(|d| d > end) {
+                v.push(Violation::FalseStateLost { at_ms: end });
+            }
+            noted = true;
+        }
+        // A cell being cancelled that the client wrote off as unknown may
+        // have lost the interpreter after the client stopped reading it
+        // (its note lands in a journal nobody reads): `unknown` promises
+        // nothing, the kernel's state included.
+        if cell.cancel_requested && matches!(cell.outcome, Some(CellOutcome::Unknown { .. })) {
+            noted = true;
+        }
+    }
 }
 
 fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {

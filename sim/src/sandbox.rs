@@ -65,6 +65,8 @@ pub struct Sandbox {
     clock_offset: u64,
     /// Daemons that exited by themselves (idle), with when (virtual ms).
     pub self_exits: Vec<(u64, Pid)>,
+    /// When a Python interpreter died before any shutdown (virtual ms).
+    pub interpreter_deaths: Vec<u64>,
     /// Cell processes alive when the script's cells were done, by seq.
     /// Keyed by (kernel name, seq).
     pub snapshot: Option<BTreeMap<(String, u64), Vec<Pid>>>,
@@ -92,6 +94,7 @@ impl Sandbox {
             signalled_cells: BTreeSet::new(),
             clock_offset: 0,
             self_exits: Vec::new(),
+            interpreter_deaths: Vec::new(),
             snapshot: None,
         }
     }
@@ -210,10 +213,20 @@ impl Sandbox {
                         Some(Role::Exec) => "exec",
                         Some(Role::Shim) => "shim",
                         Some(Role::Cell) => "cell",
+                        Some(Role::Interpreter) => "interpreter",
                         None => "?",
                     };
                     self.roles
                         .insert(*pid, format!("{role} {}", argv.join(" ")));
+                }
+                ProcEventKind::Exit { pid, .. }
+                    if !self.shutdown_seen
+                        && self
+                            .roles
+                            .get(pid)
+                            .is_some_and(|r| r.starts_with("interpreter")) =>
+                {
+                    self.interpreter_deaths.push(self.virtual_ms(e.at));
                 }
                 ProcEventKind::Signal {
                     from, to, signal, ..
@@ -297,9 +310,9 @@ impl Sandbox {
         self.snapshot = Some(by_cell);
     }
 
-    /// Processes (other than pid 1 and exec calls still draining) and
-    /// kernel files left now.
-    pub fn leaks(&self) -> (Vec<String>, Vec<String>) {
+    /// Processes (other than pid 1 and exec calls still draining),
+    /// kernel files and cgroups left now.
+    pub fn leaks(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
         let procs = self
             .os
             .alive_pids()
@@ -309,7 +322,7 @@ impl Sandbox {
             .map(|v| format!("{} {}", v.pid, v.argv.join(" ")))
             .collect();
         let files = self.os.files_under(&format!("{}/kernels", self.root));
-        (procs, files)
+        (procs, files, self.os.cgroups())
     }
 
     /// Cells that ran more than once, or that no scripted cell accounts

@@ -6,7 +6,8 @@
 //! cell, so the oracle can count how many times it really ran.
 
 use crate::faults::{CancelPoint, Family, Fault, FaultKind, FaultSchedule, FaultSpace, OpTarget};
-use tether_core::protocol::{CellOutcome, Stream};
+use std::collections::BTreeMap;
+use tether_core::protocol::{CellOutcome, Lang, Stream};
 use tether_scenarios::workload::{Step, Workload};
 
 /// One scripted cell.
@@ -27,6 +28,8 @@ pub struct CellSpec {
     /// Its leftovers must still live when the script ends: nothing that
     /// happened to other cells or kernels may touch them.
     pub bystander: bool,
+    /// The language of its kernel (the first cell of a kernel opens it).
+    pub lang: Lang,
 }
 
 /// A class of outcomes.
@@ -68,8 +71,16 @@ impl CellSpec {
         Workload { steps }
     }
 
-    /// Everything the cell writes to stdout when it runs to its end once.
+    /// Everything the cell writes to stdout when it runs to its end once,
+    /// with no name bound before it (see [`Scenario::expected_stdout`]).
     pub fn full_stdout(&self) -> Vec<u8> {
+        self.stdout_with(&BTreeMap::new())
+    }
+
+    /// What the cell writes to stdout when it runs to its end once with
+    /// `names` bound (`PrintName` of an unbound name ends it there).
+    fn stdout_with(&self, names: &BTreeMap<String, String>) -> Vec<u8> {
+        let mut names = names.clone();
         let mut out = Vec::new();
         let mut exit_trap: Option<&str> = None;
         for step in &self.workload.steps {
@@ -78,15 +89,45 @@ impl CellSpec {
                     stream: Stream::Stdout,
                     text,
                 } => out.extend_from_slice(text.as_bytes()),
+                Step::SetName { name, value } => {
+                    names.insert(name.clone(), value.clone());
+                }
+                Step::PrintName { name } => match names.get(name) {
+                    Some(v) => {
+                        out.extend_from_slice(v.as_bytes());
+                        out.push(b'\n');
+                    }
+                    None => break,
+                },
                 Step::SetExitTrap { text } => exit_trap = Some(text),
                 Step::Exit { .. } => break,
                 _ => {}
             }
         }
-        if let Some(t) = exit_trap {
+        // An EXIT trap of a Python cell (atexit) runs only when the
+        // interpreter exits, never as part of a cell.
+        if let Some(t) = exit_trap.filter(|_| self.lang == Lang::Shell) {
             out.extend_from_slice(t.as_bytes());
         }
         out
+    }
+
+    /// The names the cell binds in its kernel's namespace (Python kernels
+    /// keep them for later cells).
+    fn binds(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.workload.steps.iter().filter_map(|s| match s {
+            Step::SetName { name, value } => Some((name, value)),
+            _ => None,
+        })
+    }
+
+    /// Does the cell print a name (so it tells whether its kernel's
+    /// namespace survived)?
+    pub fn reads_names(&self) -> bool {
+        self.workload
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::PrintName { .. }))
     }
 }
 
@@ -127,6 +168,30 @@ impl Scenario {
         FaultSchedule(all)
     }
 
+    /// What `cell` writes to stdout when it runs to its end once, with the
+    /// names that earlier cells of its (Python) kernel bound still bound.
+    pub fn expected_stdout(&self, cell: &CellSpec) -> Vec<u8> {
+        let names = self.names_before(cell);
+        cell.stdout_with(&names)
+    }
+
+    /// Names bound by the cells of `cell`'s kernel before it (a Python
+    /// kernel's namespace; a shell kernel keeps none).
+    pub fn names_before(&self, cell: &CellSpec) -> BTreeMap<String, String> {
+        let mut names = BTreeMap::new();
+        for c in self.cells() {
+            if c.label == cell.label {
+                break;
+            }
+            if c.kernel == cell.kernel && c.lang == Lang::Python {
+                for (n, v) in c.binds() {
+                    names.insert(n.clone(), v.clone());
+                }
+            }
+        }
+        names
+    }
+
     /// The scripted cells, in order.
     pub fn cells(&self) -> impl Iterator<Item = &CellSpec> {
         self.script.iter().filter_map(|a| match a {
@@ -152,7 +217,26 @@ fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
         expect: Some(expect),
         kernel: None,
         bystander: false,
+        lang: Lang::Shell,
     }
+}
+
+fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
+    CellSpec {
+        lang: Lang::Python,
+        ..cell(label, steps, expect)
+    }
+}
+
+fn set_name(name: &str, value: &str) -> Step {
+    Step::SetName {
+        name: name.into(),
+        value: value.into(),
+    }
+}
+
+fn print_name(name: &str) -> Step {
+    Step::PrintName { name: name.into() }
 }
 
 fn network() -> Vec<Family> {
@@ -243,6 +327,30 @@ pub fn all() -> Vec<Scenario> {
     target.cancel_after_ms = Some(600);
     let mut all_faults = network();
     all_faults.extend([Family::Cancel, Family::KillDaemon, Family::Bounce]);
+    let mut py_escapes = py_cell(
+        "py_escapes",
+        vec![
+            print("start\n"),
+            set_name("during", "cancelled cell"),
+            Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+            Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+            Step::SetpgidOrphan { sleep_ms: 600_000 },
+            Step::BusyLoop { ms: None },
+        ],
+        Expect::Cancelled,
+    );
+    py_escapes.cancel_after_ms = Some(800);
+    let mut py_stuck = py_cell(
+        "py_stuck",
+        vec![
+            Step::IgnoreInt,
+            print("stuck\n"),
+            Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+            Step::BusyLoop { ms: None },
+        ],
+        Expect::Cancelled,
+    );
+    py_stuck.cancel_after_ms = Some(500);
     vec![
         Scenario {
             name: "happy",
@@ -278,7 +386,7 @@ pub fn all() -> Vec<Scenario> {
                 Action::Run(cell("exit", vec![Step::Exit { code: 3 }], Expect::Exit(3))),
             ],
             fixed: FaultSchedule::empty(),
-            space: space(all_faults),
+            space: space(all_faults.clone()),
         },
         Scenario {
             name: "cancel_escapes",
@@ -396,6 +504,71 @@ pub fn all() -> Vec<Scenario> {
                     Expect::Ok,
                 )),
                 Action::Idle { ms: 1_000 },
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+    ]
+    .into_iter()
+    .chain(python(all_faults, py_escapes, py_stuck))
+    .collect()
+}
+
+/// The Python scenarios (after the shell ones in [`all`]).
+fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "python_state",
+            about: "a Python kernel's namespace persists across cells; its loss is reported, never invented",
+            script: vec![
+                Action::Run(py_cell(
+                    "py_set",
+                    vec![set_name("x", "42"), print("set\n")],
+                    Expect::Ok,
+                )),
+                Action::Run(py_cell(
+                    "py_work",
+                    vec![print("a\n"), Step::Sleep { ms: 1_500 }, print("b\n")],
+                    Expect::Ok,
+                )),
+                Action::Run(py_cell("py_read", vec![print_name("x")], Expect::Ok)),
+                Action::Run(py_cell(
+                    "py_exit",
+                    vec![Step::Exit { code: 3 }],
+                    Expect::Exit(3),
+                )),
+                Action::Run(py_cell(
+                    "py_read_again",
+                    vec![print_name("x")],
+                    Expect::Ok,
+                )),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(all_faults),
+        },
+        Scenario {
+            name: "python_cancel",
+            about: "cancel a Python cell with children and a setsid daemon: KeyboardInterrupt, nothing survives, the namespace stays",
+            script: vec![
+                Action::Run(py_cell("py_set", vec![set_name("x", "kept")], Expect::Ok)),
+                Action::Run(py_escapes),
+                Action::Run(py_cell(
+                    "py_after",
+                    vec![print_name("x"), print_name("during")],
+                    Expect::Ok,
+                )),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+        },
+        Scenario {
+            name: "python_stuck",
+            about: "a Python cell ignores SIGINT: the interpreter is killed after the grace, the loss reported, the next cell runs fresh",
+            script: vec![
+                Action::Run(py_cell("py_set", vec![set_name("x", "doomed")], Expect::Ok)),
+                Action::Run(py_stuck),
+                Action::Run(py_cell("py_fresh", vec![print("fresh\n")], Expect::Ok)),
+                Action::Run(py_cell("py_lost", vec![print_name("x")], Expect::Unknown)),
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),

@@ -22,6 +22,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
 use tether_core::agent::Pid;
 use tether_core::protocol::{CellOutcome, Stream};
+use tether_scenarios::workload::Step;
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
@@ -343,9 +344,40 @@ fn observe(
         let truth = sandbox.truth(&spec.label);
         let mut stdout = Vec::new();
         for _ in 0..truth.executions.max(1) {
-            stdout.extend(spec.full_stdout());
+            stdout.extend(scenario.expected_stdout(spec));
         }
+        // A name an earlier cell of the kernel bound and the client saw
+        // complete is unbound now: the namespace is gone.
         let outcome = seen.resolutions.last().cloned();
+        let namespace_lost = match &outcome {
+            Some(CellOutcome::Error { message }) if spec.reads_names() => {
+                let names = scenario.names_before(spec);
+                scenario
+                    .cells()
+                    .take_while(|c| c.label != spec.label)
+                    .filter(|c| c.kernel == spec.kernel)
+                    .filter(|c| {
+                        log.cells
+                            .get(&c.label)
+                            .and_then(|s| s.resolutions.last())
+                            .is_some_and(|o| *o == CellOutcome::Ok)
+                    })
+                    .any(|c| {
+                        names.keys().any(|n| {
+                            c.workload
+                                .steps
+                                .iter()
+                                .any(|s| matches!(s, Step::SetName { name, .. } if name == n))
+                                && *message == format!("NameError: name '{n}' is not defined")
+                        })
+                    })
+            }
+            _ => false,
+        };
+        let loss_reported = seen.output.iter().any(|(_, s, d)| {
+            *s == Stream::Stderr
+                && String::from_utf8_lossy(d).contains("the kernel's namespace is lost")
+        });
         let call = format!("run_cell {}", spec.label);
         let (started_ms, ended_ms) = log
             .calls
@@ -386,6 +418,8 @@ fn observe(
                 .flat_map(|(_, _, d)| d.iter().copied())
                 .collect(),
             outcome,
+            namespace_lost,
+            loss_reported,
             resolutions: u32::try_from(
                 seen.resolutions
                     .iter()
@@ -410,7 +444,7 @@ fn observe(
             },
         });
     }
-    let (leaked_processes, leaked_files) = sandbox.leaks();
+    let (leaked_processes, leaked_files, leaked_cgroups) = sandbox.leaks();
     Observations {
         cells,
         calls: log
@@ -441,6 +475,8 @@ fn observe(
             .collect(),
         leaked_processes,
         leaked_files,
+        leaked_cgroups,
+        interpreter_deaths: sandbox.interpreter_deaths.clone(),
         liveness: log.liveness.clone(),
         finished: log.finished,
         harness_errors: harness,

@@ -24,3 +24,21 @@ fn same_seed_same_trace() {
         }
     }
 }
+
+/// The Python kernel's scenarios on more seeds: the interpreter shim, the
+/// interpreter and its KeyboardInterrupt are as deterministic as the rest.
+#[test]
+fn python_scenarios_same_seed_same_trace() {
+    for name in ["python_state", "python_cancel", "python_stuck"] {
+        let s = scenario::by_name(name).unwrap();
+        for seed in [3u64, 16, 98] {
+            let schedule = s.schedule(seed);
+            let a = run(&s, seed, &schedule, Variant::Real);
+            let b = run(&s, seed, &schedule, Variant::Real);
+            assert!(a.trace.contains("python3"), "{name} seed {seed}: no interpreter");
+            if let Some(d) = first_difference(&a.trace, &b.trace) {
+                panic!("{name} seed {seed}: traces differ at {d}");
+            }
+        }
+    }
+}

@@ -327,3 +327,51 @@ fn rendered_escapes_leave_group_session_and_env_as_simulated() {
     );
     assert!(background.2);
 }
+
+#[test]
+fn rendered_names_print_their_value_and_fail_when_unbound() {
+    let set = Step::SetName {
+        name: "greeting".into(),
+        value: "it's 100%\\".into(),
+    };
+    let show = |name: &str| Step::PrintName { name: name.into() };
+    let bound = Workload::new(vec![set.clone(), show("greeting"), Step::IgnoreInt]);
+    let unbound = Workload::new(vec![show("missing"), print("not reached\n")]);
+    bound.validate().unwrap();
+    let out = run_sh(&render_shell(&bound, "/x"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "it's 100%\\\n");
+    assert!(out.status.success());
+    // The shells word their error differently; both stop there.
+    for sh in SHELLS {
+        let out = run_in(sh, &render_shell(&unbound, "/x"));
+        assert!(out.stdout.is_empty(), "{sh}: {out:?}");
+        assert!(!out.status.success(), "{sh}");
+    }
+    // A name is a shell variable, not an export: a child does not see it.
+    let child = format!(
+        "{}sh -c 'printf %s \"$greeting\"'",
+        render_shell(&bound, "/x")
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&run_sh(&child).stdout),
+        "it's 100%\\\n"
+    );
+    let python = |w: &Workload| {
+        Command::new("python3")
+            .arg("-c")
+            .arg(render_python(w, "/x"))
+            .output()
+    };
+    let Ok(out) = python(&bound) else {
+        eprintln!("python3 not available; skipping the Python half");
+        return;
+    };
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "it's 100%\\\n");
+    let out = python(&unbound).unwrap();
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NameError"));
+    assert!(
+        Workload::new(vec![show("1x")]).validate().is_err(),
+        "a name must be an identifier"
+    );
+}

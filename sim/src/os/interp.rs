@@ -11,12 +11,12 @@
 //! as bash does: background jobs are reaped at once and keep SIGINT, and a
 //! fatal TERM/INT/HUP runs the EXIT trap before the shell dies.
 
-use super::process::{Disposition, ExitStatus, Fd, ForkSpec, Program, Role, RunState};
+use super::process::{CellRef, Disposition, ExitStatus, Fd, ForkSpec, Program, Role, RunState};
 use super::SimOs;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tether_core::agent::Pid;
-use tether_core::protocol::Stream;
+use tether_core::agent::{OsError, Pid};
+use tether_core::protocol::{CellOutcome, Stream};
 use tether_core::time::Timestamp;
 use tether_scenarios::workload::{Step, Workload};
 
@@ -54,6 +54,23 @@ pub(crate) struct CellFiles {
     pub(crate) marker: String,
 }
 
+/// A workload run as a cell of a Python interpreter (see
+/// [`super::python`]) rather than by a shell: `sleep` and busy loops stay
+/// in-process, children get the interpreter's `os.environ` (with the
+/// cell's marker) and are the cell's, `exit N` is `SystemExit` (the cell
+/// ends, the interpreter stays), an unbound name is `NameError`, and the
+/// end of the steps ends the cell, not the process.
+#[derive(Debug)]
+pub(crate) struct PyFlavor {
+    /// `os.environ`: what children inherit (what `/proc/PID/environ` of
+    /// the interpreter shows does not change).
+    pub(crate) environ: BTreeMap<String, String>,
+    /// The cell the children belong to (ground truth).
+    pub(crate) origin: CellRef,
+    /// How the cell ended, once it did (the bootstrap's report).
+    pub(crate) ended: Option<CellOutcome>,
+}
+
 /// A shell interpreting a workload.
 #[derive(Debug)]
 pub(crate) struct Shell {
@@ -68,6 +85,11 @@ pub(crate) struct Shell {
     /// (SIGCHLD handler), runs the EXIT trap when a fatal TERM/INT/HUP
     /// kills it, and does not make background jobs ignore SIGINT.
     pub(crate) bash: bool,
+    /// Names bound by [`Step::SetName`] (a Python cell's: the kernel's
+    /// namespace).
+    pub(crate) vars: BTreeMap<String, String>,
+    /// Run as a Python cell instead.
+    pub(crate) python: Option<PyFlavor>,
 }
 
 /// Is `argv0` bash (else a POSIX `sh`, modelled on dash)?
@@ -89,6 +111,8 @@ impl Shell {
             files,
             restored: false,
             bash: false,
+            vars: BTreeMap::new(),
+            python: None,
         }
     }
 
@@ -136,11 +160,16 @@ impl Shell {
 
 impl Shell {
     /// The foreground child it waits for, if any.
-    fn foreground(&self) -> Option<Pid> {
+    pub(crate) fn foreground(&self) -> Option<Pid> {
         match self.frames.last().map(|f| f.wait) {
             Some(Wait::Child(c)) => Some(c),
             _ => None,
         }
+    }
+
+    /// Abandons every step (an exception unwinding the cell).
+    pub(crate) fn stop(&mut self) {
+        self.frames.clear();
     }
 
     /// Takes the EXIT trap's text (it runs once).
@@ -174,13 +203,13 @@ impl SimOs {
         progress
     }
 
-    fn running(&self, pid: Pid) -> bool {
+    pub(crate) fn running(&self, pid: Pid) -> bool {
         self.procs
             .get(&pid)
             .is_some_and(|p| p.state == RunState::Running)
     }
 
-    fn drive_shell(&mut self, pid: Pid, shell: &mut Shell) -> bool {
+    pub(crate) fn drive_shell(&mut self, pid: Pid, shell: &mut Shell) -> bool {
         let mut progress = false;
         if !shell.restored {
             shell.restored = true;
@@ -188,7 +217,7 @@ impl SimOs {
             self.restore_state(pid, shell);
         }
         for _ in 0..STEP_LIMIT {
-            if !self.running(pid) {
+            if !self.running(pid) || shell.python.as_ref().is_some_and(|py| py.ended.is_some()) {
                 return progress;
             }
             if shell.bash {
@@ -333,6 +362,18 @@ impl SimOs {
     /// Ends the shell: the script's epilogue on a normal end, the EXIT
     /// trap, exit.
     fn finish(&mut self, pid: Pid, shell: &mut Shell, exit_code: Option<u8>) {
+        if let Some(py) = shell.python.as_mut() {
+            // The bootstrap's report; an EXIT trap (atexit) runs only when
+            // the interpreter exits.
+            py.ended = Some(match exit_code {
+                None => CellOutcome::Ok,
+                Some(code) => CellOutcome::Exit {
+                    code: i32::from(code),
+                },
+            });
+            shell.frames.clear();
+            return;
+        }
         if exit_code.is_none() {
             self.save_state(pid, shell);
         }
@@ -359,6 +400,21 @@ impl SimOs {
             .unwrap_or_default()
     }
 
+    /// Forks a child of the shell (or interpreter) `pid`: a Python cell's
+    /// children get `os.environ` (unless `spec` sets an environment) and
+    /// belong to the cell.
+    fn fork_child(&mut self, pid: Pid, shell: &Shell, mut spec: ForkSpec) -> Result<Pid, OsError> {
+        if let Some(py) = &shell.python {
+            if spec.env.is_none() {
+                spec.env = Some(py.environ.clone());
+            }
+            if spec.origin.is_none() {
+                spec.origin = Some(Some(py.origin.clone()));
+            }
+        }
+        self.fork(pid, spec)
+    }
+
     fn exec_step(&mut self, pid: Pid, shell: &mut Shell, step: Step) {
         let now = self.now;
         let until = |ms: u64| now + Duration::from_millis(ms);
@@ -376,13 +432,17 @@ impl SimOs {
                 self.write_fd(pid, fd, text.as_bytes());
                 shell.last_status = 0;
             }
+            // time.sleep: in-process.
+            Step::Sleep { ms } if shell.python.is_some() => {
+                wait(shell, Wait::Busy(Some(until(ms))))
+            }
             Step::Sleep { ms } => {
                 let spec = ForkSpec::new(
                     &["sleep", &secs(ms)],
                     Program::Sleep { until: until(ms) },
                     Role::Cell,
                 );
-                match self.fork(pid, spec) {
+                match self.fork_child(pid, shell, spec) {
                     Ok(c) => wait(shell, Wait::Child(c)),
                     Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
                 }
@@ -407,8 +467,9 @@ impl SimOs {
                     },
                     Role::Cell,
                 );
-                spec.background = !shell.bash;
-                if let Err(e) = self.fork(pid, spec) {
+                // subprocess.Popen leaves SIGINT as it is.
+                spec.background = !shell.bash && shell.python.is_none();
+                if let Err(e) = self.fork_child(pid, shell, spec) {
                     self.shell_error(pid, shell, &format!("fork: {e}"));
                 }
             }
@@ -417,7 +478,7 @@ impl SimOs {
                 let mut setsid =
                     ForkSpec::new(&["sh", "-c", &script], Program::External, Role::Cell);
                 setsid.new_session = true;
-                let result = self.fork(pid, setsid).and_then(|a| {
+                let result = self.fork_child(pid, shell, setsid).and_then(|a| {
                     let sub = ForkSpec::new(&["sh", "-c", &script], Program::External, Role::Cell);
                     let b = self.fork(a, sub)?;
                     let mut daemon = ForkSpec::new(
@@ -447,7 +508,7 @@ impl SimOs {
                     "PATH".to_owned(),
                     "/usr/bin:/bin".to_owned(),
                 )]));
-                let result = self.fork(pid, setsid).and_then(|a| {
+                let result = self.fork_child(pid, shell, setsid).and_then(|a| {
                     let mut daemon = ForkSpec::new(
                         &["sleep", &secs(sleep_ms)],
                         Program::Sleep {
@@ -468,10 +529,14 @@ impl SimOs {
             }
             Step::SetpgidOrphan { sleep_ms } => {
                 let bash = shell.bash;
-                let argv = self.argv_of(pid);
+                let argv = match shell.python {
+                    // subprocess.call(['sh', '-c', '(perl … &)'])
+                    Some(_) => vec!["sh".to_owned(), "-c".to_owned()],
+                    None => self.argv_of(pid),
+                };
                 let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
                 let sub = ForkSpec::new(&argv, Program::External, Role::Cell);
-                let result = self.fork(pid, sub).and_then(|b| {
+                let result = self.fork_child(pid, shell, sub).and_then(|b| {
                     let mut orphan = ForkSpec::new(
                         &["sleep", &secs(sleep_ms)],
                         Program::Sleep {
@@ -492,13 +557,23 @@ impl SimOs {
             }
             Step::SetExitTrap { text } => shell.exit_trap = Some(text),
             Step::ForkBurst { count } => {
-                let argv = self.argv_of(pid);
+                let argv = match shell.python {
+                    // subprocess.Popen(['true'])
+                    Some(_) => vec!["true".to_owned()],
+                    None => self.argv_of(pid),
+                };
                 let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
                 for _ in 0..count {
                     let mut spec = ForkSpec::new(&argv, Program::External, Role::Cell);
-                    spec.background = !shell.bash;
-                    match self.fork(pid, spec) {
-                        Ok(c) => self.exit_proc(c, ExitStatus::Code(0)),
+                    spec.background = !shell.bash && shell.python.is_none();
+                    match self.fork_child(pid, shell, spec) {
+                        Ok(c) => {
+                            self.exit_proc(c, ExitStatus::Code(0));
+                            if shell.python.is_some() {
+                                // Popen's next call reaps finished children.
+                                self.reap(c, pid);
+                            }
+                        }
                         Err(e) => {
                             self.shell_error(pid, shell, &format!("fork: {e}"));
                             break;
@@ -513,11 +588,50 @@ impl SimOs {
                     Err(e) => self.shell_error(pid, shell, &format!("cannot create {path}: {e}")),
                 }
             }
-            Step::SetVar { name, value } => {
+            Step::SetVar { name, value } => match shell.python.as_mut() {
+                // os.environ: children see it, /proc/PID/environ does not.
+                Some(py) => {
+                    py.environ.insert(name, value);
+                }
+                None => {
+                    if let Some(p) = self.procs.get_mut(&pid) {
+                        p.env.insert(name, value);
+                    }
+                }
+            },
+            Step::IgnoreInt => {
                 if let Some(p) = self.procs.get_mut(&pid) {
-                    p.env.insert(name, value);
+                    p.int = Disposition::Ignore;
+                    p.int_pending = false;
                 }
             }
+            Step::SetName { name, value } => {
+                shell.vars.insert(name, value);
+                shell.last_status = 0;
+            }
+            Step::PrintName { name } => match shell.vars.get(&name).cloned() {
+                Some(value) => {
+                    let out = self.procs.get(&pid).map_or(Fd::Null, |p| p.stdout);
+                    self.write_fd(pid, out, format!("{value}\n").as_bytes());
+                    shell.last_status = 0;
+                }
+                None => {
+                    if let Some(py) = shell.python.as_mut() {
+                        let message = format!("NameError: name '{name}' is not defined");
+                        let err = self.procs.get(&pid).map_or(Fd::Null, |p| p.stderr);
+                        let text = format!(
+                            "Traceback (most recent call last):\n  File \"<cell>\", line 1, in <module>\n{message}\n"
+                        );
+                        self.write_fd(pid, err, text.as_bytes());
+                        py.ended = Some(CellOutcome::Error { message });
+                        shell.frames.clear();
+                    } else {
+                        // `${NAME?}`: a non-interactive shell exits.
+                        self.shell_error(pid, shell, &format!("{name}: parameter not set"));
+                        self.finish(pid, shell, Some(2));
+                    }
+                }
+            },
             Step::ChangeDir { path } => {
                 let cwd = self
                     .procs

@@ -7,6 +7,7 @@
 //! - [`fs`]: files and directories (O_EXCL, atomic replace);
 //! - [`interp`]: the workload interpreter (a simulated `sh`);
 //! - [`shim`]: the cell shim's IO half, driving the agent's shim logic;
+//! - [`python`]: the Python kernel's interpreter shim and interpreter;
 //! - [`events`]: the process event log for traces and the oracle.
 //!
 //! Time comes from outside: [`SimOs::advance`] runs every process that is
@@ -25,6 +26,7 @@ pub mod events;
 pub mod fs;
 pub mod interp;
 pub mod process;
+pub mod python;
 pub mod shim;
 pub mod signals;
 
@@ -40,6 +42,7 @@ pub use signals::{SignalEffect, SimSignal};
 use self::process::{ForkSpec, Pipe, Proc, Program};
 use std::collections::{BTreeMap, BTreeSet};
 use tether_core::agent::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
+use tether_core::protocol::Lang;
 use tether_core::time::Timestamp;
 
 /// How a simulated sandbox is set up.
@@ -294,6 +297,8 @@ impl SimOs {
             Program::Sleep { until } => Some(*until),
             Program::Shell(shell) => shell.wake(self, p.pid),
             Program::Shim(shim) => shim.wake(self, p.pid),
+            Program::PyShim(shim) => shim.wake(self, p.pid),
+            Program::Python(py) => py.wake(self, p.pid),
             Program::Init | Program::External | Program::Running => None,
         }
     }
@@ -335,6 +340,8 @@ impl SimOs {
             }
             Program::Shell(_) => self.run_shell(pid),
             Program::Shim(_) => self.run_shim(pid),
+            Program::PyShim(_) => self.run_pyshim(pid),
+            Program::Python(_) => self.run_python(pid),
             Program::Init | Program::External | Program::Running => false,
         }
     }
@@ -445,6 +452,7 @@ impl SimOs {
             .map(|p| {
                 let dir = match &p.program {
                     Program::Shim(s) => s.cell_dir().to_owned(),
+                    Program::PyShim(s) => s.cell_dir().to_owned(),
                     _ => String::new(),
                 };
                 (p.pid, dir)
@@ -654,11 +662,12 @@ impl Os for SimOs {
             "marker": [launch.marker.0, launch.marker.1],
         })
         .to_string();
-        let mut spec = ForkSpec::new(
-            &[&exe, "shim", "--launch", &json],
-            Program::Shim(Box::new(shim::ShimRun::new(launch.clone()))),
-            Role::Shim,
-        );
+        // As `tether-agent shim`: a Python launch runs the interpreter shim.
+        let program = match launch.lang {
+            Lang::Shell => Program::Shim(Box::new(shim::ShimRun::new(launch.clone()))),
+            Lang::Python => Program::PyShim(Box::new(python::PyShimRun::new(launch.clone()))),
+        };
+        let mut spec = ForkSpec::new(&[&exe, "shim", "--launch", &json], program, Role::Shim);
         spec.stdio = Some((process::Fd::Null, process::Fd::Null));
         let pid = self.fork(self.current, spec)?;
         if let Some(p) = self.procs.get_mut(&pid) {

@@ -6,6 +6,7 @@
 
 use super::events::ProcEventKind;
 use super::interp::Shell;
+use super::python::{PyInterp, PyShimRun};
 use super::shim::ShimRun;
 use super::signals::SimSignal;
 use super::SimOs;
@@ -113,6 +114,9 @@ pub enum Role {
     Shim,
     /// A process of a cell (main process or descendant).
     Cell,
+    /// A Python kernel's persistent interpreter (serves every cell of its
+    /// kernel; not a process of any one cell).
+    Interpreter,
 }
 
 /// What a process runs.
@@ -126,6 +130,10 @@ pub(crate) enum Program {
     Shim(Box<ShimRun>),
     /// A shell interpreting a workload.
     Shell(Box<Shell>),
+    /// The Python kernel's interpreter shim.
+    PyShim(Box<PyShimRun>),
+    /// A Python kernel's interpreter.
+    Python(Box<PyInterp>),
     /// `sleep` until then.
     Sleep { until: Timestamp },
     /// Taken out while it runs (never observable from outside).
@@ -150,12 +158,19 @@ pub(crate) struct Proc {
     pub(crate) hup: Disposition,
     /// A trapped TERM arrived and its trap has not run yet.
     pub(crate) trap_pending: bool,
+    /// SIGINT runs a handler of the program (Python's); not inherited.
+    pub(crate) int_handler: bool,
+    /// A SIGINT for that handler arrived and has not been handled yet.
+    pub(crate) int_pending: bool,
     /// Catchable signals that arrived while stopped.
     pub(crate) pending: Vec<SimSignal>,
     pub(crate) stdout: Fd,
     pub(crate) stderr: Fd,
     /// Read ends of pipes this process holds (closed when it exits).
     pub(crate) reads: Vec<u64>,
+    /// Write ends of pipes it holds besides stdout and stderr (closed when
+    /// it exits; not inherited: close-on-exec).
+    pub(crate) writes: Vec<u64>,
     pub(crate) program: Program,
     pub(crate) origin: Option<CellRef>,
     pub(crate) role: Role,
@@ -306,10 +321,13 @@ impl SimOs {
             },
             hup,
             trap_pending: false,
+            int_handler: false,
+            int_pending: false,
             pending: Vec::new(),
             stdout,
             stderr,
             reads: Vec::new(),
+            writes: Vec::new(),
             program: spec.program,
             origin,
             role: spec.role,
@@ -381,8 +399,12 @@ impl SimOs {
         p.stderr = Fd::Null;
         p.program = Program::Running;
         let reads = std::mem::take(&mut p.reads);
+        let writes = std::mem::take(&mut p.writes);
         self.release_fd(out);
         self.release_fd(err);
+        for id in writes {
+            self.release_fd(Fd::Pipe(id));
+        }
         for id in reads {
             if let Some(pipe) = self.pipes.get_mut(&id) {
                 pipe.reader_open = false;

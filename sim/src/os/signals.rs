@@ -171,6 +171,12 @@ impl SimOs {
                     }
                     return Ok(SignalEffect::Pending);
                 }
+                if sig == SimSignal::Int && disposition == Disposition::Default && p.int_handler {
+                    // Python's handler: KeyboardInterrupt when the
+                    // interpreter next runs (if it is running a cell).
+                    p.int_pending = true;
+                    return Ok(SignalEffect::Trapped);
+                }
                 match disposition {
                     Disposition::Trap(_) => {
                         // Only shells install traps; the shell runs it when
