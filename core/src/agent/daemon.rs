@@ -165,6 +165,7 @@ impl Daemon {
     /// runs is adopted and cancelled (its kernel's state is gone), any other
     /// is finalized. Cells submitted but never taken are run.
     fn adopt_existing(&mut self, os: &mut dyn Os) {
+        self.kill_orphaned_interpreter(os);
         for seq in cell_seqs(os, &self.kernel) {
             let cell = self.kernel.cell(seq);
             let taken = os.exists(&cell.journal()) || os.exists(&cell.launch());
@@ -205,6 +206,32 @@ impl Daemon {
                 }
             }
         }
+    }
+
+    /// The Python interpreter shim an earlier daemon of this kernel started
+    /// (recorded in `py/launch.json`), with its interpreter and whatever
+    /// they still hold, is killed: its namespace went with that daemon (the
+    /// client was told the state is lost), and left alive it would take the
+    /// next cell handed through `py/run` as well — a second run, in the old
+    /// namespace.
+    fn kill_orphaned_interpreter(&mut self, os: &mut dyn Os) {
+        let path = python::launch_file(&self.kernel);
+        let Ok(Some(l)) = read_json::<LaunchRecord>(os, &path) else {
+            return;
+        };
+        let table = Table::snapshot(os);
+        let protected = procs::protected(&table, os.self_pid());
+        let live = table
+            .get(l.shim_pid)
+            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
+        if live && !protected.contains(&l.shim_pid) {
+            let mut set = table.descendants(l.shim_pid);
+            set.insert(l.shim_pid);
+            set.retain(|p| !protected.contains(p));
+            procs::stop_and_kill(os, &set);
+        }
+        let _ = os.remove_all(&path);
+        let _ = os.remove_all(&python::run_file(&self.kernel));
     }
 
     /// The still-running shim of a cell an earlier daemon started: from
@@ -520,6 +547,13 @@ impl Daemon {
             .map_err(|e: OsError| format!("cannot start the Python interpreter: {e}"))?;
         let start = os.process(pid).map_or(0, |p| p.starttime);
         self.py = Some((pid, start));
+        let record = LaunchRecord {
+            shim_pid: pid,
+            shim_starttime: start,
+            marker: launch.marker.1.clone(),
+            cgroup: None,
+        };
+        let _ = os.write_atomic(&python::launch_file(&self.kernel), &to_json(&record));
         Ok((pid, start))
     }
 

@@ -71,6 +71,13 @@ pub fn run_file(kernel: &KernelLayout) -> String {
     format!("{}/run", py_dir(kernel))
 }
 
+/// The record of the interpreter shim the daemon started
+/// ([`super::kernel::LaunchRecord`]), so that a later daemon of the kernel
+/// can find it and kill it.
+pub fn launch_file(kernel: &KernelLayout) -> String {
+    format!("{}/launch.json", py_dir(kernel))
+}
+
 /// Argv of the interpreter.
 pub fn argv() -> Vec<String> {
     vec!["python3".into(), "-u".into(), "-c".into(), BOOTSTRAP.into()]
