@@ -35,7 +35,10 @@ fn python_scenarios_same_seed_same_trace() {
             let schedule = s.schedule(seed);
             let a = run(&s, seed, &schedule, Variant::Real);
             let b = run(&s, seed, &schedule, Variant::Real);
-            assert!(a.trace.contains("python3"), "{name} seed {seed}: no interpreter");
+            assert!(
+                a.trace.contains("python3"),
+                "{name} seed {seed}: no interpreter"
+            );
             if let Some(d) = first_difference(&a.trace, &b.trace) {
                 panic!("{name} seed {seed}: traces differ at {d}");
             }
