@@ -98,6 +98,9 @@ pub enum FaultKind {
     KillDaemon,
     /// The sandbox restarts: processes gone, files kept, pids reused.
     BounceSandbox,
+    /// The sandbox is replaced by a new machine at the same address:
+    /// processes and files gone (the agent too), a new boot id.
+    ReplaceSandbox,
     /// The client process crashes and restarts `down_ms` later from its
     /// persisted record.
     CrashClient {
@@ -130,6 +133,7 @@ impl FaultKind {
             FaultKind::ReplyLost { .. } => Family::ReplyLost,
             FaultKind::KillDaemon => Family::KillDaemon,
             FaultKind::BounceSandbox => Family::Bounce,
+            FaultKind::ReplaceSandbox => Family::Replace,
             FaultKind::CrashClient { .. } => Family::CrashClient,
             FaultKind::Cancel { .. } => Family::Cancel,
             FaultKind::ClockJump { .. } => Family::ClockJump,
@@ -138,7 +142,10 @@ impl FaultKind {
 
     /// Does this fault, by itself, destroy the kernel's state?
     pub fn kills_kernel(&self) -> bool {
-        matches!(self, FaultKind::KillDaemon | FaultKind::BounceSandbox)
+        matches!(
+            self,
+            FaultKind::KillDaemon | FaultKind::BounceSandbox | FaultKind::ReplaceSandbox
+        )
     }
 
     /// A shorter version of this fault, if it has a duration worth halving.
@@ -185,6 +192,8 @@ pub enum Family {
     KillDaemon,
     /// [`FaultKind::BounceSandbox`]
     Bounce,
+    /// [`FaultKind::ReplaceSandbox`]
+    Replace,
     /// [`FaultKind::CrashClient`]
     CrashClient,
     /// [`FaultKind::Cancel`]
@@ -195,7 +204,7 @@ pub enum Family {
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -204,6 +213,7 @@ impl Family {
         Family::ReplyLost,
         Family::KillDaemon,
         Family::Bounce,
+        Family::Replace,
         Family::CrashClient,
         Family::Cancel,
         Family::ClockJump,
@@ -238,6 +248,7 @@ impl Family {
             },
             Family::KillDaemon => FaultKind::KillDaemon,
             Family::Bounce => FaultKind::BounceSandbox,
+            Family::Replace => FaultKind::ReplaceSandbox,
             Family::CrashClient => FaultKind::CrashClient {
                 down_ms: rng.random_range(10..2_000),
             },

@@ -275,13 +275,23 @@ impl Sandbox {
 
     /// Restarts the sandbox (a fault); returns the daemons that were alive.
     pub fn bounce(&mut self) -> Vec<Pid> {
+        self.restart(SimOs::bounce)
+    }
+
+    /// Replaces the sandbox by a new machine (a fault: processes and files
+    /// gone); returns the daemons that were alive.
+    pub fn replace(&mut self) -> Vec<Pid> {
+        self.restart(SimOs::replace)
+    }
+
+    fn restart(&mut self, how: fn(&mut SimOs)) -> Vec<Pid> {
         let alive: Vec<Pid> = self
             .daemons
             .keys()
             .copied()
             .filter(|&p| self.os.is_alive(p))
             .collect();
-        self.os.bounce();
+        how(&mut self.os);
         self.daemons.clear();
         self.roles.clear();
         self.cell_of.clear();

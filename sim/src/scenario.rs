@@ -474,6 +474,20 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
         },
         Scenario {
+            name: "sandbox_replaced",
+            about: "a new machine takes the sandbox's address: state lost, agent installed again",
+            script: vec![
+                Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
+                Action::Idle { ms: 2_000 },
+                // Files are gone too, so the next exec finds no agent: the
+                // client installs it again, finds no kernel (another boot),
+                // reports the loss and runs the cell in a fresh kernel.
+                Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
+            ],
+            fixed: fixed(vec![(1_000, FaultKind::ReplaceSandbox)]),
+            space: space(network()),
+        },
+        Scenario {
             name: "timeout",
             about: "a cell times out: cancelled, the kernel (and its state) lives on",
             script: vec![

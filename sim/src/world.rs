@@ -309,8 +309,13 @@ fn apply(
                         kernel_deaths.push((now, pid));
                     }
                 }
-                FaultKind::BounceSandbox => {
-                    for pid in sandbox.borrow_mut().bounce() {
+                FaultKind::BounceSandbox | FaultKind::ReplaceSandbox => {
+                    let killed = if kind == FaultKind::BounceSandbox {
+                        sandbox.borrow_mut().bounce()
+                    } else {
+                        sandbox.borrow_mut().replace()
+                    };
+                    for pid in killed {
                         kernel_deaths.push((now, pid));
                     }
                     sim.bounce("sandbox");

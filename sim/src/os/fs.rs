@@ -188,6 +188,19 @@ impl Fs {
         Ok(())
     }
 
+    /// Drops every file and directory except `dir`, what is under it and
+    /// its ancestors (a new machine's disk, with one directory carried over).
+    pub(crate) fn keep_only(&mut self, dir: &str) {
+        let Ok(dir) = normalize(dir) else {
+            self.nodes.retain(|k, _| k == "/");
+            return;
+        };
+        let under = format!("{dir}/");
+        self.nodes.retain(|k, _| {
+            k == "/" || *k == dir || k.starts_with(&under) || under.starts_with(&format!("{k}/"))
+        });
+    }
+
     /// Every file path under `dir` (recursively), sorted.
     pub(crate) fn files_under(&self, dir: &str) -> Vec<String> {
         let Ok(dir) = normalize(dir) else {
@@ -206,6 +219,23 @@ impl Fs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_only_keeps_one_directory_and_its_ancestors() {
+        let mut fs = Fs::default();
+        fs.create_dir_all("/sim/side-effects").unwrap();
+        fs.create_new("/sim/side-effects/a", b"1\n").unwrap();
+        fs.create_dir_all("/tmp/tether-0/kernels/k").unwrap();
+        fs.create_new("/tmp/tether-0/agent", b"elf").unwrap();
+        fs.create_new("/sim/other", b"x").unwrap();
+        fs.keep_only("/sim/side-effects");
+        assert_eq!(fs.read("/sim/side-effects/a").unwrap(), b"1\n");
+        assert!(fs.is_dir("/sim"));
+        assert!(!fs.exists("/sim/other"));
+        assert!(!fs.exists("/tmp/tether-0/agent"));
+        assert!(!fs.exists("/tmp"));
+        assert_eq!(fs.files_under("/"), vec!["/sim/side-effects/a".to_owned()]);
+    }
 
     #[test]
     fn files_need_their_directory_and_o_excl_holds() {

@@ -233,6 +233,20 @@ impl SimOs {
         self.boot(killed, new_kernel);
     }
 
+    /// The sandbox is replaced by a new machine at the same address: every
+    /// process and file is gone and the boot id is new, so the agent must be
+    /// installed again. Only the side-effect directory survives: it stands
+    /// for the world outside the sandbox, which the oracle reads as ground
+    /// truth of how often each cell ran.
+    pub fn replace(&mut self) {
+        let keep = self.config.side_effect_dir.clone();
+        self.fs.keep_only(&keep);
+        let keeps_boot_id = self.config.bounce_keeps_boot_id;
+        self.config.bounce_keeps_boot_id = false;
+        self.bounce();
+        self.config.bounce_keeps_boot_id = keeps_boot_id;
+    }
+
     /// SIGKILL to the live daemon of `kernel_dir` (a fault). Returns its pid.
     pub fn kill_daemon(&mut self, kernel_dir: &str) -> Option<Pid> {
         let pid = self.daemon_pid(kernel_dir)?;
