@@ -109,7 +109,11 @@ impl Race {
     /// Reads a race file.
     pub fn load(path: &str) -> Result<Race, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-        serde_json::from_str(&text).map_err(|e| format!("{path} is not a race file: {e}"))
+        let mut race: Race =
+            serde_json::from_str(&text).map_err(|e| format!("{path} is not a race file: {e}"))?;
+        // In time order, as FaultSchedule::from_json gives it.
+        race.schedule.0.sort();
+        Ok(race)
     }
 }
 
@@ -181,25 +185,27 @@ pub fn run(
     let mut healed = 0u64;
     for f in &schedule.0 {
         agenda.push((f.at_ms, Tick::Fault(f.kind.clone())));
+        // Saturating: a schedule from a file may hold any u64.
+        let after = |ms: u64| f.at_ms.saturating_add(ms);
         let end = match f.kind {
             FaultKind::PartitionExec { for_ms } => {
-                agenda.push((f.at_ms + for_ms, Tick::Repair));
-                f.at_ms + for_ms
+                agenda.push((after(for_ms), Tick::Repair));
+                after(for_ms)
             }
             FaultKind::HoldExec { for_ms } => {
-                agenda.push((f.at_ms + for_ms, Tick::Release));
-                f.at_ms + for_ms
+                agenda.push((after(for_ms), Tick::Release));
+                after(for_ms)
             }
-            FaultKind::ExecLatency { ms, for_ms } => f.at_ms + for_ms + ms,
-            FaultKind::SlowStart { ms, .. } => f.at_ms + ms,
-            FaultKind::CrashClient { down_ms } => f.at_ms + down_ms,
+            FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
+            FaultKind::SlowStart { ms, .. } => after(ms),
+            FaultKind::CrashClient { down_ms } => after(down_ms),
             _ => f.at_ms,
         };
         healed = healed.max(end);
     }
     agenda.sort();
     agenda.reverse();
-    control.lock().healed_at_ms = healed + 100;
+    control.lock().healed_at_ms = healed.saturating_add(100);
 
     let mut kernel_deaths = Vec::new();
     let mut harness = Vec::new();
@@ -300,7 +306,7 @@ fn apply(
                 FaultKind::ExecLatency { ms, for_ms } => {
                     let mut a = control.lock();
                     a.latency_ms = ms;
-                    a.latency_until_ms = now + for_ms;
+                    a.latency_until_ms = now.saturating_add(for_ms);
                 }
                 FaultKind::SlowStart { op, ms } => control.lock().slow_start.push((op, ms)),
                 FaultKind::ReplyLost { op } => control.lock().reply_lost.push(op),
