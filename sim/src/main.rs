@@ -78,9 +78,12 @@ The trace is identical on every replay of the same seed and schedule.";
 const RACE_HELP: &str = "\
 A race file is JSON: {\"about\": \"…\", \"scenario\": \"<name>\", \"seed\": N,
 \"schedule\": [{\"at_ms\": …, \"kind\": \"…\", …}]} (\"about\" and \"seed\" may be
-left out). `replay … --save-race FILE` writes one.
+left out). `replay … --save-race FILE` writes one. Given a directory, it replays every
+*.json in it (not below it: races/open/ holds the ones not fixed yet) and
+prints one line each.
 
 Examples:
+  tether-sim race sim/races/                      every known race, one line each
   tether-sim race sim/races/reply-lost-after-submit.json
   tether-sim race --json sim/races/cancel-lost-in-partition.json";
 
@@ -176,7 +179,7 @@ enum Command {
     /// Replay a race file (sim/races/*.json) on the real product.
     #[command(after_help = format!("{RACE_HELP}\n\n{EXIT_CODES}"))]
     Race {
-        /// The race file.
+        /// The race file, or a directory of them.
         file: String,
         /// Print the run as one JSON document, as `replay --json` does.
         #[arg(long)]
@@ -308,6 +311,57 @@ fn load_race(file: &str) -> Result<(Race, Scenario), String> {
     })?;
     check_schedule(&race.schedule).map_err(|e| format!("{file}: {e}"))?;
     Ok((race, s))
+}
+
+/// Replays every race file of `dir`: one line each (or one JSON array),
+/// exit 1 if any run breaks an invariant. Every file is checked before
+/// any runs, so a malformed one is a usage error, not a half-done run.
+fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
+    let files = world::race_files(std::path::Path::new(dir))?;
+    if files.is_empty() {
+        return Err(format!("{dir} holds no race files (*.json)"));
+    }
+    let mut races = Vec::new();
+    for f in &files {
+        races.push((
+            f.display().to_string(),
+            load_race(&f.display().to_string())?,
+        ));
+    }
+    let mut rows = Vec::new();
+    let mut failed = 0;
+    for (path, (race, s)) in races {
+        let report = world::run(&s, race.seed, &race.schedule, Variant::Real);
+        if !report.violations.is_empty() {
+            failed += 1;
+        }
+        if json {
+            rows.push(serde_json::json!({
+                "file": path,
+                "scenario": s.name,
+                "seed": race.seed,
+                "violations": report.violations.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+            }));
+        } else {
+            let verdict = if report.violations.is_empty() {
+                "ok  "
+            } else {
+                "FAIL"
+            };
+            emit(&format!(
+                "{verdict} {path} ({} seed {})\n",
+                s.name, race.seed
+            ))?;
+            for v in &report.violations {
+                emit(&format!("       {v}\n"))?;
+            }
+        }
+    }
+    if json {
+        emit_json(&rows)?;
+    }
+    eprintln!("tether-sim: {} race file(s), {failed} failing", files.len());
+    Ok(u8::from(failed > 0))
 }
 
 /// Times and durations of a schedule must lie within one run (a run ends
@@ -595,6 +649,9 @@ fn run(command: Command) -> Result<u8, String> {
                 );
             }
             show_run(&report, json, s.name, seed, variant, &schedule)
+        }
+        Command::Race { file, json } if std::path::Path::new(&file).is_dir() => {
+            race_dir(&file, json)
         }
         Command::Race { file, json } => {
             let (race, s) = load_race(&file)?;

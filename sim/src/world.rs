@@ -117,6 +117,23 @@ impl Race {
     }
 }
 
+/// The race files (`*.json`) directly in `dir`, sorted by name.
+pub fn race_files(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .path();
+        if path.is_file() && path.extension().is_some_and(|x| x == "json") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 /// Timed actions of the fault loop.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Tick {

@@ -80,12 +80,7 @@ fn scratch(name: &str) -> PathBuf {
 
 fn race_files() -> Vec<PathBuf> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/races");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
+    let files = tether_sim::world::race_files(Path::new(dir)).unwrap();
     assert!(!files.is_empty(), "no race files in {dir}");
     files
 }
@@ -294,6 +289,33 @@ fn every_race_file_replays_clean() {
         );
         assert!(!run.stdout.contains("VIOLATION"), "{}", file.display());
     }
+}
+
+#[test]
+fn race_on_a_directory_replays_every_file_in_it() {
+    let dir = scratch("race-dir");
+    let files = race_files();
+    for f in &files {
+        std::fs::copy(f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+    // A file below the directory is not one of its races.
+    std::fs::create_dir_all(dir.join("open")).unwrap();
+    std::fs::write(dir.join("open").join("broken.json"), "{").unwrap();
+    let d = dir.to_str().unwrap();
+    let run = sim(&["race", d]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stderr, run.stdout);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), files.len(), "{}", run.stdout);
+    assert!(lines.iter().all(|l| l.starts_with("ok ")), "{}", run.stdout);
+    let run = sim(&["race", "--json", d]);
+    let rows: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), files.len());
+
+    // One malformed file: nothing runs, the file is named.
+    std::fs::write(dir.join("zz-truncated.json"), r#"{"scenario":"happy","#).unwrap();
+    refused(&["race", d], &["zz-truncated.json"]);
+    let empty = scratch("race-dir-empty");
+    refused(&["race", empty.to_str().unwrap()], &["no race files"]);
 }
 
 #[test]

@@ -1,17 +1,12 @@
 //! Every reviewer race under `sim/races/` replays without a violation.
 
 use tether_sim::scenario;
-use tether_sim::world::{run, Race, Variant};
+use tether_sim::world::{race_files, run, Race, Variant};
 
 #[test]
 fn every_race_file_passes() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/races");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
+    let files = race_files(std::path::Path::new(dir)).unwrap();
     assert!(!files.is_empty(), "no race files in {dir}");
     for f in files {
         let race = Race::load(f.to_str().unwrap()).unwrap();
