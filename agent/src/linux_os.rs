@@ -174,6 +174,10 @@ impl Os for LinuxOs {
         procfs::has_env(pid, name, value)
     }
 
+    fn env_var(&self, pid: Pid, name: &str) -> Option<String> {
+        procfs::env_var(pid, name)
+    }
+
     fn has_arg(&self, pid: Pid, arg: &str) -> bool {
         procfs::has_arg(pid, arg)
     }

@@ -5,7 +5,20 @@
 //! output and the outcome the bootstrap reports on fd 3 (through
 //! [`ShimCore`]), and reports the namespace lost when the interpreter dies
 //! during a cell. When the interpreter is gone it reaps its tree and exits.
+//!
+//! Each cell gets its own cgroup when cgroup v2 is writable (named and
+//! recorded as a shell cell's, see [`crate::linux_os::cgroup`]): before the
+//! cell is handed over, the shim moves the *interpreter* into it, so all
+//! the cell forks is born inside (a `setsid` + `env -i` daemon included,
+//! which drops the marker, leaves the session and is reparented to this
+//! shim); when the cell's report comes (or the interpreter died) the
+//! interpreter goes back to the shim's own cgroup before the leftovers are
+//! counted and the cell is marked done. What stays in the cell's cgroup is
+//! that cell's leftovers. An empty cell cgroup is removed right away; the
+//! others when they are empty at the shim's end (or by the daemon, ack,
+//! gc or shutdown).
 
+use crate::linux_os::cgroup::{self, CellCgroup};
 use crate::linux_os::LinuxOs;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{wait, WaitOptions};
@@ -28,6 +41,57 @@ struct Current {
     seq: CellSeq,
     core: ShimCore,
     marker: String,
+    /// The cell's cgroup, which holds the interpreter while the cell runs.
+    group: Option<CellCgroup>,
+}
+
+/// Per-cell cgroups: where the interpreter goes back to between cells (the
+/// shim's own cgroup), and the cell cgroups that still had members when
+/// their cell ended.
+struct Cgroups {
+    home: Option<OwnedFd>,
+    pending: Vec<String>,
+}
+
+impl Cgroups {
+    /// Makes, records and enters cell `core`'s cgroup: the interpreter is
+    /// a member before the cell is handed to it. `None` (the cell runs
+    /// without one) when cgroup v2 is not writable here.
+    fn enter(&self, os: &mut LinuxOs, core: &mut ShimCore, py_pid: u32) -> Option<CellCgroup> {
+        self.home.as_ref()?;
+        let group = CellCgroup::create(&core.cgroup_name()).ok()?;
+        if core.record_cgroup(os, &group.path).is_err() || group.admit(py_pid).is_err() {
+            group.discard();
+            return None;
+        }
+        Some(group)
+    }
+
+    /// The interpreter leaves the cell's cgroup, back to the shim's own
+    /// (a dead interpreter has left it already).
+    fn leave(&self, c: &Current, py_pid: u32) {
+        let (Some(home), Some(group)) = (self.home.as_ref(), c.group.as_ref()) else {
+            return;
+        };
+        if let Err(e) = cgroup::move_into(home, py_pid) {
+            if cgroup::members(&group.path).contains(&py_pid) {
+                eprintln!(
+                    "tether-agent shim (python): the interpreter stays in {}: {e}",
+                    group.path
+                );
+            }
+        }
+    }
+
+    /// After the cell is done: removes its cgroup if it is empty, else
+    /// keeps it for later.
+    fn done(&mut self, os: &mut LinuxOs, group: Option<CellCgroup>) {
+        if let Some(path) = group.map(CellCgroup::into_path) {
+            if os.remove_cgroup(&path).is_err() {
+                self.pending.push(path);
+            }
+        }
+    }
 }
 
 pub(crate) fn run(launch: CellLaunch) -> u8 {
@@ -35,7 +99,6 @@ pub(crate) fn run(launch: CellLaunch) -> u8 {
         Ok(()) => {}
         Err(e) => eprintln!("tether-agent shim (python): {e}"),
     }
-    while wait(WaitOptions::empty()).is_ok() {}
     0
 }
 
@@ -45,6 +108,24 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
 
 fn run_interpreter(launch: &CellLaunch) -> Result<(), String> {
     let mut os = LinuxOs::new();
+    let mut groups = Cgroups {
+        home: cgroup::own_procs().ok(),
+        pending: Vec::new(),
+    };
+    let result = interpreter_loop(&mut os, launch, &mut groups);
+    // Stay until the tree is empty: leftovers remain our descendants.
+    while wait(WaitOptions::empty()).is_ok() {}
+    for path in std::mem::take(&mut groups.pending) {
+        let _ = os.remove_cgroup(&path);
+    }
+    result
+}
+
+fn interpreter_loop(
+    os: &mut LinuxOs,
+    launch: &CellLaunch,
+    groups: &mut Cgroups,
+) -> Result<(), String> {
     let kernel = KernelLayout::new(&launch.kernel_dir);
     let suffix = format!(":{}", python::INTERPRETER_MARK);
     let nonce = launch
@@ -118,7 +199,7 @@ fn run_interpreter(launch: &CellLaunch) -> Result<(), String> {
                         } else {
                             Stream::Stderr
                         };
-                        let _ = c.core.output(&mut os, stream, &buf[..n]);
+                        let _ = c.core.output(os, stream, &buf[..n]);
                     }
                 }
                 _ => ctl_buf.extend_from_slice(&buf[..n]),
@@ -132,9 +213,8 @@ fn run_interpreter(launch: &CellLaunch) -> Result<(), String> {
             };
             if current.as_ref().is_some_and(|c| c.seq.0 == report.seq) {
                 if let Some(mut c) = current.take() {
-                    drain(&mut os, &mut c, &mut fds, &mut buf);
-                    let left = leftovers(&os, &c.marker, py_pid);
-                    let _ = c.core.finish_python(&mut os, Ok(report.outcome), left);
+                    drain(os, &mut c, &mut fds, &mut buf);
+                    finish(os, groups, c, py_pid, Ok(report.outcome));
                 }
             }
         }
@@ -147,12 +227,12 @@ fn run_interpreter(launch: &CellLaunch) -> Result<(), String> {
             {
                 last_seq = seq;
                 current = start_cell(
-                    &mut os,
+                    os,
+                    groups,
                     &kernel,
                     &nonce,
                     CellSeq(seq),
-                    py_pid,
-                    py_start,
+                    (py_pid, py_start),
                     &mut stdin,
                 );
             }
@@ -169,9 +249,8 @@ fn run_interpreter(launch: &CellLaunch) -> Result<(), String> {
         }
         if let Some(detail) = died {
             if let Some(mut c) = current.take() {
-                drain(&mut os, &mut c, &mut fds, &mut buf);
-                let left = leftovers(&os, &c.marker, py_pid);
-                let _ = c.core.finish_python(&mut os, Err(detail), left);
+                drain(os, &mut c, &mut fds, &mut buf);
+                finish(os, groups, c, py_pid, Err(detail));
             }
             return Ok(());
         }
@@ -180,11 +259,11 @@ fn run_interpreter(launch: &CellLaunch) -> Result<(), String> {
 
 fn start_cell(
     os: &mut LinuxOs,
+    groups: &mut Cgroups,
     kernel: &KernelLayout,
     nonce: &str,
     seq: CellSeq,
-    py_pid: u32,
-    py_start: u64,
+    (py_pid, py_start): (u32, u64),
     stdin: &mut Option<OwnedFd>,
 ) -> Option<Current> {
     let cell = kernel.cell(seq);
@@ -201,17 +280,41 @@ fn start_cell(
         let _ = core.never_started(os, reason.outcome());
         return None;
     }
+    // The cell's cgroup holds the interpreter before the cell's code runs.
+    let group = groups.enter(os, &mut core, py_pid);
     let _ = core.started(os, py_pid, py_pid, py_start);
     let line = format!("{} {} {}\n", seq.0, cell.dir(), marker);
     let sent = stdin
         .as_ref()
         .is_some_and(|fd| rustix::io::write(fd, line.as_bytes()).is_ok_and(|n| n == line.len()));
+    let c = Current {
+        seq,
+        core,
+        marker,
+        group,
+    };
     if !sent {
         *stdin = None;
-        let _ = core.finish_python(os, Err("does not take input".into()), Vec::new());
+        finish(os, groups, c, py_pid, Err("does not take input".into()));
         return None;
     }
-    Some(Current { seq, core, marker })
+    Some(c)
+}
+
+/// Ends the current cell: the interpreter leaves the cell's cgroup, the
+/// leftovers (by marker and cgroup) are counted, the outcome journaled
+/// with `done`; then the cgroup goes if it is empty.
+fn finish(
+    os: &mut LinuxOs,
+    groups: &mut Cgroups,
+    mut c: Current,
+    py_pid: u32,
+    reported: Result<CellOutcome, String>,
+) {
+    groups.leave(&c, py_pid);
+    let left = leftovers(os, &c, py_pid);
+    let _ = c.core.finish_python(os, reported, left);
+    groups.done(os, c.group.take());
 }
 
 /// Which descriptors are readable (or at EOF) within `ms` milliseconds.
@@ -268,21 +371,19 @@ fn drain(os: &mut LinuxOs, c: &mut Current, fds: &mut [Option<OwnedFd>; 3], buf:
     }
 }
 
-/// Processes carrying the cell's marker that still run.
-fn leftovers(os: &LinuxOs, marker: &str, py_pid: u32) -> Vec<u32> {
+/// The cell's processes that still run: those carrying its marker and the
+/// members of its cgroup (never the interpreter).
+fn leftovers(os: &LinuxOs, c: &Current, py_pid: u32) -> Vec<u32> {
     let table = Table::snapshot(os);
     let mut protected = procs::protected(&table, os.self_pid());
     protected.insert(py_pid);
     let scope = CellScope {
         shim: None,
         pgid: None,
-        marker: marker.to_owned(),
+        marker: c.marker.clone(),
         other_markers: Vec::new(),
         extra: Vec::new(),
-        // The interpreter serves every cell of the kernel: a cgroup of its
-        // own would hold all of them, not one cell (its cells are found by
-        // marker).
-        cgroup: None,
+        cgroup: c.group.as_ref().map(|g| g.path.clone()),
     };
     procs::cell_processes(os, &table, &scope, &protected)
         .into_iter()

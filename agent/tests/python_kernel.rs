@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
+use std::path::Path;
 use std::time::Duration;
 
 fn python_root() -> Root {
@@ -102,4 +103,222 @@ fn python_timeout() {
     );
     let e = r.wait_done("py", 1);
     assert_eq!(outcome(&e), json!({"outcome": "timed_out"}));
+}
+
+/// Field `n` of `/proc/PID/stat` after `comm` (0 state, 1 ppid, 2 pgrp,
+/// 3 session).
+fn stat_field(pid: u32, n: usize) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(n)?
+        .parse()
+        .ok()
+}
+
+/// Pids listed in `{group}/cgroup.procs`.
+fn cgroup_procs(group: &str) -> Vec<u32> {
+    std::fs::read_to_string(format!("{group}/cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+/// The pid of the `started` entry (the interpreter).
+fn started_pid(entries: &[serde_json::Value]) -> u32 {
+    entries
+        .iter()
+        .find(|e| e["kind"] == "started")
+        .and_then(|e| e["pid"].as_u64())
+        .unwrap_or_else(|| panic!("no started entry: {entries:?}")) as u32
+}
+
+/// A Python cell starts a `setsid` + `env -i` daemon (stdio on
+/// /dev/null) through `os.system` and blocks. The daemon drops the marker,
+/// has a session of its own and is reparented to the interpreter's shim
+/// (the subreaper), not to the interpreter: only the cell's cgroup, which
+/// held the interpreter while the cell ran, still knows it. Cancel:
+/// KeyboardInterrupt keeps the namespace, and nothing of the cell
+/// survives.
+#[test]
+fn a_setsid_env_i_daemon_of_a_python_cell_dies_with_the_cancel() {
+    if let Err(why) = cgroup_v2_writable() {
+        eprintln!(
+            "skipped: cgroup v2 is not writable on this machine, so no Python cell gets a cgroup: {why}"
+        );
+        return;
+    }
+    let mut r = python_root();
+    let (o, _, first) = r.run("py", 1, "x = 7");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    let interp = started_pid(&first);
+    let pids = r.file("pids");
+    let p = pids.display().to_string();
+    let code = format!(
+        "import os, time\n\
+         os.system(\"setsid env -i /bin/sh -c 'echo $$ >> {p}; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 &\")\n\
+         time.sleep(300)"
+    );
+    r.submit("py", 2, code.as_bytes(), 0);
+    assert!(
+        eventually(Duration::from_secs(20), || pids_in(&pids).len() == 1),
+        "the daemon never registered: {:?}",
+        pids_in(&pids)
+    );
+    let daemon = pids_in(&pids)[0];
+    let cell = r.path().join("kernels/py/cells/2");
+    let group = std::fs::read_to_string(cell.join("cgroup"))
+        .unwrap_or_else(|e| panic!("cgroup v2 is writable but no cgroup was recorded: {e}"));
+    let group = group.trim_end().to_owned();
+    let launch: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cell.join("launch.json")).unwrap()).unwrap();
+    let shim = launch["shim_pid"].as_u64().unwrap() as u32;
+    // The escape class: alive, no marker, its own session, a child of the
+    // interpreter's shim; a member of the cell's cgroup, as the
+    // interpreter is while the cell runs (the shim is not).
+    let marker = format!("TETHER_CELL={}:2", r.nonce("py"));
+    assert!(alive(daemon));
+    assert!(
+        !procs_mentioning(&marker).contains(&daemon),
+        "it has no marker"
+    );
+    assert_eq!(stat_field(daemon, 3), Some(daemon), "its own session");
+    assert_eq!(stat_field(daemon, 1), Some(shim), "reparented to the shim");
+    let members = cgroup_procs(&group);
+    assert!(members.contains(&daemon), "{members:?}");
+    assert!(members.contains(&interp), "{members:?}");
+    assert!(!members.contains(&shim), "{members:?}");
+
+    assert_eq!(r.cancel("py", 2), "escalating");
+    let e = r.wait_done("py", 2);
+    assert_eq!(outcome(&e), json!({"outcome": "cancelled"}), "{e:?}");
+    let survivors = || -> Vec<u32> {
+        let mut s: Vec<u32> = pids_in(&pids).into_iter().filter(|p| alive(*p)).collect();
+        s.extend(procs_mentioning(&marker));
+        s.extend(procs_mentioning(&p));
+        s.extend(cgroup_procs(&group));
+        s.sort();
+        s.dedup();
+        s
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || survivors().is_empty()),
+        "survivors of the cancelled cell: {:?}",
+        survivors()
+    );
+    assert!(alive(interp), "the interpreter is spared");
+    let (o, out, e) = r.run("py", 3, "x");
+    assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
+    assert_eq!(out, b"7\n", "the namespace survived the cancel");
+    assert_eq!(started_pid(&e), interp, "the same interpreter");
+    assert!(
+        eventually(Duration::from_secs(20), || !Path::new(&group).exists()),
+        "the cancelled cell's empty cgroup {group} was not removed"
+    );
+}
+
+/// Cancelling a later Python cell never touches what an earlier, finished
+/// cell of the same kernel left running: a subprocess that carries the
+/// earlier cell's marker, and one started with an empty environment. Both
+/// are children of the one interpreter, as the later cell's own are. The
+/// earlier cell's own cancel then kills them.
+#[test]
+fn cancelling_a_later_python_cell_spares_an_earlier_cells_leftovers() {
+    let cgroups = cgroup_v2_writable();
+    let mut r = python_root();
+    let (one, two) = (r.file("one"), r.file("two"));
+    let spawn = |file: &Path, env: &str| {
+        format!(
+            "subprocess.Popen(['sh', '-c', 'echo $$ >> {}; while :; do sleep 1; done']{env})\n",
+            file.display()
+        )
+    };
+    let mut code = String::from("import subprocess\n");
+    code.push_str(&spawn(&one, ""));
+    if cgroups.is_ok() {
+        // Without a cell cgroup nothing tells this one apart from the
+        // later cell's own children.
+        code.push_str(&spawn(&one, ", env={}"));
+    }
+    let n = if cgroups.is_ok() { 2 } else { 1 };
+    let (o, _, e) = r.run("py", 1, &code);
+    assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
+    assert!(eventually(Duration::from_secs(20), || pids_in(&one).len() == n));
+    let code = format!(
+        "import subprocess, time\n{}time.sleep(300)",
+        spawn(&two, "")
+    );
+    r.submit("py", 2, code.as_bytes(), 0);
+    assert!(eventually(Duration::from_secs(20), || pids_in(&two).len() == 1));
+    assert_eq!(r.cancel("py", 2), "escalating");
+    let e = r.wait_done("py", 2);
+    assert_eq!(outcome(&e), json!({"outcome": "cancelled"}), "{e:?}");
+    assert!(eventually(Duration::from_secs(20), || pids_in(&two)
+        .iter()
+        .all(|p| !alive(*p))));
+    for pid in pids_in(&one) {
+        assert!(
+            alive(pid),
+            "cell 1's process {pid} was killed by cell 2's cancel"
+        );
+    }
+    assert_eq!(r.cancel("py", 1), "already_done");
+    assert!(
+        eventually(Duration::from_secs(20), || pids_in(&one)
+            .iter()
+            .all(|p| !alive(*p))),
+        "cell 1's own cancel left {:?}",
+        pids_in(&one)
+    );
+    if let Err(why) = cgroups {
+        eprintln!("partly skipped: no cell cgroup, so no child with an empty environment: {why}");
+    }
+}
+
+/// The daemon of an idle Python kernel is killed -9: its interpreter and
+/// the interpreter's shim live on, still polling `py/run`. A new daemon
+/// (spawn again) must kill them (recorded in `py/launch.json`) before it
+/// hands out the next cell, or the old interpreter runs it too.
+#[test]
+fn a_new_daemon_kills_the_interpreter_an_earlier_daemon_left() {
+    let mut r = python_root();
+    let (o, _, e) = r.run("py", 1, "x = 1");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    let old_interp = started_pid(&e);
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(r.path().join("kernels/py/py/launch.json")).unwrap())
+            .unwrap();
+    let old_shim = record["shim_pid"].as_u64().unwrap() as u32;
+    let identity: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(r.path().join("kernels/py/identity.json")).unwrap())
+            .unwrap();
+    let daemon = identity["pid"].as_u64().unwrap() as u32;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &daemon.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(eventually(Duration::from_secs(20), || !alive(daemon)));
+    assert!(alive(old_shim) && alive(old_interp), "the orphans live on");
+
+    r.spawn_lang("py", "python", 300, 600_000);
+    let side = r.file("side");
+    let code = format!(
+        "open({:?}, 'a').write('ran\\n')",
+        side.display().to_string()
+    );
+    let (o, _, e) = r.run("py", 2, &code);
+    assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
+    assert_ne!(started_pid(&e), old_interp, "a new interpreter ran it");
+    assert!(
+        eventually(Duration::from_secs(20), || !alive(old_shim)
+            && !alive(old_interp)),
+        "the old interpreter's shim {old_shim} or interpreter {old_interp} survived"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&side).unwrap(),
+        "ran\n",
+        "the cell ran exactly once"
+    );
 }

@@ -10,6 +10,11 @@
 //! failing (no cgroup2, a read-only `/sys/fs/cgroup` as in docker, EBUSY
 //! from the no-internal-processes rule) means no cgroup: the cell runs as
 //! without one, found by its shim's tree, session and marker.
+//!
+//! A Python cell's cgroup is made the same way by the interpreter's shim,
+//! which moves the running interpreter into it ([`CellCgroup::admit`])
+//! before handing it the cell and back to its own cgroup ([`own_procs`],
+//! [`move_into`]) when the cell is done.
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -68,6 +73,12 @@ impl CellCgroup {
         let _ = remove(&path);
     }
 
+    /// Moves the running process `pid` (all its threads) into the cgroup;
+    /// what it forks from then on is born inside.
+    pub(crate) fn admit(&self, pid: Pid) -> Result<(), String> {
+        move_into(&self.procs, pid).map_err(|e| format!("{}: {e}", self.path))
+    }
+
     /// Closes the descriptor, keeps the cgroup; returns its path.
     pub(crate) fn into_path(self) -> String {
         self.path
@@ -85,6 +96,27 @@ pub(crate) fn enter(procs_fd: RawFd) {
     unsafe {
         libc::write(procs_fd, b"0".as_ptr().cast(), 1);
     }
+}
+
+/// Moves process `pid` into the cgroup whose `cgroup.procs` is open as
+/// `procs` (writes its pid there).
+pub(crate) fn move_into(procs: &OwnedFd, pid: Pid) -> Result<(), String> {
+    let text = pid.to_string();
+    match rustix::io::write(procs, text.as_bytes()) {
+        Ok(n) if n == text.len() => Ok(()),
+        Ok(_) => Err(format!("short write moving pid {pid}")),
+        Err(e) => Err(format!("moving pid {pid}: {e}")),
+    }
+}
+
+/// The calling process's own cgroup's `cgroup.procs`, open for writing
+/// (where the Python interpreter shim moves its interpreter back to after
+/// each cell).
+pub(crate) fn own_procs() -> Result<OwnedFd, String> {
+    let dir = own_dir().ok_or("no cgroup v2 hierarchy holds this process")?;
+    let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC;
+    rustix::fs::open(dir.join("cgroup.procs"), flags, rustix::fs::Mode::empty())
+        .map_err(|e| format!("open {}/cgroup.procs: {e}", dir.display()))
 }
 
 /// The processes listed in `{path}/cgroup.procs`, sorted (pids that our

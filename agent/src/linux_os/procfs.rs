@@ -151,6 +151,18 @@ pub(crate) fn has_env(pid: Pid, name: &str, value: &str) -> bool {
         .any(|entry| entry == wanted.as_bytes())
 }
 
+/// The value of `name` in the process's environ, if it has one in UTF-8.
+pub(crate) fn env_var(pid: Pid, name: &str) -> Option<String> {
+    if name.is_empty() || name.contains('=') || name.contains('\0') {
+        return None;
+    }
+    let prefix = format!("{name}=");
+    nul_separated(pid, "environ").into_iter().find_map(|entry| {
+        let value = entry.strip_prefix(prefix.as_bytes())?;
+        String::from_utf8(value.to_vec()).ok()
+    })
+}
+
 /// Does the process's argv (argv[0] included) hold `arg` as one element?
 pub(crate) fn has_arg(pid: Pid, arg: &str) -> bool {
     nul_separated(pid, "cmdline")

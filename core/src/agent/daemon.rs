@@ -14,6 +14,14 @@
 //! is still the cell's, for a later cancel and for the idle exit. The
 //! cgroup is removed when the cell is dropped.
 //!
+//! A cancel never touches another cell's processes: besides the
+//! interpreter (SIGINT, and KILL only once the grace period has passed)
+//! and processes carrying another tracked cell's marker, whatever carries
+//! any other marker of the kernel or is a member of another tracked cell's
+//! cgroup is spared ([`super::procs::OtherCells`]). A Python cell's
+//! processes are the interpreter's descendants minus those subtrees: every
+//! earlier cell's leftovers descend from the same interpreter.
+//!
 //! The driver calls `tick` at `next_wake` at the latest (earlier is fine)
 //! and reaps its children (the shims) between ticks.
 
@@ -70,7 +78,9 @@ struct Track {
     python: bool,
     /// The interpreter's pid (Python cells), from the `started` entry.
     interp: Option<Pid>,
-    /// The cell's own cgroup (shell cells), from its `cgroup` file.
+    /// The cell's own cgroup, from its `cgroup` file (a Python cell's is
+    /// made by the interpreter's shim, which moves the interpreter into it
+    /// while the cell runs).
     cgroup: Option<String>,
     /// The `cgroup` file was read after the cell was done (it is written
     /// before the main process starts, so it will not appear later).
@@ -266,6 +276,11 @@ impl Daemon {
     fn track_cells(&mut self, os: &mut dyn Os, now: Timestamp) {
         let grace = self.grace();
         let markers: Vec<String> = self.cells.values().map(|t| t.marker.clone()).collect();
+        let groups: Vec<(CellSeq, String)> = self
+            .cells
+            .iter()
+            .filter_map(|(&seq, t)| Some((seq, t.cgroup.clone()?)))
+            .collect();
         let mut table: Option<Table> = None;
         let self_pid = os.self_pid();
         let mut drop = Vec::new();
@@ -308,7 +323,7 @@ impl Daemon {
                 }
                 t.done = true;
             }
-            if !t.python && t.cgroup.is_none() && !t.cgroup_checked {
+            if t.cgroup.is_none() && !t.cgroup_checked {
                 t.cgroup = procs::read_cgroup(os, &cell);
                 t.cgroup_checked = t.cgroup.is_some() || t.done;
             }
@@ -346,12 +361,8 @@ impl Daemon {
                 protected.extend(t.interp);
                 let scope = CellScope {
                     // A Python cell's processes descend from the
-                    // interpreter (which is spared until the grace ends).
-                    shim: if t.python {
-                        t.interp
-                    } else {
-                        t.shim.map(|s| s.0)
-                    },
+                    // interpreter (see below).
+                    shim: if t.python { None } else { t.shim.map(|s| s.0) },
                     pgid: t.pgid,
                     marker: t.marker.clone(),
                     other_markers: markers
@@ -362,7 +373,25 @@ impl Daemon {
                     extra: t.leftovers.clone(),
                     cgroup: t.cgroup.clone(),
                 };
-                let set = procs::cell_processes(os, table, &scope, &protected);
+                let mut set = procs::cell_processes(os, table, &scope, &protected);
+                // Never another cell's: the interpreter (spared until the
+                // grace ends) and every earlier cell's leftovers descend
+                // from the interpreter too, and a finished cell is no
+                // longer in `markers`.
+                let other_groups: Vec<String> = groups
+                    .iter()
+                    .filter(|(s, _)| *s != seq)
+                    .map(|(_, g)| g.clone())
+                    .collect();
+                let others = procs::OtherCells::new(os, &t.marker, &other_groups);
+                if let Some(interp) = t.interp.filter(|_| t.python) {
+                    set.extend(procs::descendants_except(os, table, interp, &others));
+                }
+                set.retain(|pid| {
+                    !protected.contains(pid)
+                        && table.get(*pid).is_some_and(|p| !p.zombie)
+                        && !others.owns(os, *pid)
+                });
                 if !c.term_sent {
                     if let Some(interp) = t.interp.filter(|_| !t.done) {
                         let _ = os.signal(interp, Signal::Int);

@@ -119,6 +119,9 @@ pub trait Os {
     fn processes(&self) -> Vec<ProcInfo>;
     /// Does the process's environment hold `name=value`?
     fn has_env(&self, pid: Pid, name: &str, value: &str) -> bool;
+    /// The value of `name` in the process's environment (as `has_env`
+    /// sees it), if it holds one that is UTF-8.
+    fn env_var(&self, pid: Pid, name: &str) -> Option<String>;
     /// Does the process's argv hold `arg`?
     fn has_arg(&self, pid: Pid, arg: &str) -> bool;
     /// Sends a signal to one pid.

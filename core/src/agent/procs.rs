@@ -9,7 +9,8 @@
 //! itself was killed: no marker, its own session, reparented away).
 //! Never included: pid 1, the calling process and its ancestors,
 //! the shim itself, processes carrying another known cell's marker, and
-//! zombies (already dead; their parent reaps them).
+//! zombies (already dead; their parent reaps them). The daemon's cancel
+//! also spares what belongs to the kernel's other cells ([`OtherCells`]).
 
 use super::layout::CellLayout;
 use super::os::{Os, Pid, ProcInfo, Signal};
@@ -201,6 +202,70 @@ pub fn cell_processes(
         set.retain(|pid| table.get(*pid).is_some_and(|p| Some(p.pgid) == scope.pgid));
     }
     set
+}
+
+/// What belongs to the kernel's *other* cells, seen from one cell's
+/// cancel: a process carrying another marker of the same kernel
+/// (`{nonce}:…` but not this cell's; the interpreter's `{nonce}:py`
+/// included), or a member of another cell's cgroup. A cancel never
+/// touches these (a Python cell's processes descend from the one
+/// interpreter, as do the leftovers of every earlier cell of the kernel).
+#[derive(Clone, Debug, Default)]
+pub struct OtherCells {
+    prefix: Option<String>,
+    own: String,
+    members: BTreeSet<Pid>,
+}
+
+impl OtherCells {
+    /// Seen from the cell whose marker is `own` (`{nonce}:{seq}`), with the
+    /// cgroups of the kernel's other cells.
+    pub fn new(os: &dyn Os, own: &str, other_groups: &[String]) -> OtherCells {
+        OtherCells {
+            prefix: own.rsplit_once(':').map(|(nonce, _)| format!("{nonce}:")),
+            own: own.to_owned(),
+            members: other_groups
+                .iter()
+                .flat_map(|g| os.cgroup_members(g))
+                .collect(),
+        }
+    }
+
+    /// Does `pid` belong to another cell of the kernel (or to its
+    /// interpreter)?
+    pub fn owns(&self, os: &dyn Os, pid: Pid) -> bool {
+        if self.members.contains(&pid) {
+            return true;
+        }
+        let Some(prefix) = self.prefix.as_deref() else {
+            return false;
+        };
+        os.env_var(pid, MARKER_NAME)
+            .is_some_and(|m| m.starts_with(prefix) && m != self.own)
+    }
+}
+
+/// Strict descendants of `root`, except the subtrees of processes that
+/// belong to another cell (`others`): what a Python cell started from the
+/// shared interpreter. A process another cell started keeps what it
+/// forks, even when that drops the marker.
+pub fn descendants_except(
+    os: &dyn Os,
+    table: &Table,
+    root: Pid,
+    others: &OtherCells,
+) -> BTreeSet<Pid> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        for &c in table.children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+            if c != root && !out.contains(&c) && !others.owns(os, c) {
+                out.insert(c);
+                stack.push(c);
+            }
+        }
+    }
+    out
 }
 
 /// Sends `signal` to each pid individually; vanished pids are fine.

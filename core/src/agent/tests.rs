@@ -120,6 +120,11 @@ impl Os for FakeOs {
             .get(&pid)
             .is_some_and(|e| e.iter().any(|(n, v)| n == name && v == value))
     }
+    fn env_var(&self, pid: Pid, name: &str) -> Option<String> {
+        self.env
+            .get(&pid)
+            .and_then(|e| e.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()))
+    }
     fn has_arg(&self, pid: Pid, arg: &str) -> bool {
         self.args
             .get(&pid)
@@ -175,6 +180,44 @@ fn identity() -> Identity {
         starttime: 150,
         nonce: "n1".into(),
     }
+}
+
+/// Seen from a Python cell's cancel: the interpreter's descendants are
+/// the cell's, except what another cell of the kernel started (its marker,
+/// or its cgroup) with everything below it, and the interpreter's own
+/// marker. Another kernel's marker does not count.
+#[test]
+fn a_python_cells_scope_spares_other_cells_under_the_interpreter() {
+    let mut os = FakeOs::new();
+    os.add(proc_(20, 10, 20)); // the interpreter
+    for (pid, ppid, marker) in [
+        (21, 20, Some("n:1")), // an earlier cell's leftover…
+        (22, 21, None),        // …and what it forked without the marker
+        (23, 20, Some("n:2")), // the cancelled cell's own
+        (24, 23, None),        // below it, without the marker
+        (25, 20, None),        // an earlier cell's, env={}, in its cgroup
+        (26, 20, Some("n:py")),
+        (27, 20, Some("m:1")), // another kernel's marker: not a cell of n
+        (28, 20, None),        // the cancelled cell's, env={}
+    ] {
+        os.add(proc_(pid, ppid, 20));
+        if let Some(m) = marker {
+            os.env.insert(pid, vec![(MARKER_NAME.into(), m.into())]);
+        }
+    }
+    let g1 = "/sys/fs/cgroup/tether-n-1".to_owned();
+    os.cgroups.insert(g1.clone(), vec![25]);
+    let table = Table::snapshot(&os);
+    let others = procs::OtherCells::new(&os, "n:2", std::slice::from_ref(&g1));
+    let set = procs::descendants_except(&os, &table, 20, &others);
+    assert_eq!(set, BTreeSet::from([23, 24, 27, 28]));
+    for pid in [21, 25, 26] {
+        assert!(others.owns(&os, pid), "{pid}");
+    }
+    // Without cgroups only the markers tell: 25 is indistinguishable.
+    let others = procs::OtherCells::new(&os, "n:2", &[]);
+    let set = procs::descendants_except(&os, &table, 20, &others);
+    assert_eq!(set, BTreeSet::from([23, 24, 25, 27, 28]));
 }
 
 #[test]

@@ -595,6 +595,13 @@ impl Os for SimOs {
             .is_some_and(|p| p.alive() && p.env.get(name).is_some_and(|v| v == value))
     }
 
+    fn env_var(&self, pid: Pid, name: &str) -> Option<String> {
+        self.procs
+            .get(&pid)
+            .filter(|p| p.alive())
+            .and_then(|p| p.env.get(name).cloned())
+    }
+
     fn has_arg(&self, pid: Pid, arg: &str) -> bool {
         self.procs
             .get(&pid)
