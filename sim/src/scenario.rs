@@ -335,6 +335,7 @@ pub fn all() -> Vec<Scenario> {
             Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
             Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
             Step::SetpgidOrphan { sleep_ms: 600_000 },
+            Step::EnvIDaemon { sleep_ms: 600_000 },
             Step::BusyLoop { ms: None },
         ],
         Expect::Cancelled,
@@ -562,7 +563,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
         },
         Scenario {
             name: "python_cancel",
-            about: "cancel a Python cell with children and a setsid daemon: KeyboardInterrupt, nothing survives, the namespace stays",
+            about: "cancel a Python cell with children, a setsid daemon and a setsid + env -i daemon: KeyboardInterrupt, nothing survives, the namespace stays",
             script: vec![
                 Action::Run(py_cell("py_set", vec![set_name("x", "kept")], Expect::Ok)),
                 Action::Run(py_escapes),

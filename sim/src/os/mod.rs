@@ -524,6 +524,15 @@ impl SimOs {
         Some(path)
     }
 
+    /// Moves `pid` back into the cgroup of `home` (the Python interpreter's
+    /// shim), as writing its pid to the shim's own `cgroup.procs` does.
+    pub(crate) fn join_cgroup_of(&mut self, pid: Pid, home: Pid) {
+        let group = self.procs.get(&home).and_then(|p| p.cgroup.clone());
+        if let Some(p) = self.procs.get_mut(&pid).filter(|p| p.alive()) {
+            p.cgroup = group;
+        }
+    }
+
     /// Moves `pid` into the existing cgroup `group` (writing its
     /// `cgroup.procs`).
     pub(crate) fn join_cgroup(&mut self, pid: Pid, group: &str) -> Result<(), OsError> {

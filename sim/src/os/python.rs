@@ -15,6 +15,13 @@
 //! reaps. When the interpreter died it journals the loss into the current
 //! cell, stays while it has children, and exits.
 //!
+//! Cell cgroups as the real shim: when cgroups are writable, each cell's
+//! own is made and recorded before the cell is handed over, and the
+//! interpreter moved into it (what the cell forks inherits it); when the
+//! cell ends the interpreter goes back to the shim's cgroup before the
+//! leftovers are counted. An empty cell cgroup goes at once, one with
+//! members at the shim's end (or through the daemon, ack or shutdown).
+//!
 //! The interpreter keeps a namespace (names bound by `SetName`),
 //! `os.environ`, its working directory and signal dispositions across
 //! cells; runs one cell at a time ([`super::interp::PyFlavor`]); SIGINT
@@ -41,6 +48,8 @@ struct Current {
     seq: u64,
     core: ShimCore,
     marker: String,
+    /// The cell's own cgroup, which holds the interpreter while it runs.
+    group: Option<String>,
 }
 
 /// The interpreter shim's progress.
@@ -58,6 +67,9 @@ pub(crate) struct PyShimRun {
     last_seq: u64,
     /// The interpreter is gone: reap the rest, then exit.
     finished: bool,
+    /// Cell cgroups that still had members when their cell ended (removed
+    /// at the shim's end if empty then).
+    pending: Vec<String>,
 }
 
 impl PyShimRun {
@@ -73,6 +85,7 @@ impl PyShimRun {
             current: None,
             last_seq: 0,
             finished: false,
+            pending: Vec::new(),
         }
     }
 
@@ -213,9 +226,8 @@ impl SimOs {
                     continue;
                 };
                 if shim.current.as_ref().is_some_and(|c| c.seq == seq) {
-                    if let Some(mut c) = shim.current.take() {
-                        let left = self.py_leftovers(&c.marker, shim.py.map_or(0, |p| p.0));
-                        let _ = c.core.finish_python(self, Ok(outcome), left);
+                    if let Some(c) = shim.current.take() {
+                        self.pyshim_finish(pid, shim, c, Ok(outcome));
                     }
                 }
             }
@@ -237,17 +249,43 @@ impl SimOs {
         if let Some(detail) = died {
             // What the interpreter wrote before it died belongs to the cell.
             self.pyshim_read(shim);
-            if let Some(mut c) = shim.current.take() {
-                let left = self.py_leftovers(&c.marker, shim.py.map_or(0, |p| p.0));
-                let _ = c.core.finish_python(self, Err(detail), left);
+            if let Some(c) = shim.current.take() {
+                self.pyshim_finish(pid, shim, c, Err(detail));
             }
             self.pyshim_close(pid, shim);
         }
         if shim.finished && self.is_alive(pid) && self.children_of(pid).is_empty() {
+            for group in std::mem::take(&mut shim.pending) {
+                let _ = self.remove_cgroup(&group);
+            }
             self.exit_proc(pid, ExitStatus::Code(0));
             return true;
         }
         progress
+    }
+
+    /// Ends the current cell, as the real shim's `finish`: the interpreter
+    /// leaves the cell's cgroup (back to the shim's), the leftovers (marker
+    /// and cgroup) are counted, the outcome journaled with `done`; an
+    /// empty cgroup is removed, one with members kept for later.
+    fn pyshim_finish(
+        &mut self,
+        pid: Pid,
+        shim: &mut PyShimRun,
+        mut c: Current,
+        reported: Result<CellOutcome, String>,
+    ) {
+        let py_pid = shim.py.map_or(0, |p| p.0);
+        if c.group.is_some() {
+            self.join_cgroup_of(py_pid, pid);
+        }
+        let left = self.py_leftovers(&c.marker, py_pid, c.group.as_deref());
+        let _ = c.core.finish_python(self, reported, left);
+        if let Some(group) = c.group {
+            if self.remove_cgroup(&group).is_err() {
+                shim.pending.push(group);
+            }
+        }
     }
 
     /// The shim is done with the interpreter: its descriptors close.
@@ -409,6 +447,17 @@ impl SimOs {
             return;
         }
         let (py_pid, py_start) = shim.py.unwrap_or((0, 0));
+        // As the real shim: the cell's own cgroup, recorded, and the
+        // interpreter moved into it before the cell is handed over.
+        let shim_pid = self.current;
+        let mut group = None;
+        if let Some(g) = self.make_cgroup(shim_pid, &core.cgroup_name()) {
+            if core.record_cgroup(self, &g).is_ok() && self.join_cgroup(py_pid, &g).is_ok() {
+                group = Some(g);
+            } else {
+                let _ = self.remove_cgroup(&g);
+            }
+        }
         let _ = core.started(self, py_pid, py_pid, py_start);
         let line = format!("{seq} {} {marker}\n", cell.dir());
         let sent = shim.stdin.is_some_and(|id| match self.pipes.get_mut(&id) {
@@ -419,17 +468,23 @@ impl SimOs {
             // EPIPE (the shim ignores SIGPIPE, as Rust programs do).
             _ => false,
         });
+        let c = Current {
+            seq,
+            core,
+            marker,
+            group,
+        };
         if !sent {
             shim.stdin = None;
-            let _ = core.finish_python(self, Err("does not take input".into()), Vec::new());
+            self.pyshim_finish(shim_pid, shim, c, Err("does not take input".into()));
             return;
         }
-        shim.current = Some(Current { seq, core, marker });
+        shim.current = Some(c);
     }
 
-    /// Processes carrying the cell's marker that still run, as the real
-    /// shim computes them (the interpreter itself is spared).
-    fn py_leftovers(&mut self, marker: &str, py_pid: Pid) -> Vec<Pid> {
+    /// Processes carrying the cell's marker or in its cgroup that still
+    /// run, as the real shim computes them (the interpreter is spared).
+    fn py_leftovers(&mut self, marker: &str, py_pid: Pid, group: Option<&str>) -> Vec<Pid> {
         let table = Table::snapshot(self);
         let mut protected = procs::protected(&table, self.current);
         protected.insert(py_pid);
@@ -439,7 +494,7 @@ impl SimOs {
             marker: marker.to_owned(),
             other_markers: Vec::new(),
             extra: Vec::new(),
-            cgroup: None,
+            cgroup: group.map(str::to_owned),
         };
         procs::cell_processes(self, &table, &scope, &protected)
             .into_iter()
