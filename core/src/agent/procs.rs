@@ -179,7 +179,12 @@ pub fn cell_processes(
         );
     }
     for p in table.iter() {
-        let in_group = scope.pgid.is_some_and(|g| p.pgid == g || p.sid == g);
+        // Group/session 0 or 1 is never a cell's own: in a PID namespace
+        // whose session leader lives outside, procfs reports sid 0 for
+        // everything started there (CI runs so), and 1 is init's.
+        let in_group = scope
+            .pgid
+            .is_some_and(|g| g > 1 && (p.pgid == g || p.sid == g));
         if in_group || os.has_env(p.pid, MARKER_NAME, &scope.marker) {
             set.insert(p.pid);
         }

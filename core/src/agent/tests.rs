@@ -317,6 +317,27 @@ fn cell_processes_spare_protected_pids() {
 }
 
 #[test]
+fn a_group_or_session_of_0_or_1_matches_nothing() {
+    // In a PID namespace whose session leader is outside, procfs gives
+    // sid 0 to everything started there; a scope with pgid 0 (a bad
+    // `started` entry) must not take them all.
+    let mut os = FakeOs::new();
+    os.add(proc_(40, 1, 0)); // a bystander with pgid = sid = 0
+    os.add(proc_(41, 1, 1)); // one in init's group
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, 10);
+    for pgid in [0, 1] {
+        let scope = CellScope {
+            pgid: Some(pgid),
+            marker: "n:1".into(),
+            ..CellScope::default()
+        };
+        let set = procs::cell_processes(&os, &table, &scope, &protected);
+        assert!(set.is_empty(), "pgid {pgid} took {set:?}");
+    }
+}
+
+#[test]
 fn cell_processes_include_cgroup_members_but_spare_protected_ones() {
     let mut os = FakeOs::new();
     os.add(proc_(61, 1, 61)); // setsid + env -i, shim gone: only the cgroup
