@@ -31,25 +31,7 @@ impl Container {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        let out = Command::new("docker")
-            .args([
-                "run",
-                "-d",
-                "--init",
-                "--name",
-                &name,
-                "--label",
-                "tether.live=1",
-            ])
-            .args(["--entrypoint", "sleep", IMAGE, "infinity"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run docker");
-        assert!(
-            out.status.success(),
-            "docker run {IMAGE}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run(&name);
         Container { name }
     }
 
@@ -93,4 +75,63 @@ impl Drop for Container {
     fn drop(&mut self) {
         self.remove();
     }
+}
+
+/// `docker run -d --init --name NAME … sleep infinity`.
+fn run(name: &str) {
+    let out = Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--init",
+            "--name",
+            name,
+            "--label",
+            "tether.live=1",
+        ])
+        .args(["--entrypoint", "sleep", IMAGE, "infinity"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker");
+    assert!(
+        out.status.success(),
+        "docker run {IMAGE}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Replaces the container `name` by a new one of the same name (a new
+/// machine at the same address: processes and files gone, another boot).
+/// Blocking.
+///
+/// # Panics
+///
+/// When docker refuses.
+pub fn replace(name: &str) {
+    let _ = Command::new("docker")
+        .args(["rm", "-f", name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    run(name);
+}
+
+/// Restarts the container `name` (`docker restart -t 0`: processes
+/// killed, files kept, pids reused). Blocking.
+///
+/// # Panics
+///
+/// When docker refuses.
+pub fn restart(name: &str) {
+    let out = Command::new("docker")
+        .args(["restart", "-t", "0", name])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker restart");
+    assert!(
+        out.status.success(),
+        "docker restart {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -113,13 +113,18 @@ impl CellRun {
 pub struct Live {
     /// The backend.
     pub spec: BackendSpec,
-    /// Its transport (shared with the driver), for observations.
+    /// Its transport, for observations (the driver's goes through
+    /// [`Live::with_driver`]'s wrapper, if any).
     pub transport: Arc<dyn Transport>,
     /// The sandbox root (agent and kernel state).
     pub root: String,
     /// Records; survives the client.
     pub store: MemoryStore,
     driver: Driver,
+    /// What the driver execs through.
+    driver_transport: Arc<dyn Transport>,
+    /// Applied to every new client's configuration.
+    tune: fn(&mut Config),
 }
 
 impl Live {
@@ -129,17 +134,41 @@ impl Live {
     ///
     /// On a bad spec.
     pub fn new(spec: &str, root: &str) -> Live {
+        Live::with_driver(spec, root, |t| t, |_| ())
+    }
+
+    /// A session whose driver execs through `wrap(backend transport)`
+    /// (observations still use the backend's own transport) and whose
+    /// clients take `tune`d configurations.
+    ///
+    /// # Panics
+    ///
+    /// On a bad spec.
+    pub fn with_driver(
+        spec: &str,
+        root: &str,
+        wrap: impl FnOnce(Arc<dyn Transport>) -> Arc<dyn Transport>,
+        tune: fn(&mut Config),
+    ) -> Live {
         let spec = BackendSpec::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
         let transport = spec.transport();
+        let driver_transport = wrap(Arc::clone(&transport));
         let store = MemoryStore::new();
-        let driver = new_driver(&transport, root, &store);
+        let driver = new_driver(&driver_transport, root, &store, tune);
         Live {
             spec,
             transport,
             root: root.to_owned(),
             store,
             driver,
+            driver_transport,
+            tune,
         }
+    }
+
+    /// The current client's driver.
+    pub fn driver(&mut self) -> &mut Driver {
+        &mut self.driver
     }
 
     /// Where side-effect files go on the sandbox.
@@ -155,7 +184,7 @@ impl Live {
     /// Replaces the client by a fresh one (another process, as after a
     /// crash) that shares the records.
     pub fn new_client(&mut self) {
-        self.driver = new_driver(&self.transport, &self.root, &self.store);
+        self.driver = new_driver(&self.driver_transport, &self.root, &self.store, self.tune);
     }
 
     /// Runs `code` as the next cell of `kernel` (opened with `lang` if
@@ -370,13 +399,19 @@ async fn ps_with(transport: &Arc<dyn Transport>) -> Vec<Proc> {
     parse_ps(&String::from_utf8_lossy(&out.stdout))
 }
 
-fn new_driver(transport: &Arc<dyn Transport>, root: &str, store: &MemoryStore) -> Driver {
+fn new_driver(
+    transport: &Arc<dyn Transport>,
+    root: &str,
+    store: &MemoryStore,
+    tune: fn(&mut Config),
+) -> Driver {
     let agent = agent();
     let location = agent.location(root);
     let mut config = Config::new(location.clone(), agent.size());
     config.wait_ms = 2_000;
     // A test that panics before its shutdown leaves no daemon for long.
     config.daemon_idle_timeout = Duration::from_secs(120);
+    tune(&mut config);
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

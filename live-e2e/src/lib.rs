@@ -15,11 +15,18 @@
 //! - [`modal_box`]: a throwaway Modal sandbox (only with credentials);
 //! - [`harness`]: a [`harness::Live`] kernel session over one backend — run
 //!   cells, cancel, drop the client mid-cell, resume, observe;
-//! - [`procs`]: `ps` output as rows.
+//! - [`procs`]: `ps` output as rows;
+//! - [`sim_run`]: a simulation scenario (`tether_sim::scenario`) run on a
+//!   real backend, its fixed faults made real — through [`faulty`], a
+//!   transport that injects the network faults — and judged by the
+//!   simulation's oracle over what [`sim_observe`] sees.
 
 pub mod backends;
 pub mod container;
+pub mod faulty;
 pub mod harness;
 pub mod modal_box;
 pub mod procs;
+pub mod sim_observe;
+pub mod sim_run;
 pub mod sshd;

@@ -1,0 +1,773 @@
+//! What a live run of a simulation scenario saw, and the verdict.
+//!
+//! The client's side ([`Log`]) is kept like the simulation's client host
+//! keeps it. The sandbox's side comes from the sandbox itself, through the
+//! backend's own transport (never the faulty one): `ps` after every cell,
+//! at the end of the script and after shutdown, and the side-effect files
+//! (one line per run of a cell).
+//!
+//! A cell's processes are found by what they carry on their command line:
+//! every long sleep of a scenario is renamed to a duration unique to this
+//! run ([`Tagged`]), and a shell cell's main process and shim name the
+//! cell's directory. A Python kernel's interpreter is the child of its
+//! shim; a change of that child between two cells is a real death of the
+//! interpreter.
+//!
+//! [`judge`] fills the simulation oracle's [`Observations`] with what was
+//! observed and runs [`oracle::check`], the scenario's own expectations,
+//! and the checks only a live run can add (side-effect counts of cells
+//! that ran, of a cell cancelled before it registered; a bystander's
+//! leftovers still alive).
+
+use crate::procs::{parse_ps, Proc, PS_ARGV};
+use crate::sim_run::{kernel_of, Ctx};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tether::driver::DriverError;
+use tether::transport::{ExecOutput, ExecRequest};
+use tether_core::client::{CellKey, Event};
+use tether_core::protocol::{CellOutcome, Lang, Stream};
+use tether_scenarios::workload::{render_python, render_shell, Step, Workload};
+use tether_sim::faults::{CancelPoint, FaultKind};
+use tether_sim::oracle::{self, CallObs, CellObs, CellTruth, Observations};
+use tether_sim::scenario::{CellSpec, Expect};
+use tether_sim::world::CALL_BUDGET_MS;
+use tokio::time::Instant;
+
+/// A sleep at least this long outlives any run: it gets a unique tag.
+const LONG_MS: u64 = 10_000;
+
+/// A scripted cell rendered for a real kernel, its long sleeps renamed to
+/// durations no other process on the machine has.
+#[derive(Clone, Debug)]
+pub struct Tagged {
+    /// The cell as the scenario has it.
+    pub spec: CellSpec,
+    /// Its code: the full workload (side effect first), tagged, rendered.
+    pub code: String,
+    /// The `sleep` argument of each of its long sleeps.
+    pub tags: Vec<String>,
+    /// Those of them that are leftovers (background child, daemons,
+    /// orphans): they outlive the cell's main process.
+    pub leftover_tags: Vec<String>,
+}
+
+impl Tagged {
+    /// Renders `spec` with side effects in `side_dir`.
+    pub fn new(spec: CellSpec, side_dir: &str) -> Tagged {
+        let mut tags = Vec::new();
+        let mut leftover_tags = Vec::new();
+        let steps = spec
+            .full_workload()
+            .steps
+            .into_iter()
+            .map(|s| tag(s, &mut tags, &mut leftover_tags))
+            .collect();
+        let workload = Workload { steps };
+        let code = match spec.lang {
+            Lang::Shell => render_shell(&workload, side_dir),
+            Lang::Python => render_python(&workload, side_dir),
+        };
+        Tagged {
+            spec,
+            code,
+            tags,
+            leftover_tags,
+        }
+    }
+}
+
+/// A sleep duration (ms) no other run has: 9 000 000 s and up, the
+/// process id and a counter in the digits, so every tag prints with the
+/// same width and one tag is never part of another.
+fn unique_ms() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let pid = u64::from(std::process::id() % 10_000);
+    9_000_000_000 + pid * 100_000 + N.fetch_add(1, Ordering::Relaxed) % 100_000
+}
+
+fn secs(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+fn tag(step: Step, tags: &mut Vec<String>, leftovers: &mut Vec<String>) -> Step {
+    let mut renamed = |ms: u64, leftover: bool| {
+        if ms < LONG_MS {
+            return ms;
+        }
+        let new = unique_ms();
+        tags.push(secs(new));
+        if leftover {
+            leftovers.push(secs(new));
+        }
+        new
+    };
+    match step {
+        Step::Sleep { ms } => Step::Sleep {
+            ms: renamed(ms, false),
+        },
+        Step::BackgroundChildHoldingStdout { sleep_ms } => Step::BackgroundChildHoldingStdout {
+            sleep_ms: renamed(sleep_ms, true),
+        },
+        Step::SetsidDoubleForkDaemon { sleep_ms } => Step::SetsidDoubleForkDaemon {
+            sleep_ms: renamed(sleep_ms, true),
+        },
+        Step::EnvIDaemon { sleep_ms } => Step::EnvIDaemon {
+            sleep_ms: renamed(sleep_ms, true),
+        },
+        Step::SetpgidOrphan { sleep_ms } => Step::SetpgidOrphan {
+            sleep_ms: renamed(sleep_ms, true),
+        },
+        Step::TrapTerm { then } => Step::TrapTerm {
+            then: then.into_iter().map(|s| tag(s, tags, leftovers)).collect(),
+        },
+        other => other,
+    }
+}
+
+/// What the client saw of one cell (across client restarts), and what
+/// was observed of it on the sandbox.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    /// Its key, once the client named it.
+    pub key: Option<CellKey>,
+    /// Output delivered: (n, stream, bytes).
+    pub output: Vec<(u64, Stream, Vec<u8>)>,
+    /// Every resolution reported.
+    pub resolutions: Vec<CellOutcome>,
+    /// When the script started it (ms).
+    pub started_at: Option<u64>,
+    /// When it was first resolved (ms).
+    pub resolved_at: Option<u64>,
+    /// The script or a fault asked to cancel it.
+    pub cancel_requested: bool,
+    /// It was cancelled while its submit was held back.
+    pub cancelled_early: bool,
+    /// Its side-effect count right after it resolved.
+    pub runs_at_resolution: Option<usize>,
+    /// Its processes alive after it was cancelled or timed out, and at
+    /// the end of the script.
+    pub survivors: Vec<Proc>,
+    /// Leftover tags of a bystander that were no longer alive at the end
+    /// of the script.
+    pub leftovers_gone: Vec<String>,
+}
+
+/// Everything the client saw, and the sandbox events the run caused.
+#[derive(Debug, Default)]
+pub struct Log {
+    /// Per cell label.
+    pub cells: BTreeMap<String, Seen>,
+    /// Key → label.
+    pub labels: BTreeMap<CellKey, String>,
+    /// The label of the cell being run.
+    pub current: Option<String>,
+    /// (name, start ms, end ms) of each client call.
+    pub calls: Vec<(String, u64, Option<u64>)>,
+    /// When "state lost" was reported.
+    pub state_lost: Vec<u64>,
+    /// When a daemon was reported ready, and its pid.
+    pub ready: Vec<(u64, u32)>,
+    /// Driver errors and failed observations.
+    pub errors: Vec<String>,
+    /// The script ran to its end.
+    pub finished: bool,
+    /// The liveness cell's outcome.
+    pub liveness: Option<CellOutcome>,
+    /// Daemons the run killed (ms, pid).
+    pub kernel_deaths: Vec<(u64, u32)>,
+    /// The interpreter of each Python kernel at the last observation.
+    pub interpreters: BTreeMap<String, Option<u32>>,
+    /// Every interpreter seen.
+    pub interpreter_pids: BTreeSet<u32>,
+    /// When an interpreter was found dead (ms; the earliest it can have
+    /// died: just after the observation before).
+    pub interpreter_deaths: Vec<u64>,
+    /// When the sandbox was last observed (ms).
+    pub last_observed: u64,
+}
+
+impl Log {
+    fn label_of(&mut self, key: &CellKey) -> Option<String> {
+        if let Some(l) = self.labels.get(key) {
+            return Some(l.clone());
+        }
+        let current = self.current.clone()?;
+        if self.cells.get(&current).is_some_and(|c| c.key.is_some()) {
+            return None;
+        }
+        self.labels.insert(key.clone(), current.clone());
+        self.cells.entry(current.clone()).or_default().key = Some(key.clone());
+        Some(current)
+    }
+
+    /// Takes one event of the driver.
+    pub fn on_event(&mut self, start: Instant, event: &Event) {
+        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match event {
+            Event::StateLost { .. } => self.state_lost.push(now),
+            Event::KernelReady { identity, .. } => self.ready.push((now, identity.pid)),
+            Event::CellAccepted { cell, .. } => {
+                let _ = self.label_of(cell);
+            }
+            Event::Output {
+                cell,
+                n,
+                stream,
+                data,
+            } => {
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.output.push((*n, *stream, data.0.clone()));
+                }
+            }
+            Event::CellResolved { cell, outcome } => {
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.resolutions.push(outcome.clone());
+                    seen.resolved_at.get_or_insert(now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Records a client call and its error, if any.
+    pub fn call(&mut self, name: &str, start: u64, end: u64, err: Option<DriverError>) {
+        self.calls.push((name.into(), start, Some(end)));
+        if let Some(e) = err {
+            self.errors.push(format!("{name}: {e}"));
+        }
+    }
+}
+
+/// Runs `argv` on the sandbox (observation transport); `None` (and a
+/// harness error) when the transport fails.
+pub(crate) async fn exec(ctx: &Ctx<'_>, argv: Vec<String>) -> Option<ExecOutput> {
+    let what = argv.join(" ");
+    let mut last = String::new();
+    // A sandbox being restarted refuses execs for a moment.
+    for _ in 0..10 {
+        let req = ExecRequest {
+            argv: argv.clone(),
+            stdin: Vec::new(),
+        };
+        match tokio::time::timeout(Duration::from_secs(30), ctx.obs.exec(req)).await {
+            Ok(Ok(out)) => return Some(out),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "took over 30 s".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    ctx.log
+        .borrow_mut()
+        .errors
+        .push(format!("observing {what}: {last}"));
+    None
+}
+
+async fn ps(ctx: &Ctx<'_>) -> Option<Vec<Proc>> {
+    let out = exec(ctx, PS_ARGV.iter().map(|s| s.to_string()).collect()).await?;
+    Some(parse_ps(&String::from_utf8_lossy(&out.stdout)))
+}
+
+async fn runs(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
+    let path = format!("{}/{label}", ctx.side_dir());
+    let out = exec(ctx, vec!["cat".into(), path]).await?;
+    Some(if out.exit_code == 0 {
+        out.stdout.iter().filter(|b| **b == b'\n').count()
+    } else {
+        0
+    })
+}
+
+/// Pids of this session's kernel daemons.
+pub(crate) async fn daemons(ctx: &Ctx<'_>) -> Vec<u32> {
+    let kernels = format!("{}/kernels/", ctx.root);
+    ps(ctx)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| !p.is_zombie() && p.args.contains(" serve ") && p.args.contains(&kernels))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// A word of a command line without the shell punctuation around it.
+fn words(args: &str) -> impl Iterator<Item = &str> {
+    args.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| "'\"()&;<>".contains(c)))
+}
+
+/// Is `p` one of the processes of the cell with these tags, run as `key`?
+fn of_cell(ctx: &Ctx<'_>, p: &Proc, tags: &[String], key: Option<&CellKey>) -> bool {
+    if p.is_zombie() {
+        return false;
+    }
+    if words(&p.args).any(|w| tags.iter().any(|t| t == w)) {
+        return true;
+    }
+    let Some(key) = key else { return false };
+    let dir = format!("{}/kernels/{}/cells/{}", ctx.root, key.kernel, key.seq.0);
+    words(&p.args).any(|w| w == dir)
+        || p.args.contains(&format!("{dir}/"))
+        || p.args.contains(&format!("\"{dir}\""))
+}
+
+/// After a cell resolved (or a resume ended): its side-effect count, its
+/// survivors if it was stopped, and the Python interpreters.
+pub(crate) async fn after_cell(ctx: &Ctx<'_>) {
+    let Some(procs) = ps(ctx).await else { return };
+    let now = ctx.now_ms();
+    observe_interpreters(ctx, &procs, now);
+    let Some(label) = ctx.log.borrow().current.clone() else {
+        return;
+    };
+    let Some(count) = runs(ctx, &label).await else {
+        return;
+    };
+    let tagged = ctx.cells.iter().find(|t| t.spec.label == label);
+    let mut log = ctx.log.borrow_mut();
+    let Some(seen) = log.cells.get_mut(&label) else {
+        return;
+    };
+    if seen.resolutions.is_empty() {
+        return;
+    }
+    seen.runs_at_resolution.get_or_insert(count);
+    let stopped = matches!(
+        seen.resolutions.last(),
+        Some(CellOutcome::Cancelled | CellOutcome::TimedOut)
+    );
+    if let (true, Some(tagged)) = (stopped, tagged) {
+        let key = seen.key.clone();
+        // The cell's shim journals the end and then exits: right after the
+        // resolution it may still be on its way out (the end-of-script
+        // snapshot counts it).
+        let left: Vec<Proc> = procs
+            .into_iter()
+            .filter(|p| of_cell(ctx, p, &tagged.tags, key.as_ref()) && !p.args.contains(" shim "))
+            .collect();
+        seen.survivors.extend(left);
+    }
+}
+
+fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64) {
+    let mut log = ctx.log.borrow_mut();
+    let kernels: BTreeSet<String> = ctx
+        .scenario
+        .cells()
+        .filter(|c| c.lang == Lang::Python)
+        .map(kernel_of)
+        .collect();
+    let since = log.last_observed;
+    for k in kernels {
+        let shim = format!("\"kernel_dir\":\"{}/kernels/{k}\"", ctx.root);
+        let interp = procs
+            .iter()
+            .filter(|s| s.args.contains(" shim ") && s.args.contains(&shim))
+            .find_map(|s| {
+                procs
+                    .iter()
+                    .find(|p| p.ppid == s.pid && !p.is_zombie() && p.args.contains("python3"))
+            })
+            .map(|p| p.pid);
+        let before = log.interpreters.insert(k, interp).flatten();
+        if before.is_some() && before != interp {
+            log.interpreter_deaths.push(since + 1);
+        }
+        log.interpreter_pids.extend(interp);
+    }
+    log.last_observed = now;
+}
+
+/// At the end of the script: what each cell left alive.
+pub(crate) async fn snapshot(ctx: &Ctx<'_>) {
+    let Some(procs) = ps(ctx).await else { return };
+    let mut log = ctx.log.borrow_mut();
+    for tagged in &ctx.cells {
+        let Some(seen) = log.cells.get_mut(&tagged.spec.label) else {
+            continue;
+        };
+        let key = seen.key.clone();
+        let stopped = matches!(
+            seen.resolutions.last(),
+            Some(CellOutcome::Cancelled | CellOutcome::TimedOut)
+        );
+        if stopped {
+            for p in procs
+                .iter()
+                .filter(|p| of_cell(ctx, p, &tagged.tags, key.as_ref()))
+            {
+                if !seen.survivors.iter().any(|s| s.pid == p.pid) {
+                    seen.survivors.push(p.clone());
+                }
+            }
+        }
+        if tagged.spec.bystander {
+            seen.leftovers_gone = tagged
+                .leftover_tags
+                .iter()
+                .filter(|t| {
+                    !procs
+                        .iter()
+                        .any(|p| !p.is_zombie() && words(&p.args).any(|w| w == t.as_str()))
+                })
+                .cloned()
+                .collect();
+        }
+    }
+}
+
+/// What processes and kernel files of the session are left (after the
+/// final shutdown).
+async fn leaks(ctx: &Ctx<'_>) -> (Vec<String>, Vec<String>) {
+    let Some(procs) = ps(ctx).await else {
+        return (Vec::new(), Vec::new());
+    };
+    let tags: Vec<String> = ctx.cells.iter().flat_map(|t| t.tags.clone()).collect();
+    let interpreters = ctx.log.borrow().interpreter_pids.clone();
+    let procs = procs
+        .into_iter()
+        .filter(|p| {
+            !p.is_zombie()
+                && (p.args.contains(&ctx.root)
+                    || words(&p.args).any(|w| tags.iter().any(|t| t == w))
+                    || (interpreters.contains(&p.pid) && p.args.contains("python3")))
+        })
+        .map(|p| format!("{} {}", p.pid, excerpt(&p.args)))
+        .collect();
+    let kernels = format!("{}/kernels", ctx.root);
+    let files = match exec(ctx, vec!["ls".into(), "-A".into(), kernels.clone()]).await {
+        Some(out) if out.exit_code == 0 => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| format!("{kernels}/{l}"))
+            .collect(),
+        _ => Vec::new(),
+    };
+    (procs, files)
+}
+
+fn excerpt(s: &str) -> String {
+    let mut out: String = s.chars().take(120).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// The verdict on one live run.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The scenario.
+    pub scenario: String,
+    /// The backend.
+    pub backend: String,
+    /// One line per cell: outcome, stdout, runs.
+    pub cells: Vec<String>,
+    /// The faults as they were made real.
+    pub injected: Vec<String>,
+    /// What the client reported and the sandbox showed of kernel deaths.
+    pub deaths: String,
+    /// Broken invariants and expectations.
+    pub violations: Vec<String>,
+    /// How long the run took.
+    pub took: Duration,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "scenario {} on {} ({:.1} s): {} violation(s)",
+            self.scenario,
+            self.backend,
+            self.took.as_secs_f64(),
+            self.violations.len()
+        )?;
+        for c in &self.cells {
+            writeln!(f, "  cell {c}")?;
+        }
+        for i in &self.injected {
+            writeln!(f, "  fault {i}")?;
+        }
+        writeln!(f, "  {}", self.deaths)?;
+        for v in &self.violations {
+            writeln!(f, "  VIOLATION {v}")?;
+        }
+        Ok(())
+    }
+}
+
+fn completed(outcome: Option<&CellOutcome>) -> bool {
+    matches!(outcome, Some(CellOutcome::Ok | CellOutcome::Exit { .. }))
+}
+
+/// After the script: observes what is left and judges the whole run.
+pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
+    let mut left = leaks(ctx).await;
+    // Processes killed by the shutdown may take a moment to be reaped.
+    for _ in 0..20 {
+        if left.0.is_empty() && left.1.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        left = leaks(ctx).await;
+    }
+    let end = ctx.now_ms();
+    let mut final_runs = BTreeMap::new();
+    for t in &ctx.cells {
+        if let Some(n) = runs(ctx, &t.spec.label).await {
+            final_runs.insert(t.spec.label.clone(), n);
+        }
+    }
+    let log = ctx.log.borrow();
+    let scenario = ctx.scenario;
+    let mut extra = Vec::new();
+    let mut cells = Vec::new();
+    let mut lines = Vec::new();
+    let mut collateral = Vec::new();
+    for spec in scenario.cells() {
+        let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
+        let at_resolution = seen.runs_at_resolution.unwrap_or(0);
+        let now_runs = final_runs.get(&spec.label).copied().unwrap_or(0);
+        let executions = at_resolution.max(now_runs);
+        let outcome = seen.resolutions.last().cloned();
+        let stdout: Vec<u8> = seen
+            .output
+            .iter()
+            .filter(|(_, s, _)| *s == Stream::Stdout)
+            .flat_map(|(_, _, d)| d.iter().copied())
+            .collect();
+        let mut truth_stdout = Vec::new();
+        for _ in 0..executions.max(1) {
+            truth_stdout.extend(scenario.expected_stdout(spec));
+        }
+        lines.push(format!(
+            "{} ({}): {} stdout={:?} runs={executions}{}",
+            spec.label,
+            seen.key.as_ref().map_or("-".into(), ToString::to_string),
+            outcome
+                .as_ref()
+                .map_or("unresolved".into(), ToString::to_string),
+            String::from_utf8_lossy(&stdout),
+            if seen.survivors.is_empty() {
+                String::new()
+            } else {
+                format!(" survivors={}", seen.survivors.len())
+            }
+        ));
+        // Checks only a live run adds.
+        if (completed(outcome.as_ref()) || !stdout.is_empty()) && executions != 1 {
+            extra.push(format!(
+                "{} ran (resolved {}, stdout {:?}) but its side-effect file shows {executions} runs",
+                spec.label,
+                outcome.as_ref().map_or("never".into(), ToString::to_string),
+                String::from_utf8_lossy(&stdout)
+            ));
+        }
+        if seen.cancelled_early
+            && outcome == Some(CellOutcome::Cancelled)
+            && (executions != 0 || !stdout.is_empty())
+        {
+            extra.push(format!(
+                "{} was cancelled before its submit registered, yet ran {executions} times \
+                 (stdout {:?})",
+                spec.label,
+                String::from_utf8_lossy(&stdout)
+            ));
+        }
+        if let Some(expect) = spec.expect {
+            if !outcome.as_ref().is_some_and(|o| expect.admits(o)) {
+                extra.push(format!(
+                    "expectation: {} should resolve {expect:?}, resolved {}",
+                    spec.label,
+                    outcome.as_ref().map_or("never".into(), ToString::to_string)
+                ));
+            }
+        }
+        if expects_no_run(scenario, spec) && executions != 0 {
+            extra.push(format!("{} must never run, ran {executions}", spec.label));
+        }
+        for t in &seen.leftovers_gone {
+            collateral.push(format!(
+                "leftover `sleep {t}` of {} (a cell nobody cancelled) is gone",
+                spec.label
+            ));
+        }
+        if !seen.survivors.is_empty() {
+            let procs: Vec<String> = seen
+                .survivors
+                .iter()
+                .map(|p| format!("{} {}", p.pid, excerpt(&p.args)))
+                .collect();
+            lines.push(format!("  {} survivors: {}", spec.label, procs.join("; ")));
+        }
+        cells.push(cell_obs(
+            ctx,
+            &log,
+            spec,
+            &seen,
+            stdout,
+            truth_stdout,
+            executions,
+            end,
+        ));
+    }
+    let mut extra_executions = BTreeMap::new();
+    for l in ["liveness", "liveness2"] {
+        let n = final_runs.get(l).copied().unwrap_or(0);
+        if n > 1 {
+            extra_executions.insert(l.to_owned(), u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
+    let obs = Observations {
+        cells,
+        calls: log
+            .calls
+            .iter()
+            .map(|(name, start, end)| CallObs {
+                name: name.clone(),
+                started_ms: *start,
+                ended_ms: *end,
+                budget_ms: CALL_BUDGET_MS,
+            })
+            .collect(),
+        state_lost_reports: log.state_lost.clone(),
+        kernel_deaths: log.kernel_deaths.iter().map(|(at, _)| *at).collect(),
+        known_kernel_deaths: log
+            .kernel_deaths
+            .iter()
+            .filter(|(at, pid)| log.ready.iter().any(|(t, p)| p == pid && t <= at))
+            .map(|(at, _)| *at)
+            .collect(),
+        extra_executions,
+        collateral,
+        leaked_processes: left.0,
+        leaked_files: left.1,
+        leaked_cgroups: Vec::new(),
+        interpreter_deaths: log.interpreter_deaths.clone(),
+        liveness: log.liveness.clone(),
+        finished: log.finished,
+        harness_errors: log.errors.clone(),
+    };
+    let mut violations: Vec<String> = oracle::check(&obs)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    violations.extend(extra);
+    Report {
+        scenario: scenario.name.into(),
+        backend: backend.into(),
+        cells: lines,
+        injected: ctx.switch.injected(),
+        deaths: format!(
+            "daemons killed at {:?} ms, interpreters found dead at {:?} ms, state lost reported at {:?} ms",
+            obs.kernel_deaths, obs.interpreter_deaths, obs.state_lost_reports
+        ),
+        violations,
+        took: ctx.start.elapsed(),
+    }
+}
+
+/// The scenario cancels `spec` before its submit registers (its fixed
+/// faults hold that cancel, and `spec` is its first cell).
+fn expects_no_run(scenario: &tether_sim::scenario::Scenario, spec: &CellSpec) -> bool {
+    let early = scenario.fixed.0.iter().any(|f| {
+        f.at_ms == 0
+            && f.kind
+                == FaultKind::Cancel {
+                    point: CancelPoint::BeforeSubmitRegisters,
+                }
+    });
+    early
+        && spec.expect == Some(Expect::Cancelled)
+        && scenario
+            .cells()
+            .next()
+            .is_some_and(|c| c.label == spec.label)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cell_obs(
+    ctx: &Ctx<'_>,
+    log: &Log,
+    spec: &CellSpec,
+    seen: &Seen,
+    client_stdout: Vec<u8>,
+    truth_stdout: Vec<u8>,
+    executions: usize,
+    end: u64,
+) -> CellObs {
+    let scenario = ctx.scenario;
+    let outcome = seen.resolutions.last().cloned();
+    // A name an earlier cell of the kernel bound (and the client saw
+    // complete) is unbound now: the namespace is gone.
+    let namespace_lost = match &outcome {
+        Some(CellOutcome::Error { message }) if spec.reads_names() => {
+            let names = scenario.names_before(spec);
+            scenario
+                .cells()
+                .take_while(|c| c.label != spec.label)
+                .filter(|c| c.kernel == spec.kernel)
+                .filter(|c| {
+                    log.cells
+                        .get(&c.label)
+                        .and_then(|s| s.resolutions.last())
+                        .is_some_and(|o| *o == CellOutcome::Ok)
+                })
+                .any(|c| {
+                    names.keys().any(|n| {
+                        c.workload
+                            .steps
+                            .iter()
+                            .any(|s| matches!(s, Step::SetName { name, .. } if name == n))
+                            && *message == format!("NameError: name '{n}' is not defined")
+                    })
+                })
+        }
+        _ => false,
+    };
+    let loss_reported = seen.output.iter().any(|(_, s, d)| {
+        *s == Stream::Stderr
+            && String::from_utf8_lossy(d).contains("the kernel's namespace is lost")
+    });
+    let call = format!("run_cell {}", spec.label);
+    let (started_ms, ended_ms) = log
+        .calls
+        .iter()
+        .find(|(name, _, _)| *name == call)
+        .map_or((0, None), |(_, s, e)| (*s, *e));
+    let executions = u32::try_from(executions).unwrap_or(u32::MAX);
+    let ran_after = seen
+        .runs_at_resolution
+        .is_some_and(|n| u32::try_from(n).unwrap_or(u32::MAX) < executions);
+    CellObs {
+        label: spec.label.clone(),
+        key: seen.key.as_ref().map(ToString::to_string),
+        cancel_requested: seen.cancel_requested,
+        output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
+        client_stdout,
+        outcome,
+        namespace_lost,
+        loss_reported,
+        resolutions: u32::try_from(
+            seen.resolutions
+                .iter()
+                .filter(|o| !matches!(o, CellOutcome::Unknown { .. }))
+                .count(),
+        )
+        .unwrap_or(u32::MAX),
+        started_ms,
+        ended_ms,
+        truth: CellTruth {
+            executions,
+            stdout: truth_stdout,
+            ran_to_end: executions == 1,
+            alive_at_end: seen.survivors.iter().map(|p| p.pid).collect(),
+            spawned_after_resolution: ran_after.then_some(end),
+        },
+    }
+}

@@ -1,0 +1,85 @@
+//! Every scenario of the simulation (`tether_sim::scenario::all()`), run
+//! live: its client script through the real driver and agent, its fixed
+//! faults made real, judged by the simulation's oracle over what the real
+//! sandbox shows (see `tether_live::sim_run`). Every scenario runs on
+//! `local`; a subset also on `docker` when docker runs here. A scenario
+//! that cannot be made real on a backend prints
+//! `skipped: <scenario> on <backend>: <why>` and passes without running.
+
+use std::time::Duration;
+use tether_live::sim_run::{self, skip, unrealisable, Host};
+use tether_sim::scenario::{all, by_name};
+
+/// Runs `name` on `backend`; fails with the report on any violation.
+async fn check(name: &str, backend: &str) {
+    let scenario = by_name(name).unwrap_or_else(|| panic!("no sim scenario {name}"));
+    if let Some(why) = unrealisable(&scenario, backend) {
+        skip(name, backend, &why);
+        return;
+    }
+    let host = match backend {
+        "local" => Host::local(),
+        "docker" => match Host::docker(name) {
+            Ok(h) => h,
+            Err(why) => {
+                skip(name, backend, &why);
+                return;
+            }
+        },
+        other => panic!("no backend {other}"),
+    };
+    let limit = Duration::from_secs(120);
+    let Ok(report) = tokio::time::timeout(limit, sim_run::run(&scenario, &host)).await else {
+        panic!("{name} on {backend} did not finish within {limit:?}: a call never resolved");
+    };
+    println!("{report}");
+    assert!(report.violations.is_empty(), "{report}");
+}
+
+macro_rules! live {
+    ($($test:ident: $name:literal on $backend:literal;)*) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                check($name, $backend).await;
+            }
+        )*
+        /// Every scenario of the simulation has a local test here.
+        #[test]
+        fn every_sim_scenario_runs_locally() {
+            let covered: Vec<(&str, &str)> = vec![$(($name, $backend)),*];
+            for s in all() {
+                assert!(
+                    covered.contains(&(s.name, "local")),
+                    "sim scenario {} has no live test on local: add it to tests/sim_scenarios.rs",
+                    s.name
+                );
+            }
+        }
+    };
+}
+
+live! {
+    local_happy: "happy" on "local";
+    local_state: "state" on "local";
+    local_cancel_escapes: "cancel_escapes" on "local";
+    local_cancel_trap: "cancel_trap" on "local";
+    local_cancel_early: "cancel_early" on "local";
+    local_reply_lost: "reply_lost" on "local";
+    local_client_crash: "client_crash" on "local";
+    local_daemon_killed: "daemon_killed" on "local";
+    local_sandbox_bounce: "sandbox_bounce" on "local";
+    local_sandbox_replaced: "sandbox_replaced" on "local";
+    local_timeout: "timeout" on "local";
+    local_two_kernels: "two_kernels" on "local";
+    local_leftovers: "leftovers" on "local";
+    local_python_state: "python_state" on "local";
+    local_python_cancel: "python_cancel" on "local";
+    local_python_stuck: "python_stuck" on "local";
+    docker_happy: "happy" on "docker";
+    docker_reply_lost: "reply_lost" on "docker";
+    docker_cancel_escapes: "cancel_escapes" on "docker";
+    docker_sandbox_bounce: "sandbox_bounce" on "docker";
+    docker_sandbox_replaced: "sandbox_replaced" on "docker";
+    docker_python_state: "python_state" on "docker";
+}
