@@ -186,21 +186,13 @@ impl SimOs {
     /// Runs the shell `pid` as far as it gets at the current instant.
     /// Returns true if it did anything.
     pub(crate) fn run_shell(&mut self, pid: Pid) -> bool {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return false;
+        let take = |p| match p {
+            Program::Shell(shell) => Ok(shell),
+            other => Err(other),
         };
-        let program = std::mem::replace(&mut p.program, Program::Running);
-        let Program::Shell(mut shell) = program else {
-            p.program = program;
-            return false;
-        };
-        let progress = self.drive_shell(pid, &mut shell);
-        if let Some(p) = self.procs.get_mut(&pid) {
-            if p.alive() && matches!(p.program, Program::Running) {
-                p.program = Program::Shell(shell);
-            }
-        }
-        progress
+        self.step_program(pid, take, Program::Shell, |os, shell| {
+            os.drive_shell(pid, shell)
+        })
     }
 
     pub(crate) fn running(&self, pid: Pid) -> bool {

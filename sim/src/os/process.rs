@@ -227,6 +227,46 @@ pub(crate) struct Pipe {
 }
 
 impl SimOs {
+    /// Runs process `pid`'s program through `drive`, with the program taken
+    /// out of the table so that `drive` can use the whole OS, and puts it
+    /// back if the process still lives and was not given another program.
+    /// False (nothing done) if `pid` is gone or `take` refuses its program.
+    pub(crate) fn step_program<T>(
+        &mut self,
+        pid: Pid,
+        take: fn(Program) -> Result<T, Program>,
+        put: fn(T) -> Program,
+        drive: impl FnOnce(&mut SimOs, &mut T) -> bool,
+    ) -> bool {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return false;
+        };
+        let program = std::mem::replace(&mut p.program, Program::Running);
+        let mut state = match take(program) {
+            Ok(state) => state,
+            Err(program) => {
+                p.program = program;
+                return false;
+            }
+        };
+        let progress = drive(self, &mut state);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if p.alive() && matches!(p.program, Program::Running) {
+                p.program = put(state);
+            }
+        }
+        progress
+    }
+
+    /// Runs `f` as process `pid` (the caller of whatever it does).
+    pub(crate) fn as_process(&mut self, pid: Pid, f: impl FnOnce(&mut SimOs) -> bool) -> bool {
+        let saved = self.current;
+        self.current = pid;
+        let progress = f(self);
+        self.current = saved;
+        progress
+    }
+
     /// The next free pid after the last one handed out, wrapping at
     /// `pid_max` (so pids are reused, as on Linux).
     fn alloc_pid(&mut self) -> Result<Pid, OsError> {

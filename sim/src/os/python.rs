@@ -183,24 +183,13 @@ fn death_detail(status: ExitStatus) -> String {
 impl SimOs {
     /// Runs the interpreter shim `pid` as far as it gets now.
     pub(crate) fn run_pyshim(&mut self, pid: Pid) -> bool {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return false;
+        let take = |p| match p {
+            Program::PyShim(shim) => Ok(shim),
+            other => Err(other),
         };
-        let program = std::mem::replace(&mut p.program, Program::Running);
-        let Program::PyShim(mut shim) = program else {
-            p.program = program;
-            return false;
-        };
-        let saved = self.current;
-        self.current = pid;
-        let progress = self.drive_pyshim(pid, &mut shim);
-        self.current = saved;
-        if let Some(p) = self.procs.get_mut(&pid) {
-            if p.alive() && matches!(p.program, Program::Running) {
-                p.program = Program::PyShim(shim);
-            }
-        }
-        progress
+        self.step_program(pid, take, Program::PyShim, |os, shim| {
+            os.as_process(pid, |os| os.drive_pyshim(pid, shim))
+        })
     }
 
     fn drive_pyshim(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
@@ -503,21 +492,13 @@ impl SimOs {
 
     /// Runs the interpreter `pid` as far as it gets now.
     pub(crate) fn run_python(&mut self, pid: Pid) -> bool {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return false;
+        let take = |p| match p {
+            Program::Python(py) => Ok(py),
+            other => Err(other),
         };
-        let program = std::mem::replace(&mut p.program, Program::Running);
-        let Program::Python(mut py) = program else {
-            p.program = program;
-            return false;
-        };
-        let progress = self.drive_python(pid, &mut py);
-        if let Some(p) = self.procs.get_mut(&pid) {
-            if p.alive() && matches!(p.program, Program::Running) {
-                p.program = Program::Python(py);
-            }
-        }
-        progress
+        self.step_program(pid, take, Program::Python, |os, py| {
+            os.drive_python(pid, py)
+        })
     }
 
     fn drive_python(&mut self, pid: Pid, py: &mut PyInterp) -> bool {

@@ -104,24 +104,13 @@ fn cell_ref(launch: &CellLaunch) -> CellRef {
 impl SimOs {
     /// Runs the shim `pid` as far as it gets now. True if it did anything.
     pub(crate) fn run_shim(&mut self, pid: Pid) -> bool {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return false;
+        let take = |p| match p {
+            Program::Shim(shim) => Ok(shim),
+            other => Err(other),
         };
-        let program = std::mem::replace(&mut p.program, Program::Running);
-        let Program::Shim(mut shim) = program else {
-            p.program = program;
-            return false;
-        };
-        let saved = self.current;
-        self.current = pid;
-        let progress = self.drive_shim(pid, &mut shim);
-        self.current = saved;
-        if let Some(p) = self.procs.get_mut(&pid) {
-            if p.alive() && matches!(p.program, Program::Running) {
-                p.program = Program::Shim(shim);
-            }
-        }
-        progress
+        self.step_program(pid, take, Program::Shim, |os, shim| {
+            os.as_process(pid, |os| os.drive_shim(pid, shim))
+        })
     }
 
     fn drive_shim(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
