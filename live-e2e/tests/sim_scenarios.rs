@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 use tether_live::sim_run::{self, skip, unrealisable, Host};
+use tether_sim::faults::{Fault, FaultKind, FaultSchedule, OpTarget};
 use tether_sim::scenario::{all, by_name};
 
 /// Runs `name` on `backend`; fails with the report on any violation.
@@ -82,4 +83,61 @@ live! {
     docker_sandbox_bounce: "sandbox_bounce" on "docker";
     docker_sandbox_replaced: "sandbox_replaced" on "docker";
     docker_python_state: "python_state" on "docker";
+}
+
+/// The network faults no fixed schedule carries (partition, hold, dropped
+/// connections, latency, slow start) are made real too: `happy` under all
+/// of them still runs its cell once, with its output once, and each fault
+/// really hit a call.
+#[tokio::test]
+async fn local_network_faults_are_realised() {
+    let mut scenario = by_name("happy").expect("happy");
+    let at = |at_ms, kind| Fault { at_ms, kind };
+    scenario.fixed = FaultSchedule(vec![
+        at(0, FaultKind::PartitionExec { for_ms: 300 }),
+        at(
+            0,
+            FaultKind::SlowStart {
+                op: OpTarget::Submit,
+                ms: 200,
+            },
+        ),
+        at(
+            0,
+            FaultKind::ExecLatency {
+                ms: 50,
+                for_ms: 1_500,
+            },
+        ),
+        at(350, FaultKind::HoldExec { for_ms: 300 }),
+        at(400, FaultKind::DropConnection),
+    ]);
+    let host = Host::local();
+    let limit = Duration::from_secs(120);
+    let report = tokio::time::timeout(limit, sim_run::run(&scenario, &host))
+        .await
+        .expect("bounded");
+    println!("{report}");
+    assert!(report.violations.is_empty(), "{report}");
+    let injected = report.injected.join("\n");
+    for hit in ["refused (partition)", "submit: starts 200 ms late"] {
+        assert!(injected.contains(hit), "no {hit:?} in\n{report}");
+    }
+}
+
+/// A clock jump of the sandbox alone cannot be made on a real machine,
+/// and a restart needs docker: such scenarios skip, saying why.
+#[test]
+fn unrealisable_faults_are_named() {
+    let mut s = by_name("happy").expect("happy");
+    assert_eq!(unrealisable(&s, "local"), None);
+    s.fixed = FaultSchedule(vec![Fault {
+        at_ms: 5,
+        kind: FaultKind::ClockJump { ms: 60_000 },
+    }]);
+    let why = unrealisable(&s, "docker").expect("clock jumps skip");
+    assert!(why.contains("clock jump"), "{why}");
+    let bounce = by_name("sandbox_bounce").expect("sandbox_bounce");
+    assert!(unrealisable(&bounce, "local").is_some());
+    assert_eq!(unrealisable(&bounce, "docker"), None);
 }
