@@ -724,6 +724,10 @@ pub fn kernel_processes(
             );
         }
     }
+    // A zombie is dead already; its parent reaps it, or never does (a PID 1
+    // that does not reap, as in many containers): waiting for it to go
+    // would stall every shutdown to its bound.
+    set.retain(|p| table.get(*p).is_some_and(|i| !i.zombie));
     set
 }
 

@@ -565,3 +565,31 @@ fn a_python_cell_acked_before_the_daemon_saw_done_does_not_block_the_next() {
     let _ = d.tick(&mut os);
     assert_eq!(os.files.get(&run).map(Vec::as_slice), Some(&b"2"[..]));
 }
+
+#[test]
+fn zombies_are_never_a_kernel_process_a_shutdown_waits_for() {
+    // Under a PID 1 that never reaps (many containers), a killed shim of an
+    // acknowledged cell stays a zombie for good: shutdown must not count it.
+    let mut os = FakeOs::new();
+    let k = KernelLayout::new("/root/kernels/k");
+    let record = super::kernel::LaunchRecord {
+        shim_pid: 70,
+        shim_starttime: 170,
+        marker: "n:1".into(),
+        cgroup: None,
+    };
+    os.files
+        .insert(format!("{}/leftovers/1.json", k.dir()), to_json(&record));
+    os.add(ProcInfo {
+        zombie: true,
+        ..proc_(70, 1, 70)
+    });
+    os.add(proc_(71, 70, 71)); // a live child of the zombie shim's tree
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    let set = super::op::kernel_processes(&os, &table, &k, &protected);
+    assert_eq!(set, BTreeSet::from([71]));
+    os.procs.remove(&71);
+    let table = Table::snapshot(&os);
+    assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
+}
