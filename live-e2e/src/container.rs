@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub struct Container {
     /// Its name.
     pub name: String,
+    /// Whether its PID 1 is an init that reaps orphans (`--init`).
+    pub init: bool,
 }
 
 impl Container {
@@ -20,6 +22,16 @@ impl Container {
     ///
     /// When docker refuses (the caller checked [`crate::backends::docker`]).
     pub fn start(label: &str) -> Container {
+        Container::start_with(label, true)
+    }
+
+    /// As [`Container::start`]; without `init`, PID 1 is `sleep` itself,
+    /// which never reaps an orphan (as in many real containers).
+    ///
+    /// # Panics
+    ///
+    /// When docker refuses.
+    pub fn start_with(label: &str, init: bool) -> Container {
         static N: AtomicU32 = AtomicU32::new(0);
         let label: String = label
             .chars()
@@ -31,8 +43,8 @@ impl Container {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        run(&name);
-        Container { name }
+        run(&name, init);
+        Container { name, init }
     }
 
     /// The backend spec that reaches it.
@@ -77,18 +89,12 @@ impl Drop for Container {
     }
 }
 
-/// `docker run -d --init --name NAME … sleep infinity`.
-fn run(name: &str) {
+/// `docker run -d [--init] --name NAME … sleep infinity`.
+fn run(name: &str, init: bool) {
     let out = Command::new("docker")
-        .args([
-            "run",
-            "-d",
-            "--init",
-            "--name",
-            name,
-            "--label",
-            "tether.live=1",
-        ])
+        .args(["run", "-d"])
+        .args(init.then_some("--init"))
+        .args(["--name", name, "--label", "tether.live=1"])
         .args(["--entrypoint", "sleep", IMAGE, "infinity"])
         .stdin(Stdio::null())
         .output()
@@ -107,14 +113,14 @@ fn run(name: &str) {
 /// # Panics
 ///
 /// When docker refuses.
-pub fn replace(name: &str) {
+pub fn replace(name: &str, init: bool) {
     let _ = Command::new("docker")
         .args(["rm", "-f", name])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-    run(name);
+    run(name, init);
 }
 
 /// Restarts the container `name` (`docker restart -t 0`: processes

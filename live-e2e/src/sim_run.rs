@@ -67,10 +67,12 @@ impl Host {
         Host::Local(dir)
     }
 
-    /// A docker sandbox, or why docker can't run here.
-    pub fn docker(label: &str) -> Result<Host, String> {
+    /// A docker sandbox, or why docker can't run here; without `init` its
+    /// PID 1 never reaps orphans (see
+    /// [`tether_sim::scenario::Scenario::init_reaps`]).
+    pub fn docker(label: &str, init: bool) -> Result<Host, String> {
         backends::docker()?;
-        Ok(Host::Docker(Container::start(label)))
+        Ok(Host::Docker(Container::start_with(label, init)))
     }
 
     /// `local` or `docker`.
@@ -313,13 +315,13 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             };
             let pids = sim_observe::daemons(ctx).await;
             let at = ctx.now_ms();
-            let name = c.name.clone();
+            let (name, init) = (c.name.clone(), c.init);
             let bounce = kind == FaultKind::BounceSandbox;
             tokio::task::spawn_blocking(move || {
                 if bounce {
                     container::restart(&name);
                 } else {
-                    container::replace(&name);
+                    container::replace(&name, init);
                 }
             })
             .await

@@ -20,7 +20,7 @@ async fn check(name: &str, backend: &str) {
     }
     let host = match backend {
         "local" => Host::local(),
-        "docker" => match Host::docker(name) {
+        "docker" => match Host::docker(name, scenario.init_reaps) {
             Ok(h) => h,
             Err(why) => {
                 skip(name, backend, &why);
@@ -74,6 +74,7 @@ live! {
     local_timeout: "timeout" on "local";
     local_two_kernels: "two_kernels" on "local";
     local_leftovers: "leftovers" on "local";
+    local_leftovers_no_init: "leftovers_no_init" on "local";
     local_python_state: "python_state" on "local";
     local_python_cancel: "python_cancel" on "local";
     local_python_stuck: "python_stuck" on "local";
@@ -83,6 +84,7 @@ live! {
     docker_sandbox_bounce: "sandbox_bounce" on "docker";
     docker_sandbox_replaced: "sandbox_replaced" on "docker";
     docker_python_state: "python_state" on "docker";
+    docker_leftovers_no_init: "leftovers_no_init" on "docker";
 }
 
 /// The network faults no fixed schedule carries (partition, hold, dropped

@@ -103,7 +103,10 @@ async fn docker_image_spec_creates_the_container_once() {
         return;
     }
     let name = format!("tether-live-img-{}", std::process::id());
-    let guard = Container { name: name.clone() };
+    let guard = Container {
+        name: name.clone(),
+        init: false,
+    };
     let t = transport(&format!("docker:{name}?image={}", backends::IMAGE));
     let (a, b) = tokio::join!(
         exec(&t, &["cat", "/etc/debian_version"], b""),

@@ -74,10 +74,11 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// A freshly booted sandbox whose agent lives under `root`.
-    pub fn new(seed: u64, trace: Trace, root: &str, agent_exe: &str) -> Sandbox {
+    pub fn new(seed: u64, trace: Trace, root: &str, agent_exe: &str, init_reaps: bool) -> Sandbox {
         let config = SimOsConfig {
             seed,
             agent_exe: agent_exe.into(),
+            init_reaps,
             ..SimOsConfig::default()
         };
         Sandbox {

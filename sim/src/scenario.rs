@@ -157,6 +157,9 @@ pub struct Scenario {
     pub fixed: FaultSchedule,
     /// Where the per-seed faults come from.
     pub space: FaultSpace,
+    /// Does the sandbox's PID 1 reap orphans? Many containers run without
+    /// an init, and then every orphan that exits stays a zombie.
+    pub init_reaps: bool,
 }
 
 impl Scenario {
@@ -363,6 +366,7 @@ pub fn all() -> Vec<Scenario> {
             ))],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "state",
@@ -388,6 +392,7 @@ pub fn all() -> Vec<Scenario> {
             ],
             fixed: FaultSchedule::empty(),
             space: space(all_faults.clone()),
+            init_reaps: true,
         },
         Scenario {
             name: "cancel_escapes",
@@ -395,6 +400,7 @@ pub fn all() -> Vec<Scenario> {
             script: vec![Action::Run(cancel_escapes)],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "cancel_trap",
@@ -402,6 +408,7 @@ pub fn all() -> Vec<Scenario> {
             script: vec![Action::Run(trap)],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "cancel_early",
@@ -418,6 +425,7 @@ pub fn all() -> Vec<Scenario> {
                 },
             )]),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "reply_lost",
@@ -434,6 +442,7 @@ pub fn all() -> Vec<Scenario> {
                 },
             )]),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "client_crash",
@@ -445,6 +454,7 @@ pub fn all() -> Vec<Scenario> {
             ))],
             fixed: fixed(vec![(700, FaultKind::CrashClient { down_ms: 500 })]),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "daemon_killed",
@@ -459,6 +469,7 @@ pub fn all() -> Vec<Scenario> {
             ],
             fixed: fixed(vec![(1_000, FaultKind::KillDaemon)]),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "sandbox_bounce",
@@ -473,6 +484,7 @@ pub fn all() -> Vec<Scenario> {
             ],
             fixed: fixed(vec![(1_000, FaultKind::BounceSandbox)]),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "sandbox_replaced",
@@ -487,6 +499,7 @@ pub fn all() -> Vec<Scenario> {
             ],
             fixed: fixed(vec![(1_000, FaultKind::ReplaceSandbox)]),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "timeout",
@@ -497,6 +510,7 @@ pub fn all() -> Vec<Scenario> {
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "two_kernels",
@@ -504,6 +518,7 @@ pub fn all() -> Vec<Scenario> {
             script: vec![Action::Run(bystander), Action::Run(target)],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "leftovers",
@@ -522,6 +537,28 @@ pub fn all() -> Vec<Scenario> {
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
+        },
+        Scenario {
+            name: "leftovers_no_init",
+            about: "as leftovers, on a sandbox whose PID 1 never reaps: killed orphans stay zombies, shutdown must not wait for them",
+            script: vec![
+                Action::Run(cell(
+                    "bg",
+                    vec![
+                        print("bg\n"),
+                        Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+                    ],
+                    Expect::Ok,
+                )),
+                Action::Idle { ms: 1_000 },
+            ],
+            // The daemon dies with the leftovers' shim still running: the
+            // shim and its tree go to PID 1, which never reaps them.
+            fixed: fixed(vec![(600, FaultKind::KillDaemon)]),
+            space: space(network()),
+            init_reaps: false,
         },
     ]
     .into_iter()
@@ -560,6 +597,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             ],
             fixed: FaultSchedule::empty(),
             space: space(all_faults),
+            init_reaps: true,
         },
         Scenario {
             name: "python_cancel",
@@ -575,6 +613,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
         },
         Scenario {
             name: "python_stuck",
@@ -587,6 +626,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
         },
     ]
 }

@@ -168,6 +168,7 @@ pub fn run(
         trace.clone(),
         &location.root,
         &location.agent_path(),
+        scenario.init_reaps,
     )));
 
     let mut sim = turmoil::Builder::new()
