@@ -5,11 +5,11 @@
 //! [`ClientLog`] the oracle reads.
 
 use crate::control::Control;
+use crate::observe::ClientLog;
 use crate::scenario::{Action, CellSpec, Scenario};
 use crate::trace::{excerpt, now_ms, Trace};
 use crate::transport::{call, WireRequest, EXEC_PORT};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use tether::driver::DriverError;
 use tether::transport::{ExecFuture, ExecRequest, Transport};
 use tether::{Driver, MemoryStore, RecordStore};
 use tether_core::bytes::Bytes;
-use tether_core::client::{CellKey, Client, Config, Event, TransportError, TransportErrorKind};
+use tether_core::client::{Client, Config, Event, TransportError, TransportErrorKind};
 use tether_core::ids::KernelName;
 use tether_core::protocol::{AgentLocation, CellOutcome, ExecOutput, Lang, Stream};
 
@@ -104,12 +104,22 @@ fn describe_request(argv: &[String], stdin: &[u8]) -> String {
     }
     let v: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
     let id = v.get("id").and_then(serde_json::Value::as_u64).unwrap_or(0);
-    let kind = match v.get("op") {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Object(m)) => m.keys().next().cloned().unwrap_or_default(),
-        _ => "?".into(),
-    };
+    let kind = op_of(&v).unwrap_or_else(|| "?".into());
     format!("x{id} {kind}")
+}
+
+/// The agent op an op request (its stdin, as JSON) carries: `submit`,
+/// `wait`, …; `None` when it names none.
+pub fn request_op(stdin: &[u8]) -> Option<String> {
+    op_of(&serde_json::from_slice(stdin).unwrap_or_default())
+}
+
+fn op_of(v: &serde_json::Value) -> Option<String> {
+    match v.get("op") {
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(serde_json::Value::Object(m)) => Some(m.keys().next().cloned().unwrap_or_default()),
+        _ => None,
+    }
 }
 
 /// The client's record store: a [`MemoryStore`] (it outlives a client
@@ -164,91 +174,6 @@ impl tether::RecordStore for LoggingStore {
 
     fn list(&self) -> Result<Vec<KernelName>, tether::records::RecordError> {
         self.inner.list()
-    }
-}
-
-/// What one scripted cell looked like from the client.
-#[derive(Clone, Debug, Default)]
-pub struct CellSeen {
-    /// Its key.
-    pub key: Option<CellKey>,
-    /// Output entries delivered: (n, stream, bytes).
-    pub output: Vec<(u64, Stream, Vec<u8>)>,
-    /// Every resolution reported.
-    pub resolutions: Vec<CellOutcome>,
-    /// When the script started it (virtual ms).
-    pub started_at: Option<u64>,
-    /// When it was first resolved (virtual ms).
-    pub resolved_at: Option<u64>,
-    /// The script (or a fault) asked to cancel it.
-    pub cancel_requested: bool,
-}
-
-/// Everything the client saw.
-#[derive(Clone, Debug, Default)]
-pub struct ClientLog {
-    /// Per cell label.
-    pub cells: BTreeMap<String, CellSeen>,
-    /// Key → label.
-    pub labels: BTreeMap<CellKey, String>,
-    /// The label of the cell being run.
-    pub current: Option<String>,
-    /// (name, start ms, end ms) of each call.
-    pub calls: Vec<(String, u64, Option<u64>)>,
-    /// When state lost was reported.
-    pub state_lost: Vec<u64>,
-    /// When a daemon was reported ready, and its pid.
-    pub ready: Vec<(u64, u32)>,
-    /// Driver errors.
-    pub errors: Vec<String>,
-    /// The script ran to its end.
-    pub finished: bool,
-    /// The liveness cell's outcome.
-    pub liveness: Option<CellOutcome>,
-}
-
-impl ClientLog {
-    fn label_of(&mut self, key: &CellKey) -> Option<String> {
-        if let Some(l) = self.labels.get(key) {
-            return Some(l.clone());
-        }
-        let current = self.current.clone()?;
-        if self.cells.get(&current).is_some_and(|c| c.key.is_some()) {
-            return None;
-        }
-        self.labels.insert(key.clone(), current.clone());
-        self.cells.entry(current.clone()).or_default().key = Some(key.clone());
-        Some(current)
-    }
-
-    fn on_event(&mut self, trace: &Trace, event: &Event) {
-        trace.log("client", describe(event));
-        match event {
-            Event::StateLost { .. } => self.state_lost.push(now_ms()),
-            Event::KernelReady { identity, .. } => self.ready.push((now_ms(), identity.pid)),
-            Event::CellAccepted { cell, .. } => {
-                let _ = self.label_of(cell);
-            }
-            Event::Output {
-                cell,
-                n,
-                stream,
-                data,
-            } => {
-                if let Some(l) = self.label_of(cell) {
-                    let seen = self.cells.entry(l).or_default();
-                    seen.output.push((*n, *stream, data.0.clone()));
-                }
-            }
-            Event::CellResolved { cell, outcome } => {
-                if let Some(l) = self.label_of(cell) {
-                    let seen = self.cells.entry(l).or_default();
-                    seen.resolutions.push(outcome.clone());
-                    seen.resolved_at.get_or_insert(now_ms());
-                }
-            }
-            _ => {}
-        }
     }
 }
 
@@ -312,8 +237,43 @@ fn kernel_named(name: &str) -> KernelName {
     KernelName::new(name).unwrap_or_else(|e| unreachable!("scenario kernel name {name:?}: {e}"))
 }
 
-fn kernel_of(cell: &CellSpec) -> KernelName {
+/// The kernel `cell` runs in ([`KERNEL`] unless it names one).
+pub fn kernel_of(cell: &CellSpec) -> KernelName {
     cell.kernel.as_deref().map_or_else(kernel, kernel_named)
+}
+
+/// Every kernel the script shuts down at its end: the scenario's and
+/// [`KERNEL`] (where the liveness cell runs), sorted, once each.
+pub fn kernels(scenario: &Scenario) -> Vec<KernelName> {
+    let mut kernels: Vec<KernelName> = scenario.cells().map(kernel_of).collect();
+    kernels.push(kernel());
+    kernels.sort();
+    kernels.dedup();
+    kernels
+}
+
+/// The liveness cell `label` (`liveness`, or `liveness2` after a reported
+/// loss): it prints `alive`, in the language of the scenario's main
+/// kernel.
+pub fn liveness_cell(scenario: &Scenario, label: &str) -> CellSpec {
+    CellSpec {
+        label: label.into(),
+        workload: tether_scenarios::workload::Workload {
+            steps: vec![tether_scenarios::workload::Step::Print {
+                stream: Stream::Stdout,
+                text: "alive\n".into(),
+            }],
+        },
+        timeout_ms: None,
+        cancel_after_ms: None,
+        expect: None,
+        kernel: None,
+        bystander: false,
+        lang: scenario
+            .cells()
+            .find(|c| c.kernel.is_none())
+            .map_or(Lang::Shell, |c| c.lang),
+    }
 }
 
 /// The client host's program: runs the script, restarting after crashes.
@@ -380,7 +340,10 @@ async fn run_script(
 ) {
     let log = ctx.log.clone();
     let trace = ctx.trace.clone();
-    let mut on_event = |e: &Event| log.borrow_mut().on_event(&trace, e);
+    let mut on_event = |e: &Event| {
+        trace.log("client", describe(e));
+        log.borrow_mut().on_event(now_ms(), e);
+    };
     if restarted {
         // A new client process: pick its kernels up from their records.
         let names = ctx.store.list().unwrap_or_default();
@@ -389,18 +352,7 @@ async fn run_script(
                 continue;
             };
             // The script still means to cancel the cell it was running.
-            let (label, cancel_at) = {
-                let log = ctx.log.borrow();
-                let label = log.current.clone().unwrap_or_default();
-                let at = ctx
-                    .scenario
-                    .cells()
-                    .find(|c| c.label == label)
-                    .and_then(|c| c.cancel_after_ms)
-                    .zip(log.cells.get(&label).and_then(|c| c.started_at))
-                    .map(|(ms, started)| started + ms);
-                (label, at)
-            };
+            let (label, cancel_at) = ctx.log.borrow().pending_cancel(&ctx.scenario);
             let start = now_ms();
             let canceller = cancel_watch(ctx, driver.cancel_handle(), label, cancel_at);
             let r = {
@@ -456,43 +408,17 @@ async fn run_script(
         a.cancel_after_done = false;
         a.crash_client = None;
     }
-    let alive = CellSpec {
-        label: "liveness".into(),
-        workload: tether_scenarios::workload::Workload {
-            steps: vec![tether_scenarios::workload::Step::Print {
-                stream: Stream::Stdout,
-                text: "alive\n".into(),
-            }],
-        },
-        timeout_ms: None,
-        cancel_after_ms: None,
-        expect: None,
-        kernel: None,
-        bystander: false,
-        // The scenario's main kernel keeps its language.
-        lang: ctx
-            .scenario
-            .cells()
-            .find(|c| c.kernel.is_none())
-            .map_or(Lang::Shell, |c| c.lang),
-    };
+    let alive = liveness_cell(&ctx.scenario, "liveness");
     let mut outcome = run_one(ctx, driver, &alive, &mut on_event).await;
     if outcome.as_ref() != Some(&CellOutcome::Ok) && !ctx.log.borrow().state_lost.is_empty() {
         // After a reported loss the first cell may go down with the old
         // kernel; the next one must run on a fresh kernel.
-        let again = CellSpec {
-            label: "liveness2".into(),
-            ..alive
-        };
+        let again = liveness_cell(&ctx.scenario, "liveness2");
         outcome = run_one(ctx, driver, &again, &mut on_event).await;
     }
     ctx.log.borrow_mut().liveness = outcome;
     let start = now_ms();
-    let mut kernels: Vec<KernelName> = ctx.scenario.cells().map(kernel_of).collect();
-    kernels.push(kernel());
-    kernels.sort();
-    kernels.dedup();
-    for k in kernels {
+    for k in kernels(&ctx.scenario) {
         let r = driver.shutdown(&k, &mut on_event).await;
         finish_call(ctx, "shutdown", start, r.err());
     }
@@ -503,12 +429,10 @@ async fn run_script(
 }
 
 fn finish_call(ctx: &ClientCtx, name: &str, start: u64, err: Option<DriverError>) {
-    let mut log = ctx.log.borrow_mut();
-    log.calls.push((name.into(), start, Some(now_ms())));
-    if let Some(e) = err {
+    if let Some(e) = &err {
         ctx.trace.log("client", format!("{name} failed: {e}"));
-        log.errors.push(format!("{name}: {e}"));
     }
+    ctx.log.borrow_mut().call(name, start, now_ms(), err);
 }
 
 async fn run_one(

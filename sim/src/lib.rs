@@ -8,6 +8,8 @@
 //! - [`transport`]: exec over `turmoil::net` (client call, sandbox server);
 //! - [`scenario`]: the named scenarios (client scripts, fixed faults, fault spaces);
 //! - [`oracle`]: observations of a run and the invariants they must meet;
+//! - [`observe`]: what the client saw, and the client's half of the observations
+//!   (shared with the live runner);
 //! - [`explore`]: many seeds, in parallel and sharded, shrinking, the table;
 //! - [`control`]: armed faults shared by the fault loop and the hosts;
 //! - [`client_host`]: the real driver over the simulated transport, the script;
@@ -18,6 +20,7 @@ pub mod client_host;
 pub mod control;
 pub mod explore;
 pub mod faults;
+pub mod observe;
 pub mod oracle;
 pub mod os;
 pub mod sandbox;

@@ -7,11 +7,12 @@
 //! Everything is derived from the seed: turmoil's rng, the client's seed,
 //! SimOs's; the epoch is fixed; the world is stepped on one thread.
 
-use crate::client_host::{client_main, ClientCtx, ClientLog};
+use crate::client_host::{client_main, ClientCtx};
 use crate::control::Control;
 use crate::explore::RunReport;
-use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
-use crate::oracle::{self, CallObs, CellObs, CellTruth, Observations, Violation};
+use crate::faults::{CancelPoint, Fault, FaultKind, FaultSchedule};
+use crate::observe::{self, ClientLog};
+use crate::oracle::{self, CellTruth, Observations, Violation};
 use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
 use crate::trace::Trace;
@@ -21,8 +22,7 @@ use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
 use tether_core::agent::Pid;
-use tether_core::protocol::{CellOutcome, Stream};
-use tether_scenarios::workload::Step;
+use tether_core::protocol::CellOutcome;
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
@@ -134,6 +134,25 @@ pub fn race_files(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, Stri
     Ok(files)
 }
 
+/// When every fault of `faults` is over (ms), with a 100 ms margin: the
+/// client script runs its liveness cell no earlier.
+pub fn healed_at_ms(faults: &[Fault]) -> u64 {
+    let mut healed = 0u64;
+    for f in faults {
+        // Saturating: a schedule from a file may hold any u64.
+        let after = |ms: u64| f.at_ms.saturating_add(ms);
+        let end = match f.kind {
+            FaultKind::PartitionExec { for_ms } | FaultKind::HoldExec { for_ms } => after(for_ms),
+            FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
+            FaultKind::SlowStart { ms, .. } => after(ms),
+            FaultKind::CrashClient { down_ms } => after(down_ms),
+            _ => f.at_ms,
+        };
+        healed = healed.max(end);
+    }
+    healed.saturating_add(100)
+}
+
 /// Timed actions of the fault loop.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Tick {
@@ -200,30 +219,21 @@ pub fn run(
 
     // The fault loop's agenda.
     let mut agenda: Vec<(u64, Tick)> = Vec::new();
-    let mut healed = 0u64;
     for f in &schedule.0 {
         agenda.push((f.at_ms, Tick::Fault(f.kind.clone())));
-        // Saturating: a schedule from a file may hold any u64.
-        let after = |ms: u64| f.at_ms.saturating_add(ms);
-        let end = match f.kind {
+        match f.kind {
             FaultKind::PartitionExec { for_ms } => {
-                agenda.push((after(for_ms), Tick::Repair));
-                after(for_ms)
+                agenda.push((f.at_ms.saturating_add(for_ms), Tick::Repair));
             }
             FaultKind::HoldExec { for_ms } => {
-                agenda.push((after(for_ms), Tick::Release));
-                after(for_ms)
+                agenda.push((f.at_ms.saturating_add(for_ms), Tick::Release));
             }
-            FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
-            FaultKind::SlowStart { ms, .. } => after(ms),
-            FaultKind::CrashClient { down_ms } => after(down_ms),
-            _ => f.at_ms,
-        };
-        healed = healed.max(end);
+            _ => {}
+        }
     }
     agenda.sort();
     agenda.reverse();
-    control.lock().healed_at_ms = healed.saturating_add(100);
+    control.lock().healed_at_ms = healed_at_ms(&schedule.0);
 
     let mut kernel_deaths = Vec::new();
     let mut harness = Vec::new();
@@ -363,139 +373,52 @@ fn observe(
     log: &ClientLog,
     sandbox: &Sandbox,
     kernel_deaths: Vec<(u64, Pid)>,
-    mut harness: Vec<String>,
+    harness: Vec<String>,
 ) -> Observations {
-    harness.extend(log.errors.iter().cloned());
     let mut cells = Vec::new();
     let mut bystanders_hit = Vec::new();
     for spec in scenario.cells() {
         let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
         let truth = sandbox.truth(&spec.label);
-        let mut stdout = Vec::new();
-        for _ in 0..truth.executions.max(1) {
-            stdout.extend(scenario.expected_stdout(spec));
-        }
-        // A name an earlier cell of the kernel bound and the client saw
-        // complete is unbound now: the namespace is gone.
-        let outcome = seen.resolutions.last().cloned();
-        let namespace_lost = match &outcome {
-            Some(CellOutcome::Error { message }) if spec.reads_names() => {
-                let names = scenario.names_before(spec);
-                scenario
-                    .cells()
-                    .take_while(|c| c.label != spec.label)
-                    .filter(|c| c.kernel == spec.kernel)
-                    .filter(|c| {
-                        log.cells
-                            .get(&c.label)
-                            .and_then(|s| s.resolutions.last())
-                            .is_some_and(|o| *o == CellOutcome::Ok)
-                    })
-                    .any(|c| {
-                        names.keys().any(|n| {
-                            c.workload
-                                .steps
-                                .iter()
-                                .any(|s| matches!(s, Step::SetName { name, .. } if name == n))
-                                && *message == format!("NameError: name '{n}' is not defined")
-                        })
-                    })
-            }
-            _ => false,
-        };
-        let loss_reported = seen.output.iter().any(|(_, s, d)| {
-            *s == Stream::Stderr
-                && String::from_utf8_lossy(d).contains("the kernel's namespace is lost")
-        });
-        let call = format!("run_cell {}", spec.label);
-        let (started_ms, ended_ms) = log
-            .calls
-            .iter()
-            .find(|(name, _, _)| *name == call)
-            .map_or((0, None), |(_, s, e)| (*s, *e));
-        let alive_at_end = match (&sandbox.snapshot, &seen.key) {
-            (Some(snap), Some(key)) => snap
-                .get(&(key.kernel.as_str().to_owned(), key.seq.0))
-                .cloned()
-                .unwrap_or_default(),
+        let cell_key = seen
+            .key
+            .as_ref()
+            .map(|key| (key.kernel.as_str().to_owned(), key.seq.0));
+        let alive_at_end = match (&sandbox.snapshot, &cell_key) {
+            (Some(snap), Some(key)) => snap.get(key).cloned().unwrap_or_default(),
             _ => Vec::new(),
         };
         // Nothing that happened to other cells or kernels may signal a
         // bystander's processes (they may end by themselves).
-        if spec.bystander {
-            if let Some(key) = &seen.key {
-                if sandbox
-                    .signalled_cells
-                    .contains(&(key.kernel.as_str().to_owned(), key.seq.0))
-                {
-                    bystanders_hit.push(format!(
-                        "processes of {} (a cell nobody cancelled) were signalled",
-                        spec.label
-                    ));
-                }
-            }
+        if spec.bystander
+            && cell_key
+                .as_ref()
+                .is_some_and(|key| sandbox.signalled_cells.contains(key))
+        {
+            bystanders_hit.push(format!(
+                "processes of {} (a cell nobody cancelled) were signalled",
+                spec.label
+            ));
         }
-        cells.push(CellObs {
-            label: spec.label.clone(),
-            key: seen.key.as_ref().map(ToString::to_string),
-            cancel_requested: seen.cancel_requested,
-            output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
-            client_stdout: seen
-                .output
-                .iter()
-                .filter(|(_, s, _)| *s == Stream::Stdout)
-                .flat_map(|(_, _, d)| d.iter().copied())
-                .collect(),
-            outcome,
-            namespace_lost,
-            loss_reported,
-            resolutions: u32::try_from(
-                seen.resolutions
-                    .iter()
-                    .filter(|o| !matches!(o, CellOutcome::Unknown { .. }))
-                    .count(),
-            )
-            .unwrap_or(u32::MAX),
-            started_ms,
-            ended_ms,
-            truth: CellTruth {
-                executions: truth.executions,
-                stdout,
-                ran_to_end: truth.executions == 1,
-                alive_at_end,
-                spawned_after_resolution: match (&seen.key, seen.resolved_at) {
-                    (Some(key), Some(resolved)) => sandbox
-                        .cell_spawns
-                        .get(&(key.kernel.as_str().to_owned(), key.seq.0))
-                        .and_then(|t| t.iter().copied().find(|&t| t > resolved)),
-                    _ => None,
-                },
+        let truth = CellTruth {
+            executions: truth.executions,
+            stdout: observe::truth_stdout(scenario, spec, truth.executions),
+            ran_to_end: truth.executions == 1,
+            alive_at_end,
+            spawned_after_resolution: match (&cell_key, seen.resolved_at) {
+                (Some(key), Some(resolved)) => sandbox
+                    .cell_spawns
+                    .get(key)
+                    .and_then(|t| t.iter().copied().find(|&t| t > resolved)),
+                _ => None,
             },
-        });
+        };
+        cells.push(observe::cell(scenario, log, spec, truth));
     }
     let (leaked_processes, leaked_files, leaked_cgroups) = sandbox.leaks();
+    let client = observe::client_observations(log, &kernel_deaths);
     Observations {
         cells,
-        calls: log
-            .calls
-            .iter()
-            .map(|(name, start, end)| CallObs {
-                name: name.clone(),
-                started_ms: *start,
-                ended_ms: *end,
-                budget_ms: CALL_BUDGET_MS,
-            })
-            .collect(),
-        state_lost_reports: log.state_lost.clone(),
-        // A death matters only if a client knew the daemon (it held state
-        // the client relied on): a daemon spawned by a client that crashed
-        // before hearing of it holds nothing.
-        known_kernel_deaths: kernel_deaths
-            .iter()
-            .filter(|(at, pid)| log.ready.iter().any(|(t, p)| p == pid && t <= at))
-            .map(|(at, _)| *at)
-            .collect(),
-        kernel_deaths: kernel_deaths.iter().map(|(at, _)| *at).collect(),
         extra_executions: sandbox.extra_executions(scenario),
         collateral: sandbox
             .collateral()
@@ -506,9 +429,12 @@ fn observe(
         leaked_files,
         leaked_cgroups,
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
-        liveness: log.liveness.clone(),
-        finished: log.finished,
-        harness_errors: harness,
+        // The simulation's own errors come first, then the client's.
+        harness_errors: harness
+            .into_iter()
+            .chain(client.harness_errors.iter().cloned())
+            .collect(),
+        ..client
     }
 }
 

@@ -1,0 +1,257 @@
+//! What a scenario's client saw ([`ClientLog`]), and how that becomes the
+//! client's half of the oracle's [`Observations`].
+//!
+//! Shared by the simulation ([`crate::world`], whose client host fills
+//! the log in virtual time) and the live runner (live-e2e, real time).
+//! Time is an argument: each caller stamps events with its own clock.
+//! The sandbox's half (ground truth: how often a cell ran, what it left
+//! alive) is the caller's, because the two get it in genuinely different
+//! ways (the simulated OS's books versus `ps` on a real machine).
+
+use crate::oracle::{CallObs, CellObs, CellTruth, Observations};
+use crate::scenario::{CellSpec, Scenario};
+use crate::world::CALL_BUDGET_MS;
+use std::collections::BTreeMap;
+use tether::driver::DriverError;
+use tether_core::client::{CellKey, Event};
+use tether_core::protocol::{CellOutcome, Stream};
+use tether_scenarios::workload::Step;
+
+/// What one scripted cell looked like from the client (across client
+/// restarts).
+#[derive(Clone, Debug, Default)]
+pub struct CellSeen {
+    /// Its key, once the client named it.
+    pub key: Option<CellKey>,
+    /// Output entries delivered: (n, stream, bytes).
+    pub output: Vec<(u64, Stream, Vec<u8>)>,
+    /// Every resolution reported.
+    pub resolutions: Vec<CellOutcome>,
+    /// When the script started it (ms).
+    pub started_at: Option<u64>,
+    /// When it was first resolved (ms).
+    pub resolved_at: Option<u64>,
+    /// The script (or a fault) asked to cancel it.
+    pub cancel_requested: bool,
+}
+
+impl CellSeen {
+    /// Stdout delivered, concatenated.
+    pub fn stdout(&self) -> Vec<u8> {
+        self.output
+            .iter()
+            .filter(|(_, s, _)| *s == Stream::Stdout)
+            .flat_map(|(_, _, d)| d.iter().copied())
+            .collect()
+    }
+}
+
+/// Everything the client saw.
+#[derive(Clone, Debug, Default)]
+pub struct ClientLog {
+    /// Per cell label.
+    pub cells: BTreeMap<String, CellSeen>,
+    /// Key → label.
+    pub labels: BTreeMap<CellKey, String>,
+    /// The label of the cell being run.
+    pub current: Option<String>,
+    /// (name, start ms, end ms) of each call.
+    pub calls: Vec<(String, u64, Option<u64>)>,
+    /// When state lost was reported.
+    pub state_lost: Vec<u64>,
+    /// When a daemon was reported ready, and its pid.
+    pub ready: Vec<(u64, u32)>,
+    /// Driver errors (and, live, failed observations).
+    pub errors: Vec<String>,
+    /// The script ran to its end.
+    pub finished: bool,
+    /// The liveness cell's outcome.
+    pub liveness: Option<CellOutcome>,
+}
+
+impl ClientLog {
+    /// The label of the cell `key` names: the one it was first seen with,
+    /// else the cell being run (if that has no key yet).
+    fn label_of(&mut self, key: &CellKey) -> Option<String> {
+        if let Some(l) = self.labels.get(key) {
+            return Some(l.clone());
+        }
+        let current = self.current.clone()?;
+        if self.cells.get(&current).is_some_and(|c| c.key.is_some()) {
+            return None;
+        }
+        self.labels.insert(key.clone(), current.clone());
+        self.cells.entry(current.clone()).or_default().key = Some(key.clone());
+        Some(current)
+    }
+
+    /// Takes one event of the driver, seen at `now_ms`.
+    pub fn on_event(&mut self, now_ms: u64, event: &Event) {
+        match event {
+            Event::StateLost { .. } => self.state_lost.push(now_ms),
+            Event::KernelReady { identity, .. } => self.ready.push((now_ms, identity.pid)),
+            Event::CellAccepted { cell, .. } => {
+                let _ = self.label_of(cell);
+            }
+            Event::Output {
+                cell,
+                n,
+                stream,
+                data,
+            } => {
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.output.push((*n, *stream, data.0.clone()));
+                }
+            }
+            Event::CellResolved { cell, outcome } => {
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.resolutions.push(outcome.clone());
+                    seen.resolved_at.get_or_insert(now_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Records a client call from `start` to `end` (ms) and its error, if
+    /// any.
+    pub fn call(&mut self, name: &str, start: u64, end: u64, err: Option<DriverError>) {
+        self.calls.push((name.into(), start, Some(end)));
+        if let Some(e) = err {
+            self.errors.push(format!("{name}: {e}"));
+        }
+    }
+
+    /// The cell the script was running when its client crashed, and when
+    /// the script means to cancel it (its `cancel_after_ms` after it
+    /// started), for the canceller of a resume.
+    pub fn pending_cancel(&self, scenario: &Scenario) -> (String, Option<u64>) {
+        let label = self.current.clone().unwrap_or_default();
+        let at = scenario
+            .cells()
+            .find(|c| c.label == label)
+            .and_then(|c| c.cancel_after_ms)
+            .zip(self.cells.get(&label).and_then(|c| c.started_at))
+            .map(|(ms, started)| started + ms);
+        (label, at)
+    }
+}
+
+/// What a cell's processes wrote to stdout over `executions` runs (at
+/// least one), as the scenario scripts it.
+pub fn truth_stdout(scenario: &Scenario, spec: &CellSpec, executions: u32) -> Vec<u8> {
+    let mut stdout = Vec::new();
+    for _ in 0..executions.max(1) {
+        stdout.extend(scenario.expected_stdout(spec));
+    }
+    stdout
+}
+
+/// The oracle's view of `spec`: what the client saw of it (from `log`)
+/// and the sandbox's `truth`.
+pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTruth) -> CellObs {
+    let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
+    let outcome = seen.resolutions.last().cloned();
+    let call = format!("run_cell {}", spec.label);
+    let (started_ms, ended_ms) = log
+        .calls
+        .iter()
+        .find(|(name, _, _)| *name == call)
+        .map_or((0, None), |(_, s, e)| (*s, *e));
+    CellObs {
+        label: spec.label.clone(),
+        key: seen.key.as_ref().map(ToString::to_string),
+        cancel_requested: seen.cancel_requested,
+        output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
+        client_stdout: seen.stdout(),
+        namespace_lost: namespace_lost(scenario, log, spec, outcome.as_ref()),
+        loss_reported: seen.output.iter().any(|(_, s, d)| {
+            *s == Stream::Stderr
+                && String::from_utf8_lossy(d).contains("the kernel's namespace is lost")
+        }),
+        outcome,
+        resolutions: u32::try_from(
+            seen.resolutions
+                .iter()
+                .filter(|o| !matches!(o, CellOutcome::Unknown { .. }))
+                .count(),
+        )
+        .unwrap_or(u32::MAX),
+        started_ms,
+        ended_ms,
+        truth,
+    }
+}
+
+/// `spec` failed on a name an earlier cell of its kernel bound (and the
+/// client saw complete): the namespace is gone.
+fn namespace_lost(
+    scenario: &Scenario,
+    log: &ClientLog,
+    spec: &CellSpec,
+    outcome: Option<&CellOutcome>,
+) -> bool {
+    let Some(CellOutcome::Error { message }) = outcome else {
+        return false;
+    };
+    if !spec.reads_names() {
+        return false;
+    }
+    let names = scenario.names_before(spec);
+    scenario
+        .cells()
+        .take_while(|c| c.label != spec.label)
+        .filter(|c| c.kernel == spec.kernel)
+        .filter(|c| {
+            log.cells
+                .get(&c.label)
+                .and_then(|s| s.resolutions.last())
+                .is_some_and(|o| *o == CellOutcome::Ok)
+        })
+        .any(|c| {
+            names.keys().any(|n| {
+                c.workload
+                    .steps
+                    .iter()
+                    .any(|s| matches!(s, Step::SetName { name, .. } if name == n))
+                    && *message == format!("NameError: name '{n}' is not defined")
+            })
+        })
+}
+
+/// The client's half of the observations: calls, state-lost reports,
+/// liveness, whether the script finished, its errors as harness errors,
+/// and the `kernel_deaths` (ms, pid) the caller saw, with those of
+/// daemons a client had heard of. The sandbox's fields (`cells`,
+/// `extra_executions`, `collateral`, leaks, `interpreter_deaths`) are
+/// left empty for the caller.
+pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Observations {
+    Observations {
+        calls: log
+            .calls
+            .iter()
+            .map(|(name, start, end)| CallObs {
+                name: name.clone(),
+                started_ms: *start,
+                ended_ms: *end,
+                budget_ms: CALL_BUDGET_MS,
+            })
+            .collect(),
+        state_lost_reports: log.state_lost.clone(),
+        kernel_deaths: kernel_deaths.iter().map(|(at, _)| *at).collect(),
+        // A death matters only if a client knew the daemon (it held state
+        // the client relied on): a daemon spawned by a client that crashed
+        // before hearing of it holds nothing.
+        known_kernel_deaths: kernel_deaths
+            .iter()
+            .filter(|(at, pid)| log.ready.iter().any(|(t, p)| p == pid && t <= at))
+            .map(|(at, _)| *at)
+            .collect(),
+        liveness: log.liveness.clone(),
+        finished: log.finished,
+        harness_errors: log.errors.clone(),
+        ..Observations::default()
+    }
+}
