@@ -142,12 +142,7 @@ pub fn op_kind(req: &ExecRequest) -> String {
     if req.argv.get(1).map(String::as_str) != Some("op") {
         return String::new();
     }
-    let v: serde_json::Value = serde_json::from_slice(&req.stdin).unwrap_or_default();
-    match v.get("op") {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Object(m)) => m.keys().next().cloned().unwrap_or_default(),
-        _ => String::new(),
-    }
+    tether_sim::client_host::request_op(&req.stdin).unwrap_or_default()
 }
 
 /// A transport with faults injected around `inner`.

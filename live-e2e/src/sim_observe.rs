@@ -1,8 +1,10 @@
 //! What a live run of a simulation scenario saw, and the verdict.
 //!
-//! The client's side ([`Log`]) is kept like the simulation's client host
-//! keeps it. The sandbox's side comes from the sandbox itself, through the
-//! backend's own transport (never the faulty one): `ps` after every cell,
+//! The client's side is the simulation's own [`ClientLog`], inside
+//! [`Log`]; the client's half of the observations and each cell's
+//! observation are made by the simulation's [`observe`] functions. The
+//! sandbox's side comes from the sandbox itself, through the backend's
+//! own transport (never the faulty one): `ps` after every cell,
 //! at the end of the script and after shutdown, and the side-effect files
 //! (one line per run of a cell).
 //!
@@ -20,7 +22,7 @@
 //! leftovers still alive).
 
 use crate::procs::{parse_ps, Proc, PS_ARGV};
-use crate::sim_run::{kernel_of, Ctx};
+use crate::sim_run::Ctx;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,12 +30,13 @@ use std::time::Duration;
 use tether::driver::DriverError;
 use tether::transport::{ExecOutput, ExecRequest};
 use tether_core::client::{CellKey, Event};
-use tether_core::protocol::{CellOutcome, Lang, Stream};
+use tether_core::protocol::{CellOutcome, Lang};
 use tether_scenarios::workload::{render_python, render_shell, Step, Workload};
+use tether_sim::client_host::kernel_of;
 use tether_sim::faults::{CancelPoint, FaultKind};
-use tether_sim::oracle::{self, CallObs, CellObs, CellTruth, Observations};
+use tether_sim::observe::{self, CellSeen, ClientLog};
+use tether_sim::oracle::{self, CellTruth, Observations};
 use tether_sim::scenario::{CellSpec, Expect};
-use tether_sim::world::CALL_BUDGET_MS;
 use tokio::time::Instant;
 
 /// A sleep at least this long outlives any run: it gets a unique tag.
@@ -127,22 +130,10 @@ fn tag(step: Step, tags: &mut Vec<String>, leftovers: &mut Vec<String>) -> Step 
     }
 }
 
-/// What the client saw of one cell (across client restarts), and what
-/// was observed of it on the sandbox.
+/// What only a live run records of one cell, beside what the client saw
+/// of it ([`CellSeen`]).
 #[derive(Clone, Debug, Default)]
-pub struct Seen {
-    /// Its key, once the client named it.
-    pub key: Option<CellKey>,
-    /// Output delivered: (n, stream, bytes).
-    pub output: Vec<(u64, Stream, Vec<u8>)>,
-    /// Every resolution reported.
-    pub resolutions: Vec<CellOutcome>,
-    /// When the script started it (ms).
-    pub started_at: Option<u64>,
-    /// When it was first resolved (ms).
-    pub resolved_at: Option<u64>,
-    /// The script or a fault asked to cancel it.
-    pub cancel_requested: bool,
+pub struct LiveCell {
     /// It was cancelled while its submit was held back.
     pub cancelled_early: bool,
     /// Its side-effect count right after it resolved.
@@ -155,27 +146,14 @@ pub struct Seen {
     pub leftovers_gone: Vec<String>,
 }
 
-/// Everything the client saw, and the sandbox events the run caused.
+/// Everything the client saw (kept as the simulation keeps it), and the
+/// sandbox events the run caused.
 #[derive(Debug, Default)]
 pub struct Log {
-    /// Per cell label.
-    pub cells: BTreeMap<String, Seen>,
-    /// Key → label.
-    pub labels: BTreeMap<CellKey, String>,
-    /// The label of the cell being run.
-    pub current: Option<String>,
-    /// (name, start ms, end ms) of each client call.
-    pub calls: Vec<(String, u64, Option<u64>)>,
-    /// When "state lost" was reported.
-    pub state_lost: Vec<u64>,
-    /// When a daemon was reported ready, and its pid.
-    pub ready: Vec<(u64, u32)>,
-    /// Driver errors and failed observations.
-    pub errors: Vec<String>,
-    /// The script ran to its end.
-    pub finished: bool,
-    /// The liveness cell's outcome.
-    pub liveness: Option<CellOutcome>,
+    /// What the client saw; failed observations go to its errors.
+    pub client: ClientLog,
+    /// What only a live run records, per cell label.
+    pub live: BTreeMap<String, LiveCell>,
     /// Daemons the run killed (ms, pid).
     pub kernel_deaths: Vec<(u64, u32)>,
     /// The interpreter of each Python kernel at the last observation.
@@ -190,56 +168,15 @@ pub struct Log {
 }
 
 impl Log {
-    fn label_of(&mut self, key: &CellKey) -> Option<String> {
-        if let Some(l) = self.labels.get(key) {
-            return Some(l.clone());
-        }
-        let current = self.current.clone()?;
-        if self.cells.get(&current).is_some_and(|c| c.key.is_some()) {
-            return None;
-        }
-        self.labels.insert(key.clone(), current.clone());
-        self.cells.entry(current.clone()).or_default().key = Some(key.clone());
-        Some(current)
-    }
-
-    /// Takes one event of the driver.
+    /// Takes one event of the driver (in real ms since `start`).
     pub fn on_event(&mut self, start: Instant, event: &Event) {
         let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        match event {
-            Event::StateLost { .. } => self.state_lost.push(now),
-            Event::KernelReady { identity, .. } => self.ready.push((now, identity.pid)),
-            Event::CellAccepted { cell, .. } => {
-                let _ = self.label_of(cell);
-            }
-            Event::Output {
-                cell,
-                n,
-                stream,
-                data,
-            } => {
-                if let Some(l) = self.label_of(cell) {
-                    let seen = self.cells.entry(l).or_default();
-                    seen.output.push((*n, *stream, data.0.clone()));
-                }
-            }
-            Event::CellResolved { cell, outcome } => {
-                if let Some(l) = self.label_of(cell) {
-                    let seen = self.cells.entry(l).or_default();
-                    seen.resolutions.push(outcome.clone());
-                    seen.resolved_at.get_or_insert(now);
-                }
-            }
-            _ => {}
-        }
+        self.client.on_event(now, event);
     }
 
     /// Records a client call and its error, if any.
     pub fn call(&mut self, name: &str, start: u64, end: u64, err: Option<DriverError>) {
-        self.calls.push((name.into(), start, Some(end)));
-        if let Some(e) = err {
-            self.errors.push(format!("{name}: {e}"));
-        }
+        self.client.call(name, start, end, err);
     }
 }
 
@@ -263,6 +200,7 @@ pub(crate) async fn exec(ctx: &Ctx<'_>, argv: Vec<String>) -> Option<ExecOutput>
     }
     ctx.log
         .borrow_mut()
+        .client
         .errors
         .push(format!("observing {what}: {last}"));
     None
@@ -322,7 +260,7 @@ pub(crate) async fn after_cell(ctx: &Ctx<'_>) {
     let Some(procs) = ps(ctx).await else { return };
     let now = ctx.now_ms();
     observe_interpreters(ctx, &procs, now);
-    let Some(label) = ctx.log.borrow().current.clone() else {
+    let Some(label) = ctx.log.borrow().client.current.clone() else {
         return;
     };
     let Some(count) = runs(ctx, &label).await else {
@@ -330,19 +268,17 @@ pub(crate) async fn after_cell(ctx: &Ctx<'_>) {
     };
     let tagged = ctx.cells.iter().find(|t| t.spec.label == label);
     let mut log = ctx.log.borrow_mut();
-    let Some(seen) = log.cells.get_mut(&label) else {
+    let Some(seen) = log.client.cells.get(&label) else {
         return;
     };
     if seen.resolutions.is_empty() {
         return;
     }
-    seen.runs_at_resolution.get_or_insert(count);
-    let stopped = matches!(
-        seen.resolutions.last(),
-        Some(CellOutcome::Cancelled | CellOutcome::TimedOut)
-    );
+    let key = seen.key.clone();
+    let stopped = stopped(seen);
+    let live = log.live.entry(label).or_default();
+    live.runs_at_resolution.get_or_insert(count);
     if let (true, Some(tagged)) = (stopped, tagged) {
-        let key = seen.key.clone();
         // The cell's shim journals the end and then exits: right after the
         // resolution it may still be on its way out (the end-of-script
         // snapshot counts it).
@@ -350,8 +286,16 @@ pub(crate) async fn after_cell(ctx: &Ctx<'_>) {
             .into_iter()
             .filter(|p| of_cell(ctx, p, &tagged.tags, key.as_ref()) && !p.args.contains(" shim "))
             .collect();
-        seen.survivors.extend(left);
+        live.survivors.extend(left);
     }
+}
+
+/// The cell's last resolution stopped it (cancelled, timed out).
+fn stopped(seen: &CellSeen) -> bool {
+    matches!(
+        seen.resolutions.last(),
+        Some(CellOutcome::Cancelled | CellOutcome::TimedOut)
+    )
 }
 
 fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64) {
@@ -360,7 +304,7 @@ fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64) {
         .scenario
         .cells()
         .filter(|c| c.lang == Lang::Python)
-        .map(kernel_of)
+        .map(|c| kernel_of(c).as_str().to_owned())
         .collect();
     let since = log.last_observed;
     for k in kernels {
@@ -388,26 +332,24 @@ pub(crate) async fn snapshot(ctx: &Ctx<'_>) {
     let Some(procs) = ps(ctx).await else { return };
     let mut log = ctx.log.borrow_mut();
     for tagged in &ctx.cells {
-        let Some(seen) = log.cells.get_mut(&tagged.spec.label) else {
+        let Some(seen) = log.client.cells.get(&tagged.spec.label) else {
             continue;
         };
         let key = seen.key.clone();
-        let stopped = matches!(
-            seen.resolutions.last(),
-            Some(CellOutcome::Cancelled | CellOutcome::TimedOut)
-        );
+        let stopped = stopped(seen);
+        let live = log.live.entry(tagged.spec.label.clone()).or_default();
         if stopped {
             for p in procs
                 .iter()
                 .filter(|p| of_cell(ctx, p, &tagged.tags, key.as_ref()))
             {
-                if !seen.survivors.iter().any(|s| s.pid == p.pid) {
-                    seen.survivors.push(p.clone());
+                if !live.survivors.iter().any(|s| s.pid == p.pid) {
+                    live.survivors.push(p.clone());
                 }
             }
         }
         if tagged.spec.bystander {
-            seen.leftovers_gone = tagged
+            live.leftovers_gone = tagged
                 .leftover_tags
                 .iter()
                 .filter(|t| {
@@ -530,21 +472,18 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
     let mut lines = Vec::new();
     let mut collateral = Vec::new();
     for spec in scenario.cells() {
-        let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
-        let at_resolution = seen.runs_at_resolution.unwrap_or(0);
+        let seen = log
+            .client
+            .cells
+            .get(&spec.label)
+            .cloned()
+            .unwrap_or_default();
+        let live = log.live.get(&spec.label).cloned().unwrap_or_default();
+        let at_resolution = live.runs_at_resolution.unwrap_or(0);
         let now_runs = final_runs.get(&spec.label).copied().unwrap_or(0);
-        let executions = at_resolution.max(now_runs);
+        let executions = u32::try_from(at_resolution.max(now_runs)).unwrap_or(u32::MAX);
         let outcome = seen.resolutions.last().cloned();
-        let stdout: Vec<u8> = seen
-            .output
-            .iter()
-            .filter(|(_, s, _)| *s == Stream::Stdout)
-            .flat_map(|(_, _, d)| d.iter().copied())
-            .collect();
-        let mut truth_stdout = Vec::new();
-        for _ in 0..executions.max(1) {
-            truth_stdout.extend(scenario.expected_stdout(spec));
-        }
+        let stdout = seen.stdout();
         lines.push(format!(
             "{} ({}): {} stdout={:?} runs={executions}{}",
             spec.label,
@@ -553,10 +492,10 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
                 .as_ref()
                 .map_or("unresolved".into(), ToString::to_string),
             String::from_utf8_lossy(&stdout),
-            if seen.survivors.is_empty() {
+            if live.survivors.is_empty() {
                 String::new()
             } else {
-                format!(" survivors={}", seen.survivors.len())
+                format!(" survivors={}", live.survivors.len())
             }
         ));
         // Checks only a live run adds.
@@ -568,7 +507,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
                 String::from_utf8_lossy(&stdout)
             ));
         }
-        if seen.cancelled_early
+        if live.cancelled_early
             && outcome == Some(CellOutcome::Cancelled)
             && (executions != 0 || !stdout.is_empty())
         {
@@ -591,30 +530,33 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         if expects_no_run(scenario, spec) && executions != 0 {
             extra.push(format!("{} must never run, ran {executions}", spec.label));
         }
-        for t in &seen.leftovers_gone {
+        for t in &live.leftovers_gone {
             collateral.push(format!(
                 "leftover `sleep {t}` of {} (a cell nobody cancelled) is gone",
                 spec.label
             ));
         }
-        if !seen.survivors.is_empty() {
-            let procs: Vec<String> = seen
+        if !live.survivors.is_empty() {
+            let procs: Vec<String> = live
                 .survivors
                 .iter()
                 .map(|p| format!("{} {}", p.pid, excerpt(&p.args)))
                 .collect();
             lines.push(format!("  {} survivors: {}", spec.label, procs.join("; ")));
         }
-        cells.push(cell_obs(
-            ctx,
-            &log,
-            spec,
-            &seen,
-            stdout,
-            truth_stdout,
+        // Live, a run after the resolution shows as a side-effect count
+        // that grew since; it is dated at the end (the sim knows when).
+        let ran_after = live
+            .runs_at_resolution
+            .is_some_and(|n| u32::try_from(n).unwrap_or(u32::MAX) < executions);
+        let truth = CellTruth {
             executions,
-            end,
-        ));
+            stdout: observe::truth_stdout(scenario, spec, executions),
+            ran_to_end: executions == 1,
+            alive_at_end: live.survivors.iter().map(|p| p.pid).collect(),
+            spawned_after_resolution: ran_after.then_some(end),
+        };
+        cells.push(observe::cell(scenario, &log.client, spec, truth));
     }
     let mut extra_executions = BTreeMap::new();
     for l in ["liveness", "liveness2"] {
@@ -625,33 +567,13 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
     }
     let obs = Observations {
         cells,
-        calls: log
-            .calls
-            .iter()
-            .map(|(name, start, end)| CallObs {
-                name: name.clone(),
-                started_ms: *start,
-                ended_ms: *end,
-                budget_ms: CALL_BUDGET_MS,
-            })
-            .collect(),
-        state_lost_reports: log.state_lost.clone(),
-        kernel_deaths: log.kernel_deaths.iter().map(|(at, _)| *at).collect(),
-        known_kernel_deaths: log
-            .kernel_deaths
-            .iter()
-            .filter(|(at, pid)| log.ready.iter().any(|(t, p)| p == pid && t <= at))
-            .map(|(at, _)| *at)
-            .collect(),
         extra_executions,
         collateral,
         leaked_processes: left.0,
         leaked_files: left.1,
         leaked_cgroups: Vec::new(),
         interpreter_deaths: log.interpreter_deaths.clone(),
-        liveness: log.liveness.clone(),
-        finished: log.finished,
-        harness_errors: log.errors.clone(),
+        ..observe::client_observations(&log.client, &log.kernel_deaths)
     };
     let mut violations: Vec<String> = oracle::check(&obs)
         .iter()
@@ -688,86 +610,4 @@ fn expects_no_run(scenario: &tether_sim::scenario::Scenario, spec: &CellSpec) ->
             .cells()
             .next()
             .is_some_and(|c| c.label == spec.label)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn cell_obs(
-    ctx: &Ctx<'_>,
-    log: &Log,
-    spec: &CellSpec,
-    seen: &Seen,
-    client_stdout: Vec<u8>,
-    truth_stdout: Vec<u8>,
-    executions: usize,
-    end: u64,
-) -> CellObs {
-    let scenario = ctx.scenario;
-    let outcome = seen.resolutions.last().cloned();
-    // A name an earlier cell of the kernel bound (and the client saw
-    // complete) is unbound now: the namespace is gone.
-    let namespace_lost = match &outcome {
-        Some(CellOutcome::Error { message }) if spec.reads_names() => {
-            let names = scenario.names_before(spec);
-            scenario
-                .cells()
-                .take_while(|c| c.label != spec.label)
-                .filter(|c| c.kernel == spec.kernel)
-                .filter(|c| {
-                    log.cells
-                        .get(&c.label)
-                        .and_then(|s| s.resolutions.last())
-                        .is_some_and(|o| *o == CellOutcome::Ok)
-                })
-                .any(|c| {
-                    names.keys().any(|n| {
-                        c.workload
-                            .steps
-                            .iter()
-                            .any(|s| matches!(s, Step::SetName { name, .. } if name == n))
-                            && *message == format!("NameError: name '{n}' is not defined")
-                    })
-                })
-        }
-        _ => false,
-    };
-    let loss_reported = seen.output.iter().any(|(_, s, d)| {
-        *s == Stream::Stderr
-            && String::from_utf8_lossy(d).contains("the kernel's namespace is lost")
-    });
-    let call = format!("run_cell {}", spec.label);
-    let (started_ms, ended_ms) = log
-        .calls
-        .iter()
-        .find(|(name, _, _)| *name == call)
-        .map_or((0, None), |(_, s, e)| (*s, *e));
-    let executions = u32::try_from(executions).unwrap_or(u32::MAX);
-    let ran_after = seen
-        .runs_at_resolution
-        .is_some_and(|n| u32::try_from(n).unwrap_or(u32::MAX) < executions);
-    CellObs {
-        label: spec.label.clone(),
-        key: seen.key.as_ref().map(ToString::to_string),
-        cancel_requested: seen.cancel_requested,
-        output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
-        client_stdout,
-        outcome,
-        namespace_lost,
-        loss_reported,
-        resolutions: u32::try_from(
-            seen.resolutions
-                .iter()
-                .filter(|o| !matches!(o, CellOutcome::Unknown { .. }))
-                .count(),
-        )
-        .unwrap_or(u32::MAX),
-        started_ms,
-        ended_ms,
-        truth: CellTruth {
-            executions,
-            stdout: truth_stdout,
-            ran_to_end: executions == 1,
-            alive_at_end: seen.survivors.iter().map(|p| p.pid).collect(),
-            spawned_after_resolution: ran_after.then_some(end),
-        },
-    }
 }

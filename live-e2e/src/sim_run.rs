@@ -22,6 +22,16 @@
 //!   the same name (docker only);
 //! - a clock jump of the sandbox alone cannot be made on a real machine:
 //!   such a scenario is skipped ([`unrealisable`]).
+//!
+//! What the client saw is kept in the simulation's own
+//! [`ClientLog`](tether_sim::observe::ClientLog), and the script's pure
+//! parts (kernels, liveness cells, the cancel a resume owes, when faults
+//! have healed) are the simulation's functions. The script's steps
+//! themselves stay a copy of [`tether_sim::client_host`]'s: this one
+//! sleeps until real deadlines, arms a [`Switch`] (real `Instant`s, not
+//! the simulation's virtual-ms `Control`), and observes the real sandbox
+//! with `ps` between steps, where the simulation's host raises a flag for
+//! its world to read the simulated OS.
 
 use crate::backends;
 use crate::container::{self, Container};
@@ -35,15 +45,11 @@ use tether::transport::Transport;
 use tether::RecordStore;
 use tether_core::bytes::Bytes;
 use tether_core::client::{Config, Event};
-use tether_core::ids::KernelName;
-use tether_core::protocol::{CellOutcome, Lang, Stream};
-use tether_scenarios::workload::{Step, Workload};
+use tether_core::protocol::CellOutcome;
+use tether_sim::client_host;
 use tether_sim::faults::{CancelPoint, Fault, FaultKind};
-use tether_sim::scenario::{Action, CellSpec, Scenario};
+use tether_sim::scenario::{Action, Scenario};
 use tokio::time::Instant;
-
-/// The kernel a cell without one runs in (the simulation's name).
-pub const MAIN_KERNEL: &str = tether_sim::client_host::KERNEL;
 
 /// Where a scenario runs.
 pub enum Host {
@@ -187,17 +193,13 @@ pub async fn run(scenario: &Scenario, host: &Host) -> sim_observe::Report {
         sim_timing,
     );
     live.prepare().await;
-    let main_lang = scenario
-        .cells()
-        .find(|c| c.kernel.is_none())
-        .map_or(Lang::Shell, |c| c.lang);
     let mut cells: Vec<Tagged> = scenario
         .cells()
         .map(|c| Tagged::new(c.clone(), &live.side_dir()))
         .collect();
     for label in ["liveness", "liveness2"] {
         cells.push(Tagged::new(
-            liveness_cell(label, main_lang),
+            client_host::liveness_cell(scenario, label),
             &live.side_dir(),
         ));
     }
@@ -211,7 +213,7 @@ pub async fn run(scenario: &Scenario, host: &Host) -> sim_observe::Report {
         log: RefCell::new(Log::default()),
         obs: Arc::clone(&live.transport),
         root: live.root.clone(),
-        healed_ms: healed_ms(&faults),
+        healed_ms: tether_sim::world::healed_at_ms(&faults),
     };
     // Faults due at once are armed before anything runs.
     let later = faults.split_off(faults.partition_point(|f| f.at_ms == 0));
@@ -220,41 +222,6 @@ pub async fn run(scenario: &Scenario, host: &Host) -> sim_observe::Report {
     }
     tokio::join!(client_main(&ctx, &mut live), fault_loop(&ctx, host, later));
     sim_observe::judge(&ctx, host.backend()).await
-}
-
-/// When the last fault is over, as the simulation counts it (+100 ms).
-fn healed_ms(faults: &[Fault]) -> u64 {
-    let mut healed = 0u64;
-    for f in faults {
-        let after = |ms: u64| f.at_ms.saturating_add(ms);
-        let end = match f.kind {
-            FaultKind::PartitionExec { for_ms } | FaultKind::HoldExec { for_ms } => after(for_ms),
-            FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
-            FaultKind::SlowStart { ms, .. } => after(ms),
-            FaultKind::CrashClient { down_ms } => after(down_ms),
-            _ => f.at_ms,
-        };
-        healed = healed.max(end);
-    }
-    healed.saturating_add(100)
-}
-
-fn liveness_cell(label: &str, lang: Lang) -> CellSpec {
-    CellSpec {
-        label: label.into(),
-        workload: Workload {
-            steps: vec![Step::Print {
-                stream: Stream::Stdout,
-                text: "alive\n".into(),
-            }],
-        },
-        timeout_ms: None,
-        cancel_after_ms: None,
-        expect: None,
-        kernel: None,
-        bystander: false,
-        lang,
-    }
 }
 
 async fn fault_loop(ctx: &Ctx<'_>, host: &Host, faults: Vec<Fault>) {
@@ -389,14 +356,6 @@ async fn wait_crash(switch: &Switch) -> u64 {
 /// How often the script looks at the switchboard.
 const POLL: Duration = Duration::from_millis(5);
 
-fn kernel_named(name: &str) -> KernelName {
-    KernelName::new(name).unwrap_or_else(|e| panic!("scenario kernel name {name:?}: {e}"))
-}
-
-pub(crate) fn kernel_of(cell: &CellSpec) -> String {
-    cell.kernel.clone().unwrap_or_else(|| MAIN_KERNEL.into())
-}
-
 async fn run_script(
     ctx: &Ctx<'_>,
     live: &mut Live,
@@ -412,18 +371,7 @@ async fn run_script(
             let Some(record) = live.store.load(&name).ok().flatten() else {
                 continue;
             };
-            let (label, cancel_at) = {
-                let log = ctx.log.borrow();
-                let label = log.current.clone().unwrap_or_default();
-                let at = ctx
-                    .scenario
-                    .cells()
-                    .find(|c| c.label == label)
-                    .and_then(|c| c.cancel_after_ms)
-                    .zip(log.cells.get(&label).and_then(|c| c.started_at))
-                    .map(|(ms, started)| started + ms);
-                (label, at)
-            };
+            let (label, cancel_at) = ctx.log.borrow().client.pending_cancel(ctx.scenario);
             let begin = ctx.now_ms();
             let canceller = cancel_watch(ctx, live.driver().cancel_handle(), label, cancel_at);
             let r = {
@@ -449,6 +397,7 @@ async fn run_script(
                 let resolved = ctx
                     .log
                     .borrow()
+                    .client
                     .cells
                     .get(&cell.label)
                     .is_some_and(|c| !c.resolutions.is_empty());
@@ -477,27 +426,21 @@ async fn run_script(
         a.crash_client = None;
     }
     let mut outcome = run_one(ctx, live, "liveness", &mut on_event).await;
-    if outcome.as_ref() != Some(&CellOutcome::Ok) && !ctx.log.borrow().state_lost.is_empty() {
+    if outcome.as_ref() != Some(&CellOutcome::Ok) && !ctx.log.borrow().client.state_lost.is_empty()
+    {
         // After a reported loss the first cell may go down with the old
         // kernel; the next one must run on a fresh kernel.
         outcome = run_one(ctx, live, "liveness2", &mut on_event).await;
     }
-    ctx.log.borrow_mut().liveness = outcome;
-    let mut kernels: Vec<String> = ctx.scenario.cells().map(kernel_of).collect();
-    kernels.push(MAIN_KERNEL.into());
-    kernels.sort();
-    kernels.dedup();
-    for k in kernels {
+    ctx.log.borrow_mut().client.liveness = outcome;
+    for k in client_host::kernels(ctx.scenario) {
         let begin = ctx.now_ms();
-        let r = live
-            .driver()
-            .shutdown(&kernel_named(&k), &mut on_event)
-            .await;
+        let r = live.driver().shutdown(&k, &mut on_event).await;
         ctx.log
             .borrow_mut()
             .call("shutdown", begin, ctx.now_ms(), r.err());
     }
-    ctx.log.borrow_mut().finished = true;
+    ctx.log.borrow_mut().client.finished = true;
 }
 
 async fn run_one(
@@ -511,14 +454,18 @@ async fn run_one(
     let begin = ctx.now_ms();
     {
         let mut log = ctx.log.borrow_mut();
-        log.current = Some(label.to_owned());
-        log.cells.entry(label.to_owned()).or_default().started_at = Some(begin);
+        log.client.current = Some(label.to_owned());
+        log.client
+            .cells
+            .entry(label.to_owned())
+            .or_default()
+            .started_at = Some(begin);
     }
     let handle = live.driver().cancel_handle();
     let timeout = cell.timeout_ms.map(Duration::from_millis);
     let cancel_at = cell.cancel_after_ms.map(|ms| begin + ms);
     let canceller = cancel_watch(ctx, handle, label.to_owned(), cancel_at);
-    let name = kernel_named(&kernel_of(cell));
+    let name = client_host::kernel_of(cell);
     let result = {
         let run = live.driver().run_cell(
             &name,
@@ -596,10 +543,12 @@ async fn cancel_watch(ctx: &Ctx<'_>, handle: tether::CancelHandle, label: String
             }
             early = fault => early,
         };
-        if let Some(c) = ctx.log.borrow_mut().cells.get_mut(&label) {
+        let mut log = ctx.log.borrow_mut();
+        if let Some(c) = log.client.cells.get_mut(&label) {
             c.cancel_requested = true;
-            c.cancelled_early |= early;
+            log.live.entry(label.clone()).or_default().cancelled_early |= early;
         }
+        drop(log);
         handle.cancel_current();
     }
 }
