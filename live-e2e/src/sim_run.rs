@@ -374,16 +374,8 @@ async fn run_script(
             let (label, cancel_at) = ctx.log.borrow().client.pending_cancel(ctx.scenario);
             let begin = ctx.now_ms();
             let canceller = cancel_watch(ctx, live.driver().cancel_handle(), label, cancel_at);
-            let r = {
-                let run = live.driver().resume(record, false, &mut on_event);
-                tokio::pin!(run);
-                tokio::pin!(canceller);
-                tokio::select! {
-                    biased;
-                    r = &mut run => r,
-                    () = &mut canceller => unreachable!("the canceller never ends"),
-                }
-            };
+            let run = live.driver().resume(record, false, &mut on_event);
+            let r = client_host::with_canceller(run, canceller).await;
             ctx.log
                 .borrow_mut()
                 .call("resume", begin, ctx.now_ms(), r.err());
@@ -466,22 +458,14 @@ async fn run_one(
     let cancel_at = cell.cancel_after_ms.map(|ms| begin + ms);
     let canceller = cancel_watch(ctx, handle, label.to_owned(), cancel_at);
     let name = client_host::kernel_of(cell);
-    let result = {
-        let run = live.driver().run_cell(
-            &name,
-            cell.lang,
-            Bytes::from(tagged.code.as_str()),
-            timeout,
-            &mut *on_event,
-        );
-        tokio::pin!(run);
-        tokio::pin!(canceller);
-        tokio::select! {
-            biased;
-            r = &mut run => r,
-            () = &mut canceller => unreachable!("the canceller never ends"),
-        }
-    };
+    let run = live.driver().run_cell(
+        &name,
+        cell.lang,
+        Bytes::from(tagged.code.as_str()),
+        timeout,
+        &mut *on_event,
+    );
+    let result = client_host::with_canceller(run, canceller).await;
     let call = format!("run_cell {label}");
     let (key, outcome) = match result {
         Ok((key, outcome)) => (key, outcome),

@@ -355,16 +355,7 @@ async fn run_script(
             let (label, cancel_at) = ctx.log.borrow().pending_cancel(&ctx.scenario);
             let start = now_ms();
             let canceller = cancel_watch(ctx, driver.cancel_handle(), label, cancel_at);
-            let r = {
-                let run = driver.resume(record, false, &mut on_event);
-                tokio::pin!(run);
-                tokio::pin!(canceller);
-                tokio::select! {
-                    biased;
-                    r = &mut run => r,
-                    () = &mut canceller => unreachable!("the canceller never ends"),
-                }
-            };
+            let r = with_canceller(driver.resume(record, false, &mut on_event), canceller).await;
             finish_call(ctx, "resume", start, r.err());
         }
     }
@@ -454,16 +445,8 @@ async fn run_one(
     let cancel_at = cell.cancel_after_ms.map(|ms| start + ms);
     let canceller = cancel_watch(ctx, handle, cell.label.clone(), cancel_at);
     let name = kernel_of(cell);
-    let result = {
-        let run = driver.run_cell(&name, cell.lang, code, timeout, &mut *on_event);
-        tokio::pin!(run);
-        tokio::pin!(canceller);
-        tokio::select! {
-            biased;
-            r = &mut run => r,
-            () = &mut canceller => unreachable!("the canceller never ends"),
-        }
-    };
+    let run = driver.run_cell(&name, cell.lang, code, timeout, &mut *on_event);
+    let result = with_canceller(run, canceller).await;
     let outcome = match result {
         Ok((_, outcome)) => Some(outcome),
         Err(e) => {
@@ -491,6 +474,23 @@ async fn run_one(
         }
     }
     outcome
+}
+
+/// Runs the client `call` with the script's `canceller` beside it, and
+/// gives the call's result. The call is polled first, so a call that is
+/// ready wins; the canceller (which never ends) only asks the driver to
+/// cancel.
+pub async fn with_canceller<T>(
+    call: impl std::future::Future<Output = T>,
+    canceller: impl std::future::Future<Output = ()>,
+) -> T {
+    tokio::pin!(call);
+    tokio::pin!(canceller);
+    tokio::select! {
+        biased;
+        r = &mut call => r,
+        () = &mut canceller => unreachable!("the canceller never ends"),
+    }
 }
 
 /// Cancels the current cell (`label`) at `at` (virtual ms) and whenever
