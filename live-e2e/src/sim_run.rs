@@ -345,16 +345,8 @@ async fn client_main(ctx: &Ctx<'_>, live: &mut Live) {
 }
 
 async fn wait_crash(switch: &Switch) -> u64 {
-    loop {
-        if let Some(down) = switch.lock().crash_client.take() {
-            return down;
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    client_host::poll_until(|| switch.lock().crash_client.take()).await
 }
-
-/// How often the script looks at the switchboard.
-const POLL: Duration = Duration::from_millis(5);
 
 async fn run_script(
     ctx: &Ctx<'_>,
@@ -408,7 +400,9 @@ async fn run_script(
         tokio::time::sleep(Duration::from_millis(ctx.healed_ms - now)).await;
     }
     {
-        // Faults armed for ops that never came are over too.
+        // Faults armed for ops that never came are over too. (The same
+        // flags as the sim's `Control`, on the live switchboard: its
+        // deadlines are real `Instant`s, the sim's virtual ms.)
         let mut a = ctx.switch.lock();
         a.reply_lost.clear();
         a.slow_start.clear();
@@ -508,17 +502,10 @@ async fn cancel_watch(ctx: &Ctx<'_>, handle: tether::CancelHandle, label: String
                 None => std::future::pending().await,
             }
         };
-        let fault = async {
-            loop {
-                {
-                    let mut a = ctx.switch.lock();
-                    if std::mem::take(&mut a.cancel_now) {
-                        return std::mem::take(&mut a.cancel_is_early);
-                    }
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        };
+        let fault = client_host::poll_until(|| {
+            let mut a = ctx.switch.lock();
+            std::mem::take(&mut a.cancel_now).then(|| std::mem::take(&mut a.cancel_is_early))
+        });
         let early = tokio::select! {
             biased;
             () = wait => {

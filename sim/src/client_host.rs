@@ -321,16 +321,22 @@ pub async fn client_main(ctx: ClientCtx) -> turmoil::Result {
 }
 
 async fn wait_crash(control: &Control) -> u64 {
+    poll_until(|| control.lock().crash_client.take()).await
+}
+
+/// How often the client script looks at the switchboard.
+pub const POLL: Duration = Duration::from_millis(5);
+
+/// Looks at `ready` every [`POLL`] until it gives a value (how the client
+/// script waits for a request of the fault loop: crash, cancel).
+pub async fn poll_until<T>(mut ready: impl FnMut() -> Option<T>) -> T {
     loop {
-        if let Some(down) = control.lock().crash_client.take() {
-            return down;
+        if let Some(v) = ready() {
+            return v;
         }
         tokio::time::sleep(POLL).await;
     }
 }
-
-/// How often the client script looks at the switchboard.
-const POLL: Duration = Duration::from_millis(5);
 
 async fn run_script(
     ctx: &ClientCtx,
@@ -512,14 +518,7 @@ async fn cancel_watch(
                 None => std::future::pending().await,
             }
         };
-        let fault = async {
-            loop {
-                if std::mem::take(&mut ctx.control.lock().cancel_now) {
-                    return;
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        };
+        let fault = poll_until(|| std::mem::take(&mut ctx.control.lock().cancel_now).then_some(()));
         tokio::select! {
             biased;
             () = wait => scripted = None,
