@@ -410,12 +410,7 @@ fn install(sb: &mut Sandbox, argv: &[String], stdin: &[u8]) -> WireResponse {
 
 /// The op kind named in an envelope (`"gc"` or the first key of `op`).
 fn op_kind(stdin: &[u8]) -> String {
-    let v: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
-    match v.get("op") {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Object(m)) => m.keys().next().cloned().unwrap_or_default(),
-        _ => String::new(),
-    }
+    crate::client_host::request_op(stdin).unwrap_or_default()
 }
 
 /// Ends an exec's process if its task is dropped (connection torn down)
