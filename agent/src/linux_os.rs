@@ -8,6 +8,9 @@
 //!   signals).
 //! - [`cgroup`]: a cell's own cgroup v2 (made by the shim, its members,
 //!   its removal).
+//! - [`spawn_into`]: a cell's main process, born inside the cell's cgroup
+//!   (`clone3(CLONE_INTO_CGROUP)`, a `cgroup.procs` write where that is
+//!   refused).
 //!
 //! Everything the agent *decides* lives in `tether_core::agent`; this module
 //! only answers questions and carries out orders, with typed errors and no
@@ -17,6 +20,7 @@ pub(crate) mod cgroup;
 mod files;
 mod procfs;
 mod spawn;
+pub(crate) mod spawn_into;
 
 use self::spawn::Detached;
 use std::ffi::OsString;

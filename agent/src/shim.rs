@@ -10,14 +10,13 @@
 //! descendant of the shim (and so a process of the cell); then it removes
 //! the cell's cgroup if that is empty.
 
-use crate::linux_os::cgroup::{self, CellCgroup};
+use crate::linux_os::cgroup::CellCgroup;
+use crate::linux_os::spawn_into::{self, Entry, MainProcess};
 use crate::linux_os::LinuxOs;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{wait, WaitOptions, WaitStatus};
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use tether_core::agent::procs::{self, CellScope, Table};
 use tether_core::agent::shim::{complete, DEFAULT_DRAIN};
 use tether_core::agent::{CellLaunch, ExitStatus, Os, ShimCore};
@@ -96,46 +95,28 @@ fn run_cell(
     launch: &CellLaunch,
     group: Option<&CellCgroup>,
 ) -> Result<(), String> {
-    let (program, rest) = launch
-        .argv
-        .split_first()
-        .ok_or_else(|| "the cell has an empty argv".to_owned())?;
+    if launch.argv.is_empty() {
+        return Err("the cell has an empty argv".to_owned());
+    }
     let pipe = || {
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))
     };
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    let mut cmd = Command::new(program);
-    cmd.args(rest)
-        .env(&launch.marker.0, &launch.marker.1)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out_w))
-        .stderr(Stdio::from(err_w));
-    // The main process moves itself into the cell's cgroup between fork
-    // and exec, through a `cgroup.procs` opened before the fork: it runs
-    // no code of the cell before it is a member, so nothing it forks can
-    // be born outside. (Moving the shim itself first would make the shim a
+    // The main process is born inside the cell's cgroup (or, where the
+    // kernel cannot do that, moves itself in before it execs): it runs no
+    // code of the cell before it is a member, so nothing it forks can be
+    // born outside. (Moving the shim itself first would make the shim a
     // member: cancel would have to spare it, every process the shim starts
     // would be born inside, and the cgroup could not be removed before the
     // shim moved out again.)
-    let procs_fd = group.map(CellCgroup::procs_fd);
-    // SAFETY: write(2) and setsid are async-signal-safe; nothing is
-    // allocated in the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(fd) = procs_fd {
-                cgroup::enter(fd);
-            }
-            rustix::process::setsid()?;
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {program}: {e}"))?;
-    drop(cmd); // closes our copies of the write ends
-    let main_pid = child.id();
-    drop(child); // never waited through std: the loop below reaps
+    let main = MainProcess {
+        argv: &launch.argv,
+        marker: (&launch.marker.0, &launch.marker.1),
+        stdout: out_w,
+        stderr: err_w,
+    };
+    let main_pid = spawn_into::start(main, group, Entry::Clone3)?;
     let start = os.process(main_pid).map_or(0, |p| p.starttime);
     let _ = core.started(os, main_pid, main_pid, start);
 

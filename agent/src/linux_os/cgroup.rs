@@ -5,8 +5,11 @@
 //! The shim makes the cell's cgroup as a child of its own (found from the
 //! cgroup2 mount in `/proc/self/mountinfo`, which may be
 //! `/sys/fs/cgroup/unified` on a hybrid system, and the `0::` line of
-//! `/proc/self/cgroup`), opens its `cgroup.procs` before the fork, and the
-//! forked child writes `0` to it before it execs (see [`enter`]). Anything
+//! `/proc/self/cgroup`) and opens the directory and its `cgroup.procs`.
+//! The main process is born inside it with `clone3(CLONE_INTO_CGROUP)`
+//! (see [`crate::linux_os::spawn_into`]); where the kernel refuses that,
+//! the forked child writes `0` to `cgroup.procs` before it execs (see
+//! [`enter`]). Anything
 //! failing (no cgroup2, a read-only `/sys/fs/cgroup` as in docker, EBUSY
 //! from the no-internal-processes rule) means no cgroup: the cell runs as
 //! without one, found by its shim's tree, session and marker.
@@ -25,11 +28,13 @@ use tether_core::agent::{OsError, Pid};
 /// `f_type` of a cgroup2 file system (`CGROUP2_SUPER_MAGIC`).
 const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 
-/// A cell cgroup the shim made, with its `cgroup.procs` open for writing.
+/// A cell cgroup the shim made, with its directory open (for
+/// `CLONE_INTO_CGROUP`) and its `cgroup.procs` open for writing.
 #[derive(Debug)]
 pub(crate) struct CellCgroup {
     /// Its directory.
     pub(crate) path: String,
+    dir: OwnedFd,
     procs: OwnedFd,
 }
 
@@ -50,12 +55,18 @@ impl CellCgroup {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(format!("mkdir {path}: {e}")),
         }
-        let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC;
-        match rustix::fs::open(dir.join("cgroup.procs"), flags, rustix::fs::Mode::empty()) {
-            Ok(procs) => Ok(CellCgroup { path, procs }),
+        use rustix::fs::OFlags;
+        let open = |file: &Path, flags: OFlags| {
+            rustix::fs::open(file, flags | OFlags::CLOEXEC, rustix::fs::Mode::empty())
+                .map_err(|e| format!("open {}: {e}", file.display()))
+        };
+        let opened = open(&dir, OFlags::RDONLY | OFlags::DIRECTORY)
+            .and_then(|d| open(&dir.join("cgroup.procs"), OFlags::WRONLY).map(|procs| (d, procs)));
+        match opened {
+            Ok((dir, procs)) => Ok(CellCgroup { path, dir, procs }),
             Err(e) => {
                 let _ = rustix::fs::rmdir(&dir);
-                Err(format!("open {path}/cgroup.procs: {e}"))
+                Err(e)
             }
         }
     }
@@ -65,11 +76,16 @@ impl CellCgroup {
         self.procs.as_raw_fd()
     }
 
-    /// Gives the cgroup up (closes the descriptor, removes the directory
+    /// The cgroup's directory, as `clone3`'s `cgroup` argument wants it.
+    pub(crate) fn dir_fd(&self) -> RawFd {
+        self.dir.as_raw_fd()
+    }
+
+    /// Gives the cgroup up (closes the descriptors, removes the directory
     /// if it is empty).
     pub(crate) fn discard(self) {
-        let CellCgroup { path, procs } = self;
-        drop(procs);
+        let CellCgroup { path, dir, procs } = self;
+        drop((dir, procs));
         let _ = remove(&path);
     }
 

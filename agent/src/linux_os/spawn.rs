@@ -109,7 +109,7 @@ fn fd_limit() -> i32 {
 }
 
 /// Resets every catchable standard signal to `SIG_DFL` (async-signal-safe).
-fn reset_signal_dispositions() {
+pub(crate) fn reset_signal_dispositions() {
     for sig in 1..32 {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
