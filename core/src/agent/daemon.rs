@@ -416,13 +416,28 @@ impl Daemon {
                 // its cgroup (a daemon that escaped the shim's tree before
                 // the shim was killed): keep it, so that a cancel, or the
                 // idle exit, still finds them.
-                let lingering = t.cgroup.as_deref().is_some_and(|g| {
+                let in_cgroup = t.cgroup.as_deref().is_some_and(|g| {
                     let table = table.get_or_insert_with(|| Table::snapshot(os));
                     let protected = procs::protected(table, self_pid);
                     os.cgroup_members(g).into_iter().any(|pid| {
                         !protected.contains(&pid) && table.get(pid).is_some_and(|p| !p.zombie)
                     })
                 });
+                // Without a cgroup, a Python cell's leftovers are children
+                // of the one interpreter, known only by the cell's marker:
+                // keep the cell while one lives, so that its cancel still
+                // reaches them (a shell cell's shim stays for its own).
+                let marked = !in_cgroup && t.python && t.cgroup.is_none() && {
+                    let table = table.get_or_insert_with(|| Table::snapshot(os));
+                    let protected = procs::protected(table, self_pid);
+                    table.iter().any(|p| {
+                        !p.zombie
+                            && !protected.contains(&p.pid)
+                            && Some(p.pid) != t.interp
+                            && os.has_env(p.pid, MARKER_NAME, &t.marker)
+                    })
+                };
+                let lingering = in_cgroup || marked;
                 if !lingering {
                     if let Some(g) = &t.cgroup {
                         let _ = os.remove_cgroup(g);

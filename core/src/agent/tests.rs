@@ -593,3 +593,56 @@ fn zombies_are_never_a_kernel_process_a_shutdown_waits_for() {
     let table = Table::snapshot(&os);
     assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
 }
+
+#[test]
+fn a_done_python_cell_without_a_cgroup_stays_owned_while_a_marked_leftover_lives() {
+    // No cgroup (read-only, as in docker): a Python cell's leftover is a
+    // child of the one interpreter, known only by the cell's marker. The
+    // daemon must keep the done cell, so that its cancel still kills it.
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let config = KernelConfig {
+        lang: Lang::Python,
+        nonce: "n1".into(),
+        idle_timeout_ms: 60_000,
+        grace_ms: 100,
+    };
+    os.files.insert(k.config(), to_json(&config));
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    let cell = k.cell(CellSeq(1));
+    os.add(proc_(61, 60, 60)); // the interpreter, under its shim
+    os.add(proc_(70, 61, 61)); // cell 1's subprocess, left running
+    os.env.insert(
+        70,
+        vec![(MARKER_NAME.into(), procs::marker_value("n1", CellSeq(1)))],
+    );
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    w.push(
+        &mut os,
+        EntryKind::Started {
+            pid: 61,
+            pgid: 60,
+            starttime: 161,
+        },
+    )
+    .unwrap();
+    w.finish(
+        &mut os,
+        vec![
+            EntryKind::Result {
+                outcome: CellOutcome::Ok,
+            },
+            EntryKind::Done,
+        ],
+    )
+    .unwrap();
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    assert!(os.signals.is_empty());
+    os.files.insert(cell.cancel(), b"cancel\n".to_vec());
+    os.now = 20;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.signals, vec![(70, Signal::Term)]);
+}
