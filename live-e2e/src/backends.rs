@@ -50,6 +50,34 @@ pub fn docker() -> Result<(), String> {
     Ok(())
 }
 
+/// `Ok` when this machine gives cells their own cgroup (cgroup v2 with our
+/// cgroup writable), as the agent's shim will find it; `Err(why not)`.
+pub fn local_cell_cgroups() -> Result<(), String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+    let own = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("cgroup v1 only (no 0:: line in /proc/self/cgroup)")?
+        .trim_end_matches('/')
+        .to_owned();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+    // Fields: id parent dev root mountpoint … - fstype …; a root other
+    // than / would need our path cut, which the shim does: treat as none.
+    let mount = mounts
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| {
+            let dash = f.iter().position(|x| *x == "-");
+            dash.is_some_and(|d| f.get(d + 1) == Some(&"cgroup2")) && f.get(3) == Some(&"/")
+        })
+        .and_then(|f| f.get(4).map(|m| m.to_string()))
+        .ok_or("no cgroup2 mount of the whole hierarchy")?;
+    let probe = format!("{mount}{own}/tether-live-probe-{}", std::process::id());
+    std::fs::create_dir(&probe).map_err(|e| format!("cgroup v2 is not writable ({probe}: {e})"))?;
+    let _ = std::fs::remove_dir(&probe);
+    Ok(())
+}
+
 /// Where sshd is.
 pub const SSHD: &str = "/usr/sbin/sshd";
 

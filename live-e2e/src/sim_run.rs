@@ -45,7 +45,8 @@ use tether::transport::Transport;
 use tether::RecordStore;
 use tether_core::bytes::Bytes;
 use tether_core::client::{Config, Event};
-use tether_core::protocol::CellOutcome;
+use tether_core::protocol::{CellOutcome, Lang};
+use tether_scenarios::workload::Step;
 use tether_sim::client_host;
 use tether_sim::faults::{CancelPoint, Fault, FaultKind};
 use tether_sim::scenario::{Action, Scenario};
@@ -122,6 +123,28 @@ pub fn unrealisable(scenario: &Scenario, backend: &str) -> Option<String> {
                 ))
             }
             _ => {}
+        }
+    }
+    // A setsid + env -i daemon of a Python cell leaves no trace but the
+    // cell's cgroup (it has no marker, its own session, and hangs under
+    // the interpreter shim like every cell's orphans): without cgroups the
+    // agent cannot find it, a documented limit, not a fault to inject.
+    let python_escape = scenario.cells().any(|c| {
+        c.lang == Lang::Python
+            && c.workload
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::EnvIDaemon { .. }))
+    });
+    if python_escape {
+        let cgroups = match backend {
+            "local" => backends::local_cell_cgroups(),
+            _ => Err(format!("{backend} sandboxes have no writable cgroup v2")),
+        };
+        if let Err(why) = cgroups {
+            return Some(format!(
+                "a Python cell's setsid + env -i daemon is found only by the cell's cgroup: {why}"
+            ));
         }
     }
     None
