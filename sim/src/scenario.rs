@@ -256,6 +256,31 @@ fn network() -> Vec<Family> {
     ]
 }
 
+/// A cell, 2 s for the sandbox to restart (or be replaced), another cell.
+fn cell_restart_cell() -> Vec<Action> {
+    vec![
+        Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
+        Action::Idle { ms: 2_000 },
+        Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
+    ]
+}
+
+/// A cell that leaves a background child and a setsid daemon behind.
+fn leftovers_script() -> Vec<Action> {
+    vec![
+        Action::Run(cell(
+            "bg",
+            vec![
+                print("bg\n"),
+                Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+                Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+            ],
+            Expect::Ok,
+        )),
+        Action::Idle { ms: 1_000 },
+    ]
+}
+
 fn space(families: Vec<Family>) -> FaultSpace {
     FaultSpace {
         families,
@@ -474,14 +499,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "sandbox_bounce",
             about: "the sandbox restarts (pids reused): the kernel is replaced, not trusted",
-            script: vec![
-                Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
-                Action::Idle { ms: 2_000 },
-                // The client learns of the restart when it sends this cell
-                // (submit carries the expected identity): it reports the
-                // loss, spawns a fresh kernel and runs the cell there.
-                Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
-            ],
+            // The client learns of the restart when it sends the second
+            // cell (submit carries the expected identity): it reports the
+            // loss, spawns a fresh kernel and runs the cell there.
+            script: cell_restart_cell(),
             fixed: fixed(vec![(1_000, FaultKind::BounceSandbox)]),
             space: space(network()),
             init_reaps: true,
@@ -489,14 +510,10 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "sandbox_replaced",
             about: "a new machine takes the sandbox's address: state lost, agent installed again",
-            script: vec![
-                Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
-                Action::Idle { ms: 2_000 },
-                // Files are gone too, so the next exec finds no agent: the
-                // client installs it again, finds no kernel (another boot),
-                // reports the loss and runs the cell in a fresh kernel.
-                Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
-            ],
+            // Files are gone too, so the second cell's exec finds no agent:
+            // the client installs it again, finds no kernel (another boot),
+            // reports the loss and runs the cell in a fresh kernel.
+            script: cell_restart_cell(),
             fixed: fixed(vec![(1_000, FaultKind::ReplaceSandbox)]),
             space: space(network()),
             init_reaps: true,
@@ -523,18 +540,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "leftovers",
             about: "a cell leaves a background child: reported, owned, gone after shutdown",
-            script: vec![
-                Action::Run(cell(
-                    "bg",
-                    vec![
-                        print("bg\n"),
-                        Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
-                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
-                    ],
-                    Expect::Ok,
-                )),
-                Action::Idle { ms: 1_000 },
-            ],
+            script: leftovers_script(),
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
@@ -542,18 +548,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "leftovers_no_init",
             about: "as leftovers, on a sandbox whose PID 1 never reaps: killed orphans stay zombies, shutdown must not wait for them",
-            script: vec![
-                Action::Run(cell(
-                    "bg",
-                    vec![
-                        print("bg\n"),
-                        Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
-                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
-                    ],
-                    Expect::Ok,
-                )),
-                Action::Idle { ms: 1_000 },
-            ],
+            script: leftovers_script(),
             // The daemon dies with the leftovers' shim still running: the
             // shim and its tree go to PID 1, which never reaps them.
             fixed: fixed(vec![(600, FaultKind::KillDaemon)]),

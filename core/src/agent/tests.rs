@@ -451,6 +451,20 @@ fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {
     k.dir().to_owned()
 }
 
+/// As [`kernel_with_submission`], for a Python kernel.
+fn python_kernel_with_submission(os: &mut FakeOs) -> String {
+    let dir = kernel_with_submission(os, false);
+    let config = KernelConfig {
+        lang: Lang::Python,
+        nonce: "n1".into(),
+        idle_timeout_ms: 60_000,
+        grace_ms: 100,
+    };
+    os.files
+        .insert(KernelLayout::new(&dir).config(), to_json(&config));
+    dir
+}
+
 #[test]
 fn a_tombstoned_submission_never_starts() {
     let mut os = FakeOs::new();
@@ -537,15 +551,8 @@ fn bad_stdin_gives_a_reply_line_not_a_panic() {
 #[test]
 fn a_python_cell_acked_before_the_daemon_saw_done_does_not_block_the_next() {
     let mut os = FakeOs::new();
-    let dir = kernel_with_submission(&mut os, false);
+    let dir = python_kernel_with_submission(&mut os);
     let k = KernelLayout::new(&dir);
-    let config = KernelConfig {
-        lang: Lang::Python,
-        nonce: "n1".into(),
-        idle_timeout_ms: 60_000,
-        grace_ms: 100,
-    };
-    os.files.insert(k.config(), to_json(&config));
     let mut d = Daemon::new(&dir, "n1");
     let _ = d.tick(&mut os);
     let run = format!("{dir}/py/run");
@@ -600,15 +607,8 @@ fn a_done_python_cell_without_a_cgroup_stays_owned_while_a_marked_leftover_lives
     // child of the one interpreter, known only by the cell's marker. The
     // daemon must keep the done cell, so that its cancel still kills it.
     let mut os = FakeOs::new();
-    let dir = kernel_with_submission(&mut os, false);
+    let dir = python_kernel_with_submission(&mut os);
     let k = KernelLayout::new(&dir);
-    let config = KernelConfig {
-        lang: Lang::Python,
-        nonce: "n1".into(),
-        idle_timeout_ms: 60_000,
-        grace_ms: 100,
-    };
-    os.files.insert(k.config(), to_json(&config));
     let mut d = Daemon::new(&dir, "n1");
     let _ = d.tick(&mut os);
     let cell = k.cell(CellSeq(1));
