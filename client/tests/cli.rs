@@ -208,11 +208,10 @@ fn cancel_before_registration_never_runs_the_cell() {
     assert!(!side.exists(), "the cancelled cell ran late");
 }
 
-/// `kill -9` of `tether run` mid-cell; `tether resume` prints the rest and
-/// the cell ran exactly once.
-#[test]
-fn resume_after_the_client_is_killed_prints_the_rest_once() {
-    let w = World::new();
+/// Starts a cell on kernel `k` that counts its runs in the returned file,
+/// prints `first`, sleeps 3 s and prints `second`; `kill -9`s the client
+/// once `first` arrived.
+fn kill_the_client_mid_cell(w: &World) -> std::path::PathBuf {
     let counter = w.root.path().join("counter");
     let code = format!(
         "echo ran >> {}; echo first; sleep 3; echo second",
@@ -223,6 +222,15 @@ fn resume_after_the_client_is_killed_prints_the_rest_once() {
     assert_eq!(line, "first\n");
     kill("KILL", child.id());
     let _ = wait_bounded(&mut child, "tether run after kill -9");
+    counter
+}
+
+/// `kill -9` of `tether run` mid-cell; `tether resume` prints the rest and
+/// the cell ran exactly once.
+#[test]
+fn resume_after_the_client_is_killed_prints_the_rest_once() {
+    let w = World::new();
+    let counter = kill_the_client_mid_cell(&w);
 
     let out = w.tether(&["resume", "--kernel", "k"]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
@@ -238,16 +246,7 @@ fn resume_after_the_client_is_killed_prints_the_rest_once() {
 #[test]
 fn resume_replay_prints_the_whole_transcript() {
     let w = World::new();
-    let counter = w.root.path().join("counter");
-    let code = format!(
-        "echo ran >> {}; echo first; sleep 3; echo second",
-        counter.display()
-    );
-    let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    let (line, _stdout) = first_line(&mut child);
-    assert_eq!(line, "first\n");
-    kill("KILL", child.id());
-    let _ = wait_bounded(&mut child, "tether run after kill -9");
+    let counter = kill_the_client_mid_cell(&w);
 
     let out = w.tether(&["resume", "--kernel", "k", "--replay"]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));

@@ -344,17 +344,11 @@ async fn client_main(ctx: &Ctx<'_>, live: &mut Live) {
     let next = std::cell::Cell::new(0usize);
     let mut restarted = false;
     loop {
-        let crashed = {
-            let script = run_script(ctx, live, &next, restarted);
-            let crash = wait_crash(&ctx.switch);
-            tokio::pin!(script);
-            tokio::pin!(crash);
-            tokio::select! {
-                biased;
-                down = &mut crash => Some(down),
-                () = &mut script => None,
-            }
-        };
+        let crashed = client_host::unless_crashed(
+            run_script(ctx, live, &next, restarted),
+            wait_crash(&ctx.switch),
+        )
+        .await;
         let Some(down) = crashed else { return };
         ctx.switch
             .lock()

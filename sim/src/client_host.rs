@@ -297,17 +297,11 @@ pub async fn client_main(ctx: ClientCtx) -> turmoil::Result {
         );
         ctx.trace
             .log("client", format!("client process #{incarnation} starts"));
-        let crashed = {
-            let script = run_script(&ctx, &mut driver, &next, incarnation > 0);
-            let crash = wait_crash(&ctx.control);
-            tokio::pin!(script);
-            tokio::pin!(crash);
-            tokio::select! {
-                biased;
-                down = &mut crash => Some(down),
-                () = &mut script => None,
-            }
-        };
+        let crashed = unless_crashed(
+            run_script(&ctx, &mut driver, &next, incarnation > 0),
+            wait_crash(&ctx.control),
+        )
+        .await;
         let Some(down) = crashed else {
             return Ok(());
         };
@@ -496,6 +490,22 @@ pub async fn with_canceller<T>(
         biased;
         r = &mut call => r,
         () = &mut canceller => unreachable!("the canceller never ends"),
+    }
+}
+
+/// Runs `script` unless `crash` fires first: `Some(how long the client
+/// stays down)` when it crashed, `None` when the script ran to its end. A
+/// crash wins a tie (`biased`), so a run replays the same way.
+pub async fn unless_crashed(
+    script: impl std::future::Future<Output = ()>,
+    crash: impl std::future::Future<Output = u64>,
+) -> Option<u64> {
+    tokio::pin!(script);
+    tokio::pin!(crash);
+    tokio::select! {
+        biased;
+        down = &mut crash => Some(down),
+        () = &mut script => None,
     }
 }
 
