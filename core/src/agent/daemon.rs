@@ -42,6 +42,10 @@ use std::time::Duration;
 
 /// How often the daemon looks for new submissions and tombstones.
 pub const TICK: Duration = Duration::from_millis(10);
+
+/// How often a done cell that still has processes is looked at again to
+/// see whether they are gone (a scan of the whole process table).
+const LINGER_RECHECK: Duration = Duration::from_secs(1);
 /// Exiting gives up sweeping after this long.
 pub const EXIT_BOUND: Duration = Duration::from_secs(10);
 
@@ -85,6 +89,10 @@ struct Track {
     /// The `cgroup` file was read after the cell was done (it is written
     /// before the main process starts, so it will not appear later).
     cgroup_checked: bool,
+    /// A done cell found lingering (members in its cgroup, or marked
+    /// processes) is looked at again only from then on: the look scans the
+    /// whole process table, too much for every tick.
+    linger_recheck: Option<Timestamp>,
 }
 
 /// The kernel daemon.
@@ -203,6 +211,7 @@ impl Daemon {
                         interp: None,
                         cgroup: None,
                         cgroup_checked: false,
+                        linger_recheck: None,
                     },
                 );
                 continue;
@@ -411,7 +420,14 @@ impl Daemon {
                     c.finished = true;
                 }
             }
-            if t.done && (t.python || t.shim.is_none()) && (t.cancel.is_none() || empty) {
+            // A cancel that just found nothing left is a fresh look too.
+            let recheck_due =
+                t.linger_recheck.is_none_or(|at| now >= at) || (t.cancel.is_some() && empty);
+            if t.done
+                && (t.python || t.shim.is_none())
+                && (t.cancel.is_none() || empty)
+                && recheck_due
+            {
                 // A cell whose shim is gone may still have processes in
                 // its cgroup (a daemon that escaped the shim's tree before
                 // the shim was killed): keep it, so that a cancel, or the
@@ -438,6 +454,7 @@ impl Daemon {
                     })
                 };
                 let lingering = in_cgroup || marked;
+                t.linger_recheck = lingering.then_some(now + LINGER_RECHECK);
                 if !lingering {
                     if let Some(g) = &t.cgroup {
                         let _ = os.remove_cgroup(g);
@@ -558,6 +575,7 @@ impl Daemon {
             interp: None,
             cgroup: None,
             cgroup_checked: false,
+            linger_recheck: None,
         })
     }
 
