@@ -215,6 +215,34 @@ fn a_cell_an_earlier_send_recorded_in_the_dead_daemon_is_lost_not_run_again() {
 }
 
 #[test]
+fn a_cell_whose_reply_was_lost_is_not_run_again_on_a_replaced_sandbox() {
+    // Found by the simulation (sim/races/resubmit-after-replaced-sandbox.json):
+    // the submit runs but its reply is lost, then the sandbox is replaced,
+    // so the resend finds no trace of the submission. It may have run: it
+    // is reported lost, never run a second time on the fresh kernel.
+    let mut h = Harness::new(43);
+    h.open("k", Lang::Shell);
+    h.settle();
+    h.net = Net::LoseReplies;
+    let cell = h.run("k", "out once", None);
+    h.run_until(|h| h.pending.is_empty());
+    h.agent.replace_sandbox();
+    h.net = Net::Up;
+    h.settle();
+    assert_eq!(state_lost(&h), 1, "{}", h.trace);
+    assert!(
+        matches!(h.outcome(&cell), Some(CellOutcome::Error { .. })),
+        "{}",
+        h.trace
+    );
+    assert_eq!(h.agent.runs.values().sum::<u32>(), 1, "never run again");
+    // The kernel works again for new cells.
+    let next = h.run("k", "out next", None);
+    h.settle();
+    assert_eq!(h.outcome(&next), Some(CellOutcome::Ok), "{}", h.trace);
+}
+
+#[test]
 fn a_cancelled_cell_the_dead_daemon_never_recorded_resolves_cancelled() {
     let mut h = Harness::new(42);
     h.open("k", Lang::Shell);

@@ -33,6 +33,10 @@ pub struct CellSeen {
     pub resolved_at: Option<u64>,
     /// The script (or a fault) asked to cancel it.
     pub cancel_requested: bool,
+    /// When the agent's note that the interpreter died (and the kernel's
+    /// namespace with it) was delivered for it (ms), if it was: a resumed
+    /// client may deliver it long after the cell was written off.
+    pub loss_noted_at: Option<u64>,
 }
 
 impl CellSeen {
@@ -45,6 +49,10 @@ impl CellSeen {
             .collect()
     }
 }
+
+/// What the agent's note says when a Python cell's interpreter died
+/// (`ShimCore::finish_python`).
+const LOSS_NOTE: &str = "the kernel's namespace is lost";
 
 /// Everything the client saw.
 #[derive(Clone, Debug, Default)]
@@ -101,6 +109,11 @@ impl ClientLog {
             } => {
                 if let Some(l) = self.label_of(cell) {
                     let seen = self.cells.entry(l).or_default();
+                    if *stream == Stream::Stderr
+                        && String::from_utf8_lossy(&data.0).contains(LOSS_NOTE)
+                    {
+                        seen.loss_noted_at.get_or_insert(now_ms);
+                    }
                     seen.output.push((*n, *stream, data.0.clone()));
                 }
             }
@@ -167,10 +180,7 @@ pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTr
         output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
         client_stdout: seen.stdout(),
         namespace_lost: namespace_lost(scenario, log, spec, outcome.as_ref()),
-        loss_reported: seen.output.iter().any(|(_, s, d)| {
-            *s == Stream::Stderr
-                && String::from_utf8_lossy(d).contains("the kernel's namespace is lost")
-        }),
+        loss_reported_at: seen.loss_noted_at,
         outcome,
         resolutions: u32::try_from(
             seen.resolutions

@@ -28,9 +28,9 @@ pub struct CellObs {
     /// It failed on a name that an earlier cell of its (Python) kernel
     /// bound and the client saw complete: the namespace was gone.
     pub namespace_lost: bool,
-    /// The client delivered the agent's note that the interpreter died
-    /// and the kernel's namespace is lost.
-    pub loss_reported: bool,
+    /// When the client delivered the agent's note that the interpreter
+    /// died and the kernel's namespace is lost (ms), if it did.
+    pub loss_reported_at: Option<u64>,
     /// How many resolutions other than `unknown` the client reported for
     /// it (an `unknown` cell may be resolved again by a resume).
     pub resolutions: u32,
@@ -406,8 +406,13 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
 fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
     let first_py_death = obs.interpreter_deaths.iter().min().copied();
     let first_death = obs.kernel_deaths.iter().min().copied();
-    // Cells run one after another: a note delivered for an earlier cell
-    // came before a later cell ran.
+    // A note counts for the cells that ended after it was delivered (a
+    // resumed client may deliver an earlier cell's note late).
+    let notes: Vec<u64> = obs
+        .cells
+        .iter()
+        .filter_map(|c| c.loss_reported_at)
+        .collect();
     let mut noted = false;
     for cell in &obs.cells {
         let end = cell.ended_ms.unwrap_or(u64::MAX);
@@ -416,7 +421,9 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
                 .into_iter()
                 .chain(first_death)
                 .any(|d| d <= end);
-            let reported = noted || obs.state_lost_reports.iter().any(|&r| r <= end);
+            let reported = noted
+                || notes.iter().any(|&r| r <= end)
+                || obs.state_lost_reports.iter().any(|&r| r <= end);
             if !died {
                 v.push(Violation::NamespaceLost {
                     cell: cell.label.clone(),
@@ -427,11 +434,10 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
                 });
             }
         }
-        if cell.loss_reported {
-            if first_py_death.is_none_or(|d| d > end) {
-                v.push(Violation::FalseStateLost { at_ms: end });
+        if let Some(at) = cell.loss_reported_at {
+            if first_py_death.is_none_or(|d| d > at) {
+                v.push(Violation::FalseStateLost { at_ms: at });
             }
-            noted = true;
         }
         // A cell being cancelled that the client wrote off as unknown may
         // have lost the interpreter after the client stopped reading it

@@ -295,10 +295,15 @@ impl Daemon {
         let mut drop = Vec::new();
         for (&seq, t) in self.cells.iter_mut() {
             let cell = self.kernel.cell(seq);
-            if !t.done && !os.exists(cell.dir()) {
+            if !t.done && !os.exists(&cell.submission()) {
                 // Acked and deleted before this tick saw `done`: the client
                 // only acks a journal it read to its end, so the cell is
-                // over (a Python cell's shim never exits to tell us).
+                // over (a Python cell's shim never exits to tell us). The
+                // submission, not the directory, tells: a cancel that
+                // raced the ack makes the directory again, with only its
+                // tombstone, and must not revive the escalation (whose
+                // end would kill the interpreter with the next cell's
+                // namespace).
                 t.done = true;
             }
             if !t.done && os.exists(&journal::done_flag(&cell.journal())) {

@@ -2,7 +2,7 @@
 //! retries after transport errors and garbage, install-on-first-use, and
 //! what each kind of agent error means.
 
-use super::event::{Effect, TransportError};
+use super::event::{Effect, TransportError, TransportErrorKind};
 use super::kernel::Phase;
 use super::retry::{backoff, Task, TaskState};
 use super::timer::Timer;
@@ -98,6 +98,10 @@ impl Client {
                     Some(task) => task,
                     None => return,
                 };
+                if e.kind != TransportErrorKind::Unreachable {
+                    // It may have reached the sandbox and run there.
+                    self.mark_uncertain(&task);
+                }
                 return self.retry_later(task, e.to_string());
             }
         };
@@ -120,7 +124,19 @@ impl Client {
                 self.reached(&task);
                 self.fatal(task, e.to_string());
             }
-            Err(e) => self.retry_later(task, e.to_string()),
+            Err(e) => {
+                // Garbage from a command that ran.
+                self.mark_uncertain(&task);
+                self.retry_later(task, e.to_string())
+            }
+        }
+    }
+
+    /// An attempt of `task` ended without an answer after it may have
+    /// reached the sandbox ([`TaskState::uncertain`]).
+    pub(crate) fn mark_uncertain(&mut self, task: &Task) {
+        if let Some(state) = self.tasks.get_mut(task) {
+            state.uncertain = true;
         }
     }
 
@@ -344,7 +360,7 @@ impl Client {
                 self.on_submitted(&c, acceptance, batch)
             }
             (Task::Submit(c), Reply::IdentityMismatch { status, recorded }) => {
-                self.on_mismatch(&c, status, recorded, sent.expect)
+                self.on_mismatch(&c, status, recorded || sent.uncertain, sent.expect)
             }
             (Task::Ack(c), Reply::Acked) => {
                 self.acks_done(&c.kernel, &[c.seq]);

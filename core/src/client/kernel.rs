@@ -152,8 +152,11 @@ impl Client {
     }
 
     /// A submit that expected `sent` found another daemon (or none):
-    /// `status` is the probe's verdict. Unless an earlier send had recorded
-    /// it, the cell was not recorded, so it goes to the next daemon.
+    /// `status` is the probe's verdict. Unless an earlier send may have
+    /// recorded it (the agent found its submission, or an earlier attempt
+    /// ended without an answer), the cell was not recorded, so it goes to
+    /// the next daemon; otherwise it may have run in the lost kernel and is
+    /// never run again without the caller asking.
     pub(crate) fn on_mismatch(
         &mut self,
         key: &CellKey,

@@ -323,6 +323,7 @@ impl Client {
                             state.exec = None;
                         }
                         let why = format!("exec {id} passed its deadline");
+                        self.mark_uncertain(&task);
                         self.retry_later(task, why);
                     }
                 }

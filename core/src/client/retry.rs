@@ -77,6 +77,10 @@ pub(crate) struct TaskState {
     pub(crate) acks: Vec<crate::ids::CellSeq>,
     /// A submit's last send: the daemon it expected.
     pub(crate) expect: Option<crate::protocol::Identity>,
+    /// An attempt ended without an answer (transport error, deadline): it
+    /// may have run on the sandbox even if no file there says so any more
+    /// (a replaced sandbox keeps none).
+    pub(crate) uncertain: bool,
 }
 
 /// The delay before attempt `attempts + 1`: `base · 2^(attempts-1)`, capped.

@@ -385,6 +385,15 @@ impl FakeAgent {
         }
     }
 
+    /// The sandbox is replaced by a new machine: every kernel, file and
+    /// the agent itself gone, a new boot id (`runs` is the harness's
+    /// ground truth, kept).
+    pub fn replace_sandbox(&mut self) {
+        self.kernels.clear();
+        self.installed = false;
+        self.boot_id = "boot-replaced".into();
+    }
+
     /// The agent still holds this cell's journal (not acknowledged yet).
     pub fn has_cell(&self, kernel: &KernelName, seq: CellSeq) -> bool {
         self.kernels
