@@ -7,6 +7,7 @@
 use crate::control::Control;
 use crate::observe::ClientLog;
 use crate::scenario::{Action, CellSpec, Scenario};
+use crate::swarm::World;
 use crate::trace::{excerpt, now_ms, Trace};
 use crate::transport::{call, WireRequest, EXEC_PORT};
 use std::cell::RefCell;
@@ -50,6 +51,15 @@ pub fn config() -> Config {
     c.backoff_max = Duration::from_millis(1_000);
     c.unreachable_after = Duration::from_secs(15);
     c.grace = Duration::from_millis(300);
+    c
+}
+
+/// [`config`] with the knobs `world` drew.
+pub fn config_in(world: &World) -> Config {
+    let mut c = config();
+    c.wait_ms = world.wait_ms;
+    c.grace = Duration::from_millis(world.grace_ms);
+    c.daemon_idle_timeout = Duration::from_millis(world.daemon_idle_ms);
     c
 }
 
@@ -218,6 +228,8 @@ pub struct ClientCtx {
     pub scenario: Rc<Scenario>,
     /// The run's seed.
     pub seed: u64,
+    /// The seed's world.
+    pub world: World,
     /// The trace.
     pub trace: Trace,
     /// The switchboard.
@@ -281,7 +293,7 @@ pub async fn client_main(ctx: ClientCtx) -> turmoil::Result {
     let next = Rc::new(std::cell::Cell::new(0usize));
     let mut incarnation = 0u64;
     loop {
-        let client = Client::new(config(), ctx.seed.wrapping_add(incarnation));
+        let client = Client::new(config_in(&ctx.world), ctx.seed.wrapping_add(incarnation));
         let transport = Arc::new(SimTransport {
             trace: ctx.trace.clone(),
         });

@@ -8,6 +8,7 @@
 use crate::faults::{shrink, FaultSchedule};
 use crate::oracle::Violation;
 use crate::scenario::Scenario;
+use crate::swarm::World;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -116,6 +117,8 @@ pub struct Failure {
     pub schedule: FaultSchedule,
     /// The smallest schedule found that still fails (if shrunk).
     pub shrunk: Option<FaultSchedule>,
+    /// The world the seed drew (its replay runs in it again).
+    pub world: World,
     /// What broke.
     pub violations: Vec<Violation>,
     /// How the replay command starts.
@@ -143,6 +146,7 @@ impl Failure {
         for v in &self.violations {
             let _ = writeln!(s, "  - {v}");
         }
+        let _ = writeln!(s, "  world    {}", self.world);
         let _ = writeln!(
             s,
             "  schedule ({} faults): {}",
@@ -332,7 +336,8 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
 
 fn run_one(job: &Job<'_>, opts: &Options, run: &RunFn<'_>) -> Done {
     let t = Instant::now();
-    let schedule = job.scenario.schedule(job.seed);
+    let world = job.scenario.world(job.seed);
+    let schedule = job.scenario.schedule_in(job.seed, &world);
     let mut report = run(job.scenario, job.seed, &schedule);
     if opts.check_determinism {
         let again = run(job.scenario, job.seed, &schedule);
@@ -347,6 +352,7 @@ fn run_one(job: &Job<'_>, opts: &Options, run: &RunFn<'_>) -> Done {
             scenario: job.scenario.name.into(),
             seed: job.seed,
             schedule,
+            world,
             shrunk: None,
             violations: report.violations,
             replay_prefix: opts.replay_prefix.clone(),

@@ -7,6 +7,8 @@
 //! - [`trace`]: the virtual-time trace of a run;
 //! - [`transport`]: exec over `turmoil::net` (client call, sandbox server);
 //! - [`scenario`]: the named scenarios (client scripts, fixed faults, fault spaces);
+//! - [`swarm`]: the world each seed draws (sandbox settings, client knobs,
+//!   fault density);
 //! - [`oracle`]: observations of a run and the invariants they must meet;
 //! - [`observe`]: what the client saw, and the client's half of the observations
 //!   (shared with the live runner);
@@ -25,6 +27,7 @@ pub mod oracle;
 pub mod os;
 pub mod sandbox;
 pub mod scenario;
+pub mod swarm;
 pub mod trace;
 pub mod transport;
 pub mod world;

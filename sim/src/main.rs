@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use tether_sim::explore::{self, Options, RunReport, Shard};
 use tether_sim::faults::{FaultKind, FaultSchedule};
 use tether_sim::scenario::{self, Scenario};
+use tether_sim::swarm::World;
 use tether_sim::trace;
 use tether_sim::world::{self, Race, Variant};
 
@@ -145,7 +146,7 @@ enum Command {
         /// Explore a deliberately broken variant (builds with --features mutations only).
         #[arg(long, default_value = "real", value_name = "NAME")]
         variant: String,
-        /// At most this many drawn faults per run (default: each scenario's, 3).
+        /// At most this many drawn faults per run (default 8; each seed draws how many, 0 to N, with the rest of its world).
         #[arg(long, value_name = "N")]
         max_faults: Option<usize>,
     },
@@ -162,6 +163,10 @@ enum Command {
         /// instead of the seed's own.
         #[arg(long, value_name = "JSON|FILE")]
         schedule: Option<String>,
+        /// The world to run in (JSON, as a failure report prints it)
+        /// instead of the seed's own.
+        #[arg(long, value_name = "JSON")]
+        world: Option<String>,
         /// Replay a deliberately broken variant (builds with --features mutations only).
         #[arg(long, default_value = "real", value_name = "NAME")]
         variant: String,
@@ -331,7 +336,13 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     let mut rows = Vec::new();
     let mut failed = 0;
     for (path, (race, s)) in races {
-        let report = world::run(&s, race.seed, &race.schedule, Variant::Real);
+        let report = world::run_in(
+            &s,
+            race.seed,
+            &race.world_for(&s),
+            &race.schedule,
+            Variant::Real,
+        );
         if !report.violations.is_empty() {
             failed += 1;
         }
@@ -477,8 +488,12 @@ fn race_text(race: &Race) -> Result<String, String> {
     } else {
         format!("[\n    {}\n  ]", faults.join(",\n    "))
     };
+    let world = match &race.world {
+        Some(w) => format!(",\n  \"world\": {}", compact(w)?),
+        None => String::new(),
+    };
     Ok(format!(
-        "{{\n  \"about\": {},\n  \"scenario\": {},\n  \"seed\": {},\n  \"schedule\": {schedule}\n}}\n",
+        "{{\n  \"about\": {},\n  \"scenario\": {},\n  \"seed\": {},\n  \"schedule\": {schedule}{world}\n}}\n",
         compact(&race.about)?,
         compact(&race.scenario)?,
         race.seed,
@@ -615,18 +630,24 @@ fn run(command: Command) -> Result<u8, String> {
             scenario,
             seed,
             schedule,
+            world: world_text,
             variant: variant_name,
             json,
             save_race: save_to,
             about,
         } => {
             let s = pick(Some(&scenario))?.remove(0);
+            let world = match world_text {
+                Some(text) => serde_json::from_str::<World>(&text)
+                    .map_err(|e| format!("--world {text:?} is not a world: {e}"))?,
+                None => s.world(seed),
+            };
             let schedule = match schedule {
                 Some(text) => load_schedule(&text)?,
-                None => s.schedule(seed),
+                None => s.schedule_in(seed, &world),
             };
             let variant = variant(&variant_name)?;
-            let report = world::run(&s, seed, &schedule, variant);
+            let report = world::run_in(&s, seed, &world, &schedule, variant);
             if let Some(path) = &save_to {
                 let about = about.unwrap_or_else(|| {
                     let found: Vec<String> =
@@ -642,6 +663,7 @@ fn run(command: Command) -> Result<u8, String> {
                     scenario: s.name.into(),
                     seed,
                     schedule: schedule.clone(),
+                    world: Some(world.clone()),
                 };
                 save_race(path, &race)?;
                 eprintln!(
@@ -655,7 +677,13 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Race { file, json } => {
             let (race, s) = load_race(&file)?;
-            let report = world::run(&s, race.seed, &race.schedule, Variant::Real);
+            let report = world::run_in(
+                &s,
+                race.seed,
+                &race.world_for(&s),
+                &race.schedule,
+                Variant::Real,
+            );
             show_run(
                 &report,
                 json,
@@ -705,6 +733,7 @@ mod tests {
                 r#"[{"at_ms":0,"kind":"reply_lost","op":"submit"},{"at_ms":9,"kind":"kill_daemon"}]"#,
             )
             .unwrap(),
+            world: Some(scenario::by_name("reply_lost").unwrap().world(7)),
         };
         let text = race_text(&race).unwrap();
         assert_eq!(serde_json::from_str::<Race>(&text).unwrap(), race);

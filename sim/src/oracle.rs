@@ -101,6 +101,9 @@ pub struct Observations {
     /// Times (virtual ms) a Python interpreter really died (before any
     /// shutdown).
     pub interpreter_deaths: Vec<u64>,
+    /// Kernel deaths the agent caused itself while the kernel had work
+    /// (a daemon's idle exit with a cell unfinished): never an excuse.
+    pub self_inflicted: Vec<String>,
     /// Outcome of the liveness cell run after every fault healed.
     pub liveness: Option<CellOutcome>,
     /// The script finished (did not hang until the simulation's end).
@@ -205,6 +208,12 @@ pub enum Violation {
         /// What the liveness cell gave.
         detail: String,
     },
+    /// The agent killed a kernel that had work (an idle exit while a cell
+    /// ran): a loss it caused itself, whatever it then reported.
+    SelfInflictedLoss {
+        /// What happened.
+        detail: String,
+    },
     /// The scenario's own expectation failed (fault-free runs only).
     Expectation {
         /// What was expected and seen.
@@ -235,6 +244,7 @@ impl Violation {
             Violation::BadResolution { .. } => "bad_resolution",
             Violation::Leak { .. } => "leak",
             Violation::NoProgress { .. } => "no_progress",
+            Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
             Violation::Harness { .. } => "harness",
         }
@@ -295,6 +305,9 @@ impl fmt::Display for Violation {
             Violation::NoProgress { detail } => {
                 write!(f, "no progress after faults healed: {detail}")
             }
+            Violation::SelfInflictedLoss { detail } => {
+                write!(f, "the agent killed its own kernel: {detail}")
+            }
             Violation::Expectation { detail } => write!(f, "expectation failed: {detail}"),
             Violation::Harness { detail } => write!(f, "harness: {detail}"),
         }
@@ -324,6 +337,11 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
         v.push(Violation::DoubleExecution {
             cell: label.clone(),
             executions: *n,
+        });
+    }
+    for detail in &obs.self_inflicted {
+        v.push(Violation::SelfInflictedLoss {
+            detail: detail.clone(),
         });
     }
     for c in &obs.collateral {
@@ -544,6 +562,18 @@ mod tests {
             finished: true,
             ..Observations::default()
         }
+    }
+
+    #[test]
+    fn a_kernel_the_agent_killed_itself_is_a_violation() {
+        let mut o = good();
+        assert!(check(&o).is_empty());
+        o.self_inflicted.push(
+            "daemon 4 of k exited by itself at 900 ms while its cell 2 was unfinished".into(),
+        );
+        let v = check(&o);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].kind(), "self_inflicted_loss");
     }
 
     #[test]

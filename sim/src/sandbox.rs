@@ -15,6 +15,7 @@
 use crate::control::Control;
 use crate::os::{ProcEventKind, Role, SimOs, SimOsConfig, SimSignal};
 use crate::scenario::Scenario;
+use crate::swarm::World;
 use crate::trace::{excerpt, now_ms, Trace};
 use crate::transport::{serve, HandlerFuture, WireRequest, WireResponse, EXEC_PORT};
 use std::cell::RefCell;
@@ -22,9 +23,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 use tether_core::agent::daemon::{Daemon, DaemonStep};
+use tether_core::agent::journal;
+use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::op::OpRun;
 use tether_core::agent::{Os, Pid};
 use tether_core::bytes::Bytes;
+use tether_core::ids::CellSeq;
 use tether_core::time::Timestamp;
 
 /// Ground truth about one cell.
@@ -36,8 +40,11 @@ pub struct Truth {
 
 struct DaemonRun {
     logic: Daemon,
+    kernel_dir: String,
     boot: String,
     next_wake: Timestamp,
+    /// It decided to exit (its sweep kills what it owns).
+    exiting: bool,
 }
 
 /// The simulated sandbox and the agent logic running on it.
@@ -63,8 +70,19 @@ pub struct Sandbox {
     pub signalled_cells: BTreeSet<(String, u64)>,
     /// The sandbox's clock runs this far ahead of virtual time (clock jumps).
     clock_offset: u64,
-    /// Daemons that exited by themselves (idle), with when (virtual ms).
+    /// Daemons that decided to exit by themselves (idle), with when
+    /// (virtual ms).
     pub self_exits: Vec<(u64, Pid)>,
+    /// Cell processes alive at the snapshot without the cell's marker
+    /// (`env -i`) in a sandbox without cgroups: once out of the
+    /// interpreter's tree nothing ties them to a Python cell, the
+    /// documented limit of its cancel.
+    pub untraceable: BTreeSet<Pid>,
+    /// Daemons whose exit sweep has begun.
+    exiting_daemons: BTreeSet<Pid>,
+    /// Deaths the agent caused itself while its kernel had work: a daemon
+    /// that went idle with a cell unfinished.
+    pub self_inflicted: Vec<String>,
     /// When a Python interpreter died before any shutdown (virtual ms).
     pub interpreter_deaths: Vec<u64>,
     /// Cell processes alive when the script's cells were done, by seq.
@@ -74,13 +92,21 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// A freshly booted sandbox whose agent lives under `root`.
-    pub fn new(seed: u64, trace: Trace, root: &str, agent_exe: &str, init_reaps: bool) -> Sandbox {
-        let config = SimOsConfig {
+    pub fn new(seed: u64, trace: Trace, root: &str, agent_exe: &str, world: &World) -> Sandbox {
+        let mut config = SimOsConfig {
             seed,
             agent_exe: agent_exe.into(),
-            init_reaps,
+            init_reaps: world.init_reaps,
+            pid_max: world.pid_max,
+            bounce_keeps_boot_id: world.bounce_keeps_boot_id,
             ..SimOsConfig::default()
         };
+        if !world.cgroups {
+            config.cgroup_root = None;
+        }
+        if !world.bash {
+            config.programs.remove("bash");
+        }
         Sandbox {
             os: SimOs::new(config),
             trace,
@@ -95,6 +121,9 @@ impl Sandbox {
             signalled_cells: BTreeSet::new(),
             clock_offset: 0,
             self_exits: Vec::new(),
+            exiting_daemons: BTreeSet::new(),
+            untraceable: BTreeSet::new(),
+            self_inflicted: Vec::new(),
             interpreter_deaths: Vec::new(),
             snapshot: None,
         }
@@ -120,8 +149,10 @@ impl Sandbox {
                 spawn.pid,
                 DaemonRun {
                     logic: Daemon::new(&spawn.kernel_dir, &spawn.nonce),
+                    kernel_dir: spawn.kernel_dir.clone(),
                     boot: self.os.current_boot_id().to_owned(),
                     next_wake: now,
+                    exiting: false,
                 },
             );
         }
@@ -144,16 +175,30 @@ impl Sandbox {
             self.os.set_current(pid);
             let step = run.logic.tick(&mut self.os);
             self.os.set_current(previous);
+            let began_exit = run.logic.is_exiting() && !run.exiting;
+            run.exiting |= began_exit;
+            let kernel_dir = run.kernel_dir.clone();
             match step {
                 DaemonStep::Continue { next_wake } => run.next_wake = next_wake,
                 DaemonStep::Exit => {
                     self.trace
                         .at(now_ms, "sandbox", format!("daemon {pid} exits"));
-                    if !self.shutdown_seen {
-                        self.self_exits.push((now_ms, pid));
-                    }
                     self.os.exit_process(pid, 0);
                     self.daemons.remove(&pid);
+                }
+            }
+            if began_exit {
+                self.exiting_daemons.insert(pid);
+                if !self.shutdown_seen && self.os.exists(&KernelLayout::new(&kernel_dir).config()) {
+                    // It chose to go (idle), while its kernel is in use:
+                    // not a death the client could have caused or foreseen.
+                    self.self_exits.push((now_ms, pid));
+                    for seq in self.unfinished_cells(&kernel_dir) {
+                        self.self_inflicted.push(format!(
+                            "daemon {pid} of {} exited by itself at {now_ms} ms while its cell {seq} was unfinished",
+                            kernel_name(&kernel_dir)
+                        ));
+                    }
                 }
             }
             // What the daemon did may wake processes at this instant.
@@ -233,7 +278,9 @@ impl Sandbox {
                     from, to, signal, ..
                 } if *from != 0 => {
                     if let Some(c) = self.cell_of.get(to) {
-                        if !self.shutdown_seen {
+                        // A daemon's exit sweep kills what its kernel owns,
+                        // bystanders' leftovers included, as a shutdown does.
+                        if !self.shutdown_seen && !self.exiting_daemons.contains(from) {
                             self.signalled_cells.insert(c.clone());
                         }
                     }
@@ -256,6 +303,26 @@ impl Sandbox {
             self.trace
                 .at(self.virtual_ms(e.at), "proc", excerpt(text.as_bytes(), 110));
         }
+    }
+
+    /// Cells of the kernel at `kernel_dir` that were submitted and whose
+    /// journal is not done.
+    fn unfinished_cells(&self, kernel_dir: &str) -> Vec<u64> {
+        let layout = KernelLayout::new(kernel_dir);
+        let mut seqs: Vec<u64> = self
+            .os
+            .list_dir(&layout.cells_dir())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|name| name.parse().ok())
+            .collect();
+        seqs.sort_unstable();
+        seqs.retain(|&seq| {
+            let cell = layout.cell(CellSeq(seq));
+            self.os.exists(&cell.submission())
+                && !self.os.exists(&journal::done_flag(&cell.journal()))
+        });
+        seqs
     }
 
     /// Kills every kernel daemon (a fault); returns the pids killed.
@@ -310,7 +377,15 @@ impl Sandbox {
     /// Records which cell processes are alive now (end of the script).
     pub fn take_snapshot(&mut self) {
         let mut by_cell: BTreeMap<(String, u64), Vec<Pid>> = BTreeMap::new();
+        let no_cgroups = self.os.config().cgroup_root.is_none();
         for (pid, cell) in self.os.cell_processes() {
+            let untraceable = self
+                .os
+                .view(pid)
+                .is_some_and(|v| !v.env.contains_key(tether_core::agent::procs::MARKER_NAME));
+            if no_cgroups && untraceable {
+                self.untraceable.insert(pid);
+            }
             if let Some(seq) = cell.seq {
                 by_cell
                     .entry((kernel_name(&cell.kernel_dir), seq))

@@ -6,6 +6,7 @@
 //! cell, so the oracle can count how many times it really ran.
 
 use crate::faults::{CancelPoint, Family, Fault, FaultKind, FaultSchedule, FaultSpace, OpTarget};
+use crate::swarm::World;
 use std::collections::BTreeMap;
 use tether_core::protocol::{CellOutcome, Lang, Stream};
 use tether_scenarios::workload::{Step, Workload};
@@ -163,10 +164,28 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The schedule of a seed: the fixed faults plus the drawn ones.
+    /// The world of a seed ([`World::draw`], at most `space.max_faults`
+    /// drawn faults).
+    pub fn world(&self, seed: u64) -> World {
+        World::draw(self, seed, self.space.max_faults)
+    }
+
+    /// The schedule of a seed: the fixed faults plus those drawn in the
+    /// seed's world.
     pub fn schedule(&self, seed: u64) -> FaultSchedule {
+        self.schedule_in(seed, &self.world(seed))
+    }
+
+    /// The fixed faults plus those drawn for `seed` with `world`'s density,
+    /// window and families.
+    pub fn schedule_in(&self, seed: u64, world: &World) -> FaultSchedule {
+        let space = FaultSpace {
+            families: world.families.clone(),
+            window_ms: world.window_ms,
+            max_faults: world.faults,
+        };
         let mut all = self.fixed.0.clone();
-        all.extend(FaultSchedule::draw(seed, &self.space).0);
+        all.extend(FaultSchedule::draw(seed, &space).0);
         all.sort();
         FaultSchedule(all)
     }
@@ -285,7 +304,7 @@ fn space(families: Vec<Family>) -> FaultSpace {
     FaultSpace {
         families,
         window_ms: 4_000,
-        max_faults: 3,
+        max_faults: 8,
     }
 }
 
@@ -486,11 +505,14 @@ pub fn all() -> Vec<Scenario> {
             about: "the kernel daemon is killed mid-cell: state lost, with evidence",
             script: vec![
                 Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
-                Action::Run(cell(
-                    "during",
-                    vec![Step::Sleep { ms: 3_000 }],
-                    Expect::Unknown,
-                )),
+                // The daemon dies under it, its shim does not: a long-poll
+                // that outlasts the cell reads its result (ok), a shorter
+                // one finds the kernel gone (unknown or error). Later cells
+                // must hear of the loss either way.
+                Action::Run(CellSpec {
+                    expect: None,
+                    ..cell("during", vec![Step::Sleep { ms: 3_000 }], Expect::Unknown)
+                }),
             ],
             fixed: fixed(vec![(1_000, FaultKind::KillDaemon)]),
             space: space(network()),

@@ -15,6 +15,7 @@ use crate::observe::{self, ClientLog};
 use crate::oracle::{self, CellTruth, Observations, Violation};
 use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
+use crate::swarm::World;
 use crate::trace::Trace;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -22,7 +23,7 @@ use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
 use tether_core::agent::Pid;
-use tether_core::protocol::CellOutcome;
+use tether_core::protocol::{CellOutcome, Lang};
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
@@ -103,6 +104,19 @@ pub struct Race {
     pub seed: u64,
     /// The faults.
     pub schedule: FaultSchedule,
+    /// The world it ran in; a race file written before the swarm has
+    /// none and runs in [`World::classic`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<World>,
+}
+
+impl Race {
+    /// The world to replay it in.
+    pub fn world_for(&self, scenario: &Scenario) -> World {
+        self.world
+            .clone()
+            .unwrap_or_else(|| World::classic(scenario))
+    }
 }
 
 impl Race {
@@ -161,10 +175,22 @@ enum Tick {
     Release,
 }
 
-/// Runs `scenario` with `seed` and `schedule`; judges it.
+/// Runs `scenario` with `seed` and `schedule` in the seed's world
+/// ([`Scenario::world`]); judges it.
 pub fn run(
     scenario: &Scenario,
     seed: u64,
+    schedule: &FaultSchedule,
+    variant: Variant,
+) -> RunReport {
+    run_in(scenario, seed, &scenario.world(seed), schedule, variant)
+}
+
+/// Runs `scenario` with `seed` and `schedule` in `world`; judges it.
+pub fn run_in(
+    scenario: &Scenario,
+    seed: u64,
+    world: &World,
     schedule: &FaultSchedule,
     variant: Variant,
 ) -> RunReport {
@@ -179,6 +205,7 @@ pub fn run(
         "world",
         format!("scenario {} seed {seed}: {schedule}", scenario.name),
     );
+    trace.at(0, "world", format!("world {world}"));
     let control = Control::new();
     let log = Rc::new(RefCell::new(ClientLog::default()));
     let location = crate::client_host::location();
@@ -187,7 +214,7 @@ pub fn run(
         trace.clone(),
         &location.root,
         &location.agent_path(),
-        scenario.init_reaps,
+        world,
     )));
 
     let mut sim = turmoil::Builder::new()
@@ -210,6 +237,7 @@ pub fn run(
     let ctx = ClientCtx {
         scenario: Rc::new(scenario.clone()),
         seed,
+        world: world.clone(),
         trace: trace.clone(),
         control: control.clone(),
         log: log.clone(),
@@ -384,10 +412,16 @@ fn observe(
             .key
             .as_ref()
             .map(|key| (key.kernel.as_str().to_owned(), key.seq.0));
-        let alive_at_end = match (&sandbox.snapshot, &cell_key) {
+        let mut alive_at_end = match (&sandbox.snapshot, &cell_key) {
             (Some(snap), Some(key)) => snap.get(key).cloned().unwrap_or_default(),
             _ => Vec::new(),
         };
+        if spec.lang == Lang::Python {
+            // The documented limit (client/README.md, "what a cancel
+            // reaches"): without cgroups a Python cell's `setsid env -i`
+            // daemon is tied to it by nothing the agent can read.
+            alive_at_end.retain(|pid| !sandbox.untraceable.contains(pid));
+        }
         // Nothing that happened to other cells or kernels may signal a
         // bystander's processes (they may end by themselves).
         if spec.bystander
@@ -429,6 +463,7 @@ fn observe(
         leaked_files,
         leaked_cgroups,
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
+        self_inflicted: sandbox.self_inflicted.clone(),
         // The simulation's own errors come first, then the client's.
         harness_errors: harness
             .into_iter()

@@ -3,7 +3,8 @@
 
 use tether_sim::faults::{Fault, FaultKind, FaultSchedule};
 use tether_sim::scenario;
-use tether_sim::world::{run, Variant};
+use tether_sim::swarm::World;
+use tether_sim::world::{run_in, Variant};
 
 /// The daemon of a Python kernel is killed while idle. Its interpreter
 /// shim used to survive it, still polling `py/run`: the next cell the new
@@ -27,7 +28,8 @@ fn an_orphaned_interpreter_never_runs_the_next_cell() {
             kind: FaultKind::KillDaemon,
         },
     ]);
-    let r = run(&s, 98, &schedule, Variant::Real);
+    // The world it was found in (pids as the assertions below name them).
+    let r = run_in(&s, 98, &World::classic(&s), &schedule, Variant::Real);
     assert!(r.violations.is_empty(), "{:?}\n{}", r.violations, r.trace);
     // The old interpreter (pid 7) is killed by the new daemon before it
     // hands out a cell, not only by the final shutdown.

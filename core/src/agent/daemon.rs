@@ -126,6 +126,12 @@ impl Daemon {
         }
     }
 
+    /// The daemon has decided to exit (idle, shut down or removed): what
+    /// it signals from now on is its exit sweep, not a cancel.
+    pub fn is_exiting(&self) -> bool {
+        self.exiting.is_some()
+    }
+
     /// One step; see the module doc.
     #[must_use]
     pub fn tick(&mut self, os: &mut dyn Os) -> DaemonStep {

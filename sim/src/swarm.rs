@@ -1,0 +1,168 @@
+//! The world a seed runs in (swarm testing): each seed draws, from its own
+//! ChaCha stream, the sandbox's configuration, the client's knobs and the
+//! density of its faults, so that no mechanism is always on to hide another
+//! (cgroups hide the marker, session and subreaper arms of cancel; a new
+//! boot id on every bounce hides the start-time and nonce checks of the
+//! probe; a reaping init hides zombie waits; a huge pid space hides reuse;
+//! an idle timeout of an hour hides the daemon's idle exit).
+//!
+//! The world is a pure function of (scenario, seed): a replay with the
+//! same seed runs in the same world, and every failure report prints it.
+//! Race files written before the swarm carry no world and replay in
+//! [`World::classic`], the one world every seed used to run in.
+
+use crate::faults::Family;
+use crate::scenario::Scenario;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One seed's world.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct World {
+    /// cgroup v2 is writable: each cell gets its own cgroup.
+    pub cgroups: bool,
+    /// `bash` is on the sandbox (else shell cells run under `/bin/sh`).
+    pub bash: bool,
+    /// A bounce keeps the boot id and the start-time clock (a container
+    /// restart on the same host), so only start times and nonces tell a
+    /// reused pid apart.
+    pub bounce_keeps_boot_id: bool,
+    /// PID 1 reaps orphans.
+    pub init_reaps: bool,
+    /// Pids wrap here: a small space makes them reused within a run.
+    pub pid_max: u32,
+    /// The client's grace between TERM and KILL (ms).
+    pub grace_ms: u64,
+    /// The client's long-poll bound (ms).
+    pub wait_ms: u64,
+    /// The daemon exits by itself after this much idleness (ms).
+    pub daemon_idle_ms: u64,
+    /// How many faults the seed draws (before the scenario's fixed ones).
+    pub faults: usize,
+    /// Faults are placed in `[0, window_ms)`: the whole run, shutdown
+    /// included, not only its first seconds.
+    pub window_ms: u64,
+    /// The fault families the seed draws from.
+    pub families: Vec<Family>,
+}
+
+/// The longest a daemon idles in the classic world (an hour: never, in a
+/// run of the simulation).
+const CLASSIC_IDLE_MS: u64 = 3_600_000;
+
+impl World {
+    /// The one world every seed ran in before the swarm: cgroups, bash,
+    /// a new boot id per bounce, a reaping init (unless the scenario says
+    /// otherwise), no pid reuse, the scenario's own fault space.
+    pub fn classic(scenario: &Scenario) -> World {
+        World {
+            cgroups: true,
+            bash: true,
+            bounce_keeps_boot_id: false,
+            init_reaps: scenario.init_reaps,
+            pid_max: 32_768,
+            grace_ms: 300,
+            wait_ms: 2_000,
+            daemon_idle_ms: CLASSIC_IDLE_MS,
+            faults: 3,
+            window_ms: scenario.space.window_ms,
+            families: scenario.space.families.clone(),
+        }
+    }
+
+    /// The world of `seed` for `scenario`, capped at `max_faults` drawn
+    /// faults. Scenarios that are about one setting (an init that never
+    /// reaps) keep it.
+    pub fn draw(scenario: &Scenario, seed: u64, max_faults: usize) -> World {
+        // A stream of its own, apart from the fault schedule's and the
+        // world's other uses of the seed.
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7377_6172_6d21_2121);
+        let cgroups = rng.random_bool(0.5);
+        let bash = rng.random_bool(0.6);
+        let bounce_keeps_boot_id = rng.random_bool(0.5);
+        let init_reaps = rng.random_bool(0.7) && scenario.init_reaps;
+        let small_pids = rng.random_bool(0.4);
+        let grace_ms = pick(&mut rng, &[100, 300, 300, 1_000]);
+        let wait_ms = pick(&mut rng, &[500, 2_000, 2_000, 5_000]);
+        let daemon_idle_ms = pick(&mut rng, &[CLASSIC_IDLE_MS, CLASSIC_IDLE_MS, 1_500, 4_000]);
+        let faults = rng.random_range(0..=max_faults);
+        let window_ms = pick(&mut rng, &[4_000, 8_000, 12_000]);
+        let families = if rng.random_bool(0.5) {
+            scenario.space.families.clone()
+        } else {
+            let mut some: Vec<Family> = Family::ALL
+                .into_iter()
+                .filter(|_| rng.random_bool(0.5))
+                .collect();
+            if some.is_empty() {
+                some.push(Family::ALL[rng.random_range(0..Family::ALL.len())]);
+            }
+            some
+        };
+        World {
+            cgroups,
+            bash,
+            bounce_keeps_boot_id,
+            init_reaps,
+            // Above what a run keeps alive at once (tens of processes),
+            // far below what it spawns (hundreds of op commands).
+            pid_max: if small_pids { 200 } else { 32_768 },
+            grace_ms,
+            wait_ms,
+            daemon_idle_ms,
+            faults,
+            window_ms,
+            families,
+        }
+    }
+
+    /// The daemon may exit by itself within a run.
+    pub fn daemon_idles_out(&self) -> bool {
+        self.daemon_idle_ms < CLASSIC_IDLE_MS
+    }
+}
+
+fn pick(rng: &mut ChaCha8Rng, options: &[u64]) -> u64 {
+    options[rng.random_range(0..options.len())]
+}
+
+impl fmt::Display for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&serde_json::to_string(self).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_is_drawn_both_ways_and_the_same_seed_gives_the_same_world() {
+        let s = crate::scenario::by_name("happy").unwrap();
+        let worlds: Vec<World> = (0..200).map(|seed| World::draw(&s, seed, 8)).collect();
+        for (seed, w) in worlds.iter().enumerate() {
+            assert_eq!(*w, World::draw(&s, seed as u64, 8));
+            assert!(w.faults <= 8);
+        }
+        let both = |f: &dyn Fn(&World) -> bool| {
+            worlds.iter().any(f) && worlds.iter().any(|w| !f(w))
+        };
+        assert!(both(&|w| w.cgroups));
+        assert!(both(&|w| w.bash));
+        assert!(both(&|w| w.bounce_keeps_boot_id));
+        assert!(both(&|w| w.init_reaps));
+        assert!(both(&|w| w.pid_max < 1_000));
+        assert!(both(&|w| w.daemon_idles_out()));
+        assert!(both(&|w| w.families == s.space.families));
+        assert!(worlds.iter().any(|w| w.faults == 0));
+        assert!(worlds.iter().any(|w| w.faults == 8));
+    }
+
+    #[test]
+    fn a_scenario_about_an_init_that_never_reaps_keeps_it() {
+        let s = crate::scenario::by_name("leftovers_no_init").unwrap();
+        assert!((0..100).all(|seed| !World::draw(&s, seed, 8).init_reaps));
+    }
+}
