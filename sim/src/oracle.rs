@@ -101,6 +101,10 @@ pub struct Observations {
     /// Times (virtual ms) a Python interpreter really died (before any
     /// shutdown).
     pub interpreter_deaths: Vec<u64>,
+    /// When the sandbox could not be reached, from the fault schedule:
+    /// `None` where the host cannot say (a live backend), and then an
+    /// `unknown` outcome is not judged.
+    pub outages: Option<Outages>,
     /// Kernel deaths the agent caused itself while the kernel had work
     /// (a daemon's idle exit with a cell unfinished): never an excuse.
     pub self_inflicted: Vec<String>,
@@ -110,6 +114,52 @@ pub struct Observations {
     pub finished: bool,
     /// Driver errors, stalls, simulation errors.
     pub harness_errors: Vec<String>,
+}
+
+/// What made the sandbox unreachable in a run: the only excuse for an
+/// `unknown` outcome.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Outages {
+    /// Spans (virtual ms, inclusive) during which every exec failed:
+    /// partitions, held connections (until the held calls' deadline).
+    pub spans: Vec<(u64, u64)>,
+    /// Single failed execs (a dropped connection, a lost reply, a slow
+    /// start past the deadline, a restarted exec server), by when they
+    /// were armed.
+    pub blips: Vec<u64>,
+    /// How long the client keeps retrying before it gives up: the sum of
+    /// its backoffs. The sandbox must have been unreachable that long.
+    pub retrying_ms: u64,
+    /// How many failed attempts in a row make the client give up.
+    pub attempts: u32,
+}
+
+impl Outages {
+    /// Could the client honestly have given up at `at`? Every exec failed
+    /// for as long as the client retries before it gives up, or enough
+    /// single failures had happened to exhaust its attempts.
+    pub fn excuse(&self, at: u64) -> bool {
+        let blips = self.blips.iter().filter(|&&b| b <= at).count();
+        blips >= self.attempts as usize || self.covered(at.saturating_sub(self.retrying_ms), at)
+    }
+
+    /// Is `[from, to]` covered by the union of the spans (to within the
+    /// 100 ms an exec and a retry timer may straddle)?
+    fn covered(&self, from: u64, to: u64) -> bool {
+        let mut spans = self.spans.clone();
+        spans.sort_unstable();
+        let mut reach = from;
+        for (a, b) in spans {
+            if a > reach.saturating_add(100) {
+                continue;
+            }
+            reach = reach.max(b);
+            if reach.saturating_add(100) >= to {
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// A broken invariant.
@@ -208,6 +258,14 @@ pub enum Violation {
         /// What the liveness cell gave.
         detail: String,
     },
+    /// A cell resolved `unknown` though the sandbox answered all along:
+    /// the client gave up on a healthy kernel.
+    NeedlessUnknown {
+        /// The cell.
+        cell: String,
+        /// When it was resolved so.
+        at_ms: u64,
+    },
     /// The agent killed a kernel that had work (an idle exit while a cell
     /// ran): a loss it caused itself, whatever it then reported.
     SelfInflictedLoss {
@@ -244,6 +302,7 @@ impl Violation {
             Violation::BadResolution { .. } => "bad_resolution",
             Violation::Leak { .. } => "leak",
             Violation::NoProgress { .. } => "no_progress",
+            Violation::NeedlessUnknown { .. } => "needless_unknown",
             Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
             Violation::Harness { .. } => "harness",
@@ -305,6 +364,10 @@ impl fmt::Display for Violation {
             Violation::NoProgress { detail } => {
                 write!(f, "no progress after faults healed: {detail}")
             }
+            Violation::NeedlessUnknown { cell, at_ms } => write!(
+                f,
+                "{cell} resolved unknown at {at_ms} ms, but no fault kept the sandbox from answering"
+            ),
             Violation::SelfInflictedLoss { detail } => {
                 write!(f, "the agent killed its own kernel: {detail}")
             }
@@ -338,6 +401,18 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
             cell: label.clone(),
             executions: *n,
         });
+    }
+    if let Some(outages) = &obs.outages {
+        for cell in &obs.cells {
+            if let (Some(CellOutcome::Unknown { .. }), Some(at)) = (&cell.outcome, cell.ended_ms) {
+                if !outages.excuse(at) {
+                    v.push(Violation::NeedlessUnknown {
+                        cell: cell.label.clone(),
+                        at_ms: at,
+                    });
+                }
+            }
+        }
     }
     for detail in &obs.self_inflicted {
         v.push(Violation::SelfInflictedLoss {
@@ -562,6 +637,39 @@ mod tests {
             finished: true,
             ..Observations::default()
         }
+    }
+
+    #[test]
+    fn unknown_needs_an_outage_as_long_as_the_clients_retries() {
+        let mut o = good();
+        o.cells[0].outcome = Some(CellOutcome::Unknown {
+            reason: "gave up".into(),
+        });
+        o.cells[0].ended_ms = Some(20_000);
+        // Not judged where the host cannot say.
+        assert!(check(&o).is_empty());
+        let outages = Outages {
+            spans: vec![(1_000, 2_000), (18_000, 19_900)],
+            blips: vec![500, 600],
+            retrying_ms: 2_500,
+            attempts: 6,
+        };
+        o.outages = Some(outages.clone());
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "needless_unknown");
+        // A partition from 17 s to the give-up excuses it.
+        o.outages = Some(Outages {
+            spans: vec![(1_000, 2_000), (17_000, 18_500), (18_400, 20_000)],
+            ..outages.clone()
+        });
+        assert!(check(&o).is_empty());
+        // So do as many dropped replies as the client has attempts.
+        o.outages = Some(Outages {
+            blips: vec![1, 2, 3, 4, 5, 6],
+            ..outages
+        });
+        assert!(check(&o).is_empty());
     }
 
     #[test]

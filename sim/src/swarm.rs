@@ -146,9 +146,8 @@ mod tests {
             assert_eq!(*w, World::draw(&s, seed as u64, 8));
             assert!(w.faults <= 8);
         }
-        let both = |f: &dyn Fn(&World) -> bool| {
-            worlds.iter().any(f) && worlds.iter().any(|w| !f(w))
-        };
+        let both =
+            |f: &dyn Fn(&World) -> bool| worlds.iter().any(f) && worlds.iter().any(|w| !f(w));
         assert!(both(&|w| w.cgroups));
         assert!(both(&|w| w.bash));
         assert!(both(&|w| w.bounce_keeps_boot_id));

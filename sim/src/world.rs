@@ -12,7 +12,7 @@ use crate::control::Control;
 use crate::explore::RunReport;
 use crate::faults::{CancelPoint, Fault, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
-use crate::oracle::{self, CellTruth, Observations, Violation};
+use crate::oracle::{self, CellTruth, Observations, Outages, Violation};
 use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
 use crate::swarm::World;
@@ -167,6 +167,60 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
     healed.saturating_add(100)
 }
 
+/// What in `schedule` kept the sandbox from answering the client, for
+/// the oracle's judgement of `unknown` outcomes.
+pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
+    let config = crate::client_host::config_in(world);
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let budget = ms(config.exec_budget());
+    let retrying = (1..config.max_attempts)
+        .map(|n| {
+            ms(tether_core::client::backoff(
+                config.backoff_base,
+                config.backoff_max,
+                n,
+            ))
+        })
+        .sum();
+    let mut out = Outages {
+        spans: Vec::new(),
+        blips: Vec::new(),
+        retrying_ms: retrying,
+        attempts: config.max_attempts,
+    };
+    for f in &schedule.0 {
+        let at = f.at_ms;
+        match f.kind {
+            // A call sent during a partition fails at once; one in flight
+            // when it begins fails at its deadline (one failure, not an
+            // outage: that is a blip).
+            FaultKind::PartitionExec { for_ms } => {
+                out.spans.push((at, at.saturating_add(for_ms)));
+                out.blips.push(at);
+            }
+            // A call held back fails at its deadline; calls up to a second
+            // old (the longest injected latency) may still be on the way.
+            FaultKind::HoldExec { for_ms } => out.spans.push((
+                at.saturating_sub(1_000),
+                at.saturating_add(for_ms).saturating_add(budget),
+            )),
+            FaultKind::DropConnection
+            | FaultKind::ReplyLost { .. }
+            | FaultKind::SlowStart { .. }
+            | FaultKind::BounceSandbox
+            | FaultKind::ReplaceSandbox => out.blips.push(at),
+            // Slower calls, not failed ones (latency stays far below an
+            // exec's budget); the rest never cost the client an exec.
+            FaultKind::ExecLatency { .. }
+            | FaultKind::KillDaemon
+            | FaultKind::CrashClient { .. }
+            | FaultKind::Cancel { .. }
+            | FaultKind::ClockJump { .. } => {}
+        }
+    }
+    out
+}
+
 /// Timed actions of the fault loop.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Tick {
@@ -305,13 +359,14 @@ pub fn run_in(
     kernel_deaths.sort();
     drop(sim);
 
-    let obs = observe(
+    let mut obs = observe(
         scenario,
         &log.borrow(),
         &sandbox.borrow(),
         kernel_deaths,
         harness,
     );
+    obs.outages = Some(outages(schedule, world));
     let mut violations = oracle::check(&obs);
     violations.extend(expectations(scenario, schedule, &obs));
     violations.sort();

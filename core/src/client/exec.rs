@@ -162,7 +162,11 @@ impl Client {
         let Some(state) = self.tasks.get_mut(&task) else {
             return;
         };
-        if state.attempts >= max {
+        // The sandbox answered: the failures before this reply no longer
+        // count against the task, only agent-missing replies do.
+        state.attempts = 0;
+        state.missing += 1;
+        if state.missing >= max {
             return self.exhausted(
                 task,
                 format!("the agent is still missing after installing it: {stderr}"),

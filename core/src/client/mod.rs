@@ -30,6 +30,7 @@ mod timer;
 pub use config::Config;
 pub use event::{CellKey, ClientError, Effect, Event, TransportError, TransportErrorKind};
 pub use record::{CellRecord, KernelRecord};
+pub use retry::backoff;
 
 use crate::bytes::Bytes;
 use crate::ids::{ExecId, KernelName, RequestId};

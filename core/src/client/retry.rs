@@ -77,6 +77,9 @@ pub(crate) struct TaskState {
     pub(crate) acks: Vec<crate::ids::CellSeq>,
     /// A submit's last send: the daemon it expected.
     pub(crate) expect: Option<crate::protocol::Identity>,
+    /// Replies that the agent is missing (each starts an install): so
+    /// many in a row means a broken install, not a slow one.
+    pub(crate) missing: u32,
     /// An attempt ended without an answer (transport error, deadline): it
     /// may have run on the sandbox even if no file there says so any more
     /// (a replaced sandbox keeps none).
@@ -84,7 +87,7 @@ pub(crate) struct TaskState {
 }
 
 /// The delay before attempt `attempts + 1`: `base · 2^(attempts-1)`, capped.
-pub(crate) fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
+pub fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
     let shift = attempts.saturating_sub(1).min(20);
     base.saturating_mul(1u32 << shift).min(max)
 }
