@@ -12,7 +12,7 @@ use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord}
 use super::layout::{CellLayout, KernelLayout, Layout};
 use super::os::{Os, OsError, Pid};
 use super::procs::{self, marker_value, CellScope, Table};
-use super::shim::CancelReason;
+use super::tombstone::{self, CancelReason};
 use crate::ids::{CellSeq, KernelName};
 use crate::protocol::{
     Acceptance, AgentError, CancelState, EntryKind, Envelope, ErrorKind, Identity, JournalBatch,
@@ -475,7 +475,7 @@ fn spawn(
     for seq in cell_seqs(os, k) {
         let cell = k.cell(seq);
         if !os.exists(&cell.journal()) && !os.exists(&cell.launch()) {
-            let _ = os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes());
+            let _ = tombstone::write(os, &cell, CancelReason::Requested);
         }
     }
     os.write_atomic(&k.config(), &to_json(config))
@@ -627,10 +627,8 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
 fn cancel(os: &mut dyn Os, cell: &CellLayout) -> Result<CancelState, AgentError> {
     os.create_dir_all(cell.dir())
         .map_err(|e| io("creating the cell directory", e))?;
-    match os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes()) {
-        Ok(()) | Err(OsError::AlreadyExists) => {}
-        Err(e) => return Err(io("writing the tombstone", e)),
-    }
+    tombstone::write(os, cell, CancelReason::Requested)
+        .map_err(|e| io("writing the tombstone", e))?;
     let read = read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;
     Ok(if journal::is_done(&read) {
         CancelState::AlreadyDone

@@ -6,8 +6,10 @@
 //! - [`signals`]: delivery by disposition (default / ignore / trap, stop);
 //! - [`fs`]: files and directories (O_EXCL, atomic replace);
 //! - [`interp`]: the workload interpreter (a simulated `sh`);
-//! - [`shim`]: the cell shim's IO half, driving the agent's shim logic;
-//! - [`python`]: the Python kernel's interpreter shim and interpreter;
+//! - [`shim`]: the cell shim, the IO driver of the agent's [`tether_core::agent::CellShim`];
+//! - [`pyshim`]: the interpreter shim, the IO driver of the agent's
+//!   [`tether_core::agent::InterpShim`];
+//! - [`python`]: the Python interpreter the interpreter shim runs;
 //! - [`events`]: the process event log for traces and the oracle.
 //!
 //! Time comes from outside: [`SimOs::advance`] runs every process that is
@@ -26,6 +28,7 @@ pub mod events;
 pub mod fs;
 pub mod interp;
 pub mod process;
+pub mod pyshim;
 pub mod python;
 pub mod shim;
 pub mod signals;
@@ -695,7 +698,7 @@ impl Os for SimOs {
         // As `tether-agent shim`: a Python launch runs the interpreter shim.
         let program = match launch.lang {
             Lang::Shell => Program::Shim(Box::new(shim::ShimRun::new(launch.clone()))),
-            Lang::Python => Program::PyShim(Box::new(python::PyShimRun::new(launch.clone()))),
+            Lang::Python => Program::PyShim(Box::new(pyshim::PyShimRun::new(launch.clone()))),
         };
         let mut spec = ForkSpec::new(&[&exe, "shim", "--launch", &json], program, Role::Shim);
         spec.stdio = Some((process::Fd::Null, process::Fd::Null));
