@@ -7,6 +7,7 @@
 //! Bad input (not JSON, unknown version, a hostile kernel name) gives a
 //! reply line with an [`AgentError`], never a panic.
 
+use super::background;
 use super::journal::{self, read_journal};
 use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord};
 use super::layout::{CellLayout, KernelLayout, Layout};
@@ -344,6 +345,12 @@ impl OpRun {
             Op::Ack { kernel, seq } => {
                 ack_cell(os, &self.layout.kernel(&kernel), seq)?;
                 self.reply(Reply::Acked)
+            }
+            Op::Logs { kernel } => {
+                let k = self.kernel_dir(os, &kernel)?;
+                let data =
+                    background::read(os, &k).map_err(|e| io("reading the background log", e))?;
+                self.reply(Reply::Logs { data: data.into() })
             }
         }
     }
