@@ -19,6 +19,8 @@ use tether_core::time::Timestamp;
 #[derive(Debug)]
 pub(crate) struct PyShimRun {
     launch: CellLaunch,
+    /// Until its first step: when the exec of the agent binary is over.
+    start_at: Option<Timestamp>,
     machine: InterpShim,
     /// stdout, stderr, reports (read ends).
     reads: Option<[u64; 3]>,
@@ -27,8 +29,9 @@ pub(crate) struct PyShimRun {
 }
 
 impl PyShimRun {
-    pub(crate) fn new(launch: CellLaunch) -> PyShimRun {
+    pub(crate) fn new(launch: CellLaunch, start_at: Timestamp) -> PyShimRun {
         PyShimRun {
+            start_at: Some(start_at),
             machine: InterpShim::new(launch.clone()),
             launch,
             reads: None,
@@ -62,6 +65,9 @@ impl PyShimRun {
     /// When this shim next has something to do.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
         let now = os.now;
+        if let Some(at) = self.start_at {
+            return Some(at);
+        }
         if os.procs.values().any(|c| c.ppid == pid && !c.alive()) {
             return Some(now);
         }
@@ -91,6 +97,11 @@ impl SimOs {
     }
 
     fn drive_pyshim(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
+        match shim.start_at {
+            Some(at) if self.now < at => return false,
+            Some(_) => shim.start_at = None,
+            None => {}
+        }
         if let Some(p) = self.procs.get_mut(&pid) {
             p.subreaper = true;
         }

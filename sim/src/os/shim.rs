@@ -17,14 +17,17 @@ use tether_core::time::Timestamp;
 #[derive(Debug)]
 pub(crate) struct ShimRun {
     launch: CellLaunch,
+    /// Until its first step: when the exec of the agent binary is over.
+    start_at: Option<Timestamp>,
     machine: CellShim,
     /// stdout, stderr (read ends).
     pipes: Option<(u64, u64)>,
 }
 
 impl ShimRun {
-    pub(crate) fn new(launch: CellLaunch) -> ShimRun {
+    pub(crate) fn new(launch: CellLaunch, start_at: Timestamp) -> ShimRun {
         ShimRun {
+            start_at: Some(start_at),
             machine: CellShim::new(launch.clone()),
             launch,
             pipes: None,
@@ -50,6 +53,9 @@ impl ShimRun {
     /// When this shim next has something to do.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
         let now = os.now;
+        if let Some(at) = self.start_at {
+            return Some(at);
+        }
         if os.procs.values().any(|c| c.ppid == pid && !c.alive()) {
             return Some(now);
         }
@@ -94,6 +100,11 @@ impl SimOs {
     }
 
     fn drive_shim(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
+        match shim.start_at {
+            Some(at) if self.now < at => return false,
+            Some(_) => shim.start_at = None,
+            None => {}
+        }
         if let Some(p) = self.procs.get_mut(&pid) {
             p.subreaper = true;
         }
