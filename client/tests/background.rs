@@ -127,3 +127,31 @@ fn a_background_loop_is_alive_and_logging_ten_seconds_later() {
     );
     assert!(alive(pid), "the loop died");
 }
+
+/// A Python cell's background subprocess writes to the interpreter's
+/// stdout: between cells that goes to the background log, and the
+/// subprocess lives on (the pipe stays read).
+#[test]
+fn a_python_cells_background_subprocess_logs_between_cells() {
+    if !have_python() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let w = World::new();
+    let code = "import subprocess\n\
+                p = subprocess.Popen(['sh', '-c', 'while :; do echo tock; sleep 0.1; done'])\n\
+                p.pid";
+    let out = w.tether(&["run", "--lang", "python", "--kernel", "py", code]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    // The cell's own output may hold a first tock or two beside the pid.
+    let pid: u32 = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid: {}", show(&out)));
+    let log = logs_until(&w, "py", |log| log.matches("tock").count() >= 10);
+    assert!(
+        log.matches("tock").count() >= 10,
+        "the subprocess's output is not in the log:\n{log}"
+    );
+    assert!(alive(pid), "the subprocess died");
+}
