@@ -263,6 +263,20 @@ impl Driver {
         outcomes
     }
 
+    /// `op` (whose reply must echo `id`) as an exec call: rendered, the
+    /// agent binary in place of [`StdinSource::AgentBinary`].
+    fn request(&self, id: u64, op: &Op) -> ExecRequest {
+        let rendered = render(id, op, &self.location);
+        let stdin = match rendered.stdin {
+            StdinSource::Bytes(bytes) => bytes,
+            StdinSource::AgentBinary => self.agent.to_vec(),
+        };
+        ExecRequest {
+            argv: rendered.argv,
+            stdin,
+        }
+    }
+
     /// Runs one read-only op outside the state machine (one that has no
     /// place in a kernel's life, such as [`Op::Logs`]): rendered, sent
     /// once through the transport within `timeout`, its reply parsed. The
@@ -272,15 +286,7 @@ impl Driver {
         let id = 1;
         let kind = op.kind();
         let failed = |detail: String| DriverError::Query { kind, detail };
-        let rendered = render(id, &op, &self.location);
-        let stdin = match rendered.stdin {
-            StdinSource::Bytes(bytes) => bytes,
-            StdinSource::AgentBinary => self.agent.to_vec(),
-        };
-        let req = ExecRequest {
-            argv: rendered.argv,
-            stdin,
-        };
+        let req = self.request(id, &op);
         let out = tokio::time::timeout(timeout, self.transport.exec(req))
             .await
             .map_err(|_| failed(format!("no answer within {} ms", timeout.as_millis())))?
@@ -362,15 +368,7 @@ impl Driver {
                 match effect {
                     Effect::Exec { id, op, deadline } => {
                         *self.stats.execs.entry(op.kind()).or_default() += 1;
-                        let rendered = render(id.0, &op, &self.location);
-                        let stdin = match rendered.stdin {
-                            StdinSource::Bytes(bytes) => bytes,
-                            StdinSource::AgentBinary => self.agent.to_vec(),
-                        };
-                        let req = ExecRequest {
-                            argv: rendered.argv,
-                            stdin,
-                        };
+                        let req = self.request(id.0, &op);
                         let transport = Arc::clone(&self.transport);
                         let deadline = self.epoch + Duration::from_millis(deadline.0);
                         self.tasks.spawn(async move {

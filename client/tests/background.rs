@@ -138,16 +138,20 @@ fn a_python_cells_background_subprocess_logs_between_cells() {
         return;
     }
     let w = World::new();
-    let code = "import subprocess\n\
-                p = subprocess.Popen(['sh', '-c', 'while :; do echo tock; sleep 0.1; done'])\n\
-                p.pid";
-    let out = w.tether(&["run", "--lang", "python", "--kernel", "py", code]);
+    let pidfile = w.root.path().join("sub.pid");
+    let code = format!(
+        "import subprocess\n\
+         p = subprocess.Popen(['sh', '-c', 'while :; do echo tock; sleep 0.1; done'])\n\
+         open({:?}, 'w').write(str(p.pid))",
+        pidfile.display().to_string()
+    );
+    let out = w.tether(&["run", "--lang", "python", "--kernel", "py", &code]);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    // The cell's own output may hold a first tock or two beside the pid.
-    let pid: u32 = text(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no pid: {}", show(&out)));
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let log = logs_until(&w, "py", |log| log.matches("tock").count() >= 10);
     assert!(
         log.matches("tock").count() >= 10,

@@ -97,13 +97,8 @@ impl SimOs {
     }
 
     fn drive_pyshim(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
-        match shim.start_at {
-            Some(at) if self.now < at => return false,
-            Some(_) => shim.start_at = None,
-            None => {}
-        }
-        if let Some(p) = self.procs.get_mut(&pid) {
-            p.subreaper = true;
+        if !self.shim_begins(pid, &mut shim.start_at) {
+            return false;
         }
         let mut progress = false;
         loop {

@@ -100,13 +100,8 @@ impl SimOs {
     }
 
     fn drive_shim(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
-        match shim.start_at {
-            Some(at) if self.now < at => return false,
-            Some(_) => shim.start_at = None,
-            None => {}
-        }
-        if let Some(p) = self.procs.get_mut(&pid) {
-            p.subreaper = true;
+        if !self.shim_begins(pid, &mut shim.start_at) {
+            return false;
         }
         let mut progress = false;
         loop {
@@ -153,6 +148,20 @@ impl SimOs {
             }
             progress = true;
         }
+    }
+
+    /// As both shims begin: false while the exec of the agent binary is
+    /// not over; then the shim is a child subreaper.
+    pub(crate) fn shim_begins(&mut self, pid: Pid, start_at: &mut Option<Timestamp>) -> bool {
+        match *start_at {
+            Some(at) if self.now < at => return false,
+            Some(_) => *start_at = None,
+            None => {}
+        }
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.subreaper = true;
+        }
+        true
     }
 
     /// Hands the machine what the pipes it reads hold. True if anything.
