@@ -1,27 +1,32 @@
-//! `tether-agent shim --launch JSON`: one cell's shim. A child subreaper:
-//! starts the cell's main process in a new session with the cell's env
-//! marker, in the cell's own cgroup when one can be made (recorded in the
-//! cell's `cgroup` file first; see [`crate::linux_os::cgroup`]), and its
-//! stdout/stderr on pipes, journals what the pipes carry,
-//! runs the `waitpid(-1)` loop itself, and when the main process has exited
-//! and the pipes reached EOF (or the drain bound passed) journals the
-//! result, the leftovers and `done` through [`ShimCore`]. It then stays,
-//! reaping, until its whole tree is gone, so every leftover keeps being a
-//! descendant of the shim (and so a process of the cell); then it removes
-//! the cell's cgroup if that is empty.
+//! `tether-agent shim --launch JSON`: one cell's shim, the IO driver of
+//! [`CellShim`] (every decision is there: tombstone, cgroup record,
+//! completion, leftovers, result/leftovers/done, linger, cgroup removal).
+//! Here: a child subreaper that makes the cell's cgroup (see
+//! [`crate::linux_os::cgroup`]), starts the main process in a new session
+//! with the env marker, born in that cgroup (`clone3`), reads its stdout
+//! and stderr pipes, and runs the `waitpid(-1)` loop itself. While it
+//! lingers after the cell resolved it keeps reading the pipes (their bytes
+//! go to the kernel's background log), so a background job never writes
+//! to a closed pipe. A Python launch goes to [`crate::pyshim`].
 
 use crate::linux_os::cgroup::CellCgroup;
 use crate::linux_os::spawn_into::{self, Entry, MainProcess};
 use crate::linux_os::LinuxOs;
 use rustix::event::{poll, PollFd, PollFlags};
+use rustix::io::Errno;
 use rustix::process::{wait, WaitOptions, WaitStatus};
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use tether_core::agent::procs::{self, CellScope, Table};
-use tether_core::agent::shim::{complete, DEFAULT_DRAIN};
-use tether_core::agent::{CellLaunch, ExitStatus, Os, ShimCore};
-use tether_core::protocol::{CellOutcome, Stream};
-use tether_core::time::Timestamp;
+use tether_core::agent::{CellLaunch, CellShim, ExitStatus, Os, Pid, ShimStep};
+use tether_core::protocol::Stream;
+
+/// How long one look at the pipes waits while the cell runs (children's
+/// exits are noticed between looks).
+const PUMP_MS: u64 = 20;
+/// The same while lingering (only background jobs are left).
+const LINGER_MS: u64 = 100;
+/// Reads of one final pass at most (a flooding writer cannot hold it).
+const FINAL_READS: usize = 64;
 
 pub(crate) fn run(args: &[OsString]) -> u8 {
     let Some(json) = crate::flag(args, "--launch") else {
@@ -41,63 +46,87 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
     if launch.lang == tether_core::protocol::Lang::Python {
         return crate::pyshim::run(launch);
     }
-    let mut os = LinuxOs::new();
-    let mut core = match ShimCore::new(&mut os, launch.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("tether-agent shim: cannot open the journal: {e}");
-            return 1;
+    drive(LinuxOs::new(), CellShim::new(launch))
+}
+
+fn drive(mut os: LinuxOs, mut shim: CellShim) -> u8 {
+    let mut group: Option<CellCgroup> = None;
+    let mut pipes: Vec<Pipe> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match shim.poll_step(&mut os) {
+            ShimStep::MakeCgroup { name } => {
+                // None (silently: the cell runs as before) when cgroup v2
+                // is not there or not writable.
+                let made = CellCgroup::create(&name).ok();
+                let path = made.as_ref().map(|g| g.path.clone());
+                if shim.handle_cgroup(&mut os, path) {
+                    group = made;
+                } else if let Some(g) = made {
+                    g.discard();
+                }
+            }
+            ShimStep::Start { argv, marker, .. } => {
+                let started = start(&argv, &marker, group.take().as_ref()).map(|(pid, p)| {
+                    pipes = p;
+                    (pid, os.process(pid).map_or(0, |p| p.starttime))
+                });
+                if let Err(message) = &started {
+                    eprintln!("tether-agent shim: {message}");
+                }
+                shim.handle_started(&mut os, started);
+            }
+            ShimStep::Pump => {
+                let main_running = shim.main_pid().is_some();
+                if pipes.iter().all(|p| p.fd.is_none()) && main_running {
+                    // Nothing left to read: sleep until a child exits (the
+                    // main one ends the cell; an orphan is just reaped).
+                    if let Ok(Some((pid, status))) = wait(WaitOptions::empty()) {
+                        shim.handle_exit(os.now(), raw(pid), to_exit(status));
+                    }
+                } else {
+                    let ms = shim
+                        .poll_timeout(os.now())
+                        .map_or(PUMP_MS, |t| {
+                            t.as_millis().saturating_sub(os.now().as_millis())
+                        })
+                        .min(PUMP_MS);
+                    read_ready(&mut os, &mut shim, &mut pipes, &mut buf, ms);
+                }
+                reap(&mut os, &mut shim);
+            }
+            ShimStep::FinalRead => final_read(&mut os, &mut shim, &mut pipes, &mut buf),
+            ShimStep::Linger => {
+                if pipes.iter().any(|p| p.fd.is_some()) {
+                    read_ready(&mut os, &mut shim, &mut pipes, &mut buf, LINGER_MS);
+                    if reap(&mut os, &mut shim) {
+                        final_read(&mut os, &mut shim, &mut pipes, &mut buf);
+                        shim.handle_tree_empty(&mut os);
+                    }
+                } else {
+                    // Stay until the tree is empty: leftovers remain our
+                    // descendants.
+                    while wait(WaitOptions::empty()).is_ok() {}
+                    shim.handle_tree_empty(&mut os);
+                }
+            }
+            ShimStep::Exit(code) => return code,
         }
-    };
-    if let Some(reason) = core.tombstone(&os) {
-        let _ = core.never_started(&mut os, reason.outcome());
-        return 0;
     }
-    let group = cell_cgroup(&mut os, &mut core);
-    match run_cell(&mut os, &mut core, &launch, group.as_ref()) {
-        Ok(()) => {}
-        Err(message) => {
-            eprintln!("tether-agent shim: {message}");
-            let _ = core.never_started(&mut os, CellOutcome::Error { message });
-        }
-    }
-    let group = group.map(CellCgroup::into_path);
-    // Stay until the tree is empty: leftovers remain our descendants.
-    while wait(WaitOptions::empty()).is_ok() {}
-    // Only an empty cgroup goes; one that still holds a process that left
-    // our tree stays for the daemon, ack, gc or shutdown to remove.
-    if let Some(path) = group {
-        let _ = os.remove_cgroup(&path);
-    }
-    0
 }
 
-/// The cell's own cgroup, made and recorded in the cell directory before
-/// the main process starts; `None` (silently: the cell runs as before)
-/// when cgroup v2 is not there or not writable.
-fn cell_cgroup(os: &mut LinuxOs, core: &mut ShimCore) -> Option<CellCgroup> {
-    let group = CellCgroup::create(&core.cgroup_name()).ok()?;
-    if core.record_cgroup(os, &group.path).is_err() {
-        group.discard();
-        return None;
-    }
-    Some(group)
+/// One pipe of the main process.
+pub(crate) struct Pipe {
+    pub(crate) fd: Option<OwnedFd>,
+    pub(crate) stream: Stream,
 }
 
-struct Pipe {
-    fd: Option<OwnedFd>,
-    stream: Stream,
-}
-
-fn run_cell(
-    os: &mut LinuxOs,
-    core: &mut ShimCore,
-    launch: &CellLaunch,
+/// Starts the main process with its stdout and stderr on two new pipes.
+fn start(
+    argv: &[String],
+    marker: &(String, String),
     group: Option<&CellCgroup>,
-) -> Result<(), String> {
-    if launch.argv.is_empty() {
-        return Err("the cell has an empty argv".to_owned());
-    }
+) -> Result<(Pid, Vec<Pipe>), String> {
     let pipe = || {
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))
     };
@@ -111,16 +140,13 @@ fn run_cell(
     // would be born inside, and the cgroup could not be removed before the
     // shim moved out again.)
     let main = MainProcess {
-        argv: &launch.argv,
-        marker: (&launch.marker.0, &launch.marker.1),
+        argv,
+        marker: (&marker.0, &marker.1),
         stdout: out_w,
         stderr: err_w,
     };
-    let main_pid = spawn_into::start(main, group, Entry::Clone3)?;
-    let start = os.process(main_pid).map_or(0, |p| p.starttime);
-    let _ = core.started(os, main_pid, main_pid, start);
-
-    let mut pipes = [
+    let pid = spawn_into::start(main, group, Entry::Clone3)?;
+    let pipes = vec![
         Pipe {
             fd: Some(out_r),
             stream: Stream::Stdout,
@@ -130,66 +156,66 @@ fn run_cell(
             stream: Stream::Stderr,
         },
     ];
-    let mut exit: Option<ExitStatus> = None;
-    let mut exited_at: Option<Timestamp> = None;
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        if exit.is_none() && pipes.iter().all(|p| p.fd.is_none()) {
-            // Nothing left to read: sleep until a child exits (the main
-            // one ends the cell; an orphan is just reaped).
-            match wait(WaitOptions::empty()) {
-                Ok(Some((pid, status))) if pid.as_raw_nonzero().get() as u32 == main_pid => {
-                    exit = Some(to_exit(status));
-                    exited_at = Some(os.now());
-                }
-                Ok(_) => {}
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
-            }
-        } else {
-            read_ready(os, core, &mut pipes, &mut buf);
-        }
-        while let Ok(Some((pid, status))) = wait(WaitOptions::NOHANG) {
-            if pid.as_raw_nonzero().get() as u32 == main_pid {
-                exit = Some(to_exit(status));
-                exited_at = Some(os.now());
-            }
-        }
-        let eof = pipes.iter().all(|p| p.fd.is_none());
-        if complete(exited_at, eof, os.now(), DEFAULT_DRAIN) {
-            break;
-        }
-    }
-    // One last non-blocking read of what is already buffered.
-    read_ready(os, core, &mut pipes, &mut buf);
-    drop(pipes);
-    let table = Table::snapshot(os);
-    let protected = procs::protected(&table, os.self_pid());
-    let scope = CellScope {
-        shim: Some(os.self_pid()),
-        pgid: Some(main_pid),
-        marker: launch.marker.1.clone(),
-        other_markers: Vec::new(),
-        extra: Vec::new(),
-        cgroup: group.map(|g| g.path.clone()),
-    };
-    let leftovers: Vec<u32> = procs::cell_processes(os, &table, &scope, &protected)
-        .into_iter()
-        .collect();
-    core.finish(os, exit.unwrap_or(ExitStatus::Signal(9)), leftovers)
-        .map_err(|e| format!("cannot write the journal: {e}"))?;
-    Ok(())
+    Ok((pid, pipes))
 }
 
-/// Waits up to 20 ms for output (not at all when every pipe is closed),
-/// journals what is there.
-fn read_ready(os: &mut LinuxOs, core: &mut ShimCore, pipes: &mut [Pipe], buf: &mut [u8]) {
+/// `waitpid(-1, WNOHANG)` until nothing is left to reap. True when the
+/// shim has no child left at all.
+fn reap(os: &mut LinuxOs, shim: &mut CellShim) -> bool {
+    loop {
+        match wait(WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) => shim.handle_exit(os.now(), raw(pid), to_exit(status)),
+            Ok(None) => return false,
+            Err(Errno::INTR) => {}
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Reads what the pipes already hold, without waiting.
+fn final_read(os: &mut LinuxOs, shim: &mut CellShim, pipes: &mut [Pipe], buf: &mut [u8]) {
+    for _ in 0..FINAL_READS {
+        if !read_ready(os, shim, pipes, buf, 0) {
+            return;
+        }
+    }
+}
+
+/// Waits up to `ms` for output (not at all when every pipe is closed) and
+/// hands the shim what is there. True if anything was read.
+fn read_ready(
+    os: &mut LinuxOs,
+    shim: &mut CellShim,
+    pipes: &mut [Pipe],
+    buf: &mut [u8],
+    ms: u64,
+) -> bool {
+    read_pipes(pipes, buf, ms, |_, stream, data| match data {
+        Some(data) => {
+            if let Err(e) = shim.handle_output(os, stream, data) {
+                eprintln!("tether-agent shim: cannot journal output: {e}");
+            }
+        }
+        None => shim.handle_eof(stream),
+    })
+}
+
+/// Waits up to `ms` for any open pipe of `pipes` (sleeps `ms` when none
+/// is open), reads once from each ready one and passes what it read to `f`
+/// with the pipe's index (`None`: EOF, and the pipe is closed). True if
+/// anything was read or reached EOF.
+pub(crate) fn read_pipes(
+    pipes: &mut [Pipe],
+    buf: &mut [u8],
+    ms: u64,
+    mut f: impl FnMut(usize, Stream, Option<&[u8]>),
+) -> bool {
     let open: Vec<usize> = (0..pipes.len())
         .filter(|&i| pipes[i].fd.is_some())
         .collect();
     if open.is_empty() {
-        // Nothing to wait for here: the caller blocks in wait() while the
-        // main process runs, and stops once it has exited.
-        return;
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        return false;
     }
     let ready: Vec<bool> = {
         let mut fds: Vec<PollFd<'_>> = open
@@ -198,12 +224,13 @@ fn read_ready(os: &mut LinuxOs, core: &mut ShimCore, pipes: &mut [Pipe], buf: &m
             .map(|fd| PollFd::new(fd, PollFlags::IN))
             .collect();
         let timeout = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 20_000_000,
+            tv_sec: (ms / 1000) as i64,
+            tv_nsec: ((ms % 1000) * 1_000_000) as i64,
         };
         let _ = poll(&mut fds, Some(&timeout));
         fds.iter().map(|f| !f.revents().is_empty()).collect()
     };
+    let mut any = false;
     for (k, &i) in open.iter().enumerate() {
         if !ready[k] {
             continue;
@@ -212,19 +239,31 @@ fn read_ready(os: &mut LinuxOs, core: &mut ShimCore, pipes: &mut [Pipe], buf: &m
             continue;
         };
         match rustix::io::read(fd, &mut *buf) {
-            Ok(0) => pipes[i].fd = None,
-            Ok(n) => {
-                if let Err(e) = core.output(os, pipes[i].stream, &buf[..n]) {
-                    eprintln!("tether-agent shim: cannot journal output: {e}");
-                }
+            Ok(0) => {
+                pipes[i].fd = None;
+                f(i, pipes[i].stream, None);
+                any = true;
             }
-            Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::AGAIN) => {}
-            Err(_) => pipes[i].fd = None,
+            Ok(n) => {
+                f(i, pipes[i].stream, Some(&buf[..n]));
+                any = true;
+            }
+            Err(Errno::INTR) | Err(Errno::AGAIN) => {}
+            Err(_) => {
+                pipes[i].fd = None;
+                f(i, pipes[i].stream, None);
+                any = true;
+            }
         }
     }
+    any
 }
 
-fn to_exit(status: WaitStatus) -> ExitStatus {
+pub(crate) fn raw(pid: rustix::process::Pid) -> Pid {
+    pid.as_raw_nonzero().get() as Pid
+}
+
+pub(crate) fn to_exit(status: WaitStatus) -> ExitStatus {
     match (status.exit_status(), status.terminating_signal()) {
         (Some(code), _) => ExitStatus::Code(code),
         (None, Some(sig)) => ExitStatus::Signal(sig),

@@ -108,6 +108,9 @@ pub enum Command {
     Reset(KernelArg),
     /// Stop every kernel known to this client.
     Stop,
+    /// Print what a kernel's background jobs printed after their cell
+    /// resolved (a bounded log; oldest output dropped first, with a note).
+    Logs(KernelArg),
     /// Measure round trips and latencies (see README).
     #[command(hide = true)]
     Bench(crate::bench::BenchArgs),
@@ -375,6 +378,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Ls => ls(&ctx),
         Command::Reset(args) => reset(&ctx, args).await,
         Command::Stop => stop(&ctx).await,
+        Command::Logs(args) => logs(&ctx, args).await,
         Command::Bench(args) => crate::bench::run(&ctx, args).await,
     }
 }
@@ -534,6 +538,31 @@ fn status(ctx: &Context, args: KernelOpt) -> Result<i32, Failure> {
             }
         }
     }
+    Ok(exit::OK)
+}
+
+/// `tether logs`: the kernel's background log, bytes exactly (with
+/// `--json`, one line holding them).
+async fn logs(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
+    let kernel = kernel_name(&args.kernel)?;
+    let driver = ctx.driver()?;
+    let op = tether_core::protocol::Op::Logs {
+        kernel: kernel.clone(),
+    };
+    let reply = driver.query(op, Duration::from_secs(30)).await?;
+    let tether_core::protocol::Reply::Logs { data } = reply else {
+        return Err(Failure::other(
+            "the agent answered the logs op with another reply",
+        ));
+    };
+    let mut out = std::io::stdout().lock();
+    let written = if ctx.json {
+        let line = serde_json::json!({ "kernel": kernel, "log": data });
+        writeln!(out, "{line}")
+    } else {
+        out.write_all(&data.0).and_then(|()| out.flush())
+    };
+    written.map_err(|e| Failure::other(format!("writing the log: {e}")))?;
     Ok(exit::OK)
 }
 

@@ -32,7 +32,8 @@ use tether_core::bytes::Bytes;
 use tether_core::client::{CellKey, Client, ClientError, Effect, Event, KernelRecord};
 use tether_core::ids::{ExecId, KernelName};
 use tether_core::protocol::{
-    render, AgentLocation, CellOutcome, ExecOutput, Lang, OpKind, StdinSource,
+    parse_reply, render, AgentLocation, CellOutcome, ExecOutput, Lang, Op, OpKind, Reply,
+    StdinSource,
 };
 use tether_core::time::Timestamp;
 use tokio::sync::mpsc;
@@ -83,6 +84,13 @@ pub enum DriverError {
         /// What was awaited.
         waiting_for: String,
     },
+    /// A [`Driver::query`] got no usable reply.
+    Query {
+        /// The op.
+        kind: OpKind,
+        /// What went wrong.
+        detail: String,
+    },
 }
 
 impl fmt::Display for DriverError {
@@ -95,6 +103,9 @@ impl fmt::Display for DriverError {
                 "internal error: the client state machine stalled while waiting for {waiting_for} \
                  (please report this with the output of --json)"
             ),
+            DriverError::Query { kind, detail } => {
+                write!(f, "the agent's {kind} op failed: {detail}")
+            }
         }
     }
 }
@@ -252,6 +263,37 @@ impl Driver {
         outcomes
     }
 
+    /// `op` (whose reply must echo `id`) as an exec call: rendered, the
+    /// agent binary in place of [`StdinSource::AgentBinary`].
+    fn request(&self, id: u64, op: &Op) -> ExecRequest {
+        let rendered = render(id, op, &self.location);
+        let stdin = match rendered.stdin {
+            StdinSource::Bytes(bytes) => bytes,
+            StdinSource::AgentBinary => self.agent.to_vec(),
+        };
+        ExecRequest {
+            argv: rendered.argv,
+            stdin,
+        }
+    }
+
+    /// Runs one read-only op outside the state machine (one that has no
+    /// place in a kernel's life, such as [`Op::Logs`]): rendered, sent
+    /// once through the transport within `timeout`, its reply parsed. The
+    /// agent must be installed already (a kernel ran on this sandbox).
+    pub async fn query(&self, op: Op, timeout: Duration) -> Result<Reply, DriverError> {
+        // Nothing else shares this exec call, so any id will do.
+        let id = 1;
+        let kind = op.kind();
+        let failed = |detail: String| DriverError::Query { kind, detail };
+        let req = self.request(id, &op);
+        let out = tokio::time::timeout(timeout, self.transport.exec(req))
+            .await
+            .map_err(|_| failed(format!("no answer within {} ms", timeout.as_millis())))?
+            .map_err(|e| failed(e.to_string()))?;
+        parse_reply(id, kind, &out).map_err(|e| failed(e.to_string()))
+    }
+
     /// Shuts `kernel` down (its daemon and every process it owns) and
     /// drives the client until nothing is in flight.
     pub async fn shutdown(
@@ -326,15 +368,7 @@ impl Driver {
                 match effect {
                     Effect::Exec { id, op, deadline } => {
                         *self.stats.execs.entry(op.kind()).or_default() += 1;
-                        let rendered = render(id.0, &op, &self.location);
-                        let stdin = match rendered.stdin {
-                            StdinSource::Bytes(bytes) => bytes,
-                            StdinSource::AgentBinary => self.agent.to_vec(),
-                        };
-                        let req = ExecRequest {
-                            argv: rendered.argv,
-                            stdin,
-                        };
+                        let req = self.request(id.0, &op);
                         let transport = Arc::clone(&self.transport);
                         let deadline = self.epoch + Duration::from_millis(deadline.0);
                         self.tasks.spawn(async move {

@@ -99,6 +99,7 @@ impl Sandbox {
             init_reaps: world.init_reaps,
             pid_max: world.pid_max,
             bounce_keeps_boot_id: world.bounce_keeps_boot_id,
+            shim_start: std::time::Duration::from_millis(world.shim_start_ms),
             ..SimOsConfig::default()
         };
         if !world.cgroups {

@@ -46,6 +46,11 @@ pub struct World {
     pub window_ms: u64,
     /// The fault families the seed draws from.
     pub families: Vec<Family>,
+    /// How long a shim takes from its fork to its first step (ms): a
+    /// cancel can land between the daemon's look at the tombstone and the
+    /// shim's.
+    #[serde(default)]
+    pub shim_start_ms: u64,
 }
 
 /// The longest a daemon idles in the classic world (an hour: never, in a
@@ -69,6 +74,7 @@ impl World {
             faults: 3,
             window_ms: scenario.space.window_ms,
             families: scenario.space.families.clone(),
+            shim_start_ms: 0,
         }
     }
 
@@ -101,6 +107,8 @@ impl World {
             }
             some
         };
+        // Drawn last, so the draws above stay what they were.
+        let shim_start_ms = pick(&mut rng, &[0, 1, 3]);
         World {
             cgroups,
             bash,
@@ -115,6 +123,7 @@ impl World {
             faults,
             window_ms,
             families,
+            shim_start_ms,
         }
     }
 

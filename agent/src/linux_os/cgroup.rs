@@ -94,11 +94,6 @@ impl CellCgroup {
     pub(crate) fn admit(&self, pid: Pid) -> Result<(), String> {
         move_into(&self.procs, pid).map_err(|e| format!("{}: {e}", self.path))
     }
-
-    /// Closes the descriptor, keeps the cgroup; returns its path.
-    pub(crate) fn into_path(self) -> String {
-        self.path
-    }
 }
 
 /// Moves the calling process into the cgroup whose `cgroup.procs` is open

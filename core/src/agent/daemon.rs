@@ -33,7 +33,7 @@ use super::os::{CellLaunch, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
 use super::python;
 use super::shell;
-use super::shim::{cancel_reason, CancelReason};
+use super::tombstone::{self, CancelReason};
 use crate::ids::CellSeq;
 use crate::protocol::{CellOutcome, EntryKind, Lang, Submission};
 use crate::time::Timestamp;
@@ -202,7 +202,7 @@ impl Daemon {
             }
             let live_shim = self.orphaned_shim(os, seq);
             if let Some(l) = live_shim {
-                let _ = os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes());
+                let _ = tombstone::write(os, &cell, CancelReason::Requested);
                 self.cells.insert(
                     seq,
                     Track {
@@ -332,7 +332,7 @@ impl Daemon {
             }
             if t.shim.is_none() && !t.done {
                 // The shim died without finishing the journal.
-                let outcome = match cancel_reason(os, &cell) {
+                let outcome = match tombstone::read(os, &cell) {
                     Some(r) => r.outcome(),
                     None => CellOutcome::Error {
                         message: "the cell's shim died".into(),
@@ -355,7 +355,7 @@ impl Daemon {
                 });
             }
             if t.cancel.is_none() && !t.done && t.deadline.is_some_and(|d| now >= d) {
-                let _ = os.create_new(&cell.cancel(), CancelReason::Timeout.as_bytes());
+                let _ = tombstone::write(os, &cell, CancelReason::Timeout);
                 t.cancel = Some(Escalation {
                     since: now,
                     term_sent: false,
@@ -507,7 +507,7 @@ impl Daemon {
                     request_id: sub.request_id.clone(),
                 },
             );
-            if let Some(reason) = cancel_reason(os, &cell) {
+            if let Some(reason) = tombstone::read(os, &cell) {
                 // The cancel won: the cell never starts.
                 let _ = w.finish(
                     os,

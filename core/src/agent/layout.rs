@@ -89,6 +89,12 @@ impl KernelLayout {
         format!("{}/state", self.dir)
     }
 
+    /// `background.log`: what a kernel's background jobs printed after
+    /// their cell resolved ([`super::background`]).
+    pub fn background_log(&self) -> String {
+        format!("{}/background.log", self.dir)
+    }
+
     /// `cells/`.
     pub fn cells_dir(&self) -> String {
         format!("{}/cells", self.dir)

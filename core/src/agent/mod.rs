@@ -9,8 +9,12 @@
 //! - [`op`]: one op command ([`OpRun`]);
 //! - [`daemon`]: the kernel daemon ([`Daemon`]);
 //! - [`shell`]: the script a shell cell runs;
-//! - [`shim`]: the cell shim's journal and outcome decisions.
+//! - [`shim`]: the cell shim: its machines (shell cell, Python
+//!   interpreter), journal and outcome decisions;
+//! - [`tombstone`]: a cell's `cancel` file and its reason;
+//! - [`background`]: the kernel's log of background output.
 
+pub mod background;
 pub mod daemon;
 pub mod journal;
 pub mod kernel;
@@ -21,10 +25,13 @@ pub mod procs;
 pub mod python;
 pub mod shell;
 pub mod shim;
+pub mod tombstone;
 
 pub use daemon::{Daemon, DaemonStep};
 pub use op::OpRun;
 pub use os::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
+pub use shim::cell::{CellShim, ShimStep};
+pub use shim::interp::{InterpShim, InterpStep};
 pub use shim::{ExitStatus, ShimCore};
 
 #[cfg(test)]

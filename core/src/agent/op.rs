@@ -7,12 +7,13 @@
 //! Bad input (not JSON, unknown version, a hostile kernel name) gives a
 //! reply line with an [`AgentError`], never a panic.
 
+use super::background;
 use super::journal::{self, read_journal};
 use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord};
 use super::layout::{CellLayout, KernelLayout, Layout};
 use super::os::{Os, OsError, Pid};
 use super::procs::{self, marker_value, CellScope, Table};
-use super::shim::CancelReason;
+use super::tombstone::{self, CancelReason};
 use crate::ids::{CellSeq, KernelName};
 use crate::protocol::{
     Acceptance, AgentError, CancelState, EntryKind, Envelope, ErrorKind, Identity, JournalBatch,
@@ -345,6 +346,12 @@ impl OpRun {
                 ack_cell(os, &self.layout.kernel(&kernel), seq)?;
                 self.reply(Reply::Acked)
             }
+            Op::Logs { kernel } => {
+                let k = self.kernel_dir(os, &kernel)?;
+                let data =
+                    background::read(os, &k).map_err(|e| io("reading the background log", e))?;
+                self.reply(Reply::Logs { data: data.into() })
+            }
         }
     }
 
@@ -475,7 +482,7 @@ fn spawn(
     for seq in cell_seqs(os, k) {
         let cell = k.cell(seq);
         if !os.exists(&cell.journal()) && !os.exists(&cell.launch()) {
-            let _ = os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes());
+            let _ = tombstone::write(os, &cell, CancelReason::Requested);
         }
     }
     os.write_atomic(&k.config(), &to_json(config))
@@ -627,10 +634,8 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
 fn cancel(os: &mut dyn Os, cell: &CellLayout) -> Result<CancelState, AgentError> {
     os.create_dir_all(cell.dir())
         .map_err(|e| io("creating the cell directory", e))?;
-    match os.create_new(&cell.cancel(), CancelReason::Requested.as_bytes()) {
-        Ok(()) | Err(OsError::AlreadyExists) => {}
-        Err(e) => return Err(io("writing the tombstone", e)),
-    }
+    tombstone::write(os, cell, CancelReason::Requested)
+        .map_err(|e| io("writing the tombstone", e))?;
     let read = read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;
     Ok(if journal::is_done(&read) {
         CancelState::AlreadyDone

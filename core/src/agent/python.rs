@@ -12,7 +12,7 @@
 //! grace period the interpreter is killed too and the loss is reported.
 
 use super::layout::KernelLayout;
-use super::shim::CancelReason;
+use super::tombstone::CancelReason;
 use crate::protocol::CellOutcome;
 
 /// The bootstrap the interpreter runs (`python3 -u -c BOOTSTRAP`).

@@ -1,6 +1,8 @@
 //! The cell shim's decisions: what it journals and how a cell's outcome
-//! follows from what was observed. The real shim (`tether-agent shim`)
-//! moves the bytes: it starts the main process, reads its pipes, reaps.
+//! follows from what was observed. The shim's loop is a sans-IO machine:
+//! [`cell::CellShim`] for a shell cell, [`interp::InterpShim`] for a
+//! Python kernel's interpreter; the real shim (`tether-agent shim`) and the
+//! simulated one only drive it (start processes, move bytes, reap).
 //!
 //! Journal of a cell: `accepted` (by the daemon), `started`, `output`…,
 //! then `clipped` (if output was cut), `result`, `leftovers` (if any
@@ -9,10 +11,14 @@
 //! Completion: the main process exited AND (both pipes reached EOF OR the
 //! drain bound passed since the exit).
 
+pub mod cell;
+pub mod interp;
+
 use super::journal::{JournalWriter, DEFAULT_CAP};
 use super::layout::CellLayout;
 use super::os::{CellLaunch, Os, OsError, Pid};
 use super::shell;
+pub use super::tombstone::CancelReason;
 use crate::protocol::{CellOutcome, EntryKind, Lang, Stream};
 use crate::time::Timestamp;
 use std::time::Duration;
@@ -27,49 +33,6 @@ pub enum ExitStatus {
     Code(i32),
     /// A signal killed it.
     Signal(i32),
-}
-
-/// Why a cell was cancelled (the text of its tombstone).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CancelReason {
-    /// The client asked.
-    Requested,
-    /// Its timeout passed.
-    Timeout,
-}
-
-impl CancelReason {
-    /// The tombstone's text.
-    pub fn as_bytes(self) -> &'static [u8] {
-        match self {
-            CancelReason::Requested => b"cancel\n",
-            CancelReason::Timeout => b"timeout\n",
-        }
-    }
-
-    /// Reads a tombstone.
-    pub fn parse(text: &[u8]) -> CancelReason {
-        if text.starts_with(b"timeout") {
-            CancelReason::Timeout
-        } else {
-            CancelReason::Requested
-        }
-    }
-
-    /// The outcome of a cell cancelled for this reason.
-    pub fn outcome(self) -> CellOutcome {
-        match self {
-            CancelReason::Requested => CellOutcome::Cancelled,
-            CancelReason::Timeout => CellOutcome::TimedOut,
-        }
-    }
-}
-
-/// The tombstone of a cell, if there is one.
-pub fn cancel_reason(os: &dyn Os, cell: &CellLayout) -> Option<CancelReason> {
-    os.read_file(&cell.cancel())
-        .ok()
-        .map(|t| CancelReason::parse(&t))
 }
 
 /// A shell cell's outcome. Reaching the end of the code with status 0 is
@@ -147,7 +110,7 @@ impl ShimCore {
     /// The tombstone, checked right before the main process starts: a
     /// cancel that got there first means the code never runs.
     pub fn tombstone(&self, os: &dyn Os) -> Option<CancelReason> {
-        cancel_reason(os, &self.cell)
+        super::tombstone::read(os, &self.cell)
     }
 
     /// The name of the cell's own cgroup ([`super::procs::cgroup_name`]).
@@ -200,7 +163,7 @@ impl ShimCore {
         exit: ExitStatus,
         leftovers: Vec<Pid>,
     ) -> Result<CellOutcome, OsError> {
-        let cancel = cancel_reason(os, &self.cell);
+        let cancel = super::tombstone::read(os, &self.cell);
         let outcome = match self.launch.lang {
             Lang::Shell => {
                 let end = os
@@ -231,7 +194,7 @@ impl ShimCore {
         reported: Result<CellOutcome, String>,
         leftovers: Vec<Pid>,
     ) -> Result<CellOutcome, OsError> {
-        let cancel = cancel_reason(os, &self.cell);
+        let cancel = super::tombstone::read(os, &self.cell);
         let outcome = match reported {
             Ok(o) => super::python::outcome(o, cancel),
             Err(detail) => {

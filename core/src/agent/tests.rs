@@ -646,3 +646,122 @@ fn a_done_python_cell_without_a_cgroup_stays_owned_while_a_marked_leftover_lives
     let _ = d.tick(&mut os);
     assert_eq!(os.signals, vec![(70, Signal::Term)]);
 }
+
+/// A shell cell's launch under kernel `/k` (the kernel directory exists).
+fn shell_launch(os: &mut FakeOs) -> CellLaunch {
+    os.files.insert("/k/config.json".into(), b"{}".to_vec());
+    CellLaunch {
+        kernel_dir: "/k".into(),
+        cell_dir: "/k/cells/1".into(),
+        lang: Lang::Shell,
+        argv: vec!["sh".into(), "-c".into(), "true".into()],
+        marker: (MARKER_NAME.into(), "n:1".into()),
+    }
+}
+
+fn journal_kinds(os: &FakeOs, path: &str) -> Vec<EntryKind> {
+    parse_journal(&os.files[path])
+        .entries
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
+}
+
+#[test]
+fn the_shim_machine_resolves_then_logs_late_output_and_exits_when_its_tree_is_empty() {
+    use super::shim::cell::{CellShim, ShimStep};
+    let mut os = FakeOs::new();
+    let mut shim = CellShim::new(shell_launch(&mut os));
+    let ShimStep::MakeCgroup { .. } = shim.poll_step(&mut os) else {
+        panic!("the cgroup comes first")
+    };
+    assert!(shim.handle_cgroup(&mut os, Some("/cg/tether-n-1".into())));
+    assert_eq!(os.files["/k/cells/1/cgroup"], b"/cg/tether-n-1\n");
+    let ShimStep::Start { cgroup, .. } = shim.poll_step(&mut os) else {
+        panic!("then the main process")
+    };
+    assert_eq!(cgroup.as_deref(), Some("/cg/tether-n-1"));
+    os.add(proc_(70, 10, 70));
+    shim.handle_started(&mut os, Ok((70, 170)));
+    shim.handle_output(&mut os, Stream::Stdout, b"hi\n")
+        .unwrap();
+    // A background child holds the pipes: the main exit alone does not
+    // complete the cell before the drain bound.
+    os.add(proc_(71, 10, 70));
+    os.procs.remove(&70);
+    shim.handle_exit(Timestamp(0), 70, super::ExitStatus::Code(0));
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Pump);
+    assert_eq!(
+        shim.poll_timeout(Timestamp(0)),
+        Some(Timestamp(0) + super::shim::DEFAULT_DRAIN)
+    );
+    os.now = 200;
+    assert_eq!(shim.poll_step(&mut os), ShimStep::FinalRead);
+    shim.handle_output(&mut os, Stream::Stderr, b"last\n")
+        .unwrap();
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Linger);
+    let kinds = journal_kinds(&os, "/k/cells/1/journal");
+    assert!(matches!(kinds[0], EntryKind::Started { pid: 70, .. }));
+    assert!(matches!(&kinds[2], EntryKind::Output { data, .. } if data.0 == b"last\n"));
+    assert!(matches!(kinds[3], EntryKind::Result { .. }));
+    assert_eq!(kinds[4], EntryKind::Leftovers { pids: vec![71] });
+    assert_eq!(kinds[5], EntryKind::Done);
+    // Late output: the background log, never the cell's journal.
+    shim.handle_output(&mut os, Stream::Stdout, b"late\n")
+        .unwrap();
+    assert_eq!(journal_kinds(&os, "/k/cells/1/journal").len(), 6);
+    assert_eq!(os.files["/k/background.log"], b"late\n");
+    assert!(shim.reading(Stream::Stdout));
+    os.procs.remove(&71);
+    shim.handle_tree_empty(&mut os);
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Exit(0));
+}
+
+#[test]
+fn the_shim_machine_never_starts_a_tombstoned_cell() {
+    use super::shim::cell::{CellShim, ShimStep};
+    let mut os = FakeOs::new();
+    let launch = shell_launch(&mut os);
+    os.files
+        .insert("/k/cells/1/cancel".into(), b"cancel\n".to_vec());
+    let mut shim = CellShim::new(launch);
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Linger);
+    let kinds = journal_kinds(&os, "/k/cells/1/journal");
+    assert_eq!(
+        kinds,
+        vec![
+            EntryKind::Result {
+                outcome: CellOutcome::Cancelled
+            },
+            EntryKind::Done
+        ]
+    );
+    shim.handle_tree_empty(&mut os);
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Exit(0));
+}
+
+#[test]
+fn the_background_log_keeps_its_newest_bytes_behind_a_note() {
+    use super::background::{self, BackgroundLog, CAP, CHECK_EVERY, DROPPED_NOTE};
+    let mut os = FakeOs::new();
+    os.files.insert("/k/config.json".into(), b"{}".to_vec());
+    let k = KernelLayout::new("/k");
+    let mut log = BackgroundLog::new(&k);
+    let line = |i: usize| format!("line {i:07}\n");
+    let mut i = 0;
+    while (i * 13) as u64 <= 3 * CAP {
+        log.append(&mut os, line(i).as_bytes()).unwrap();
+        i += 1;
+    }
+    let text = background::read(&os, &k).unwrap();
+    assert!(text.len() as u64 <= CAP + CHECK_EVERY, "{}", text.len());
+    assert!(text.starts_with(DROPPED_NOTE.as_bytes()));
+    assert!(text.ends_with(line(i - 1).as_bytes()));
+    // The note ends a line and the kept part starts at a line.
+    let after_note = text.iter().position(|&b| b == b'\n').unwrap() + 1;
+    assert!(text[after_note..].starts_with(b"line "));
+    // A kernel that is gone gets no log.
+    os.files.clear();
+    log.append(&mut os, b"x").unwrap();
+    assert!(os.files.is_empty());
+}

@@ -140,6 +140,12 @@ pub enum Op {
         /// The cell.
         seq: CellSeq,
     },
+    /// Read the kernel's background log: what its cells' processes printed
+    /// after their cell resolved.
+    Logs {
+        /// The kernel.
+        kernel: KernelName,
+    },
 }
 
 /// The kind of an [`Op`], for matching replies and for traces.
@@ -164,6 +170,8 @@ pub enum OpKind {
     Gc,
     /// [`Op::Ack`]
     Ack,
+    /// [`Op::Logs`]
+    Logs,
 }
 
 impl Op {
@@ -179,6 +187,7 @@ impl Op {
             Op::Shutdown { .. } => OpKind::Shutdown,
             Op::Gc => OpKind::Gc,
             Op::Ack { .. } => OpKind::Ack,
+            Op::Logs { .. } => OpKind::Logs,
         }
     }
 
@@ -191,7 +200,8 @@ impl Op {
             | Op::Wait { kernel, .. }
             | Op::Cancel { kernel, .. }
             | Op::Shutdown { kernel }
-            | Op::Ack { kernel, .. } => Some(kernel),
+            | Op::Ack { kernel, .. }
+            | Op::Logs { kernel } => Some(kernel),
             Op::Install { .. } | Op::Gc => None,
         }
     }

@@ -2,6 +2,7 @@
 
 use super::journal::JournalEntry;
 use super::ops::Identity;
+use crate::bytes::Bytes;
 use crate::ids::KernelName;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -154,6 +155,11 @@ pub enum Reply {
     },
     /// The journal is deleted.
     Acked,
+    /// The kernel's background log ([`crate::agent::background`]).
+    Logs {
+        /// Its bytes, exactly (empty when nothing was logged).
+        data: Bytes,
+    },
     /// A submit's `expect` did not match the kernel's daemon: nothing was
     /// recorded by this submit. `status` is what a probe with the same
     /// expectation says (dead, replaced, or dead because the kernel's
@@ -238,6 +244,7 @@ impl Reply {
                 | (Reply::ShutDown { .. }, K::Shutdown)
                 | (Reply::Collected { .. }, K::Gc)
                 | (Reply::Acked, K::Ack)
+                | (Reply::Logs { .. }, K::Logs)
                 | (Reply::IdentityMismatch { .. }, K::Submit)
         )
     }

@@ -375,6 +375,13 @@ impl FakeAgent {
                 }
                 Ok(Reply::Acked)
             }
+            // This fake keeps no background log.
+            Op::Logs { kernel } => match self.kernels.get(kernel) {
+                Some(_) => Ok(Reply::Logs {
+                    data: Vec::new().into(),
+                }),
+                None => err(ErrorKind::NoSuchKernel, "no such kernel"),
+            },
         }
     }
 
@@ -717,6 +724,7 @@ pub fn describe(op: &Op) -> String {
         Op::Shutdown { kernel } => format!("shutdown {kernel}"),
         Op::Gc => "gc".into(),
         Op::Ack { kernel, seq } => format!("ack {kernel}#{seq}"),
+        Op::Logs { kernel } => format!("logs {kernel}"),
     }
 }
 

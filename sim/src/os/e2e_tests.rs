@@ -1,5 +1,5 @@
 //! The agent's real logic (`OpRun` for op commands, `Daemon` for the
-//! kernel daemon, `ShimCore` inside the simulated shim) running on
+//! kernel daemon, `CellShim` and `InterpShim` inside the simulated shims) running on
 //! [`SimOs`], with a minimal discrete-event loop standing in for the
 //! world: op commands and daemons are processes of the simulated sandbox,
 //! time jumps to the next wake-up.
@@ -26,8 +26,12 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
+        Harness::with(SimOsConfig::default())
+    }
+
+    fn with(config: SimOsConfig) -> Harness {
         Harness {
-            os: SimOs::new(SimOsConfig::default()),
+            os: SimOs::new(config),
             daemons: BTreeMap::new(),
             next_id: 0,
         }
@@ -359,6 +363,35 @@ fn a_cancel_before_the_cell_starts_means_it_never_runs() {
     assert_eq!(outcome(&batch.entries), Some(CellOutcome::Cancelled));
     h.run_for(1_000);
     assert_eq!(h.os.side_effect_count("runs"), 0);
+}
+
+/// The daemon saw no tombstone and started the shim; the cancel lands
+/// while the shim's exec is still under way. The shim's own look at the
+/// tombstone is all that keeps the code from running.
+#[test]
+fn a_cancel_between_the_daemons_look_and_the_shims_start_means_it_never_runs() {
+    let mut h = Harness::with(SimOsConfig {
+        shim_start: Duration::from_millis(5),
+        ..SimOsConfig::default()
+    });
+    h.spawn("k");
+    let w = Workload::new(vec![Step::WriteSideEffect {
+        name: "runs".into(),
+    }]);
+    let Reply::Submitted { acceptance, .. } = h.submit("k", 1, &w, 0) else {
+        panic!()
+    };
+    assert_eq!(acceptance, Acceptance::Accepted);
+    let launch = format!("{ROOT}/kernels/k/cells/1/launch.json");
+    let started = h.now();
+    while !h.os.exists(&launch) {
+        assert!(h.now() < started + Duration::from_secs(1), "never launched");
+        h.run_for(1);
+    }
+    assert_eq!(h.cancel("k", 1), CancelState::Escalating);
+    h.run_for(1_000);
+    assert_eq!(h.os.side_effect_count("runs"), 0);
+    assert_eq!(outcome(&h.wait_all("k", 1)), Some(CellOutcome::Cancelled));
 }
 
 #[test]

@@ -6,8 +6,10 @@
 //! - [`signals`]: delivery by disposition (default / ignore / trap, stop);
 //! - [`fs`]: files and directories (O_EXCL, atomic replace);
 //! - [`interp`]: the workload interpreter (a simulated `sh`);
-//! - [`shim`]: the cell shim's IO half, driving the agent's shim logic;
-//! - [`python`]: the Python kernel's interpreter shim and interpreter;
+//! - [`shim`]: the cell shim, the IO driver of the agent's [`tether_core::agent::CellShim`];
+//! - [`pyshim`]: the interpreter shim, the IO driver of the agent's
+//!   [`tether_core::agent::InterpShim`];
+//! - [`python`]: the Python interpreter the interpreter shim runs;
 //! - [`events`]: the process event log for traces and the oracle.
 //!
 //! Time comes from outside: [`SimOs::advance`] runs every process that is
@@ -26,6 +28,7 @@ pub mod events;
 pub mod fs;
 pub mod interp;
 pub mod process;
+pub mod pyshim;
 pub mod python;
 pub mod shim;
 pub mod signals;
@@ -73,6 +76,10 @@ pub struct SimOsConfig {
     /// own cgroup; `None`: cgroups are not writable (docker's read-only
     /// `/sys/fs/cgroup`) and cells have none.
     pub cgroup_root: Option<String>,
+    /// How long a shim takes from its fork to its first step (the exec of
+    /// the agent binary): a cancel can land between the daemon's look at
+    /// the tombstone and the shim's.
+    pub shim_start: std::time::Duration,
 }
 
 impl Default for SimOsConfig {
@@ -94,6 +101,7 @@ impl Default for SimOsConfig {
             ]),
             bounce_keeps_boot_id: false,
             cgroup_root: Some("/sys/fs/cgroup".into()),
+            shim_start: std::time::Duration::ZERO,
         }
     }
 }
@@ -693,9 +701,12 @@ impl Os for SimOs {
         })
         .to_string();
         // As `tether-agent shim`: a Python launch runs the interpreter shim.
+        let start_at = self.now + self.config.shim_start;
         let program = match launch.lang {
-            Lang::Shell => Program::Shim(Box::new(shim::ShimRun::new(launch.clone()))),
-            Lang::Python => Program::PyShim(Box::new(python::PyShimRun::new(launch.clone()))),
+            Lang::Shell => Program::Shim(Box::new(shim::ShimRun::new(launch.clone(), start_at))),
+            Lang::Python => {
+                Program::PyShim(Box::new(pyshim::PyShimRun::new(launch.clone(), start_at)))
+            }
         };
         let mut spec = ForkSpec::new(&[&exe, "shim", "--launch", &json], program, Role::Shim);
         spec.stdio = Some((process::Fd::Null, process::Fd::Null));

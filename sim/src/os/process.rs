@@ -6,7 +6,8 @@
 
 use super::events::ProcEventKind;
 use super::interp::Shell;
-use super::python::{PyInterp, PyShimRun};
+use super::pyshim::PyShimRun;
+use super::python::PyInterp;
 use super::shim::ShimRun;
 use super::signals::SimSignal;
 use super::SimOs;
@@ -590,6 +591,14 @@ impl SimOs {
                 self.procs.get(&pid).is_some_and(|p| p.alive())
             }
         }
+    }
+
+    /// Does the pipe hold something to read, or has it reached EOF (or
+    /// gone)? What a reader waits for.
+    pub(crate) fn pipe_has_news(&self, id: u64) -> bool {
+        self.pipes
+            .get(&id)
+            .is_none_or(|p| !p.buf.is_empty() || p.writers == 0)
     }
 
     /// Takes what is buffered in a pipe; the flag is true at end of file

@@ -1,0 +1,486 @@
+//! The Python kernel's interpreter shim as a sans-IO machine: every
+//! decision of `tether-agent shim` for a Python kernel, driven by the real
+//! shim over real pipes (`agent/src/pyshim.rs`) and by the simulated OS
+//! over simulated ones (`sim/src/os/python.rs`).
+//!
+//! The driver calls [`InterpShim::poll_step`] and does what the step says
+//! before it polls again; what it observed meanwhile goes in through the
+//! `handle_*` methods. Time comes from [`Os::now`].
+//!
+//! The shim starts the interpreter ([`InterpStep::StartInterpreter`]),
+//! then, one cell at a time: reads `{kernel}/py/run` for a sequence number
+//! higher than the last; opens that cell's journal; a tombstone that got
+//! there first resolves it without running it; otherwise the cell's own
+//! cgroup, holding the interpreter ([`InterpStep::EnterCgroup`], recorded
+//! in the cell's `cgroup` file), `started` (the interpreter's pid), and
+//! `seq cell_dir marker` on the interpreter's stdin ([`InterpStep::Send`]).
+//! The cell ends with the bootstrap's report for it (one JSON line on
+//! fd 3) or with the interpreter's death: what stdout/stderr already hold
+//! is read ([`InterpStep::Drain`]), the interpreter leaves the cgroup
+//! ([`InterpStep::LeaveCgroup`]), the leftovers (marker and cgroup, never
+//! the interpreter) are counted, the outcome journaled with `done`, and the
+//! cgroup removed if empty (else at the shim's end). Output between cells
+//! goes to the kernel's background log. When the interpreter is gone the
+//! shim closes its input ([`InterpStep::CloseInput`]) and lingers, still
+//! reading stdout/stderr into the background log, until its tree is empty.
+
+use super::{ExitStatus, ShimCore};
+use crate::agent::background::BackgroundLog;
+use crate::agent::layout::KernelLayout;
+use crate::agent::os::{CellLaunch, Os, OsError, Pid};
+use crate::agent::procs::{self, CellScope, Table};
+use crate::agent::python;
+use crate::ids::CellSeq;
+use crate::protocol::{CellOutcome, Lang, Stream};
+use crate::time::Timestamp;
+
+/// What the driver does next.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InterpStep {
+    /// Start the interpreter: `argv` in a new session with `marker` in its
+    /// environment, stdin, stdout and stderr on pipes and a report pipe
+    /// on its fd 3. Then call [`InterpShim::handle_interpreter`].
+    StartInterpreter {
+        /// Its argv (never empty).
+        argv: Vec<String>,
+        /// The env marker `(name, value)`.
+        marker: (String, String),
+    },
+    /// Make the cgroup `name` and move the interpreter `pid` into it, then
+    /// call [`InterpShim::handle_cgroup`] with its path (or `None`).
+    EnterCgroup {
+        /// Its name ([`procs::cgroup_name`] of the cell's marker).
+        name: String,
+        /// The interpreter.
+        pid: Pid,
+    },
+    /// Write `line` to the interpreter's stdin, then call
+    /// [`InterpShim::handle_sent`].
+    Send {
+        /// `seq cell_dir marker\n`.
+        line: Vec<u8>,
+    },
+    /// Read stdout, stderr and the reports and reap children until
+    /// something happens or a short poll passes (the run file is not
+    /// watched); report with `handle_output`, `handle_report`,
+    /// `handle_eof` and `handle_exit`.
+    Pump,
+    /// Read what stdout and stderr already hold, without waiting.
+    Drain,
+    /// Move the interpreter `pid` out of the cell's cgroup `path`, back
+    /// into the shim's own.
+    LeaveCgroup {
+        /// The cell's cgroup.
+        path: String,
+        /// The interpreter.
+        pid: Pid,
+    },
+    /// The interpreter is gone: close its stdin and the report pipe; keep
+    /// reading stdout and stderr.
+    CloseInput,
+    /// Keep reading stdout and stderr and reaping; call
+    /// [`InterpShim::handle_tree_empty`] once no child is left.
+    Linger,
+    /// Exit with this status.
+    Exit(u8),
+}
+
+#[derive(serde::Deserialize)]
+struct Report {
+    seq: u64,
+    outcome: CellOutcome,
+}
+
+#[derive(Clone, Debug)]
+enum CellPhase {
+    Cgroup,
+    Send,
+    Sent,
+    Running,
+    /// Drained: the interpreter leaves the cgroup, then the cell finishes.
+    Ending(Result<CellOutcome, String>),
+    /// Left the cgroup: the cell finishes.
+    Finish(Result<CellOutcome, String>),
+}
+
+#[derive(Debug)]
+struct Current {
+    seq: CellSeq,
+    core: ShimCore,
+    marker: String,
+    group: Option<String>,
+    phase: CellPhase,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Begin,
+    Run,
+    Linger,
+    Exit(u8),
+}
+
+/// The interpreter shim of one Python kernel.
+#[derive(Debug)]
+pub struct InterpShim {
+    launch: CellLaunch,
+    kernel: KernelLayout,
+    nonce: String,
+    phase: Phase,
+    py: Option<(Pid, u64)>,
+    died: Option<String>,
+    ctl_buf: Vec<u8>,
+    current: Option<Current>,
+    last_seq: u64,
+    eof: [bool; 2],
+    /// Cell cgroups that still had members when their cell ended.
+    pending: Vec<String>,
+    log: BackgroundLog,
+}
+
+fn index(stream: Stream) -> usize {
+    match stream {
+        Stream::Stdout => 0,
+        Stream::Stderr => 1,
+    }
+}
+
+/// How the interpreter's end reads in the loss report.
+fn death_detail(status: ExitStatus) -> String {
+    match status {
+        ExitStatus::Code(code) => format!("exited with status {code}"),
+        ExitStatus::Signal(sig) => format!("was killed by signal {sig}"),
+    }
+}
+
+impl InterpShim {
+    /// The shim `launch` describes (its cell directory is `{kernel}/py`,
+    /// its marker `<nonce>:py`).
+    pub fn new(launch: CellLaunch) -> InterpShim {
+        let kernel = KernelLayout::new(&launch.kernel_dir);
+        let suffix = format!(":{}", python::INTERPRETER_MARK);
+        let nonce = launch
+            .marker
+            .1
+            .strip_suffix(&suffix)
+            .unwrap_or(&launch.marker.1)
+            .to_owned();
+        let log = BackgroundLog::new(&kernel);
+        InterpShim {
+            launch,
+            kernel,
+            nonce,
+            phase: Phase::Begin,
+            py: None,
+            died: None,
+            ctl_buf: Vec::new(),
+            current: None,
+            last_seq: 0,
+            eof: [false; 2],
+            pending: Vec::new(),
+            log,
+        }
+    }
+
+    /// Its pseudo cell directory.
+    pub fn cell_dir(&self) -> &str {
+        &self.launch.cell_dir
+    }
+
+    /// The interpreter, once started.
+    pub fn interpreter(&self) -> Option<Pid> {
+        self.py.map(|(pid, _)| pid)
+    }
+
+    /// Does the shim still read `stream`'s pipe?
+    pub fn reading(&self, stream: Stream) -> bool {
+        matches!(self.phase, Phase::Run | Phase::Linger) && !self.eof[index(stream)]
+    }
+
+    /// Does the shim still read the report pipe?
+    pub fn reading_reports(&self) -> bool {
+        self.phase == Phase::Run
+    }
+
+    /// Is the interpreter gone, the shim waiting for its tree to empty
+    /// ([`InterpStep::Linger`])?
+    pub fn lingering(&self) -> bool {
+        self.phase == Phase::Linger
+    }
+
+    /// The cell handed over next, if the daemon has named one.
+    fn next_seq(&self, os: &dyn Os) -> Option<u64> {
+        os.read_file(&python::run_file(&self.kernel))
+            .ok()
+            .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<u64>().ok())
+            .filter(|&s| s > self.last_seq)
+    }
+
+    /// When the shim has something to do without new input: now while it
+    /// has a step ready (a report, a death, a cell to start), else never.
+    #[must_use]
+    pub fn poll_timeout(&self, os: &dyn Os) -> Option<Timestamp> {
+        let now = os.now();
+        let ready = match (self.phase, &self.current) {
+            (Phase::Begin, _) => true,
+            (Phase::Run, Some(c)) => match c.phase {
+                CellPhase::Running => self.died.is_some() || self.ctl_buf.contains(&b'\n'),
+                _ => true,
+            },
+            (Phase::Run, None) => self.died.is_some() || self.next_seq(os).is_some(),
+            (Phase::Linger | Phase::Exit(_), _) => false,
+        };
+        ready.then_some(now)
+    }
+
+    /// The next step.
+    pub fn poll_step(&mut self, os: &mut dyn Os) -> InterpStep {
+        loop {
+            match self.phase {
+                Phase::Begin => {
+                    self.phase = Phase::Run;
+                    return InterpStep::StartInterpreter {
+                        argv: self.launch.argv.clone(),
+                        marker: self.launch.marker.clone(),
+                    };
+                }
+                Phase::Linger => return InterpStep::Linger,
+                Phase::Exit(code) => return InterpStep::Exit(code),
+                Phase::Run => {}
+            }
+            if self.current.is_some() {
+                if let Some(step) = self.step_cell(os) {
+                    return step;
+                }
+                if self.current.is_some() {
+                    return InterpStep::Pump;
+                }
+                continue;
+            }
+            if self.died.is_some() {
+                self.phase = Phase::Linger;
+                return InterpStep::CloseInput;
+            }
+            let Some(seq) = self.next_seq(os) else {
+                return InterpStep::Pump;
+            };
+            self.last_seq = seq;
+            self.open_cell(os, CellSeq(seq));
+        }
+    }
+
+    /// Takes cell `seq`: opens its journal and honours a tombstone.
+    fn open_cell(&mut self, os: &mut dyn Os, seq: CellSeq) {
+        let cell = self.kernel.cell(seq);
+        let marker = procs::marker_value(&self.nonce, seq);
+        let launch = CellLaunch {
+            kernel_dir: self.kernel.dir().to_owned(),
+            cell_dir: cell.dir().to_owned(),
+            lang: Lang::Python,
+            argv: Vec::new(),
+            marker: (procs::MARKER_NAME.to_owned(), marker.clone()),
+        };
+        let Ok(mut core) = ShimCore::new(os, launch) else {
+            return;
+        };
+        if let Some(reason) = core.tombstone(os) {
+            let _ = core.never_started(os, reason.outcome());
+            return;
+        }
+        self.current = Some(Current {
+            seq,
+            core,
+            marker,
+            group: None,
+            phase: CellPhase::Cgroup,
+        });
+    }
+
+    /// The current cell's next step; `None` while it runs (or once it
+    /// finished).
+    fn step_cell(&mut self, os: &mut dyn Os) -> Option<InterpStep> {
+        let (py_pid, py_start) = self.py.unwrap_or((0, 0));
+        let c = self.current.as_mut()?;
+        match std::mem::replace(&mut c.phase, CellPhase::Running) {
+            CellPhase::Cgroup => {
+                c.phase = CellPhase::Send;
+                Some(InterpStep::EnterCgroup {
+                    name: procs::cgroup_name(&c.marker),
+                    pid: py_pid,
+                })
+            }
+            CellPhase::Send => {
+                let _ = c.core.started(os, py_pid, py_pid, py_start);
+                c.phase = CellPhase::Sent;
+                let line = format!("{} {} {}\n", c.seq.0, c.core.cell().dir(), c.marker);
+                Some(InterpStep::Send {
+                    line: line.into_bytes(),
+                })
+            }
+            // The driver reports the write before it polls again.
+            CellPhase::Sent | CellPhase::Running => {
+                let seq = c.seq.0;
+                if let Some(outcome) = self.take_report(seq) {
+                    self.end_cell(Ok(outcome));
+                    return Some(InterpStep::Drain);
+                }
+                if let Some(detail) = self.died.clone() {
+                    self.end_cell(Err(detail));
+                    return Some(InterpStep::Drain);
+                }
+                None
+            }
+            CellPhase::Ending(reported) => {
+                match c.group.clone().filter(|_| self.died.is_none()) {
+                    Some(path) => {
+                        c.phase = CellPhase::Finish(reported);
+                        Some(InterpStep::LeaveCgroup { path, pid: py_pid })
+                    }
+                    // A dead interpreter has left the cgroup already.
+                    None => {
+                        self.finish(os, reported);
+                        None
+                    }
+                }
+            }
+            CellPhase::Finish(reported) => {
+                self.finish(os, reported);
+                None
+            }
+        }
+    }
+
+    fn end_cell(&mut self, reported: Result<CellOutcome, String>) {
+        if let Some(c) = self.current.as_mut() {
+            c.phase = CellPhase::Ending(reported);
+        }
+    }
+
+    /// The report for cell `seq`, if one came; reports for other cells
+    /// (and lines that are no report) are dropped.
+    fn take_report(&mut self, seq: u64) -> Option<CellOutcome> {
+        while let Some(end) = self.ctl_buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.ctl_buf.drain(..=end).collect();
+            match serde_json::from_slice::<Report>(&line) {
+                Ok(report) if report.seq == seq => return Some(report.outcome),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Ends the current cell: leftovers by marker and cgroup (never the
+    /// interpreter), the outcome with `done`, the cgroup removed if empty.
+    fn finish(&mut self, os: &mut dyn Os, reported: Result<CellOutcome, String>) {
+        let Some(mut c) = self.current.take() else {
+            return;
+        };
+        let table = Table::snapshot(os);
+        let mut protected = procs::protected(&table, os.self_pid());
+        if let Some((py, _)) = self.py {
+            protected.insert(py);
+        }
+        let scope = CellScope {
+            shim: None,
+            pgid: None,
+            marker: c.marker.clone(),
+            other_markers: Vec::new(),
+            extra: Vec::new(),
+            cgroup: c.group.clone(),
+        };
+        let left: Vec<Pid> = procs::cell_processes(os, &table, &scope, &protected)
+            .into_iter()
+            .collect();
+        let _ = c.core.finish_python(os, reported, left);
+        if let Some(group) = c.group.take() {
+            if os.remove_cgroup(&group).is_err() {
+                self.pending.push(group);
+            }
+        }
+    }
+
+    /// How [`InterpStep::StartInterpreter`] went: its pid and start time,
+    /// or why it could not start (the shim then lingers and exits; the
+    /// daemon reports the kernel's loss).
+    pub fn handle_interpreter(&mut self, started: Result<(Pid, u64), String>) {
+        match started {
+            Ok(py) => self.py = Some(py),
+            Err(_) => self.phase = Phase::Linger,
+        }
+    }
+
+    /// The cgroup [`InterpStep::EnterCgroup`] made (the interpreter in it),
+    /// or `None`. It is recorded in the cell's `cgroup` file. False: the
+    /// shim does not use it (it could not be recorded), and the driver
+    /// moves the interpreter back and removes it.
+    pub fn handle_cgroup(&mut self, os: &mut dyn Os, path: Option<String>) -> bool {
+        let (Some(path), Some(c)) = (path, self.current.as_mut()) else {
+            return false;
+        };
+        if c.core.record_cgroup(os, &path).is_err() {
+            return false;
+        }
+        c.group = Some(path);
+        true
+    }
+
+    /// Whether [`InterpStep::Send`] wrote the whole line. An interpreter
+    /// that takes no input ends the cell.
+    pub fn handle_sent(&mut self, sent: bool) {
+        if let Some(c) = self.current.as_mut() {
+            c.phase = if sent {
+                CellPhase::Running
+            } else {
+                CellPhase::Ending(Err("does not take input".into()))
+            };
+        }
+    }
+
+    /// Bytes from the interpreter's stdout or stderr: the current cell's
+    /// output while a cell runs, the background log between cells and
+    /// after the interpreter is gone.
+    pub fn handle_output(
+        &mut self,
+        os: &mut dyn Os,
+        stream: Stream,
+        data: &[u8],
+    ) -> Result<(), OsError> {
+        match self.current.as_mut() {
+            Some(c) if !matches!(c.phase, CellPhase::Cgroup) && self.phase == Phase::Run => {
+                c.core.output(os, stream, data)
+            }
+            _ => self.log.append(os, data),
+        }
+    }
+
+    /// Bytes from the report pipe.
+    pub fn handle_report(&mut self, data: &[u8]) {
+        self.ctl_buf.extend_from_slice(data);
+    }
+
+    /// `stream`'s pipe reached EOF.
+    pub fn handle_eof(&mut self, stream: Stream) {
+        self.eof[index(stream)] = true;
+    }
+
+    /// A child was reaped: the interpreter's death ends the current cell
+    /// (its namespace is lost) and the shim; other children are orphans.
+    pub fn handle_exit(&mut self, pid: Pid, status: ExitStatus) {
+        if self.interpreter() == Some(pid) && self.died.is_none() {
+            self.died = Some(death_detail(status));
+        }
+    }
+
+    /// The shim has no child left: cell cgroups left over go if empty, and
+    /// the shim exits.
+    pub fn handle_tree_empty(&mut self, os: &mut dyn Os) {
+        if self.phase != Phase::Linger {
+            return;
+        }
+        for group in std::mem::take(&mut self.pending) {
+            let _ = os.remove_cgroup(&group);
+        }
+        self.phase = Phase::Exit(0);
+    }
+}

@@ -1,0 +1,292 @@
+//! The simulated interpreter shim of a Python kernel: the IO driver of the
+//! agent's own [`InterpShim`] (which makes every decision), as
+//! `agent/src/pyshim.rs` is on Linux. Here: a child subreaper that forks
+//! the simulated interpreter ([`super::python`]) in a new session with the
+//! marker, its stdin, stdout and stderr on simulated pipes and the report
+//! pipe as its fd 3; makes each cell's cgroup and moves the interpreter in
+//! and out; writes to its stdin, reads its pipes, reaps, and exits when
+//! the machine says so.
+
+use super::process::{CellRef, ExitStatus, Fd, ForkSpec, Program, Role};
+use super::python::PyInterp;
+use super::shim::core_exit;
+use super::SimOs;
+use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
+use tether_core::protocol::Stream;
+use tether_core::time::Timestamp;
+
+/// The interpreter shim's machine and the simulated pipes it holds.
+#[derive(Debug)]
+pub(crate) struct PyShimRun {
+    launch: CellLaunch,
+    /// Until its first step: when the exec of the agent binary is over.
+    start_at: Option<Timestamp>,
+    machine: InterpShim,
+    /// stdout, stderr, reports (read ends).
+    reads: Option<[u64; 3]>,
+    ctl_eof: bool,
+    stdin: Option<u64>,
+}
+
+impl PyShimRun {
+    pub(crate) fn new(launch: CellLaunch, start_at: Timestamp) -> PyShimRun {
+        PyShimRun {
+            start_at: Some(start_at),
+            machine: InterpShim::new(launch.clone()),
+            launch,
+            reads: None,
+            ctl_eof: false,
+            stdin: None,
+        }
+    }
+
+    /// Its pseudo cell directory.
+    pub(crate) fn cell_dir(&self) -> &str {
+        self.machine.cell_dir()
+    }
+
+    /// The output pipes the machine still reads, with their streams.
+    fn reading(&self) -> Vec<(u64, Stream)> {
+        let Some([out, err, _]) = self.reads else {
+            return Vec::new();
+        };
+        [(out, Stream::Stdout), (err, Stream::Stderr)]
+            .into_iter()
+            .filter(|&(_, stream)| self.machine.reading(stream))
+            .collect()
+    }
+
+    /// The report pipe, while the machine reads it.
+    fn reports(&self) -> Option<u64> {
+        let [_, _, ctl] = self.reads?;
+        (self.machine.reading_reports() && !self.ctl_eof).then_some(ctl)
+    }
+
+    /// When this shim next has something to do.
+    pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
+        let now = os.now;
+        if let Some(at) = self.start_at {
+            return Some(at);
+        }
+        if os.procs.values().any(|c| c.ppid == pid && !c.alive()) {
+            return Some(now);
+        }
+        let mut pipes = self.reading().into_iter().map(|(id, _)| id);
+        if pipes.any(|id| os.pipe_has_news(id))
+            || self.reports().is_some_and(|id| os.pipe_has_news(id))
+        {
+            return Some(now);
+        }
+        if self.machine.lingering() && os.children_of(pid).is_empty() {
+            return Some(now);
+        }
+        self.machine.poll_timeout(os)
+    }
+}
+
+impl SimOs {
+    /// Runs the interpreter shim `pid` as far as it gets now.
+    pub(crate) fn run_pyshim(&mut self, pid: Pid) -> bool {
+        let take = |p| match p {
+            Program::PyShim(shim) => Ok(shim),
+            other => Err(other),
+        };
+        self.step_program(pid, take, Program::PyShim, |os, shim| {
+            os.as_process(pid, |os| os.drive_pyshim(pid, shim))
+        })
+    }
+
+    fn drive_pyshim(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
+        if !self.shim_begins(pid, &mut shim.start_at) {
+            return false;
+        }
+        let mut progress = false;
+        loop {
+            match shim.machine.poll_step(self) {
+                InterpStep::StartInterpreter { argv, marker } => {
+                    let started = self.start_interpreter(pid, shim, &argv, &marker);
+                    shim.machine.handle_interpreter(started);
+                }
+                InterpStep::EnterCgroup { name, pid: py } => {
+                    let made = self.make_cgroup(pid, &name).and_then(|g| {
+                        if self.join_cgroup(py, &g).is_ok() {
+                            Some(g)
+                        } else {
+                            let _ = self.remove_cgroup(&g);
+                            None
+                        }
+                    });
+                    if !shim.machine.handle_cgroup(self, made.clone()) {
+                        if let Some(group) = made {
+                            self.join_cgroup_of(py, pid);
+                            let _ = self.remove_cgroup(&group);
+                        }
+                    }
+                }
+                InterpStep::Send { line } => {
+                    let sent = shim.stdin.is_some_and(|id| match self.pipes.get_mut(&id) {
+                        Some(pipe) if pipe.reader_open => {
+                            pipe.buf.extend_from_slice(&line);
+                            true
+                        }
+                        // EPIPE (the shim ignores SIGPIPE, as Rust
+                        // programs do).
+                        _ => false,
+                    });
+                    if !sent {
+                        self.pyshim_close_stdin(pid, shim);
+                    }
+                    shim.machine.handle_sent(sent);
+                }
+                InterpStep::Pump => {
+                    let read = self.pyshim_read(shim);
+                    if !read && !self.pyshim_reap(pid, shim) {
+                        return progress;
+                    }
+                }
+                InterpStep::Drain => {
+                    self.pyshim_read(shim);
+                }
+                InterpStep::LeaveCgroup { pid: py, .. } => self.join_cgroup_of(py, pid),
+                InterpStep::CloseInput => {
+                    self.pyshim_close_stdin(pid, shim);
+                    if let Some([_, _, ctl]) = shim.reads {
+                        shim.ctl_eof = true;
+                        if let Some(p) = self.procs.get_mut(&pid) {
+                            p.reads.retain(|&id| id != ctl);
+                        }
+                        if let Some(pipe) = self.pipes.get_mut(&ctl) {
+                            pipe.reader_open = false;
+                        }
+                        self.gc_pipe(ctl);
+                    }
+                }
+                InterpStep::Linger => {
+                    let read = self.pyshim_read(shim);
+                    let reaped = self.pyshim_reap(pid, shim);
+                    if !self.children_of(pid).is_empty() {
+                        return progress || read || reaped;
+                    }
+                    shim.machine.handle_tree_empty(self);
+                }
+                InterpStep::Exit(code) => {
+                    self.exit_proc(pid, ExitStatus::Code(i32::from(code)));
+                    return true;
+                }
+            }
+            progress = true;
+        }
+    }
+
+    /// The shim closes the interpreter's stdin.
+    fn pyshim_close_stdin(&mut self, pid: Pid, shim: &mut PyShimRun) {
+        let Some(id) = shim.stdin.take() else {
+            return;
+        };
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.writes.retain(|&w| w != id);
+        }
+        if let Some(pipe) = self.pipes.get_mut(&id) {
+            pipe.writers = pipe.writers.saturating_sub(1);
+        }
+        self.gc_pipe(id);
+    }
+
+    /// Hands the machine what stdout, stderr and the report pipe hold.
+    /// True if anything.
+    fn pyshim_read(&mut self, shim: &mut PyShimRun) -> bool {
+        let mut any = false;
+        for (id, stream) in shim.reading() {
+            let (data, at_eof) = self.read_pipe(id);
+            if !data.is_empty() {
+                any = true;
+                let _ = shim.machine.handle_output(self, stream, &data);
+            }
+            if at_eof {
+                any = true;
+                shim.machine.handle_eof(stream);
+            }
+        }
+        if let Some(ctl) = shim.reports() {
+            let (data, at_eof) = self.read_pipe(ctl);
+            if !data.is_empty() {
+                any = true;
+                shim.machine.handle_report(&data);
+            }
+            if at_eof {
+                any = true;
+                shim.ctl_eof = true;
+            }
+        }
+        any
+    }
+
+    /// `waitpid(-1, WNOHANG)`: the interpreter and any reparented orphan.
+    fn pyshim_reap(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
+        let reaped = self.reap_children(pid);
+        for &(child, status) in &reaped {
+            shim.machine.handle_exit(child, core_exit(status));
+        }
+        !reaped.is_empty()
+    }
+
+    /// Forks the interpreter (own session, `marker`), with the bootstrap's
+    /// SIGINT handler, its stdin, stdout and stderr on new pipes and the
+    /// report pipe as fd 3. Fails as exec does when it is not there.
+    fn start_interpreter(
+        &mut self,
+        pid: Pid,
+        shim: &mut PyShimRun,
+        argv: &[String],
+        marker: &(String, String),
+    ) -> Result<(Pid, u64), String> {
+        let program = argv.first().map_or("", String::as_str);
+        if !program.starts_with('/') && !self.has_program(program) {
+            return Err(format!("cannot start {program}: not found"));
+        }
+        let out = self.new_pipe();
+        let err = self.new_pipe();
+        let ctl = self.new_pipe();
+        let stdin = self.new_pipe();
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.reads = vec![out, err, ctl];
+            p.writes = vec![stdin];
+        }
+        if let Some(pipe) = self.pipes.get_mut(&stdin) {
+            pipe.writers += 1;
+        }
+        let mut env = self
+            .procs
+            .get(&pid)
+            .map(|p| p.env.clone())
+            .unwrap_or_default();
+        env.insert(marker.0.clone(), marker.1.clone());
+        let kernel_dir = shim.launch.kernel_dir.trim_end_matches('/').to_owned();
+        let interp = PyInterp::new(kernel_dir.clone(), stdin, ctl, env.clone());
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let mut spec = ForkSpec::new(&args, Program::Python(Box::new(interp)), Role::Interpreter);
+        spec.new_session = true;
+        spec.stdio = Some((Fd::Pipe(out), Fd::Pipe(err)));
+        spec.env = Some(env);
+        spec.origin = Some(Some(CellRef {
+            kernel_dir,
+            cell_dir: shim.launch.cell_dir.trim_end_matches('/').to_owned(),
+            seq: None,
+        }));
+        shim.reads = Some([out, err, ctl]);
+        shim.stdin = Some(stdin);
+        let py = self
+            .fork(pid, spec)
+            .map_err(|e| format!("cannot start {program}: {e}"))?;
+        if let Some(p) = self.procs.get_mut(&py) {
+            // The bootstrap's SIGINT handler; fd 3 and stdin.
+            p.int_handler = true;
+            p.writes = vec![ctl];
+            p.reads = vec![stdin];
+        }
+        if let Some(pipe) = self.pipes.get_mut(&ctl) {
+            pipe.writers += 1;
+        }
+        Ok((py, self.procs.get(&py).map_or(0, |p| p.starttime)))
+    }
+}
