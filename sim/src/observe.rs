@@ -37,6 +37,9 @@ pub struct CellSeen {
     /// namespace with it) was delivered for it (ms), if it was: a resumed
     /// client may deliver it long after the cell was written off.
     pub loss_noted_at: Option<u64>,
+    /// The client delivered the agent's list of processes the cell left
+    /// running when it resolved.
+    pub leftovers_reported: bool,
 }
 
 impl CellSeen {
@@ -117,6 +120,12 @@ impl ClientLog {
                     seen.output.push((*n, *stream, data.0.clone()));
                 }
             }
+            Event::Leftovers { cell, pids } => {
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.leftovers_reported |= !pids.is_empty();
+                }
+            }
             Event::CellResolved { cell, outcome } => {
                 if let Some(l) = self.label_of(cell) {
                     let seen = self.cells.entry(l).or_default();
@@ -181,6 +190,7 @@ pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTr
         client_stdout: seen.stdout(),
         namespace_lost: namespace_lost(scenario, log, spec, outcome.as_ref()),
         loss_reported_at: seen.loss_noted_at,
+        leftovers_reported: seen.leftovers_reported,
         outcome,
         resolutions: u32::try_from(
             seen.resolutions

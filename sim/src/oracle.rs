@@ -31,6 +31,8 @@ pub struct CellObs {
     /// When the client delivered the agent's note that the interpreter
     /// died and the kernel's namespace is lost (ms), if it did.
     pub loss_reported_at: Option<u64>,
+    /// The client reported processes the cell left running.
+    pub leftovers_reported: bool,
     /// How many resolutions other than `unknown` the client reported for
     /// it (an `unknown` cell may be resolved again by a resume).
     pub resolutions: u32,
@@ -266,6 +268,15 @@ pub enum Violation {
         /// When it was resolved so.
         at_ms: u64,
     },
+    /// A cell resolved as run to its end while processes of it kept
+    /// running, and nobody was told (they die with its cancel, a reset
+    /// or shutdown, so the caller must know they exist).
+    UnreportedLeftovers {
+        /// The cell.
+        cell: String,
+        /// Its processes still alive when the script ended.
+        pids: Vec<u32>,
+    },
     /// The agent killed a kernel that had work (an idle exit while a cell
     /// ran): a loss it caused itself, whatever it then reported.
     SelfInflictedLoss {
@@ -303,6 +314,7 @@ impl Violation {
             Violation::Leak { .. } => "leak",
             Violation::NoProgress { .. } => "no_progress",
             Violation::NeedlessUnknown { .. } => "needless_unknown",
+            Violation::UnreportedLeftovers { .. } => "unreported_leftovers",
             Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
             Violation::Harness { .. } => "harness",
@@ -367,6 +379,10 @@ impl fmt::Display for Violation {
             Violation::NeedlessUnknown { cell, at_ms } => write!(
                 f,
                 "{cell} resolved unknown at {at_ms} ms, but no fault kept the sandbox from answering"
+            ),
+            Violation::UnreportedLeftovers { cell, pids } => write!(
+                f,
+                "{cell} resolved as complete, its processes {pids:?} ran on, and no leftovers were reported"
             ),
             Violation::SelfInflictedLoss { detail } => {
                 write!(f, "the agent killed its own kernel: {detail}")
@@ -575,6 +591,16 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             delivered: show(&cell.client_stdout),
         });
     }
+    if cell.outcome.as_ref().is_some_and(completed)
+        && !cell.cancel_requested
+        && !cell.truth.alive_at_end.is_empty()
+        && !cell.leftovers_reported
+    {
+        v.push(Violation::UnreportedLeftovers {
+            cell: name.clone(),
+            pids: cell.truth.alive_at_end.clone(),
+        });
+    }
     if let Some(at_ms) = cell.truth.spawned_after_resolution {
         let written_off = matches!(
             cell.outcome,
@@ -637,6 +663,17 @@ mod tests {
             finished: true,
             ..Observations::default()
         }
+    }
+
+    #[test]
+    fn processes_a_complete_cell_left_running_must_be_reported() {
+        let mut o = good();
+        o.cells[0].truth.alive_at_end = vec![8, 11];
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "unreported_leftovers");
+        o.cells[0].leftovers_reported = true;
+        assert!(check(&o).is_empty());
     }
 
     #[test]
