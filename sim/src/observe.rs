@@ -40,6 +40,8 @@ pub struct CellSeen {
     /// The client delivered the agent's list of processes the cell left
     /// running when it resolved.
     pub leftovers_reported: bool,
+    /// When the client resolved it as timed out (ms), if it did.
+    pub timed_out_at: Option<u64>,
 }
 
 impl CellSeen {
@@ -129,6 +131,9 @@ impl ClientLog {
             Event::CellResolved { cell, outcome } => {
                 if let Some(l) = self.label_of(cell) {
                     let seen = self.cells.entry(l).or_default();
+                    if *outcome == CellOutcome::TimedOut {
+                        seen.timed_out_at.get_or_insert(now_ms);
+                    }
                     seen.resolutions.push(outcome.clone());
                     seen.resolved_at.get_or_insert(now_ms);
                 }
@@ -191,6 +196,8 @@ pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTr
         namespace_lost: namespace_lost(scenario, log, spec, outcome.as_ref()),
         loss_reported_at: seen.loss_noted_at,
         leftovers_reported: seen.leftovers_reported,
+        timeout_ms: spec.timeout_ms,
+        timed_out_at: seen.timed_out_at,
         outcome,
         resolutions: u32::try_from(
             seen.resolutions

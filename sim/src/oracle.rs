@@ -33,6 +33,10 @@ pub struct CellObs {
     pub loss_reported_at: Option<u64>,
     /// The client reported processes the cell left running.
     pub leftovers_reported: bool,
+    /// Its timeout, if it has one.
+    pub timeout_ms: Option<u64>,
+    /// When the client resolved it as timed out (virtual ms), if it did.
+    pub timed_out_at: Option<u64>,
     /// How many resolutions other than `unknown` the client reported for
     /// it (an `unknown` cell may be resolved again by a resume).
     pub resolutions: u32,
@@ -81,6 +85,9 @@ pub struct Observations {
     pub cells: Vec<CellObs>,
     /// Client calls.
     pub calls: Vec<CallObs>,
+    /// How far the sandbox's clock jumped forward in all (ms): timeouts
+    /// on the sandbox see the jump, so a cell may time out that much early.
+    pub sandbox_clock_jumps_ms: u64,
     /// Times (virtual ms) the client reported "state lost".
     pub state_lost_reports: Vec<u64>,
     /// Times (virtual ms) a kernel daemon really died (killed, sandbox bounced).
@@ -411,6 +418,17 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     let first_death = obs.kernel_deaths.iter().min().copied();
     for cell in &obs.cells {
         check_cell(cell, &mut v);
+        if let (Some(timeout), Some(at)) = (cell.timeout_ms, cell.timed_out_at) {
+            let ran = at.saturating_sub(cell.started_ms);
+            if ran.saturating_add(obs.sandbox_clock_jumps_ms) < timeout {
+                v.push(Violation::BadResolution {
+                    cell: cell.label.clone(),
+                    detail: format!(
+                        "timed out {ran} ms after it started, its timeout is {timeout} ms"
+                    ),
+                });
+            }
+        }
     }
     for (label, n) in &obs.extra_executions {
         v.push(Violation::DoubleExecution {

@@ -367,6 +367,14 @@ pub fn run_in(
         harness,
     );
     obs.outages = Some(outages(schedule, world));
+    obs.sandbox_clock_jumps_ms = schedule
+        .0
+        .iter()
+        .map(|f| match f.kind {
+            FaultKind::ClockJump { ms } => ms,
+            _ => 0,
+        })
+        .fold(0, u64::saturating_add);
     let mut violations = oracle::check(&obs);
     violations.extend(expectations(scenario, schedule, &obs));
     violations.sort();
