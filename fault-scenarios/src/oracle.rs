@@ -394,7 +394,7 @@ impl fmt::Display for Violation {
 }
 
 fn show(bytes: &[u8]) -> String {
-    crate::trace::excerpt(bytes, 80)
+    crate::excerpt::excerpt(bytes, 80)
 }
 
 /// Outcomes that claim the cell ran to its end.

@@ -20,20 +20,10 @@
 
 #[path = "../../fault-scenarios/src/script.rs"]
 pub mod client_host;
-#[path = "../../fault-scenarios/src/control.rs"]
-pub mod control;
+pub use tether_scenarios::{control, faults, observe, oracle, scenario, swarm};
 pub mod explore;
-#[path = "../../fault-scenarios/src/faults.rs"]
-pub mod faults;
-#[path = "../../fault-scenarios/src/observe.rs"]
-pub mod observe;
-#[path = "../../fault-scenarios/src/oracle.rs"]
-pub mod oracle;
 pub mod os;
 pub mod sandbox;
-#[path = "../../fault-scenarios/src/scenario.rs"]
-pub mod scenario;
-pub mod swarm;
 pub mod trace;
 pub mod transport;
 pub mod world;

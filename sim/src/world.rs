@@ -27,9 +27,7 @@ use tether_core::protocol::{CellOutcome, Lang};
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
-/// Every client call must return within this bound (the client gives up on
-/// an unreachable sandbox after 15 s; cells run at most a few seconds).
-pub const CALL_BUDGET_MS: u64 = 90_000;
+pub use tether_scenarios::observe::CALL_BUDGET_MS;
 
 /// Which build of the product runs: the real one, or a deliberately broken
 /// variant (only with the `mutations` feature, never in release builds).
