@@ -16,6 +16,8 @@
 //!   transport or sandbox, and the client script;
 //! - [`observe`]: what the client saw, and the client's half of the
 //!   observations;
+//! - [`script`]: the one client script, over a small [`script::Host`]
+//!   trait each host implements;
 //! - [`oracle`]: observations of a run and the invariants they must meet;
 //! - [`excerpt`]: one-line excerpts of bytes for traces and reports.
 
@@ -28,6 +30,7 @@ pub mod faults;
 pub mod observe;
 pub mod oracle;
 pub mod scenario;
+pub mod script;
 pub mod swarm;
 pub mod workload;
 

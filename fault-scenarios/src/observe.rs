@@ -43,6 +43,8 @@ pub struct CellSeen {
     /// The client delivered the agent's list of processes the cell left
     /// running when it resolved.
     pub leftovers_reported: bool,
+    /// It was cancelled while its submit was held back (live).
+    pub cancelled_early: bool,
 }
 
 impl CellSeen {

@@ -16,10 +16,11 @@
 //! - [`harness`]: a [`harness::Live`] kernel session over one backend — run
 //!   cells, cancel, drop the client mid-cell, resume, observe;
 //! - [`procs`]: `ps` output as rows;
-//! - [`sim_run`]: a simulation scenario (`tether_sim::scenario`) run on a
-//!   real backend, its fixed faults made real — through [`faulty`], a
-//!   transport that injects the network faults — and judged by the
-//!   simulation's oracle over what [`sim_observe`] sees.
+//! - [`sim_run`]: the real-process host of the harness runtime
+//!   ([`tether_scenarios::script`]): a scenario run on a real backend,
+//!   its faults made real — through [`faulty`], a transport that injects
+//!   the network faults — and judged by the runtime's oracle over what
+//!   [`sim_observe`] sees.
 
 pub mod backends;
 pub mod container;

@@ -1,8 +1,8 @@
-//! What a live run of a simulation scenario saw, and the verdict.
+//! What a live run of a scenario saw, and the verdict.
 //!
-//! The client's side is the simulation's own [`ClientLog`], inside
+//! The client's side is the runtime's [`ClientLog`], inside
 //! [`Log`]; the client's half of the observations and each cell's
-//! observation are made by the simulation's [`observe`] functions. The
+//! observation are made by the runtime's [`observe`] functions. The
 //! sandbox's side comes from the sandbox itself, through the backend's
 //! own transport (never the faulty one): `ps` after every cell,
 //! at the end of the script and after shutdown, and the side-effect files
@@ -15,7 +15,7 @@
 //! shim; a change of that child between two cells is a real death of the
 //! interpreter.
 //!
-//! [`judge`] fills the simulation oracle's [`Observations`] with what was
+//! [`judge`] fills the oracle's [`Observations`] with what was
 //! observed and runs [`oracle::check`], the scenario's own expectations,
 //! and the checks only a live run can add (side-effect counts of cells
 //! that ran, of a cell cancelled before it registered; a bystander's
@@ -27,17 +27,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tether::driver::DriverError;
 use tether::transport::{ExecOutput, ExecRequest};
-use tether_core::client::{CellKey, Event};
+use tether_core::client::CellKey;
 use tether_core::protocol::{CellOutcome, Lang};
+use tether_scenarios::faults::{CancelPoint, FaultKind};
+use tether_scenarios::observe::{self, CellSeen, ClientLog};
+use tether_scenarios::oracle::{self, CellTruth, Observations};
+use tether_scenarios::scenario::{CellSpec, Expect, Scenario};
+use tether_scenarios::script::kernel_of;
 use tether_scenarios::workload::{render_python, render_shell, Step, Workload};
-use tether_sim::client_host::kernel_of;
-use tether_sim::faults::{CancelPoint, FaultKind};
-use tether_sim::observe::{self, CellSeen, ClientLog};
-use tether_sim::oracle::{self, CellTruth, Observations};
-use tether_sim::scenario::{CellSpec, Expect};
-use tokio::time::Instant;
 
 /// A sleep at least this long outlives any run: it gets a unique tag.
 const LONG_MS: u64 = 10_000;
@@ -134,8 +132,6 @@ fn tag(step: Step, tags: &mut Vec<String>, leftovers: &mut Vec<String>) -> Step 
 /// of it ([`CellSeen`]).
 #[derive(Clone, Debug, Default)]
 pub struct LiveCell {
-    /// It was cancelled while its submit was held back.
-    pub cancelled_early: bool,
     /// Its side-effect count right after it resolved.
     pub runs_at_resolution: Option<usize>,
     /// Its processes alive after it was cancelled or timed out, and at
@@ -167,19 +163,6 @@ pub struct Log {
     pub last_observed: u64,
 }
 
-impl Log {
-    /// Takes one event of the driver (in real ms since `start`).
-    pub fn on_event(&mut self, start: Instant, event: &Event) {
-        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.client.on_event(now, event);
-    }
-
-    /// Records a client call and its error, if any.
-    pub fn call(&mut self, name: &str, start: u64, end: u64, err: Option<DriverError>) {
-        self.client.call(name, start, end, err);
-    }
-}
-
 /// Runs `argv` on the sandbox (observation transport); `None` (and a
 /// harness error) when the transport fails.
 pub(crate) async fn exec(ctx: &Ctx<'_>, argv: Vec<String>) -> Option<ExecOutput> {
@@ -187,10 +170,7 @@ pub(crate) async fn exec(ctx: &Ctx<'_>, argv: Vec<String>) -> Option<ExecOutput>
     let mut last = String::new();
     // A sandbox being restarted refuses execs for a moment.
     for _ in 0..10 {
-        let req = ExecRequest {
-            argv: argv.clone(),
-            stdin: Vec::new(),
-        };
+        let req = ExecRequest::command(argv.clone());
         match tokio::time::timeout(Duration::from_secs(30), ctx.obs.exec(req)).await {
             Ok(Ok(out)) => return Some(out),
             Ok(Err(e)) => last = e.to_string(),
@@ -409,7 +389,7 @@ pub struct Report {
     pub backend: String,
     /// One line per cell: outcome, stdout, runs.
     pub cells: Vec<String>,
-    /// The faults as they were made real.
+    /// The faults as they were made real, and what the script did.
     pub injected: Vec<String>,
     /// What the client reported and the sandbox showed of kernel deaths.
     pub deaths: String,
@@ -433,7 +413,7 @@ impl fmt::Display for Report {
             writeln!(f, "  cell {c}")?;
         }
         for i in &self.injected {
-            writeln!(f, "  fault {i}")?;
+            writeln!(f, "  log {i}")?;
         }
         writeln!(f, "  {}", self.deaths)?;
         for v in &self.violations {
@@ -507,7 +487,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
                 String::from_utf8_lossy(&stdout)
             ));
         }
-        if live.cancelled_early
+        if seen.cancelled_early
             && outcome == Some(CellOutcome::Cancelled)
             && (executions != 0 || !stdout.is_empty())
         {
@@ -596,7 +576,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
 
 /// The scenario cancels `spec` before its submit registers (its fixed
 /// faults hold that cancel, and `spec` is its first cell).
-fn expects_no_run(scenario: &tether_sim::scenario::Scenario, spec: &CellSpec) -> bool {
+fn expects_no_run(scenario: &Scenario, spec: &CellSpec) -> bool {
     let early = scenario.fixed.0.iter().any(|f| {
         f.at_ms == 0
             && f.kind

@@ -1,4 +1,4 @@
-//! Every scenario of the simulation (`tether_sim::scenario::all()`), run
+//! Every scenario of the simulation (`tether_scenarios::scenario::all()`), run
 //! live: its client script through the real driver and agent, its fixed
 //! faults made real, judged by the simulation's oracle over what the real
 //! sandbox shows (see `tether_live::sim_run`). Every scenario runs on
@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 use tether_live::sim_run::{self, skip, unrealisable, Host};
-use tether_sim::faults::{Fault, FaultKind, FaultSchedule, OpTarget};
-use tether_sim::scenario::{all, by_name};
+use tether_scenarios::faults::{Fault, FaultKind, FaultSchedule, OpTarget};
+use tether_scenarios::scenario::{all, by_name};
 
 /// Runs `name` on `backend`; fails with the report on any violation.
 async fn check(name: &str, backend: &str) {
@@ -122,7 +122,7 @@ async fn local_network_faults_are_realised() {
     println!("{report}");
     assert!(report.violations.is_empty(), "{report}");
     let injected = report.injected.join("\n");
-    for hit in ["refused (partition)", "submit: starts 200 ms late"] {
+    for hit in ["refused (partition)", "submit starts 200 ms late"] {
         assert!(injected.contains(hit), "no {hit:?} in\n{report}");
     }
 }

@@ -24,6 +24,7 @@ async fn exec(
     t.exec(ExecRequest {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         stdin: stdin.to_vec(),
+        op: None,
     })
     .await
 }

@@ -18,7 +18,6 @@
 //! - [`sandbox`]: the exec server over `SimOs`, daemons, ground truth;
 //! - [`world`]: one run: the turmoil world, the fault loop, observations.
 
-#[path = "../../fault-scenarios/src/script.rs"]
 pub mod client_host;
 pub use tether_scenarios::{control, faults, observe, oracle, scenario, swarm};
 pub mod explore;

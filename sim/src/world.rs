@@ -10,7 +10,7 @@
 use crate::client_host::{client_main, ClientCtx};
 use crate::control::Control;
 use crate::explore::RunReport;
-use crate::faults::{CancelPoint, Fault, FaultKind, FaultSchedule};
+use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
 use crate::oracle::{self, CellTruth, Observations, Outages, Violation};
 use crate::sandbox::{sandbox_main, Sandbox};
@@ -146,24 +146,7 @@ pub fn race_files(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, Stri
     Ok(files)
 }
 
-/// When every fault of `faults` is over (ms), with a 100 ms margin: the
-/// client script runs its liveness cell no earlier.
-pub fn healed_at_ms(faults: &[Fault]) -> u64 {
-    let mut healed = 0u64;
-    for f in faults {
-        // Saturating: a schedule from a file may hold any u64.
-        let after = |ms: u64| f.at_ms.saturating_add(ms);
-        let end = match f.kind {
-            FaultKind::PartitionExec { for_ms } | FaultKind::HoldExec { for_ms } => after(for_ms),
-            FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
-            FaultKind::SlowStart { ms, .. } => after(ms),
-            FaultKind::CrashClient { down_ms } => after(down_ms),
-            _ => f.at_ms,
-        };
-        healed = healed.max(end);
-    }
-    healed.saturating_add(100)
-}
+pub use tether_scenarios::faults::healed_at_ms;
 
 /// What in `schedule` kept the sandbox from answering the client, for
 /// the oracle's judgement of `unknown` outcomes.
