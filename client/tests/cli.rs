@@ -304,21 +304,15 @@ fn cancel_from_another_process_after_the_client_died() {
     assert_eq!(text(&out.stdout), "1\n", "{}", show(&out));
 }
 
-fn have_python() -> bool {
-    std::process::Command::new("python3")
-        .arg("-c")
-        .arg("pass")
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// A Python kernel keeps its namespace, shows a final expression, maps an
 /// exception to exit 1 and `sys.exit(N)` to N; Ctrl-C interrupts the cell
 /// and keeps the namespace; a shell `--lang` on it is a usage error.
 #[test]
 fn python_kernel_keeps_its_namespace() {
-    if !have_python() {
-        eprintln!("skipped: python3 is not installed");
+    if !tether_require::have(
+        "python_kernel_keeps_its_namespace",
+        tether_require::Need::Python3,
+    ) {
         return;
     }
     let w = World::new();

@@ -40,6 +40,7 @@ use tether::Driver;
 use tether_core::bytes::Bytes;
 use tether_core::client::KernelRecord;
 use tether_core::protocol::Lang;
+use tether_require::Need;
 use tether_scenarios::control::Control;
 use tether_scenarios::faults::{
     healed_at_ms, CancelPoint, Family, Fault, FaultKind, FaultSchedule,
@@ -114,8 +115,24 @@ pub fn realisable(backend: &str) -> Vec<Family> {
         .collect()
 }
 
+/// Why a scenario cannot run on a backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unrealisable {
+    /// What cannot be made real.
+    pub why: String,
+    /// The machine feature whose absence is the reason, if one is: a
+    /// `TETHER_REQUIRE` naming it turns the skip into a failure.
+    pub need: Option<Need>,
+}
+
+impl Unrealisable {
+    fn inherent(why: String) -> Option<Unrealisable> {
+        Some(Unrealisable { why, need: None })
+    }
+}
+
 /// Why `scenario`'s fixed faults cannot be made real on `backend`, if so.
-pub fn unrealisable(scenario: &Scenario, backend: &str) -> Option<String> {
+pub fn unrealisable(scenario: &Scenario, backend: &str) -> Option<Unrealisable> {
     unrealisable_schedule(scenario, &scenario.fixed, backend)
 }
 
@@ -124,17 +141,17 @@ pub fn unrealisable_schedule(
     scenario: &Scenario,
     schedule: &FaultSchedule,
     backend: &str,
-) -> Option<String> {
+) -> Option<Unrealisable> {
     for f in &schedule.0 {
         match f.kind {
             FaultKind::ClockJump { ms } => {
-                return Some(format!(
+                return Unrealisable::inherent(format!(
                     "its clock jump ({ms} ms, the sandbox's clock only) cannot be made on a real \
                      machine without moving the client's clock too"
                 ))
             }
             FaultKind::BounceSandbox | FaultKind::ReplaceSandbox if backend != "docker" => {
-                return Some(format!(
+                return Unrealisable::inherent(format!(
                     "{} needs a sandbox that can be restarted or replaced under the client \
                      (docker); {backend} cannot",
                     serde_json::to_string(&f.kind).unwrap_or_default()
@@ -155,23 +172,33 @@ pub fn unrealisable_schedule(
                 .any(|s| matches!(s, Step::EnvIDaemon { .. }))
     });
     if python_escape {
-        let cgroups = match backend {
-            "local" => backends::local_cell_cgroups(),
-            _ => Err(format!("{backend} sandboxes have no writable cgroup v2")),
+        let (cgroups, need) = match backend {
+            "local" => (Need::Cgroup2.probe(), Some(Need::Cgroup2)),
+            _ => (
+                Err(format!("{backend} sandboxes have no writable cgroup v2")),
+                None,
+            ),
         };
         if let Err(why) = cgroups {
-            return Some(format!(
-                "a Python cell's setsid + env -i daemon is found only by the cell's cgroup: {why}"
-            ));
+            return Some(Unrealisable {
+                why: format!(
+                    "a Python cell's setsid + env -i daemon is found only by the cell's cgroup: {why}"
+                ),
+                need,
+            });
         }
     }
     None
 }
 
-/// Prints `skipped: <scenario> on <backend>: <why>` on the real stderr.
-pub fn skip(scenario: &str, backend: &str, why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "skipped: {scenario} on {backend}: {why}");
+/// Skips `scenario` on `backend` visibly, or fails when the reason is a
+/// missing machine feature that `TETHER_REQUIRE` names.
+pub fn skip(scenario: &str, backend: &str, why: &Unrealisable) {
+    let test = format!("{scenario} on {backend}");
+    match why.need {
+        Some(need) => tether_require::missing(&test, need, &why.why),
+        None => tether_require::skip(&test, &why.why),
+    }
 }
 
 /// Everything the script, the fault loop and the observers share.
