@@ -22,7 +22,7 @@
 //! Every injection is logged ([`Switch::injected`]), so a run can show
 //! that its fault really happened.
 
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tether::transport::{ExecFuture, ExecRequest, Transport};
 use tether_core::client::{TransportError, TransportErrorKind};
@@ -37,7 +37,8 @@ use tokio::time::Instant;
 pub struct Switch {
     control: Control,
     drops: Arc<watch::Sender<u64>>,
-    start: Instant,
+    /// Shared by every clone: the transport and the run see one clock.
+    start: Arc<Mutex<Instant>>,
 }
 
 impl Switch {
@@ -46,23 +47,23 @@ impl Switch {
         Switch {
             control: Control::new(),
             drops: Arc::new(watch::channel(0).0),
-            start: Instant::now(),
+            start: Arc::new(Mutex::new(Instant::now())),
         }
     }
 
     /// The run begins now (fault times count from here).
-    pub fn restart_clock(&mut self) {
-        self.start = Instant::now();
+    pub fn restart_clock(&self) {
+        *self.start.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
     /// Ms since the run began.
     pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.start().elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// When the run began.
     pub fn start(&self) -> Instant {
-        self.start
+        *self.start.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The switchboard.

@@ -10,6 +10,9 @@
 //!   credentials, no sshd binary);
 //! - [`container`]: a throwaway docker container from `tether-sandbox:latest`
 //!   (built by `scripts/docker-image`), removed when dropped;
+//! - [`explore`]: random fault schedules from the runtime's generator on
+//!   `local` or `docker`, judged by the same oracle, one replay command
+//!   per run (the `tether-live explore` command);
 //! - [`sshd`]: a private sshd on a free loopback port with a temporary host
 //!   key and authorized key (no system configuration touched);
 //! - [`modal_box`]: a throwaway Modal sandbox (only with credentials);
@@ -24,6 +27,7 @@
 
 pub mod backends;
 pub mod container;
+pub mod explore;
 pub mod faulty;
 pub mod harness;
 pub mod modal_box;

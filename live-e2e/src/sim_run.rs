@@ -296,7 +296,7 @@ pub async fn run_schedule(
     schedule: &FaultSchedule,
     host: &Host,
 ) -> sim_observe::Report {
-    let mut switch = Switch::new();
+    let switch = Switch::new();
     let wrap_switch = switch.clone();
     let live = Live::with_driver(
         &host.spec(),
