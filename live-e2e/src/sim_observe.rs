@@ -498,15 +498,6 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
                 String::from_utf8_lossy(&stdout)
             ));
         }
-        if let Some(expect) = spec.expect {
-            if !outcome.as_ref().is_some_and(|o| expect.admits(o)) {
-                extra.push(format!(
-                    "expectation: {} should resolve {expect:?}, resolved {}",
-                    spec.label,
-                    outcome.as_ref().map_or("never".into(), ToString::to_string)
-                ));
-            }
-        }
         if expects_no_run(scenario, spec) && executions != 0 {
             extra.push(format!("{} must never run, ran {executions}", spec.label));
         }
@@ -557,6 +548,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
     };
     let mut violations: Vec<String> = oracle::check(&obs)
         .iter()
+        .chain(&oracle::expectations(scenario, &ctx.schedule, &obs))
         .map(ToString::to_string)
         .collect();
     violations.extend(extra);

@@ -204,6 +204,8 @@ pub fn skip(scenario: &str, backend: &str, why: &Unrealisable) {
 /// Everything the script, the fault loop and the observers share.
 pub(crate) struct Ctx<'a> {
     pub(crate) scenario: &'a Scenario,
+    /// The faults of the run (the scenario's fixed ones, and any drawn).
+    pub(crate) schedule: FaultSchedule,
     /// Rendered cells, by label.
     pub(crate) cells: Vec<Tagged>,
     pub(crate) start: Instant,
@@ -322,6 +324,7 @@ pub async fn run_schedule(
     switch.lock().healed_at_ms = healed_at_ms(&faults);
     let ctx = Ctx {
         scenario,
+        schedule: schedule.clone(),
         cells,
         start: switch.start(),
         switch,

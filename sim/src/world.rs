@@ -12,7 +12,7 @@ use crate::control::Control;
 use crate::explore::RunReport;
 use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
-use crate::oracle::{self, CellTruth, Observations, Outages, Violation};
+use crate::oracle::{self, CellTruth, Observations, Outages};
 use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
 use crate::swarm::World;
@@ -23,7 +23,7 @@ use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
 use tether_core::agent::Pid;
-use tether_core::protocol::{CellOutcome, Lang};
+use tether_core::protocol::Lang;
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
@@ -349,7 +349,7 @@ pub fn run_in(
     );
     obs.outages = Some(outages(schedule, world));
     let mut violations = oracle::check(&obs);
-    violations.extend(expectations(scenario, schedule, &obs));
+    violations.extend(oracle::expectations(scenario, schedule, &obs));
     violations.sort();
     violations.dedup();
     for v in &violations {
@@ -507,34 +507,4 @@ fn observe(
             .collect(),
         ..client
     }
-}
-
-/// Checks a scenario's own expectations. They hold only when the run's
-/// faults cannot change the outcome class: no faults beyond the fixed
-/// ones, or only faults that merely delay.
-fn expectations(
-    scenario: &Scenario,
-    schedule: &FaultSchedule,
-    obs: &Observations,
-) -> Vec<Violation> {
-    if schedule != &scenario.fixed {
-        return Vec::new();
-    }
-    let mut v = Vec::new();
-    for (spec, cell) in scenario.cells().zip(&obs.cells) {
-        let Some(expect) = spec.expect else { continue };
-        match &cell.outcome {
-            Some(o) if expect.admits(o) => {}
-            other => v.push(Violation::Expectation {
-                detail: format!(
-                    "{} should resolve {expect:?}, resolved {}",
-                    spec.label,
-                    other
-                        .as_ref()
-                        .map_or("never".to_string(), CellOutcome::to_string)
-                ),
-            }),
-        }
-    }
-    v
 }
