@@ -7,23 +7,12 @@
 //! `tether-sandbox` image when docker runs) is a failure that says how to
 //! fix it.
 
-use std::process::{Command, Stdio};
-use tether_require::Need;
+use tether_require::{runs, Need};
 
 /// The docker image the docker tests start containers from.
 pub const IMAGE: &str = "tether-sandbox:latest";
 
 pub use tether_require::skip;
-
-fn runs(program: &str, args: &[&str]) -> bool {
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// `Ok` when docker can run containers here; `Err(why not)` otherwise.
 ///

@@ -152,7 +152,8 @@ pub fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
-fn runs(program: &str, args: &[&str]) -> bool {
+/// Does `program args…` run and succeed (output discarded)?
+pub fn runs(program: &str, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
         .stdin(Stdio::null())
