@@ -161,6 +161,9 @@ pub struct Log {
     pub interpreter_deaths: Vec<u64>,
     /// When the sandbox was last observed (ms).
     pub last_observed: u64,
+    /// Runs of each cell counted on sandboxes that were replaced since
+    /// (their side-effect files went with them).
+    pub runs_on_replaced: BTreeMap<String, usize>,
 }
 
 /// Runs `argv` on the sandbox (observation transport); `None` (and a
@@ -191,7 +194,21 @@ async fn ps(ctx: &Ctx<'_>) -> Option<Vec<Proc>> {
     Some(parse_ps(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// How often the cell `label` ran, on this sandbox and any it replaced.
 async fn runs(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
+    let here = runs_here(ctx, label).await?;
+    Some(
+        here + ctx
+            .log
+            .borrow()
+            .runs_on_replaced
+            .get(label)
+            .copied()
+            .unwrap_or(0),
+    )
+}
+
+async fn runs_here(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
     let path = format!("{}/{label}", ctx.side_dir());
     let out = exec(ctx, vec!["cat".into(), path]).await?;
     Some(if out.exit_code == 0 {
@@ -199,6 +216,20 @@ async fn runs(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
     } else {
         0
     })
+}
+
+/// The sandbox is about to be replaced: keeps the run counts its
+/// side-effect files hold.
+pub(crate) async fn before_replace(ctx: &Ctx<'_>) {
+    for t in &ctx.cells {
+        if let Some(n) = runs_here(ctx, &t.spec.label).await {
+            *ctx.log
+                .borrow_mut()
+                .runs_on_replaced
+                .entry(t.spec.label.clone())
+                .or_default() += n;
+        }
+    }
 }
 
 /// Pids of this session's kernel daemons.

@@ -421,6 +421,9 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             let at = ctx.now_ms();
             let (name, init) = (c.name.clone(), c.init);
             let bounce = kind == FaultKind::BounceSandbox;
+            if !bounce {
+                sim_observe::before_replace(ctx).await;
+            }
             tokio::task::spawn_blocking(move || {
                 if bounce {
                     container::restart(&name);
