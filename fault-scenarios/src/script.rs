@@ -29,6 +29,9 @@ pub const KERNEL: &str = "sim";
 /// How often the client script looks at the switchboard.
 pub const POLL: Duration = Duration::from_millis(5);
 
+/// The cancel grace period of [`timing`]: TERM, then this long, then KILL.
+pub const GRACE: Duration = Duration::from_millis(300);
+
 /// The client timing every host uses: the defaults scaled down so that a
 /// run stays short (in virtual time, and in real time live).
 pub fn timing(c: &mut Config) {
@@ -38,7 +41,7 @@ pub fn timing(c: &mut Config) {
     c.backoff_base = Duration::from_millis(100);
     c.backoff_max = Duration::from_millis(1_000);
     c.unreachable_after = Duration::from_secs(15);
-    c.grace = Duration::from_millis(300);
+    c.grace = GRACE;
 }
 
 /// What the script needs from the host it runs on.

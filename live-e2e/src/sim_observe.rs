@@ -34,7 +34,7 @@ use tether_scenarios::faults::{CancelPoint, FaultKind};
 use tether_scenarios::observe::{self, CellSeen, ClientLog};
 use tether_scenarios::oracle::{self, CellTruth, Observations};
 use tether_scenarios::scenario::{CellSpec, Expect, Scenario};
-use tether_scenarios::script::kernel_of;
+use tether_scenarios::script::{kernel_of, GRACE};
 use tether_scenarios::workload::{render_python, render_shell, Step, Workload};
 
 /// A sleep at least this long outlives any run: it gets a unique tag.
@@ -338,9 +338,55 @@ fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64) {
     log.last_observed = now;
 }
 
+/// How long after a stopped cell resolved its processes may still be on
+/// their way out, beyond the cancel's grace period: the agent resolves a
+/// cancelled cell when its main process is gone and KILLs the rest after
+/// the grace, and a loaded machine takes a moment more.
+pub const CANCEL_SLACK: Duration = Duration::from_millis(1_000);
+
 /// At the end of the script: what each cell left alive.
 pub(crate) async fn snapshot(ctx: &Ctx<'_>) {
     let Some(procs) = ps(ctx).await else { return };
+    record_snapshot(ctx, &procs);
+    settle_survivors(ctx).await;
+}
+
+/// Survivors of stopped cells count only if they are still alive
+/// [`GRACE`] + [`CANCEL_SLACK`] after their cell resolved.
+async fn settle_survivors(ctx: &Ctx<'_>) {
+    let deadline = {
+        let log = ctx.log.borrow();
+        log.live
+            .iter()
+            .filter(|(_, l)| !l.survivors.is_empty())
+            .filter_map(|(label, _)| log.client.cells.get(label)?.resolved_at)
+            .max()
+    };
+    let Some(resolved) = deadline else { return };
+    let bound = u64::try_from((GRACE + CANCEL_SLACK).as_millis()).unwrap_or(u64::MAX);
+    let deadline = resolved.saturating_add(bound);
+    loop {
+        let Some(procs) = ps(ctx).await else { return };
+        let still = |s: &Proc| {
+            procs
+                .iter()
+                .any(|p| p.pid == s.pid && p.args == s.args && !p.is_zombie())
+        };
+        let any = {
+            let mut log = ctx.log.borrow_mut();
+            for live in log.live.values_mut() {
+                live.survivors.retain(still);
+            }
+            log.live.values().any(|l| !l.survivors.is_empty())
+        };
+        if !any || ctx.now_ms() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn record_snapshot(ctx: &Ctx<'_>, procs: &[Proc]) {
     let mut log = ctx.log.borrow_mut();
     for tagged in &ctx.cells {
         let Some(seen) = log.client.cells.get(&tagged.spec.label) else {
