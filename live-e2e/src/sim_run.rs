@@ -38,7 +38,7 @@ use std::time::Duration;
 use tether::transport::Transport;
 use tether::Driver;
 use tether_core::bytes::Bytes;
-use tether_core::client::KernelRecord;
+use tether_core::client::{Event, KernelRecord};
 use tether_core::protocol::Lang;
 use tether_require::Need;
 use tether_scenarios::control::Control;
@@ -216,6 +216,16 @@ pub(crate) struct Ctx<'a> {
     pub(crate) root: String,
     /// Makes client processes.
     live: &'a Live,
+    /// When the scenario became ready (the first kernel up: a daemon
+    /// reported ready or a cell accepted), once it did.
+    ready_at: std::cell::Cell<Option<u64>>,
+    /// The scripted cells are done before the scenario was ever ready:
+    /// the later faults are dropped.
+    faults_off: std::cell::Cell<bool>,
+    /// When the faults due at 0 are over.
+    healed_now: u64,
+    /// How long after `ready_at` the later faults are over.
+    healed_later: u64,
 }
 
 impl Ctx<'_> {
@@ -269,12 +279,33 @@ impl ScriptHost for Ctx<'_> {
         self.switch.note(what.to_owned());
     }
 
+    fn on_event(&self, event: &Event) {
+        let now = self.now_ms();
+        self.log().on_event(now, event);
+        let up = matches!(
+            event,
+            Event::KernelReady { .. } | Event::CellAccepted { .. } | Event::Output { .. }
+        );
+        if up && self.ready_at.get().is_none() && !self.faults_off.get() {
+            // Decided here, before the script goes on, so the liveness
+            // wait always sees when the later faults heal.
+            self.ready_at.set(Some(now));
+            let mut a = self.switch.lock();
+            a.healed_at_ms = self.healed_now.max(now.saturating_add(self.healed_later));
+        }
+    }
+
     async fn after_cell(&self) {
         sim_observe::after_cell(self).await;
     }
 
     async fn snapshot(&self) {
         sim_observe::snapshot(self).await;
+        if self.ready_at.get().is_none() {
+            // Never ready: no later fault will come.
+            self.faults_off.set(true);
+            self.switch.lock().healed_at_ms = self.healed_now;
+        }
     }
 }
 
@@ -319,9 +350,19 @@ pub async fn run_schedule(
     }
     let mut faults = schedule.0.clone();
     faults.sort();
-    // The run begins now that the sandbox is set up.
+    // Faults due at once are armed before anything runs; later ones
+    // count from the moment the scenario is ready.
+    let later = faults.split_off(faults.partition_point(|f| f.at_ms == 0));
+    let healed_now = healed_at_ms(&faults);
+    let healed_later = healed_at_ms(&later);
+    // The run begins now that the sandbox is set up. Until it is ready,
+    // the later faults' end is unknown.
     switch.restart_clock();
-    switch.lock().healed_at_ms = healed_at_ms(&faults);
+    switch.lock().healed_at_ms = if later.is_empty() {
+        healed_now
+    } else {
+        u64::MAX
+    };
     let ctx = Ctx {
         scenario,
         schedule: schedule.clone(),
@@ -332,9 +373,11 @@ pub async fn run_schedule(
         obs: Arc::clone(&live.transport),
         root: live.root.clone(),
         live: &live,
+        ready_at: std::cell::Cell::new(None),
+        faults_off: std::cell::Cell::new(false),
+        healed_now,
+        healed_later,
     };
-    // Faults due at once are armed before anything runs.
-    let later = faults.split_off(faults.partition_point(|f| f.at_ms == 0));
     for f in faults {
         apply(&ctx, host, f.kind).await;
     }
@@ -349,19 +392,13 @@ async fn fault_loop(ctx: &Ctx<'_>, host: &Host, faults: Vec<Fault>) {
         return;
     }
     let ready = poll_until(|| {
-        let log = ctx.log.borrow();
-        log.client
-            .ready
-            .first()
-            .map(|r| Some(r.0))
-            .or(log.client.finished.then_some(None))
+        ctx.ready_at
+            .get()
+            .map(Some)
+            .or(ctx.faults_off.get().then_some(None))
     })
     .await;
     let Some(ready) = ready else { return };
-    {
-        let mut a = ctx.switch.lock();
-        a.healed_at_ms = a.healed_at_ms.max(ready + healed_at_ms(&faults));
-    }
     ctx.switch
         .note(format!("ready at {ready} ms: later faults count from here"));
     for f in faults {
