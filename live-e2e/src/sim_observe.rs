@@ -578,7 +578,13 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         if expects_no_run(scenario, spec) && executions != 0 {
             extra.push(format!("{} must never run, ran {executions}", spec.label));
         }
-        for t in &live.leftovers_gone {
+        // A restarted or replaced sandbox takes every process with it.
+        let restarted = ctx
+            .schedule
+            .0
+            .iter()
+            .any(|f| matches!(f.kind, FaultKind::BounceSandbox | FaultKind::ReplaceSandbox));
+        for t in live.leftovers_gone.iter().filter(|_| !restarted) {
             collateral.push(format!(
                 "leftover `sleep {t}` of {} (a cell nobody cancelled) is gone",
                 spec.label
