@@ -438,8 +438,10 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             }
         }
         FaultKind::KillDaemon => {
-            let at = ctx.now_ms();
             let pids = sim_observe::daemons(ctx).await;
+            // The death is dated when the kill is sent, not when the
+            // fault was due (finding the daemons takes a `ps`).
+            let at = ctx.now_ms();
             let mut argv = vec!["kill".to_owned(), "-9".to_owned()];
             argv.extend(pids.iter().map(u32::to_string));
             if !pids.is_empty() {
