@@ -584,7 +584,10 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
             .0
             .iter()
             .any(|f| matches!(f.kind, FaultKind::BounceSandbox | FaultKind::ReplaceSandbox));
-        for t in live.leftovers_gone.iter().filter(|_| !restarted) {
+        // A cell the client was asked to cancel (a fault can cancel the
+        // bystander while a new client resumes it) is no bystander.
+        let spared = !restarted && !seen.cancel_requested;
+        for t in live.leftovers_gone.iter().filter(|_| spared) {
             collateral.push(format!(
                 "leftover `sleep {t}` of {} (a cell nobody cancelled) is gone",
                 spec.label
