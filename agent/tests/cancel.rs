@@ -262,10 +262,10 @@ fn tombstone_before_submit_means_the_cell_never_runs() {
 /// (the shim died first). Only its membership of the cell's cgroup is left.
 #[test]
 fn daemon_that_outlives_its_killed_shim_is_found_by_the_cell_cgroup() {
-    if let Err(why) = cgroup_v2_writable() {
-        eprintln!(
-            "skipped: cgroup v2 is not writable on this machine, so no cell gets a cgroup: {why}"
-        );
+    if !tether_require::have(
+        "daemon_that_outlives_its_killed_shim_is_found_by_the_cell_cgroup",
+        tether_require::Need::Cgroup2,
+    ) {
         return;
     }
     let mut r = Root::new();
@@ -377,10 +377,10 @@ fn session_of(pid: u32) -> Option<u32> {
 /// cgroup (no empty cgroup is left behind).
 #[test]
 fn shutdown_after_ack_kills_what_the_cgroup_holds_and_removes_it() {
-    if let Err(why) = cgroup_v2_writable() {
-        eprintln!(
-            "skipped: cgroup v2 is not writable on this machine, so no cell gets a cgroup: {why}"
-        );
+    if !tether_require::have(
+        "shutdown_after_ack_kills_what_the_cgroup_holds_and_removes_it",
+        tether_require::Need::Cgroup2,
+    ) {
         return;
     }
     let mut r = Root::new();

@@ -143,10 +143,10 @@ fn started_pid(entries: &[serde_json::Value]) -> u32 {
 /// survives.
 #[test]
 fn a_setsid_env_i_daemon_of_a_python_cell_dies_with_the_cancel() {
-    if let Err(why) = cgroup_v2_writable() {
-        eprintln!(
-            "skipped: cgroup v2 is not writable on this machine, so no Python cell gets a cgroup: {why}"
-        );
+    if !tether_require::have(
+        "a_setsid_env_i_daemon_of_a_python_cell_dies_with_the_cancel",
+        tether_require::Need::Cgroup2,
+    ) {
         return;
     }
     let mut r = python_root();
@@ -272,7 +272,11 @@ fn cancelling_a_later_python_cell_spares_an_earlier_cells_leftovers() {
         pids_in(&one)
     );
     if let Err(why) = cgroups {
-        eprintln!("partly skipped: no cell cgroup, so no child with an empty environment: {why}");
+        tether_require::missing(
+            "cancelling_a_later_python_cell_spares_an_earlier_cells_leftovers (its env -i child)",
+            tether_require::Need::Cgroup2,
+            &why,
+        );
     }
 }
 

@@ -131,10 +131,7 @@ async fn measure(
     // Bare exec through the same transport.
     let mut bare = Vec::new();
     for _ in 0..iterations {
-        let req = ExecRequest {
-            argv: vec!["sh".into(), "-c".into(), "true".into()],
-            stdin: Vec::new(),
-        };
+        let req = ExecRequest::command(vec!["sh".into(), "-c".into(), "true".into()]);
         let t0 = Instant::now();
         transport
             .exec(req)

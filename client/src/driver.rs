@@ -23,7 +23,7 @@
 //! replays exactly.
 
 use crate::records::{RecordError, RecordStore};
-use crate::transport::{ExecRequest, Transport, TransportError, TransportErrorKind};
+use crate::transport::{ExecOp, ExecRequest, Transport, TransportError, TransportErrorKind};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -274,6 +274,10 @@ impl Driver {
         ExecRequest {
             argv: rendered.argv,
             stdin,
+            op: Some(ExecOp {
+                id,
+                kind: op.kind(),
+            }),
         }
     }
 

@@ -15,7 +15,6 @@ use crate::transport::{
 };
 use std::io::ErrorKind;
 use std::time::Duration;
-use tether_core::protocol::{Envelope, OpKind};
 use tokio::process::Command;
 
 /// Runs execs as child processes of this process.
@@ -31,9 +30,9 @@ impl LocalTransport {
     }
 
     fn delay_for(&self, req: &ExecRequest) -> Duration {
-        let kind = op_kind(req);
-        let extra = kind
-            .and_then(|k| self.opts.delays.get(&k).copied())
+        let extra = req
+            .op
+            .and_then(|op| self.opts.delays.get(&op.kind).copied())
             .unwrap_or_default();
         self.opts.latency + extra
     }
@@ -57,17 +56,6 @@ impl Transport for LocalTransport {
             format!("local (latency {:?})", self.opts.latency)
         }
     }
-}
-
-/// Which op an exec carries, read back from its rendering (for per-op
-/// delays only).
-fn op_kind(req: &ExecRequest) -> Option<OpKind> {
-    if req.argv.iter().any(|a| a == "tether-install") {
-        return Some(OpKind::Install);
-    }
-    serde_json::from_slice::<Envelope>(&req.stdin)
-        .ok()
-        .map(|e| e.op.kind())
 }
 
 async fn run(req: ExecRequest) -> Result<ExecOutput, TransportError> {
@@ -109,11 +97,13 @@ fn not_run(program: &str, e: &std::io::Error, code: i32) -> ExecOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tether_core::protocol::OpKind;
 
     fn req(argv: &[&str], stdin: &[u8]) -> ExecRequest {
         ExecRequest {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             stdin: stdin.to_vec(),
+            op: None,
         }
     }
 
@@ -172,18 +162,12 @@ mod tests {
         let mut opts = LocalOptions::default();
         opts.delays.insert(OpKind::Submit, Duration::from_secs(5));
         let t = LocalTransport::new(opts);
-        let gc = tether_core::protocol::render(
-            1,
-            &tether_core::protocol::Op::Gc,
-            &tether_core::protocol::AgentLocation {
-                root: "/r".into(),
-                hash: "00".repeat(32),
-            },
-        );
-        let tether_core::protocol::StdinSource::Bytes(stdin) = gc.stdin else {
-            panic!("gc carries JSON");
+        let op = |kind| ExecRequest {
+            op: Some(crate::transport::ExecOp { id: 1, kind }),
+            ..req(&["x"], b"")
         };
-        assert_eq!(t.delay_for(&req(&["x"], &stdin)), Duration::ZERO);
-        assert_eq!(op_kind(&req(&["x"], &stdin)), Some(OpKind::Gc));
+        assert_eq!(t.delay_for(&op(OpKind::Gc)), Duration::ZERO);
+        assert_eq!(t.delay_for(&op(OpKind::Submit)), Duration::from_secs(5));
+        assert_eq!(t.delay_for(&req(&["x"], b"")), Duration::ZERO);
     }
 }

@@ -11,16 +11,41 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use tether_core::client::{TransportError, TransportErrorKind};
-pub use tether_core::protocol::ExecOutput;
+pub use tether_core::protocol::{ExecOutput, OpKind};
 
-/// One exec call: the command (no shell unless `argv` asks for one) and the
-/// bytes to write to its stdin before closing it.
+/// The agent op an exec call carries, as the client rendered it: what a
+/// transport, a fault injector or a trace may know about the call without
+/// parsing its argv or stdin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecOp {
+    /// The exec's id (echoed in the agent's reply).
+    pub id: u64,
+    /// Which op.
+    pub kind: OpKind,
+}
+
+/// One exec call: the command (no shell unless `argv` asks for one), the
+/// bytes to write to its stdin before closing it, and the agent op it
+/// carries, if it is one.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ExecRequest {
     /// The command and its arguments.
     pub argv: Vec<String>,
     /// Written to the command's stdin, which is then closed.
     pub stdin: Vec<u8>,
+    /// The agent op (`None` for any other command).
+    pub op: Option<ExecOp>,
+}
+
+impl ExecRequest {
+    /// A plain command with an empty stdin, no agent op.
+    pub fn command(argv: Vec<String>) -> ExecRequest {
+        ExecRequest {
+            argv,
+            stdin: Vec::new(),
+            op: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for ExecRequest {
@@ -28,6 +53,7 @@ impl std::fmt::Debug for ExecRequest {
         f.debug_struct("ExecRequest")
             .field("argv", &self.argv)
             .field("stdin_len", &self.stdin.len())
+            .field("op", &self.op)
             .finish()
     }
 }

@@ -195,9 +195,10 @@ fn cancel_before_registration_never_runs_the_cell() {
     assert_eq!(w.run("k", "true").status.code(), Some(0));
     let side = w.root.path().join("side-effect");
     let code = format!("touch {}", side.display());
+    let seq = w.next_seq("k");
     let child = w.spawn(&["run", "--kernel", "k", &code]);
-    // Well inside the 4 s the submit is held back.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The submit is on its way (held back 4 s by the transport).
+    w.wait_submitted("k", seq);
     kill("INT", child.id());
     let out = finish(child, "tether run after ctrl-c");
     assert_eq!(out.status.code(), Some(130), "{}", show(&out));
@@ -304,21 +305,15 @@ fn cancel_from_another_process_after_the_client_died() {
     assert_eq!(text(&out.stdout), "1\n", "{}", show(&out));
 }
 
-fn have_python() -> bool {
-    std::process::Command::new("python3")
-        .arg("-c")
-        .arg("pass")
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// A Python kernel keeps its namespace, shows a final expression, maps an
 /// exception to exit 1 and `sys.exit(N)` to N; Ctrl-C interrupts the cell
 /// and keeps the namespace; a shell `--lang` on it is a usage error.
 #[test]
 fn python_kernel_keeps_its_namespace() {
-    if !have_python() {
-        eprintln!("skipped: python3 is not installed");
+    if !tether_require::have(
+        "python_kernel_keeps_its_namespace",
+        tether_require::Need::Python3,
+    ) {
         return;
     }
     let w = World::new();
@@ -436,9 +431,10 @@ fn resume_sends_a_submit_that_never_reached_the_sandbox() {
     assert_eq!(w.run("k", "true").status.code(), Some(0));
     let counter = w.root.path().join("counter");
     let code = format!("echo ran >> {}; echo hello", counter.display());
+    let seq = w.next_seq("k");
     let mut child = w.spawn(&["run", "--kernel", "k", &code]);
-    // Well inside the 4 s the submit is held back.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The submit is on its way (held back 4 s by the transport).
+    w.wait_submitted("k", seq);
     kill("KILL", child.id());
     let _ = wait_bounded(&mut child, "tether run after kill -9");
     assert!(!counter.exists(), "the submit reached the sandbox");

@@ -181,6 +181,12 @@ impl Live {
         self.driver.stats()
     }
 
+    /// A fresh client (another process) over the driver's transport that
+    /// shares the records; the session's own driver stays as it is.
+    pub fn client(&self) -> Driver {
+        new_driver(&self.driver_transport, &self.root, &self.store, self.tune)
+    }
+
     /// Replaces the client by a fresh one (another process, as after a
     /// crash) that shares the records.
     pub fn new_client(&mut self) {
@@ -339,10 +345,7 @@ impl Live {
     ///
     /// On a transport error.
     pub async fn exec(&self, argv: &[&str]) -> ExecOutput {
-        let req = ExecRequest {
-            argv: argv.iter().map(|s| s.to_string()).collect(),
-            stdin: Vec::new(),
-        };
+        let req = ExecRequest::command(argv.iter().map(|s| s.to_string()).collect());
         tokio::time::timeout(Duration::from_secs(60), self.transport.exec(req))
             .await
             .unwrap_or_else(|_| panic!("exec {argv:?} on {} took over 60s", self.spec))
@@ -382,10 +385,7 @@ impl Live {
 }
 
 async fn ps_with(transport: &Arc<dyn Transport>) -> Vec<Proc> {
-    let req = ExecRequest {
-        argv: PS_ARGV.iter().map(|s| s.to_string()).collect(),
-        stdin: Vec::new(),
-    };
+    let req = ExecRequest::command(PS_ARGV.iter().map(|s| s.to_string()).collect());
     let out = transport
         .exec(req)
         .await

@@ -1,8 +1,8 @@
-//! What a live run of a simulation scenario saw, and the verdict.
+//! What a live run of a scenario saw, and the verdict.
 //!
-//! The client's side is the simulation's own [`ClientLog`], inside
+//! The client's side is the runtime's [`ClientLog`], inside
 //! [`Log`]; the client's half of the observations and each cell's
-//! observation are made by the simulation's [`observe`] functions. The
+//! observation are made by the runtime's [`observe`] functions. The
 //! sandbox's side comes from the sandbox itself, through the backend's
 //! own transport (never the faulty one): `ps` after every cell,
 //! at the end of the script and after shutdown, and the side-effect files
@@ -15,7 +15,7 @@
 //! shim; a change of that child between two cells is a real death of the
 //! interpreter.
 //!
-//! [`judge`] fills the simulation oracle's [`Observations`] with what was
+//! [`judge`] fills the oracle's [`Observations`] with what was
 //! observed and runs [`oracle::check`], the scenario's own expectations,
 //! and the checks only a live run can add (side-effect counts of cells
 //! that ran, of a cell cancelled before it registered; a bystander's
@@ -27,17 +27,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tether::driver::DriverError;
 use tether::transport::{ExecOutput, ExecRequest};
-use tether_core::client::{CellKey, Event};
+use tether_core::client::CellKey;
 use tether_core::protocol::{CellOutcome, Lang};
+use tether_scenarios::faults::{CancelPoint, FaultKind};
+use tether_scenarios::observe::{self, CellSeen, ClientLog};
+use tether_scenarios::oracle::{self, CellTruth, Observations};
+use tether_scenarios::scenario::{CellSpec, Expect, Scenario};
+use tether_scenarios::script::{kernel_of, GRACE};
 use tether_scenarios::workload::{render_python, render_shell, Step, Workload};
-use tether_sim::client_host::kernel_of;
-use tether_sim::faults::{CancelPoint, FaultKind};
-use tether_sim::observe::{self, CellSeen, ClientLog};
-use tether_sim::oracle::{self, CellTruth, Observations};
-use tether_sim::scenario::{CellSpec, Expect};
-use tokio::time::Instant;
 
 /// A sleep at least this long outlives any run: it gets a unique tag.
 const LONG_MS: u64 = 10_000;
@@ -134,8 +132,6 @@ fn tag(step: Step, tags: &mut Vec<String>, leftovers: &mut Vec<String>) -> Step 
 /// of it ([`CellSeen`]).
 #[derive(Clone, Debug, Default)]
 pub struct LiveCell {
-    /// It was cancelled while its submit was held back.
-    pub cancelled_early: bool,
     /// Its side-effect count right after it resolved.
     pub runs_at_resolution: Option<usize>,
     /// Its processes alive after it was cancelled or timed out, and at
@@ -165,19 +161,9 @@ pub struct Log {
     pub interpreter_deaths: Vec<u64>,
     /// When the sandbox was last observed (ms).
     pub last_observed: u64,
-}
-
-impl Log {
-    /// Takes one event of the driver (in real ms since `start`).
-    pub fn on_event(&mut self, start: Instant, event: &Event) {
-        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.client.on_event(now, event);
-    }
-
-    /// Records a client call and its error, if any.
-    pub fn call(&mut self, name: &str, start: u64, end: u64, err: Option<DriverError>) {
-        self.client.call(name, start, end, err);
-    }
+    /// Runs of each cell counted on sandboxes that were replaced since
+    /// (their side-effect files went with them).
+    pub runs_on_replaced: BTreeMap<String, usize>,
 }
 
 /// Runs `argv` on the sandbox (observation transport); `None` (and a
@@ -187,10 +173,7 @@ pub(crate) async fn exec(ctx: &Ctx<'_>, argv: Vec<String>) -> Option<ExecOutput>
     let mut last = String::new();
     // A sandbox being restarted refuses execs for a moment.
     for _ in 0..10 {
-        let req = ExecRequest {
-            argv: argv.clone(),
-            stdin: Vec::new(),
-        };
+        let req = ExecRequest::command(argv.clone());
         match tokio::time::timeout(Duration::from_secs(30), ctx.obs.exec(req)).await {
             Ok(Ok(out)) => return Some(out),
             Ok(Err(e)) => last = e.to_string(),
@@ -211,7 +194,21 @@ async fn ps(ctx: &Ctx<'_>) -> Option<Vec<Proc>> {
     Some(parse_ps(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// How often the cell `label` ran, on this sandbox and any it replaced.
 async fn runs(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
+    let here = runs_here(ctx, label).await?;
+    Some(
+        here + ctx
+            .log
+            .borrow()
+            .runs_on_replaced
+            .get(label)
+            .copied()
+            .unwrap_or(0),
+    )
+}
+
+async fn runs_here(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
     let path = format!("{}/{label}", ctx.side_dir());
     let out = exec(ctx, vec!["cat".into(), path]).await?;
     Some(if out.exit_code == 0 {
@@ -219,6 +216,20 @@ async fn runs(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
     } else {
         0
     })
+}
+
+/// The sandbox is about to be replaced: keeps the run counts its
+/// side-effect files hold.
+pub(crate) async fn before_replace(ctx: &Ctx<'_>) {
+    for t in &ctx.cells {
+        if let Some(n) = runs_here(ctx, &t.spec.label).await {
+            *ctx.log
+                .borrow_mut()
+                .runs_on_replaced
+                .entry(t.spec.label.clone())
+                .or_default() += n;
+        }
+    }
 }
 
 /// Pids of this session's kernel daemons.
@@ -327,9 +338,55 @@ fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64) {
     log.last_observed = now;
 }
 
+/// How long after a stopped cell resolved its processes may still be on
+/// their way out, beyond the cancel's grace period: the agent resolves a
+/// cancelled cell when its main process is gone and KILLs the rest after
+/// the grace, and a loaded machine takes a moment more.
+pub const CANCEL_SLACK: Duration = Duration::from_millis(1_000);
+
 /// At the end of the script: what each cell left alive.
 pub(crate) async fn snapshot(ctx: &Ctx<'_>) {
     let Some(procs) = ps(ctx).await else { return };
+    record_snapshot(ctx, &procs);
+    settle_survivors(ctx).await;
+}
+
+/// Survivors of stopped cells count only if they are still alive
+/// [`GRACE`] + [`CANCEL_SLACK`] after their cell resolved.
+async fn settle_survivors(ctx: &Ctx<'_>) {
+    let deadline = {
+        let log = ctx.log.borrow();
+        log.live
+            .iter()
+            .filter(|(_, l)| !l.survivors.is_empty())
+            .filter_map(|(label, _)| log.client.cells.get(label)?.resolved_at)
+            .max()
+    };
+    let Some(resolved) = deadline else { return };
+    let bound = u64::try_from((GRACE + CANCEL_SLACK).as_millis()).unwrap_or(u64::MAX);
+    let deadline = resolved.saturating_add(bound);
+    loop {
+        let Some(procs) = ps(ctx).await else { return };
+        let still = |s: &Proc| {
+            procs
+                .iter()
+                .any(|p| p.pid == s.pid && p.args == s.args && !p.is_zombie())
+        };
+        let any = {
+            let mut log = ctx.log.borrow_mut();
+            for live in log.live.values_mut() {
+                live.survivors.retain(still);
+            }
+            log.live.values().any(|l| !l.survivors.is_empty())
+        };
+        if !any || ctx.now_ms() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn record_snapshot(ctx: &Ctx<'_>, procs: &[Proc]) {
     let mut log = ctx.log.borrow_mut();
     for tagged in &ctx.cells {
         let Some(seen) = log.client.cells.get(&tagged.spec.label) else {
@@ -409,7 +466,7 @@ pub struct Report {
     pub backend: String,
     /// One line per cell: outcome, stdout, runs.
     pub cells: Vec<String>,
-    /// The faults as they were made real.
+    /// The faults as they were made real, and what the script did.
     pub injected: Vec<String>,
     /// What the client reported and the sandbox showed of kernel deaths.
     pub deaths: String,
@@ -433,7 +490,7 @@ impl fmt::Display for Report {
             writeln!(f, "  cell {c}")?;
         }
         for i in &self.injected {
-            writeln!(f, "  fault {i}")?;
+            writeln!(f, "  log {i}")?;
         }
         writeln!(f, "  {}", self.deaths)?;
         for v in &self.violations {
@@ -507,7 +564,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
                 String::from_utf8_lossy(&stdout)
             ));
         }
-        if live.cancelled_early
+        if seen.cancelled_early
             && outcome == Some(CellOutcome::Cancelled)
             && (executions != 0 || !stdout.is_empty())
         {
@@ -518,19 +575,19 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
                 String::from_utf8_lossy(&stdout)
             ));
         }
-        if let Some(expect) = spec.expect {
-            if !outcome.as_ref().is_some_and(|o| expect.admits(o)) {
-                extra.push(format!(
-                    "expectation: {} should resolve {expect:?}, resolved {}",
-                    spec.label,
-                    outcome.as_ref().map_or("never".into(), ToString::to_string)
-                ));
-            }
-        }
         if expects_no_run(scenario, spec) && executions != 0 {
             extra.push(format!("{} must never run, ran {executions}", spec.label));
         }
-        for t in &live.leftovers_gone {
+        // A restarted or replaced sandbox takes every process with it.
+        let restarted = ctx
+            .schedule
+            .0
+            .iter()
+            .any(|f| matches!(f.kind, FaultKind::BounceSandbox | FaultKind::ReplaceSandbox));
+        // A cell the client was asked to cancel (a fault can cancel the
+        // bystander while a new client resumes it) is no bystander.
+        let spared = !restarted && !seen.cancel_requested;
+        for t in live.leftovers_gone.iter().filter(|_| spared) {
             collateral.push(format!(
                 "leftover `sleep {t}` of {} (a cell nobody cancelled) is gone",
                 spec.label
@@ -577,6 +634,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
     };
     let mut violations: Vec<String> = oracle::check(&obs)
         .iter()
+        .chain(&oracle::expectations(scenario, &ctx.schedule, &obs))
         .map(ToString::to_string)
         .collect();
     violations.extend(extra);
@@ -596,7 +654,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
 
 /// The scenario cancels `spec` before its submit registers (its fixed
 /// faults hold that cancel, and `spec` is its first cell).
-fn expects_no_run(scenario: &tether_sim::scenario::Scenario, spec: &CellSpec) -> bool {
+fn expects_no_run(scenario: &Scenario, spec: &CellSpec) -> bool {
     let early = scenario.fixed.0.iter().any(|f| {
         f.at_ms == 0
             && f.kind

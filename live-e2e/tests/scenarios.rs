@@ -10,6 +10,7 @@ use tether_live::container::Container;
 use tether_live::harness::{unique, Live};
 use tether_live::modal_box::ModalBox;
 use tether_live::sshd::Sshd;
+use tether_require::{missing, Need};
 use tether_scenarios::{render_shell, Step, Workload};
 
 /// What keeps a backend alive for a test.
@@ -39,7 +40,7 @@ fn open(backend: &str, test: &str) -> Option<(Sandbox, Live)> {
         }
         "docker" => {
             if let Err(why) = backends::docker() {
-                skip(test, &why);
+                missing(test, Need::Docker, &why);
                 return None;
             }
             let c = Container::start(test.rsplit("::").next().unwrap_or("t"));
@@ -48,7 +49,7 @@ fn open(backend: &str, test: &str) -> Option<(Sandbox, Live)> {
         }
         "ssh" => {
             if let Err(why) = backends::sshd() {
-                skip(test, &why);
+                missing(test, Need::Sshd, &why);
                 return None;
             }
             let sshd = Sshd::start();

@@ -1,15 +1,16 @@
-//! Every scenario of the simulation (`tether_sim::scenario::all()`), run
+//! Every scenario of the simulation (`tether_scenarios::scenario::all()`), run
 //! live: its client script through the real driver and agent, its fixed
 //! faults made real, judged by the simulation's oracle over what the real
 //! sandbox shows (see `tether_live::sim_run`). Every scenario runs on
 //! `local`; a subset also on `docker` when docker runs here. A scenario
 //! that cannot be made real on a backend prints
-//! `skipped: <scenario> on <backend>: <why>` and passes without running.
+//! `SKIPPED <scenario> on <backend>: <why>` and passes without running
+//! (fails, when the reason is a missing feature `TETHER_REQUIRE` names).
 
 use std::time::Duration;
 use tether_live::sim_run::{self, skip, unrealisable, Host};
-use tether_sim::faults::{Fault, FaultKind, FaultSchedule, OpTarget};
-use tether_sim::scenario::{all, by_name};
+use tether_scenarios::faults::{Fault, FaultKind, FaultSchedule, OpTarget};
+use tether_scenarios::scenario::{all, by_name};
 
 /// Runs `name` on `backend`; fails with the report on any violation.
 async fn check(name: &str, backend: &str) {
@@ -23,7 +24,11 @@ async fn check(name: &str, backend: &str) {
         "docker" => match Host::docker(name, scenario.init_reaps) {
             Ok(h) => h,
             Err(why) => {
-                skip(name, backend, &why);
+                tether_require::missing(
+                    &format!("{name} on docker"),
+                    tether_require::Need::Docker,
+                    &why,
+                );
                 return;
             }
         },
@@ -122,7 +127,7 @@ async fn local_network_faults_are_realised() {
     println!("{report}");
     assert!(report.violations.is_empty(), "{report}");
     let injected = report.injected.join("\n");
-    for hit in ["refused (partition)", "submit: starts 200 ms late"] {
+    for hit in ["refused (partition)", "submit starts 200 ms late"] {
         assert!(injected.contains(hit), "no {hit:?} in\n{report}");
     }
 }
@@ -138,7 +143,8 @@ fn unrealisable_faults_are_named() {
         kind: FaultKind::ClockJump { ms: 60_000 },
     }]);
     let why = unrealisable(&s, "docker").expect("clock jumps skip");
-    assert!(why.contains("clock jump"), "{why}");
+    assert!(why.why.contains("clock jump"), "{why:?}");
+    assert_eq!(why.need, None, "no machine has it: never required");
     let bounce = by_name("sandbox_bounce").expect("sandbox_bounce");
     assert!(unrealisable(&bounce, "local").is_some());
     assert_eq!(unrealisable(&bounce, "docker"), None);

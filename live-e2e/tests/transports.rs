@@ -9,6 +9,7 @@ use tether_live::backends::{self, skip};
 use tether_live::container::Container;
 use tether_live::modal_box::ModalBox;
 use tether_live::sshd::Sshd;
+use tether_require::{missing, Need};
 
 fn transport(spec: &str) -> Arc<dyn Transport> {
     BackendSpec::parse(spec)
@@ -24,6 +25,7 @@ async fn exec(
     t.exec(ExecRequest {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         stdin: stdin.to_vec(),
+        op: None,
     })
     .await
 }
@@ -58,7 +60,7 @@ const HOSTILE: [&str; 16] = [
 async fn docker_exec_round_trips_bytes_and_keeps_exit_codes_apart_from_docker_errors() {
     let test = "docker_exec_round_trips_bytes";
     if let Err(why) = backends::docker() {
-        skip(test, &why);
+        missing(test, Need::Docker, &why);
         return;
     }
     let c = Container::start("transport");
@@ -99,7 +101,7 @@ async fn docker_exec_round_trips_bytes_and_keeps_exit_codes_apart_from_docker_er
 async fn docker_image_spec_creates_the_container_once() {
     let test = "docker_image_spec_creates_the_container_once";
     if let Err(why) = backends::docker() {
-        skip(test, &why);
+        missing(test, Need::Docker, &why);
         return;
     }
     let name = format!("tether-live-img-{}", std::process::id());
@@ -129,7 +131,7 @@ async fn docker_image_spec_creates_the_container_once() {
 async fn ssh_exec_round_trips_hostile_args_stdin_and_every_exit_status() {
     let test = "ssh_exec_round_trips_hostile_args";
     if let Err(why) = backends::sshd() {
-        skip(test, &why);
+        missing(test, Need::Sshd, &why);
         return;
     }
     let sshd = Sshd::start();
@@ -163,7 +165,7 @@ async fn ssh_exec_round_trips_hostile_args_stdin_and_every_exit_status() {
 async fn ssh_failures_to_connect_are_unreachable() {
     let test = "ssh_failures_to_connect_are_unreachable";
     if let Err(why) = backends::sshd() {
-        skip(test, &why);
+        missing(test, Need::Sshd, &why);
         return;
     }
     let sshd = Sshd::start();

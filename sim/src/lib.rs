@@ -19,15 +19,10 @@
 //! - [`world`]: one run: the turmoil world, the fault loop, observations.
 
 pub mod client_host;
-pub mod control;
+pub use tether_scenarios::{control, faults, observe, oracle, scenario, swarm};
 pub mod explore;
-pub mod faults;
-pub mod observe;
-pub mod oracle;
 pub mod os;
 pub mod sandbox;
-pub mod scenario;
-pub mod swarm;
 pub mod trace;
 pub mod transport;
 pub mod world;

@@ -29,6 +29,7 @@ use tether_core::agent::op::OpRun;
 use tether_core::agent::{Os, Pid};
 use tether_core::bytes::Bytes;
 use tether_core::ids::CellSeq;
+use tether_core::protocol::OpKind;
 use tether_core::time::Timestamp;
 
 /// Ground truth about one cell.
@@ -484,11 +485,6 @@ fn install(sb: &mut Sandbox, argv: &[String], stdin: &[u8]) -> WireResponse {
     }
 }
 
-/// The op kind named in an envelope (`"gc"` or the first key of `op`).
-fn op_kind(stdin: &[u8]) -> String {
-    crate::client_host::request_op(stdin).unwrap_or_default()
-}
-
 /// Ends an exec's process if its task is dropped (connection torn down)
 /// — unless the sandbox rebooted since, when the pid may be someone else's.
 struct ExecGuard {
@@ -526,6 +522,7 @@ async fn handle(
     }
     let argv = req.argv;
     let stdin = req.stdin.0;
+    let op = req.op;
     if argv.first().map(String::as_str) == Some("/bin/sh")
         && argv.get(3).map(String::as_str) == Some("tether-install")
     {
@@ -542,30 +539,14 @@ async fn handle(
             ..WireResponse::default()
         });
     }
-    let kind = op_kind(&stdin);
-    if let Some(ms) = control.take_slow_start(&kind) {
-        trace.log("sandbox", format!("{kind} starts {ms} ms late (fault)"));
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+    // An op command the client did not tag is no op any fault aims at.
+    let kind = op.map(|k| k.to_string()).unwrap_or_default();
+    if let Some(op) = op {
+        control
+            .before_op(op, |what| trace.log("sandbox", what))
+            .await;
     }
-    if kind == "submit" && std::mem::take(&mut control.lock().cancel_before_submit) {
-        trace.log(
-            "sandbox",
-            "submit held back; the client cancels now (fault)",
-        );
-        {
-            let mut a = control.lock();
-            a.cancel_op_ran = false;
-            a.cancel_now = true;
-        }
-        for _ in 0..600 {
-            if control.lock().cancel_op_ran {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        trace.log("sandbox", "submit released");
-    }
-    if kind == "shutdown" {
+    if op == Some(OpKind::Shutdown) {
         sb.borrow_mut().shutdown_seen = true;
     }
     let root = argv
@@ -630,10 +611,7 @@ async fn handle(
         s.flush_events();
         guard.done = true;
     }
-    if kind == "cancel" {
-        control.lock().cancel_op_ran = true;
-    }
-    if control.take_reply_lost(&kind) {
+    if op.is_some_and(|op| control.after_op(op)) {
         trace.log("sandbox", format!("{kind} ran; its reply is LOST (fault)"));
         return None;
     }

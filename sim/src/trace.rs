@@ -75,24 +75,7 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Shortens bytes for a trace line: at most `max` characters, control
-/// characters escaped (so one entry stays one line).
-pub fn excerpt(bytes: &[u8], max: usize) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == max {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use tether_scenarios::excerpt::excerpt;
 
 /// One entry of a rendered trace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -15,6 +15,7 @@ use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use tether_core::bytes::Bytes;
+use tether_core::protocol::OpKind;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The port the sandbox's exec server listens on.
@@ -31,6 +32,8 @@ pub struct WireRequest {
     pub argv: Vec<String>,
     /// Its stdin.
     pub stdin: Bytes,
+    /// The agent op it carries, as the client rendered it.
+    pub op: Option<OpKind>,
 }
 
 /// The result of a command that ran to completion.
@@ -135,6 +138,7 @@ mod tests {
                 &WireRequest {
                     argv: vec!["cat".into(), "-".into()],
                     stdin: Bytes(vec![0xff, b'x']),
+                    op: None,
                 },
             )
             .await?;
@@ -146,6 +150,7 @@ mod tests {
                 &WireRequest {
                     argv: vec!["lose".into()],
                     stdin: Bytes::default(),
+                    op: None,
                 },
             )
             .await;
@@ -171,6 +176,7 @@ mod tests {
                     &WireRequest {
                         argv: vec!["x".into()],
                         stdin: Bytes::default(),
+                        op: None,
                     },
                 ),
             )

@@ -10,9 +10,9 @@
 use crate::client_host::{client_main, ClientCtx};
 use crate::control::Control;
 use crate::explore::RunReport;
-use crate::faults::{CancelPoint, Fault, FaultKind, FaultSchedule};
+use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
-use crate::oracle::{self, CellTruth, Observations, Outages, Violation};
+use crate::oracle::{self, CellTruth, Observations, Outages};
 use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
 use crate::swarm::World;
@@ -23,13 +23,11 @@ use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
 use tether_core::agent::Pid;
-use tether_core::protocol::{CellOutcome, Lang};
+use tether_core::protocol::Lang;
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
-/// Every client call must return within this bound (the client gives up on
-/// an unreachable sandbox after 15 s; cells run at most a few seconds).
-pub const CALL_BUDGET_MS: u64 = 90_000;
+pub use tether_scenarios::observe::CALL_BUDGET_MS;
 
 /// Which build of the product runs: the real one, or a deliberately broken
 /// variant (only with the `mutations` feature, never in release builds).
@@ -148,24 +146,7 @@ pub fn race_files(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, Stri
     Ok(files)
 }
 
-/// When every fault of `faults` is over (ms), with a 100 ms margin: the
-/// client script runs its liveness cell no earlier.
-pub fn healed_at_ms(faults: &[Fault]) -> u64 {
-    let mut healed = 0u64;
-    for f in faults {
-        // Saturating: a schedule from a file may hold any u64.
-        let after = |ms: u64| f.at_ms.saturating_add(ms);
-        let end = match f.kind {
-            FaultKind::PartitionExec { for_ms } | FaultKind::HoldExec { for_ms } => after(for_ms),
-            FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
-            FaultKind::SlowStart { ms, .. } => after(ms),
-            FaultKind::CrashClient { down_ms } => after(down_ms),
-            _ => f.at_ms,
-        };
-        healed = healed.max(end);
-    }
-    healed.saturating_add(100)
-}
+pub use tether_scenarios::faults::healed_at_ms;
 
 /// What in `schedule` kept the sandbox from answering the client, for
 /// the oracle's judgement of `unknown` outcomes.
@@ -376,7 +357,7 @@ pub fn run_in(
         })
         .fold(0, u64::saturating_add);
     let mut violations = oracle::check(&obs);
-    violations.extend(expectations(scenario, schedule, &obs));
+    violations.extend(oracle::expectations(scenario, schedule, &obs));
     violations.sort();
     violations.dedup();
     for v in &violations {
@@ -534,34 +515,4 @@ fn observe(
             .collect(),
         ..client
     }
-}
-
-/// Checks a scenario's own expectations. They hold only when the run's
-/// faults cannot change the outcome class: no faults beyond the fixed
-/// ones, or only faults that merely delay.
-fn expectations(
-    scenario: &Scenario,
-    schedule: &FaultSchedule,
-    obs: &Observations,
-) -> Vec<Violation> {
-    if schedule != &scenario.fixed {
-        return Vec::new();
-    }
-    let mut v = Vec::new();
-    for (spec, cell) in scenario.cells().zip(&obs.cells) {
-        let Some(expect) = spec.expect else { continue };
-        match &cell.outcome {
-            Some(o) if expect.admits(o) => {}
-            other => v.push(Violation::Expectation {
-                detail: format!(
-                    "{} should resolve {expect:?}, resolved {}",
-                    spec.label,
-                    other
-                        .as_ref()
-                        .map_or("never".to_string(), CellOutcome::to_string)
-                ),
-            }),
-        }
-    }
-    v
 }

@@ -308,31 +308,5 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// Can this process make a cgroup v2 child of its own cgroup? `Err` says
 /// why not. (The agent's shim does the same at each cell's start.)
 pub fn cgroup_v2_writable() -> Result<(), String> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
-    let own = own
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("no cgroup v2 line in /proc/self/cgroup (cgroup v1 only)")?
-        .to_owned();
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
-    let dir = mounts
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            let dash = f.iter().position(|x| *x == "-")?;
-            (f.get(dash + 1) == Some(&"cgroup2")).then(|| (f[3].to_owned(), f[4].to_owned()))
-        })
-        .find_map(|(root, mount)| {
-            let rest = if root == "/" {
-                own.as_str()
-            } else {
-                own.strip_prefix(root.as_str())?
-            };
-            Some(format!("{mount}{}", rest.trim_end_matches('/')))
-        })
-        .ok_or("no cgroup2 mount shows our cgroup")?;
-    let probe = format!("{dir}/tether-probe-{}", std::process::id());
-    std::fs::create_dir(&probe).map_err(|e| format!("cannot mkdir {probe}: {e}"))?;
-    let _ = std::fs::remove_dir(&probe);
-    Ok(())
+    tether_require::Need::Cgroup2.probe()
 }

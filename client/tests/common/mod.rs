@@ -220,6 +220,50 @@ impl World {
         (child, sleeper)
     }
 
+    /// The client's persisted record of `kernel` (the JSON file under the
+    /// world's state directory), if there is one.
+    pub fn record(&self, kernel: &str) -> Option<serde_json::Value> {
+        let base = self.state.path().join("tether");
+        let file = format!("{kernel}.json");
+        std::fs::read_dir(base).ok()?.flatten().find_map(|sandbox| {
+            let bytes = std::fs::read(sandbox.path().join(&file)).ok()?;
+            serde_json::from_slice(&bytes).ok()
+        })
+    }
+
+    /// The sequence number the next cell of `kernel` gets.
+    pub fn next_seq(&self, kernel: &str) -> u64 {
+        let record = self.record(kernel).expect("a record of the kernel");
+        record["next_seq"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no next_seq in {record}"))
+    }
+
+    /// Waits until the client has marked cell `seq` of `kernel` as sent in
+    /// its record: it persists that before it sends the submit, so from
+    /// then on the submit is on its way.
+    pub fn wait_submitted(&self, kernel: &str, seq: u64) {
+        let start = Instant::now();
+        loop {
+            let sent = self.record(kernel).is_some_and(|r| {
+                r["cells"].as_array().is_some_and(|cells| {
+                    cells
+                        .iter()
+                        .any(|c| c["seq"].as_u64() == Some(seq) && c["submitted"] == true)
+                })
+            });
+            if sent {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "cell {seq} of {kernel} was not sent within {BOUND:?}: {:?}",
+                self.record(kernel)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The daemon pid of `kernel`, from `tether status --json`.
     pub fn daemon_pid(&self, kernel: &str) -> u32 {
         let out = self.tether(&["status", "--json", "--kernel", kernel]);

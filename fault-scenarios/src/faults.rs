@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use tether_core::protocol::OpKind;
 
 /// Which agent op a fault aims at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -30,15 +31,15 @@ pub enum OpTarget {
 }
 
 impl OpTarget {
-    /// Does this target match the op named `kind` (an [`tether_core::protocol::OpKind`] as text)?
-    pub fn matches(self, kind: &str) -> bool {
+    /// Does this target match an op of this kind?
+    pub fn matches(self, kind: OpKind) -> bool {
         match self {
             OpTarget::Any => true,
-            OpTarget::Submit => kind == "submit",
-            OpTarget::Wait => kind == "wait",
-            OpTarget::Cancel => kind == "cancel",
-            OpTarget::Probe => kind == "probe",
-            OpTarget::Spawn => kind == "spawn",
+            OpTarget::Submit => kind == OpKind::Submit,
+            OpTarget::Wait => kind == OpKind::Wait,
+            OpTarget::Cancel => kind == OpKind::Cancel,
+            OpTarget::Probe => kind == OpKind::Probe,
+            OpTarget::Spawn => kind == OpKind::Spawn,
         }
     }
 }
@@ -414,6 +415,25 @@ pub fn shrink(
         break;
     }
     best
+}
+
+/// When every fault of `faults` is over (ms), with a 100 ms margin: the
+/// client script runs its liveness cell no earlier.
+pub fn healed_at_ms(faults: &[Fault]) -> u64 {
+    let mut healed = 0u64;
+    for f in faults {
+        // Saturating: a schedule from a file may hold any u64.
+        let after = |ms: u64| f.at_ms.saturating_add(ms);
+        let end = match f.kind {
+            FaultKind::PartitionExec { for_ms } | FaultKind::HoldExec { for_ms } => after(for_ms),
+            FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
+            FaultKind::SlowStart { ms, .. } => after(ms),
+            FaultKind::CrashClient { down_ms } => after(down_ms),
+            _ => f.at_ms,
+        };
+        healed = healed.max(end);
+    }
+    healed.saturating_add(100)
 }
 
 #[cfg(test)]

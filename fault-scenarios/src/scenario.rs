@@ -7,9 +7,9 @@
 
 use crate::faults::{CancelPoint, Family, Fault, FaultKind, FaultSchedule, FaultSpace, OpTarget};
 use crate::swarm::World;
+use crate::workload::{Step, Workload};
 use std::collections::BTreeMap;
 use tether_core::protocol::{CellOutcome, Lang, Stream};
-use tether_scenarios::workload::{Step, Workload};
 
 /// One scripted cell.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,12 +10,15 @@
 
 use crate::oracle::{CallObs, CellObs, CellTruth, Observations};
 use crate::scenario::{CellSpec, Scenario};
-use crate::world::CALL_BUDGET_MS;
+use crate::workload::Step;
 use std::collections::BTreeMap;
 use tether::driver::DriverError;
 use tether_core::client::{CellKey, Event};
 use tether_core::protocol::{CellOutcome, Stream};
-use tether_scenarios::workload::Step;
+
+/// Every client call must return within this bound (the client gives up on
+/// an unreachable sandbox after 15 s; cells run at most a few seconds).
+pub const CALL_BUDGET_MS: u64 = 90_000;
 
 /// What one scripted cell looked like from the client (across client
 /// restarts).
@@ -42,6 +45,8 @@ pub struct CellSeen {
     pub leftovers_reported: bool,
     /// When the client resolved it as timed out (ms), if it did.
     pub timed_out_at: Option<u64>,
+    /// It was cancelled while its submit was held back (live).
+    pub cancelled_early: bool,
 }
 
 impl CellSeen {

@@ -5,6 +5,8 @@
 //! The world fills the observations; the oracle only judges them, so it can
 //! be tested on hand-made observations.
 
+use crate::faults::FaultSchedule;
+use crate::scenario::Scenario;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -401,7 +403,7 @@ impl fmt::Display for Violation {
 }
 
 fn show(bytes: &[u8]) -> String {
-    crate::trace::excerpt(bytes, 80)
+    crate::excerpt::excerpt(bytes, 80)
 }
 
 /// Outcomes that claim the cell ran to its end.
@@ -648,6 +650,36 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             pids: cell.truth.alive_at_end.clone(),
         });
     }
+}
+
+/// Checks a scenario's own expectations. They hold only when the run's
+/// faults cannot change the outcome class: no faults beyond the fixed
+/// ones, or only faults that merely delay.
+pub fn expectations(
+    scenario: &Scenario,
+    schedule: &FaultSchedule,
+    obs: &Observations,
+) -> Vec<Violation> {
+    if schedule != &scenario.fixed {
+        return Vec::new();
+    }
+    let mut v = Vec::new();
+    for (spec, cell) in scenario.cells().zip(&obs.cells) {
+        let Some(expect) = spec.expect else { continue };
+        match &cell.outcome {
+            Some(o) if expect.admits(o) => {}
+            other => v.push(Violation::Expectation {
+                detail: format!(
+                    "{} should resolve {expect:?}, resolved {}",
+                    spec.label,
+                    other
+                        .as_ref()
+                        .map_or("never".to_string(), CellOutcome::to_string)
+                ),
+            }),
+        }
+    }
+    v
 }
 
 #[cfg(test)]

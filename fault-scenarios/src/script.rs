@@ -1,0 +1,367 @@
+//! The one client script of every scenario, whichever host runs it: the
+//! real [`tether::Driver`] runs the scenario's cells, cancels them when
+//! the scenario or a fault says so, crashes and restarts from its records
+//! when a fault says so, runs the liveness cells once every fault has
+//! healed, and shuts every kernel down. What differs between the
+//! simulation and a real backend sits behind [`Host`]: the clock, a new
+//! client process, where observations come from, and the cell's code.
+//!
+//! Time is milliseconds since the run began ([`Host::now_ms`]); sleeps are
+//! tokio's, virtual under turmoil and real live.
+
+use crate::control::Control;
+use crate::observe::ClientLog;
+use crate::scenario::{Action, CellSpec, Scenario};
+use crate::workload::{Step, Workload};
+use std::cell::RefMut;
+use std::future::Future;
+use std::time::Duration;
+use tether::driver::DriverError;
+use tether::{Driver, RecordStore};
+use tether_core::bytes::Bytes;
+use tether_core::client::{Config, Event, KernelRecord};
+use tether_core::ids::KernelName;
+use tether_core::protocol::{CellOutcome, Lang, Stream};
+
+/// The kernel every scenario uses unless a cell names another.
+pub const KERNEL: &str = "sim";
+
+/// How often the client script looks at the switchboard.
+pub const POLL: Duration = Duration::from_millis(5);
+
+/// The cancel grace period of [`timing`]: TERM, then this long, then KILL.
+pub const GRACE: Duration = Duration::from_millis(300);
+
+/// The client timing every host uses: the defaults scaled down so that a
+/// run stays short (in virtual time, and in real time live).
+pub fn timing(c: &mut Config) {
+    c.wait_ms = 2_000;
+    c.exec_slack = Duration::from_millis(2_000);
+    c.max_attempts = 6;
+    c.backoff_base = Duration::from_millis(100);
+    c.backoff_max = Duration::from_millis(1_000);
+    c.unreachable_after = Duration::from_secs(15);
+    c.grace = GRACE;
+}
+
+/// What the script needs from the host it runs on.
+pub trait Host {
+    /// Milliseconds since the run began.
+    fn now_ms(&self) -> u64;
+    /// The switchboard the host's fault loop arms.
+    fn control(&self) -> &Control;
+    /// What the client saw so far.
+    fn log(&self) -> RefMut<'_, ClientLog>;
+    /// The scenario being run.
+    fn scenario(&self) -> &Scenario;
+    /// A client process (number `incarnation`, 0 first): a fresh driver
+    /// over the host's transport sharing the records of the ones before.
+    fn new_client(&self, incarnation: u64) -> Driver;
+    /// The records the client processes share (they outlive a crash).
+    fn records(&self) -> Vec<KernelRecord>;
+    /// The code `cell` runs as.
+    fn code(&self, cell: &CellSpec) -> Bytes;
+    /// A line for the run's trace or report.
+    fn note(&self, what: &str);
+    /// The driver reported `event`.
+    fn on_event(&self, event: &Event) {
+        let now = self.now_ms();
+        self.log().on_event(now, event);
+    }
+    /// A cell resolved, or a resume ended: the host may look at the
+    /// sandbox.
+    fn after_cell(&self) -> impl Future<Output = ()> {
+        async {}
+    }
+    /// The script's cells are done: the host records what they left alive.
+    fn snapshot(&self) -> impl Future<Output = ()>;
+    /// Every kernel was shut down: the host lets what is in flight drain.
+    fn after_shutdown(&self) -> impl Future<Output = ()> {
+        async {}
+    }
+}
+
+/// The records of `store`, for [`Host::records`].
+pub fn records_of(store: &dyn RecordStore) -> Vec<KernelRecord> {
+    let names = store.list().unwrap_or_default();
+    names
+        .iter()
+        .filter_map(|n| store.load(n).ok().flatten())
+        .collect()
+}
+
+fn kernel() -> KernelName {
+    kernel_named(KERNEL)
+}
+
+fn kernel_named(name: &str) -> KernelName {
+    // Scenario kernel names are constants checked by the scenario tests.
+    KernelName::new(name).unwrap_or_else(|e| unreachable!("scenario kernel name {name:?}: {e}"))
+}
+
+/// The kernel `cell` runs in ([`KERNEL`] unless it names one).
+pub fn kernel_of(cell: &CellSpec) -> KernelName {
+    cell.kernel.as_deref().map_or_else(kernel, kernel_named)
+}
+
+/// Every kernel the script shuts down at its end: the scenario's and
+/// [`KERNEL`] (where the liveness cell runs), sorted, once each.
+pub fn kernels(scenario: &Scenario) -> Vec<KernelName> {
+    let mut kernels: Vec<KernelName> = scenario.cells().map(kernel_of).collect();
+    kernels.push(kernel());
+    kernels.sort();
+    kernels.dedup();
+    kernels
+}
+
+/// The liveness cell `label` (`liveness`, or `liveness2` after a reported
+/// loss): it prints `alive`, in the language of the scenario's main
+/// kernel.
+pub fn liveness_cell(scenario: &Scenario, label: &str) -> CellSpec {
+    CellSpec {
+        label: label.into(),
+        workload: Workload {
+            steps: vec![Step::Print {
+                stream: Stream::Stdout,
+                text: "alive\n".into(),
+            }],
+        },
+        timeout_ms: None,
+        cancel_after_ms: None,
+        expect: None,
+        kernel: None,
+        bystander: false,
+        lang: scenario
+            .cells()
+            .find(|c| c.kernel.is_none())
+            .map_or(Lang::Shell, |c| c.lang),
+    }
+}
+
+/// The client process, again and again: runs the script; on a crash the
+/// driver goes with its calls in flight, the client stays down, and a new
+/// one picks its kernels up from the records.
+pub async fn client_main(host: &impl Host) {
+    let next = std::cell::Cell::new(0usize);
+    let mut incarnation = 0u64;
+    loop {
+        let mut driver = host.new_client(incarnation);
+        host.note(&format!("client process #{incarnation} starts"));
+        let crashed = unless_crashed(
+            run_script(host, &mut driver, &next, incarnation > 0),
+            wait_crash(host.control()),
+        )
+        .await;
+        let Some(down) = crashed else { return };
+        drop(driver);
+        host.note(&format!("client process #{incarnation} CRASHED"));
+        // The calls in progress never return.
+        tokio::time::sleep(Duration::from_millis(down)).await;
+        incarnation += 1;
+    }
+}
+
+async fn wait_crash(control: &Control) -> u64 {
+    poll_until(|| control.lock().crash_client.take()).await
+}
+
+/// Looks at `ready` every [`POLL`] until it gives a value (how the client
+/// script waits for a request of the fault loop: crash, cancel).
+pub async fn poll_until<T>(mut ready: impl FnMut() -> Option<T>) -> T {
+    loop {
+        if let Some(v) = ready() {
+            return v;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn run_script(
+    host: &impl Host,
+    driver: &mut Driver,
+    next: &std::cell::Cell<usize>,
+    restarted: bool,
+) {
+    let mut on_event = |e: &Event| host.on_event(e);
+    let scenario = host.scenario();
+    if restarted {
+        // A new client process: pick its kernels up from their records.
+        for record in host.records() {
+            // The script still means to cancel the cell it was running.
+            let (label, cancel_at) = host.log().pending_cancel(scenario);
+            let start = host.now_ms();
+            let canceller = cancel_watch(host, driver.cancel_handle(), label, cancel_at);
+            let r = with_canceller(driver.resume(record, false, &mut on_event), canceller).await;
+            finish_call(host, "resume", start, r.err());
+            host.after_cell().await;
+        }
+    }
+    while let Some(action) = scenario.script.get(next.get()) {
+        match action {
+            Action::Idle { ms } => {
+                tokio::time::sleep(Duration::from_millis(*ms)).await;
+            }
+            Action::Run(cell) => {
+                let resolved = host
+                    .log()
+                    .cells
+                    .get(&cell.label)
+                    .is_some_and(|c| !c.resolutions.is_empty());
+                // A resolved one was resolved by the resume above.
+                if !resolved {
+                    run_one(host, driver, cell, &mut on_event).await;
+                }
+            }
+        }
+        next.set(next.get() + 1);
+    }
+    // Ground truth of what the script's cells left running.
+    host.snapshot().await;
+    // Liveness: once every fault has healed, a fresh cell must run.
+    let healed = host.control().lock().healed_at_ms;
+    let now = host.now_ms();
+    if healed > now {
+        tokio::time::sleep(Duration::from_millis(healed - now)).await;
+    }
+    host.control().disarm_script_faults();
+    let alive = liveness_cell(scenario, "liveness");
+    let mut outcome = run_one(host, driver, &alive, &mut on_event).await;
+    if outcome.as_ref() != Some(&CellOutcome::Ok) && !host.log().state_lost.is_empty() {
+        // After a reported loss the first cell may go down with the old
+        // kernel; the next one must run on a fresh kernel.
+        let again = liveness_cell(scenario, "liveness2");
+        outcome = run_one(host, driver, &again, &mut on_event).await;
+    }
+    host.log().liveness = outcome;
+    let start = host.now_ms();
+    for k in kernels(scenario) {
+        let r = driver.shutdown(&k, &mut on_event).await;
+        finish_call(host, "shutdown", start, r.err());
+    }
+    host.after_shutdown().await;
+    host.log().finished = true;
+    host.note("script done");
+}
+
+fn finish_call(host: &impl Host, name: &str, start: u64, err: Option<DriverError>) {
+    if let Some(e) = &err {
+        host.note(&format!("{name} failed: {e}"));
+    }
+    let now = host.now_ms();
+    host.log().call(name, start, now, err);
+}
+
+async fn run_one(
+    host: &impl Host,
+    driver: &mut Driver,
+    cell: &CellSpec,
+    on_event: &mut dyn FnMut(&Event),
+) -> Option<CellOutcome> {
+    let start = host.now_ms();
+    {
+        let mut log = host.log();
+        log.current = Some(cell.label.clone());
+        log.cells.entry(cell.label.clone()).or_default().started_at = Some(start);
+    }
+    host.note(&format!("run_cell {}", cell.label));
+    let handle = driver.cancel_handle();
+    let timeout = cell.timeout_ms.map(Duration::from_millis);
+    let cancel_at = cell.cancel_after_ms.map(|ms| start + ms);
+    let canceller = cancel_watch(host, handle, cell.label.clone(), cancel_at);
+    let name = kernel_of(cell);
+    let run = driver.run_cell(&name, cell.lang, host.code(cell), timeout, &mut *on_event);
+    let result = with_canceller(run, canceller).await;
+    let call = format!("run_cell {}", cell.label);
+    let (key, outcome) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            finish_call(host, &call, start, Some(e));
+            return None;
+        }
+    };
+    finish_call(host, &call, start, None);
+    host.after_cell().await;
+    let after_done = std::mem::take(&mut host.control().lock().cancel_after_done);
+    if after_done {
+        host.note(&format!("cancel {} after it resolved", cell.label));
+        let now = driver.now();
+        driver.client().cancel(&key, now);
+        let start = host.now_ms();
+        let r = driver.settle(on_event).await;
+        finish_call(host, "cancel after done", start, r.err());
+    }
+    Some(outcome)
+}
+
+/// Runs the client `call` with the script's `canceller` beside it, and
+/// gives the call's result. The call is polled first, so a call that is
+/// ready wins; the canceller (which never ends) only asks the driver to
+/// cancel.
+pub async fn with_canceller<T>(
+    call: impl std::future::Future<Output = T>,
+    canceller: impl std::future::Future<Output = ()>,
+) -> T {
+    tokio::pin!(call);
+    tokio::pin!(canceller);
+    tokio::select! {
+        biased;
+        r = &mut call => r,
+        () = &mut canceller => unreachable!("the canceller never ends"),
+    }
+}
+
+/// Runs `script` unless `crash` fires first: `Some(how long the client
+/// stays down)` when it crashed, `None` when the script ran to its end. A
+/// crash wins a tie (`biased`), so a run replays the same way.
+pub async fn unless_crashed(
+    script: impl std::future::Future<Output = ()>,
+    crash: impl std::future::Future<Output = u64>,
+) -> Option<u64> {
+    tokio::pin!(script);
+    tokio::pin!(crash);
+    tokio::select! {
+        biased;
+        down = &mut crash => Some(down),
+        () = &mut script => None,
+    }
+}
+
+/// Cancels the current cell (`label`) at `at` (ms) and whenever the fault
+/// loop asks for it; never returns.
+async fn cancel_watch(
+    host: &impl Host,
+    handle: tether::CancelHandle,
+    label: String,
+    at: Option<u64>,
+) {
+    let mut scripted = at;
+    loop {
+        let wait = async {
+            match scripted {
+                Some(at) => {
+                    let now = host.now_ms();
+                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let fault = poll_until(|| {
+            let mut a = host.control().lock();
+            std::mem::take(&mut a.cancel_now).then(|| std::mem::take(&mut a.cancel_is_early))
+        });
+        let early = tokio::select! {
+            biased;
+            () = wait => {
+                scripted = None;
+                false
+            }
+            early = fault => early,
+        };
+        host.note(&format!("cancel {label}"));
+        if let Some(c) = host.log().cells.get_mut(&label) {
+            c.cancel_requested = true;
+            c.cancelled_early |= early;
+        }
+        handle.cancel_current();
+    }
+}
