@@ -434,9 +434,11 @@ async fn lock_kernel(
     match attempt {
         Locking::Held(lock) => Ok(lock),
         Locking::Busy { holder } => {
+            // A lock file not yet rewritten by its new holder names the
+            // last one, which no longer runs.
             let who = match holder {
-                Some(h) => format!("another tether (pid {})", h.pid),
-                None => "another tether".to_owned(),
+                Some(h) if h.is_running() => format!("another tether (pid {})", h.pid),
+                _ => "another tether".to_owned(),
             };
             let what = match store.load(kernel) {
                 Ok(Some(record)) if !record.cells.is_empty() => {
