@@ -175,9 +175,29 @@ impl ShimCore {
             }
             Lang::Python => process_outcome(exit, cancel),
         };
-        let mut entries = vec![EntryKind::Result {
+        self.end(os, outcome, leftovers, cancel)
+    }
+
+    /// Journals the end of the cell. A cancelled cell whose processes are
+    /// still there resolves only when the cancel's escalation is over: its
+    /// result is settled, and the daemon writes `done` once none is left
+    /// (naming any that outlived KILL); a caller that reuses the cell's
+    /// port right after the cancel must not find it taken.
+    fn end(
+        &mut self,
+        os: &mut dyn Os,
+        outcome: CellOutcome,
+        leftovers: Vec<Pid>,
+        cancel: Option<CancelReason>,
+    ) -> Result<CellOutcome, OsError> {
+        let result = EntryKind::Result {
             outcome: outcome.clone(),
-        }];
+        };
+        if cancel.is_some() && !leftovers.is_empty() {
+            self.journal.settle(os, vec![result])?;
+            return Ok(outcome);
+        }
+        let mut entries = vec![result];
         if !leftovers.is_empty() {
             entries.push(EntryKind::Leftovers { pids: leftovers });
         }
@@ -205,14 +225,7 @@ impl ShimCore {
                 super::python::died(cancel, &detail)
             }
         };
-        let mut entries = vec![EntryKind::Result {
-            outcome: outcome.clone(),
-        }];
-        if !leftovers.is_empty() {
-            entries.push(EntryKind::Leftovers { pids: leftovers });
-        }
-        self.journal.finish(os, entries)?;
-        Ok(outcome)
+        self.end(os, outcome, leftovers, cancel)
     }
 }
 
