@@ -494,6 +494,14 @@ fn observe(
             stdout: observe::truth_stdout(scenario, spec, truth.executions),
             ran_to_end: truth.executions == 1,
             alive_at_end,
+            died_after_resolution: match (&cell_key, seen.resolved_at) {
+                (Some(key), Some(resolved)) => sandbox
+                    .cell_last_exit
+                    .get(key)
+                    .copied()
+                    .filter(|&t| t > resolved),
+                _ => None,
+            },
             spawned_after_resolution: match (&cell_key, seen.resolved_at) {
                 (Some(key), Some(resolved)) => sandbox
                     .cell_spawns
