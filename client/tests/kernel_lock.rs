@@ -107,6 +107,16 @@ fn the_refusal_names_the_running_cell() {
         "{}",
         show(&out)
     );
+    // --json names tether's own condition on its last line.
+    let out = w.tether(&["--json", "run", "--kernel", "k", "echo too soon"]);
+    assert_eq!(out.status.code(), Some(BUSY), "{}", show(&out));
+    let last: serde_json::Value =
+        serde_json::from_str(text(&out.stdout).lines().last().unwrap_or("")).unwrap();
+    assert_eq!(
+        (&last["event"], &last["failure"]),
+        (&serde_json::json!("failure"), &serde_json::json!("busy")),
+        "{last}"
+    );
     let _ = child.kill();
     let _ = wait_bounded(&mut child, "the sleeping tether run");
 }
