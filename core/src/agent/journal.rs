@@ -119,7 +119,7 @@ impl JournalWriter {
 
     /// Writes `clipped` (if output was cut), then `entries`, then `done`.
     pub fn finish(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
-        self.settle(os, entries)?;
+        self.push_final(os, entries)?;
         self.push(os, EntryKind::Done)
     }
 
@@ -128,6 +128,15 @@ impl JournalWriter {
     /// The daemon writes `done` once its escalation is over
     /// ([`JournalWriter::close`]), so the cell resolves when they are gone.
     pub fn settle(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
+        self.push_final(os, entries)?;
+        if !self.done {
+            os.write_atomic(&settle_flag(&self.path), b"")?;
+        }
+        Ok(())
+    }
+
+    /// `clipped` (if output was cut), then `entries`.
+    fn push_final(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
         if self.dropped > 0 {
             let dropped = self.dropped;
             self.dropped = 0;
@@ -135,9 +144,6 @@ impl JournalWriter {
         }
         for e in entries {
             self.push(os, e)?;
-        }
-        if !self.done {
-            os.write_atomic(&settle_flag(&self.path), b"")?;
         }
         Ok(())
     }

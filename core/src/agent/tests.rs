@@ -287,6 +287,8 @@ fn journal_writer_recovers_n_cuts_torn_tail_and_clips_once() {
         }
     );
     assert_eq!(read.entries[2].kind, EntryKind::Clipped { dropped: 6 });
+    // Only a settled result waits for the daemon's `done`.
+    assert!(!os.files.contains_key(&journal::settle_flag(path)));
 }
 
 #[test]
