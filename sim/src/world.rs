@@ -494,7 +494,8 @@ fn observe(
             stdout: observe::truth_stdout(scenario, spec, truth.executions),
             ran_to_end: truth.executions == 1,
             alive_at_end,
-            died_after_resolution: match (&cell_key, seen.resolved_at) {
+            // Against the final resolution, whose outcome the oracle judges.
+            died_after_resolution: match (&cell_key, seen.last_resolved_at) {
                 (Some(key), Some(resolved)) => sandbox
                     .cell_last_exit
                     .get(key)
