@@ -63,9 +63,9 @@ pub struct Sandbox {
     /// When processes of each cell (kernel name, seq) were spawned
     /// (virtual ms).
     pub cell_spawns: BTreeMap<(String, u64), Vec<u64>>,
-    /// When the last process of each cell (kernel name, seq) ended so far
-    /// (virtual ms).
-    pub cell_last_exit: BTreeMap<(String, u64), u64>,
+    /// The processes of each cell (kernel name, seq) that ended, with
+    /// when (virtual ms).
+    pub cell_exits: BTreeMap<(String, u64), Vec<(Pid, u64)>>,
     /// The cell (kernel name, seq) each cell process was born from.
     cell_of: BTreeMap<Pid, (String, u64)>,
     /// Cells (kernel name, seq) whose processes the agent signalled before
@@ -121,7 +121,7 @@ impl Sandbox {
             roles: BTreeMap::new(),
             collateral: Vec::new(),
             cell_spawns: BTreeMap::new(),
-            cell_last_exit: BTreeMap::new(),
+            cell_exits: BTreeMap::new(),
             cell_of: BTreeMap::new(),
             signalled_cells: BTreeSet::new(),
             clock_offset: 0,
@@ -284,8 +284,10 @@ impl Sandbox {
                 {
                     if let Some(key) = self.cell_of.get(pid) {
                         let at = self.virtual_ms(e.at);
-                        let last = self.cell_last_exit.entry(key.clone()).or_default();
-                        *last = (*last).max(at);
+                        self.cell_exits
+                            .entry(key.clone())
+                            .or_default()
+                            .push((*pid, at));
                     }
                 }
                 ProcEventKind::Signal {
