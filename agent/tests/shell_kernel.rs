@@ -24,7 +24,11 @@ fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
     assert_eq!(o, json!({"outcome": "exit", "code": 3}));
     let (o, out, _) = r.run("k", 4, "pwd; echo $X; false");
     assert_eq!(String::from_utf8_lossy(&out), "/tmp\n1\n");
-    assert_eq!(o["outcome"], "error", "last status 1 without exit: {o}");
+    assert_eq!(
+        o,
+        json!({"outcome": "exit", "code": 1}),
+        "last status 1: {o}"
+    );
     // the marker never reaches the saved state, yet every cell carries it.
     let (_, out, _) = r.run("k", 5, "echo \"m=$TETHER_CELL\"");
     assert!(String::from_utf8_lossy(&out).ends_with(":5\n"), "{out:?}");

@@ -5,7 +5,7 @@ use crate::agent_bin::AgentBinary;
 use crate::backend::BackendSpec;
 use crate::driver::{Driver, DriverError, DriverStats};
 use crate::duration::parse_duration;
-use crate::records::{FileStore, RecordStore};
+use crate::records::{FileStore, KernelLock, Locking, RecordStore};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -16,25 +16,41 @@ use tether_core::client::{Client, Config, Event, KernelRecord};
 use tether_core::ids::KernelName;
 use tether_core::protocol::{CellOutcome, Lang, Stream};
 
-/// Exit codes of `tether` (also in `--help` and the README).
+/// Exit codes of `tether` (also in `--help` and the README). A cell's own
+/// status passes through unchanged (as with `sh -c`, `docker exec`, `ssh`);
+/// the others are tether's own, and `--json` tells the two apart.
 pub mod exit {
     /// The cell ran to its end and succeeded.
     pub const OK: i32 = 0;
-    /// The cell failed (the shell's last status was not 0, or Python raised).
+    /// The cell failed without a status of its own (a Python exception,
+    /// a shell killed by a signal, a cell the agent refused).
     pub const CELL_ERROR: i32 = 1;
     /// Bad command line: unknown option, hostile kernel name, bad backend.
     pub const USAGE: i32 = 2;
+    /// The kernel is busy: another `tether` is driving it, or it has an
+    /// unresolved cell from an earlier run. Nothing was run. (EBUSY)
+    pub const BUSY: i32 = 16;
     /// The outcome is not known (sandbox unreachable, deadline passed); the
     /// cell is recorded: `tether resume` later. (EX_TEMPFAIL)
     pub const UNKNOWN: i32 = 75;
-    /// tether itself could not work: no agent binary, unreadable records,
-    /// an agent or internal error. (EX_UNAVAILABLE)
+    /// tether itself could not work: no agent binary, unreadable or corrupt
+    /// records, an agent or internal error. (EX_UNAVAILABLE)
     pub const FAILURE: i32 = 69;
     /// The cell ran past `--timeout` and was cancelled (as `timeout(1)`).
     pub const TIMED_OUT: i32 = 124;
     /// The cell was cancelled (Ctrl-C, `tether cancel`), as a shell reports
     /// SIGINT.
     pub const CANCELLED: i32 = 130;
+
+    /// The name `--json` gives a failure of tether's own with `code`.
+    pub fn failure_name(code: i32) -> &'static str {
+        match code {
+            USAGE => "usage",
+            BUSY => "busy",
+            UNKNOWN => "unknown",
+            _ => "unavailable",
+        }
+    }
 }
 
 const AFTER_HELP: &str = "\
@@ -51,16 +67,23 @@ Examples:
   tether --backend ssh:me@host:2222 run 'hostname'
   tether ls; tether status; tether reset --kernel py; tether stop
 
-Exit codes:
+Exit codes (the cell's own status, as `sh -c` gives it, or tether's own):
   0    the cell succeeded
-  1    the cell failed (last shell status not 0, Python exception)
-  N    the cell called `exit N` (so `exit 3` gives 3)
+  N    the cell's status: its last command's (`false` 1, a missing command
+       127) or its `exit N` / `sys.exit(N)` (`exit 3` gives 3)
+  1    the cell failed without a status (Python exception)
   2    usage error (bad option, refused kernel name, unknown backend)
-  69   tether could not work (no agent binary, unreadable records, agent error)
+  16   kernel busy: another tether drives it (`run --wait` queues behind
+       it) or it has an unresolved cell (`tether resume` / `tether cancel`)
+  69   tether could not work (no agent binary, corrupt record, agent error)
   75   outcome unknown (sandbox unreachable): the cell is recorded, `tether resume` later
   124  the cell timed out (--timeout) and was cancelled
   130  the cell was cancelled (Ctrl-C, `tether cancel`)
-A cell's own `exit N` can collide with these; --json tells them apart.
+A cell's own status can collide with tether's codes; with --json the last
+line tells them apart: event `exit` with the cell's outcome (`exit` and its
+code, `ok`, `error`, `cancelled`, `timed_out`, or `unknown` for tether's 75),
+or event `failure` naming tether's own condition (busy, usage, unavailable).
+Cells have no stdin (it is /dev/null; Python's input() raises EOFError).
 
 Records of kernels live in $XDG_STATE_HOME/tether (default ~/.local/state/tether).
 The agent binary is $TETHER_AGENT_BIN, or tether-agent next to this program,
@@ -149,6 +172,10 @@ pub struct RunArgs {
     /// Cancel the cell (not the kernel) after this long: 500ms, 30s, 2m.
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// If another tether is driving the kernel, wait for it to finish
+    /// instead of exiting at once with 16 (busy).
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// `tether resume`.
@@ -191,6 +218,13 @@ impl Failure {
     fn usage(message: impl Into<String>) -> Failure {
         Failure {
             code: exit::USAGE,
+            message: message.into(),
+        }
+    }
+
+    fn busy(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::BUSY,
             message: message.into(),
         }
     }
@@ -359,11 +393,68 @@ fn os_seed() -> u64 {
 
 /// Runs the parsed command line; returns the exit code.
 pub async fn main(cli: Cli) -> i32 {
+    let json = cli.json;
     match dispatch(cli).await {
         Ok(code) => code,
         Err(failure) => {
+            if json {
+                // The last line, like `exit` for a cell: which of tether's
+                // own conditions this code is.
+                let line = serde_json::json!({
+                    "event": "failure",
+                    "failure": exit::failure_name(failure.code),
+                    "message": failure.message,
+                    "exit_code": failure.code,
+                });
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+            }
             eprintln!("tether: {}", failure.message);
             failure.code
+        }
+    }
+}
+
+/// Takes the lock of `kernel` (waiting for it with `wait`); a kernel
+/// driven by another `tether` is refused with [`exit::BUSY`], naming the
+/// cell that runs there when its record says.
+async fn lock_kernel(
+    store: &FileStore,
+    kernel: &KernelName,
+    wait: bool,
+) -> Result<KernelLock, Failure> {
+    let attempt = {
+        let store = store.clone();
+        let kernel = kernel.clone();
+        // A blocking flock must not hold up the runtime's thread.
+        tokio::task::spawn_blocking(move || store.lock(&kernel, wait))
+            .await
+            .map_err(Failure::other)??
+    };
+    match attempt {
+        Locking::Held(lock) => Ok(lock),
+        Locking::Busy { holder } => {
+            // A lock file not yet rewritten by its new holder names the
+            // last one, which no longer runs.
+            let who = match holder {
+                Some(h) if h.is_running() => format!("another tether (pid {})", h.pid),
+                _ => "another tether".to_owned(),
+            };
+            let what = match store.load(kernel) {
+                Ok(Some(record)) if !record.cells.is_empty() => {
+                    let cells: Vec<String> = record
+                        .cells
+                        .iter()
+                        .map(|c| format!("cell {}", c.seq))
+                        .collect();
+                    format!("{} is running in {who}", cells.join(", "))
+                }
+                _ => format!("{who} is driving it"),
+            };
+            Err(Failure::busy(format!(
+                "kernel {kernel} is busy: {what}; `tether run --wait` queues behind it, \
+                 `tether cancel --kernel {kernel}` cancels it"
+            )))
         }
     }
 }
@@ -399,6 +490,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
             buf
         }
     };
+    let _lock = lock_kernel(&ctx.store()?, &kernel, args.wait).await?;
     let mut driver = ctx.driver()?;
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     let record = driver.store().load(&kernel)?;
@@ -415,15 +507,13 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
     if let Some(record) = record {
         if !record.cells.is_empty() {
             let seqs: Vec<String> = record.cells.iter().map(|c| c.seq.to_string()).collect();
-            return Err(Failure {
-                code: exit::UNKNOWN,
-                message: format!(
-                    "kernel {kernel} has an unresolved cell ({}) from an earlier run \
-                     (or one still running in another tether); \
-                     `tether resume --kernel {kernel}` to finish it or `tether cancel --kernel {kernel}`",
-                    seqs.join(", ")
-                ),
-            });
+            // No other tether holds the lock: the client that ran it died.
+            return Err(Failure::busy(format!(
+                "kernel {kernel} is busy: cell {} of an earlier run was never resolved \
+                 (its tether died); `tether resume --kernel {kernel}` to finish it \
+                 or `tether cancel --kernel {kernel}`",
+                seqs.join(", ")
+            )));
         }
         driver
             .resume(record, false, &mut |e| printer.event(e))
@@ -460,6 +550,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
 
 async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
+    let _lock = lock_kernel(&ctx.store()?, &kernel, false).await?;
     let mut driver = ctx.driver()?;
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     let Some(record) = driver.store().load(&kernel)? else {
@@ -491,9 +582,32 @@ async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
 
 async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
-    let mut driver = ctx.driver()?;
+    let store = ctx.store()?;
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     printer.quiet_output = true;
+    let _lock = match lock_kernel(&store, &kernel, false).await {
+        Ok(lock) => lock,
+        Err(busy) if busy.code == exit::BUSY => {
+            // Another tether drives the cell: interrupt it as Ctrl-C would
+            // (it cancels the cell, never the kernel), then wait for it.
+            let Some(holder) = interrupt_holder(&store, &kernel)? else {
+                return Err(busy);
+            };
+            printer.note(&format!(
+                "kernel {kernel}: asked the tether running its cell (pid {}) to cancel it",
+                holder.pid
+            ));
+            let lock = lock_kernel(&store, &kernel, true).await?;
+            let unresolved = store.load(&kernel)?.is_some_and(|r| !r.cells.is_empty());
+            if !unresolved {
+                printer.note(&format!("kernel {kernel}: that tether has finished"));
+                return Ok(exit::OK);
+            }
+            lock
+        }
+        Err(other) => return Err(other),
+    };
+    let mut driver = ctx.driver()?;
     let Some(record) = driver.store().load(&kernel)? else {
         printer.note(&format!("no record of kernel {kernel}: nothing to cancel"));
         return Ok(exit::OK);
@@ -513,6 +627,32 @@ async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
         .map(|(_, o)| o.clone())
         .unwrap_or(CellOutcome::Cancelled);
     Ok(printer.finish(&last, driver.stats()))
+}
+
+/// Sends SIGINT to the tether that holds `kernel`'s lock, if its lock
+/// file names a process that is still the one that wrote it.
+fn interrupt_holder(
+    store: &FileStore,
+    kernel: &KernelName,
+) -> Result<Option<crate::records::Holder>, Failure> {
+    let Locking::Busy {
+        holder: Some(holder),
+    } = store.lock(kernel, false)?
+    else {
+        return Ok(None);
+    };
+    if !holder.is_running() {
+        return Ok(None);
+    }
+    let pid = rustix::process::Pid::from_raw(holder.pid as i32)
+        .ok_or_else(|| Failure::other(format!("bad pid {} in the lock file", holder.pid)))?;
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).map_err(|e| {
+        Failure::other(format!(
+            "cannot interrupt the tether running kernel {kernel}'s cell (pid {}): {e}",
+            holder.pid
+        ))
+    })?;
+    Ok(Some(holder))
 }
 
 fn status(ctx: &Context, args: KernelOpt) -> Result<i32, Failure> {
@@ -599,6 +739,7 @@ fn describe(r: &KernelRecord) -> String {
 
 async fn reset(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
+    let _lock = lock_kernel(&ctx.store()?, &kernel, false).await?;
     let mut driver = ctx.driver()?;
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     shut_down(&mut driver, &mut printer, &kernel).await?;
@@ -609,12 +750,30 @@ async fn reset(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
 async fn stop(ctx: &Context) -> Result<i32, Failure> {
     let mut driver = ctx.driver()?;
     let mut printer = Printer::new(ctx.json, ctx.verbose);
+    let store = ctx.store()?;
     let kernels = driver.store().list()?;
+    let mut busy = Vec::new();
     for kernel in &kernels {
+        let _lock = match lock_kernel(&store, kernel, false).await {
+            Ok(lock) => lock,
+            Err(failure) if failure.code == exit::BUSY => {
+                printer.note(&failure.message);
+                busy.push(kernel.to_string());
+                continue;
+            }
+            Err(failure) => return Err(failure),
+        };
         shut_down(&mut driver, &mut printer, kernel).await?;
     }
-    printer.note(&format!("{} kernel(s) stopped", kernels.len()));
-    Ok(exit::OK)
+    printer.note(&format!("{} kernel(s) stopped", kernels.len() - busy.len()));
+    if busy.is_empty() {
+        Ok(exit::OK)
+    } else {
+        Err(Failure::busy(format!(
+            "not stopped, busy: {}",
+            busy.join(" ")
+        )))
+    }
 }
 
 async fn shut_down(

@@ -45,6 +45,9 @@ pub fn to_json(event: &Event) -> Value {
         Event::Leftovers { cell: key, pids } => json!({
             "event": "leftovers", "cell": cell(key), "pids": pids,
         }),
+        Event::Unkillable { cell: key, pids } => json!({
+            "event": "unkillable", "cell": cell(key), "pids": pids,
+        }),
         Event::CellResolved { cell: key, outcome } => json!({
             "event": "cell_resolved", "cell": cell(key), "outcome": outcome,
         }),
@@ -76,6 +79,14 @@ pub fn describe(event: &Event) -> Option<String> {
             Some(format!(
                 "the cell left processes running (pids {}); they die with \
                  `tether reset`, `tether stop` or when the kernel idles out",
+                pids.join(" ")
+            ))
+        }
+        Event::Unkillable { pids, .. } => {
+            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+            Some(format!(
+                "the cancel could not kill processes of the cell (pids {}): \
+                 they outlived SIGKILL (stuck in the kernel?)",
                 pids.join(" ")
             ))
         }

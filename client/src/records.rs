@@ -7,6 +7,12 @@
 //! `~/.local/state`), written atomically (temporary file, fsync, rename).
 //! [`MemoryStore`] keeps them in memory and can be cloned, so a simulated
 //! client host that crashes and restarts finds its records again.
+//!
+//! One `tether` drives a kernel at a time: [`FileStore::lock`] takes
+//! `<kernel>.lock` beside the record with `flock`, held for the whole
+//! command (the kernel closes it when the process dies, however it dies).
+//! The holder writes its pid and start time into the file so that a
+//! refused `tether` can name it (and `tether cancel` can reach it).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,6 +46,13 @@ pub enum RecordError {
         /// What failed.
         error: std::io::Error,
     },
+    /// The lock file could not be taken (not: it is held by another).
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// What failed.
+        error: std::io::Error,
+    },
     /// A record file is not a record.
     Corrupt {
         /// The file.
@@ -57,6 +70,9 @@ impl fmt::Display for RecordError {
                 "cannot find a state directory: set XDG_STATE_HOME or HOME to an absolute path"
             ),
             RecordError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            RecordError::Lock { path, error } => {
+                write!(f, "cannot lock {}: {error}", path.display())
+            }
             RecordError::Corrupt { path, detail } => write!(
                 f,
                 "{} is not a tether kernel record ({detail}); remove it to forget that kernel",
@@ -107,9 +123,131 @@ impl FileStore {
         &self.dir
     }
 
-    fn path_of(&self, kernel: &KernelName) -> PathBuf {
+    /// The record file of `kernel`.
+    pub fn path_of(&self, kernel: &KernelName) -> PathBuf {
         self.dir.join(format!("{kernel}.json"))
     }
+
+    fn create_dir(&self) -> Result<(), RecordError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(io(&self.dir))
+    }
+
+    /// Takes the lock of `kernel` for as long as the returned
+    /// [`KernelLock`] lives; with `wait`, blocks until the holder lets
+    /// go, else says who holds it. The lock file is never removed (a
+    /// waiter would lock a file no one else opens any more).
+    pub fn lock(&self, kernel: &KernelName, wait: bool) -> Result<Locking, RecordError> {
+        use rustix::fs::{flock, FlockOperation};
+        use std::os::unix::fs::OpenOptionsExt;
+        self.create_dir()?;
+        let path = self.dir.join(format!("{kernel}.lock"));
+        let lock_err = |error: std::io::Error| RecordError::Lock {
+            path: path.clone(),
+            error,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(lock_err)?;
+        let op = if wait {
+            FlockOperation::LockExclusive
+        } else {
+            FlockOperation::NonBlockingLockExclusive
+        };
+        loop {
+            match flock(&file, op) {
+                Ok(()) => break,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    let holder = std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|text| Holder::parse(&text));
+                    return Ok(Locking::Busy { holder });
+                }
+                Err(e) => return Err(lock_err(e.into())),
+            }
+        }
+        let me = Holder::me();
+        let mut writer = &file;
+        let written = file
+            .set_len(0)
+            .and_then(|()| writer.write_all(me.render().as_bytes()));
+        written.map_err(lock_err)?;
+        Ok(Locking::Held(KernelLock { _file: file }))
+    }
+}
+
+/// The outcome of [`FileStore::lock`].
+#[derive(Debug)]
+pub enum Locking {
+    /// Ours until dropped.
+    Held(KernelLock),
+    /// Another process holds it.
+    Busy {
+        /// Who, if its lock file says so.
+        holder: Option<Holder>,
+    },
+}
+
+/// A kernel's lock, released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct KernelLock {
+    _file: std::fs::File,
+}
+
+/// The process that holds a kernel's lock, as it wrote itself down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time (`/proc/PID/stat` field 22), so a reused pid is
+    /// not taken for it.
+    pub starttime: u64,
+}
+
+impl Holder {
+    fn me() -> Holder {
+        let pid = std::process::id();
+        Holder {
+            pid,
+            starttime: starttime_of(pid).unwrap_or(0),
+        }
+    }
+
+    fn render(&self) -> String {
+        format!("{} {}\n", self.pid, self.starttime)
+    }
+
+    fn parse(text: &str) -> Option<Holder> {
+        let mut words = text.split_whitespace();
+        Some(Holder {
+            pid: words.next()?.parse().ok()?,
+            starttime: words.next()?.parse().ok()?,
+        })
+    }
+
+    /// Is this process still the one that wrote the lock file?
+    pub fn is_running(&self) -> bool {
+        self.starttime != 0 && starttime_of(self.pid) == Some(self.starttime)
+    }
+}
+
+/// The start time of `pid` from `/proc/PID/stat` (cut after the last `)`:
+/// the command name may hold spaces and parentheses).
+fn starttime_of(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // Fields after the name start at 3 (state); starttime is field 22.
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
@@ -136,12 +274,7 @@ impl RecordStore for FileStore {
     }
 
     fn save(&mut self, record: &KernelRecord) -> Result<(), RecordError> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
-            .map_err(io(&self.dir))?;
+        self.create_dir()?;
         let path = self.path_of(&record.kernel);
         let tmp = self
             .dir

@@ -277,7 +277,8 @@ fn a_killed_daemon_is_reported_as_state_lost_and_replaced() {
 }
 
 /// After `kill -9` of `tether run`, a new `run` refuses (the cell is
-/// unresolved, exit 75) and `tether cancel` kills the cell, not the kernel.
+/// unresolved, exit 16: busy) and `tether cancel` kills the cell, not the
+/// kernel.
 #[test]
 fn cancel_from_another_process_after_the_client_died() {
     let w = World::new();
@@ -287,7 +288,7 @@ fn cancel_from_another_process_after_the_client_died() {
     let _ = wait_bounded(&mut child, "tether run after kill -9");
 
     let out = w.run("k", "echo too soon");
-    assert_eq!(out.status.code(), Some(75), "{}", show(&out));
+    assert_eq!(out.status.code(), Some(16), "{}", show(&out));
     assert!(
         text(&out.stderr).contains("tether resume"),
         "{}",

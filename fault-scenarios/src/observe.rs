@@ -34,6 +34,9 @@ pub struct CellSeen {
     pub started_at: Option<u64>,
     /// When it was first resolved (ms).
     pub resolved_at: Option<u64>,
+    /// When it was last resolved (ms): a resumed client resolves a cell
+    /// it had written off again, with its final outcome.
+    pub last_resolved_at: Option<u64>,
     /// The script (or a fault) asked to cancel it.
     pub cancel_requested: bool,
     /// When the agent's note that the interpreter died (and the kernel's
@@ -141,6 +144,7 @@ impl ClientLog {
                     }
                     seen.resolutions.push(outcome.clone());
                     seen.resolved_at.get_or_insert(now_ms);
+                    seen.last_resolved_at = Some(now_ms);
                 }
             }
             _ => {}

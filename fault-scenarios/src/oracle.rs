@@ -65,6 +65,11 @@ pub struct CellTruth {
     /// When a process of the cell was spawned after the client had
     /// resolved it as not run to completion (virtual ms), if ever.
     pub spawned_after_resolution: Option<u64>,
+    /// When the cell's last process ended, if that was after the client
+    /// had resolved the cell (virtual ms): a cancel must resolve only once
+    /// its escalation is over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub died_after_resolution: Option<u64>,
 }
 
 /// One call the client script made and how long it took.
@@ -207,6 +212,13 @@ pub enum Violation {
         /// The survivors.
         pids: Vec<u32>,
     },
+    /// A cancelled cell resolved while a process of it still ran.
+    CancelResolvedEarly {
+        /// The cell.
+        cell: String,
+        /// When its last process ended (virtual ms).
+        at_ms: u64,
+    },
     /// A cancel killed something that was not the cell's.
     Collateral {
         /// What was hit.
@@ -312,6 +324,7 @@ impl Violation {
             Violation::DuplicatedOutput { .. } => "duplicated_output",
             Violation::DoubleExecution { .. } => "double_execution",
             Violation::CancelSurvivor { .. } => "cancel_survivor",
+            Violation::CancelResolvedEarly { .. } => "cancel_resolved_early",
             Violation::Collateral { .. } => "collateral",
             Violation::MissedDeadline { .. } => "missed_deadline",
             Violation::FalseStateLost { .. } => "false_state_lost",
@@ -351,6 +364,10 @@ impl fmt::Display for Violation {
             Violation::CancelSurvivor { cell, pids } => {
                 write!(f, "{cell} was cancelled but pids {pids:?} survive")
             }
+            Violation::CancelResolvedEarly { cell, at_ms } => write!(
+                f,
+                "{cell} resolved as cancelled while its processes ran (the last ended at {at_ms} ms)"
+            ),
             Violation::Collateral { detail } => write!(f, "cancel hit a bystander: {detail}"),
             Violation::MissedDeadline {
                 call,
@@ -644,6 +661,12 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
         Some(CellOutcome::TimedOut) => true,
         _ => false,
     };
+    if let Some(at_ms) = cell.truth.died_after_resolution.filter(|_| stopped) {
+        v.push(Violation::CancelResolvedEarly {
+            cell: name.clone(),
+            at_ms,
+        });
+    }
     if stopped && !cell.truth.alive_at_end.is_empty() {
         v.push(Violation::CancelSurvivor {
             cell: name,

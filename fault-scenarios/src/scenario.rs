@@ -343,6 +343,22 @@ pub fn all() -> Vec<Scenario> {
         Expect::Cancelled,
     );
     trap.cancel_after_ms = Some(500);
+    // The shell dies at TERM (its trap exits); its background child,
+    // started while TERM was ignored, lives until the grace period's KILL.
+    let mut ignorer = cell(
+        "ignorer",
+        vec![
+            Step::IgnoreTerm,
+            Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 },
+            Step::TrapTerm {
+                then: vec![Step::Exit { code: 0 }],
+            },
+            print("started\n"),
+            Step::Sleep { ms: 600_000 },
+        ],
+        Expect::Cancelled,
+    );
+    ignorer.cancel_after_ms = Some(500);
     let mut slow = cell(
         "slow",
         vec![print("tick\n"), Step::Sleep { ms: 60_000 }],
@@ -450,6 +466,14 @@ pub fn all() -> Vec<Scenario> {
             name: "cancel_trap",
             about: "cancel a cell that traps TERM and sets its own EXIT trap",
             script: vec![Action::Run(trap)],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+            init_reaps: true,
+        },
+        Scenario {
+            name: "cancel_ignorer",
+            about: "cancel a cell whose background child ignores TERM: it resolves once KILL got the child",
+            script: vec![Action::Run(ignorer)],
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,

@@ -612,6 +612,9 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
             ran_to_end: executions == 1,
             alive_at_end: live.survivors.iter().map(|p| p.pid).collect(),
             spawned_after_resolution: ran_after.then_some(end),
+            // Live, exits are not dated; the CLI test
+            // `cancel_settles` checks this on real processes.
+            died_after_resolution: None,
         };
         cells.push(observe::cell(scenario, &log.client, spec, truth));
     }

@@ -194,6 +194,7 @@ fn describe(event: &Event) -> String {
             format!("event kernel replaced {kernel}: {evidence}")
         }
         Event::Leftovers { cell, pids } => format!("event leftovers {cell} {pids:?}"),
+        Event::Unkillable { cell, pids } => format!("event unkillable {cell} {pids:?}"),
         Event::Clipped { cell, dropped } => format!("event clipped {cell} {dropped}"),
         Event::KernelEvicted { kernel, reason } => format!("event evicted {kernel}: {reason}"),
         Event::Note { text, .. } => format!("event note: {text}"),

@@ -64,6 +64,9 @@ pub struct Sandbox {
     /// When processes of each cell (kernel name, seq) were spawned
     /// (virtual ms).
     pub cell_spawns: BTreeMap<(String, u64), Vec<u64>>,
+    /// The processes of each cell (kernel name, seq) that ended, with
+    /// when (virtual ms).
+    pub cell_exits: BTreeMap<(String, u64), Vec<(Pid, u64)>>,
     /// The cell (kernel name, seq) each cell process was born from.
     cell_of: BTreeMap<Pid, (String, u64)>,
     /// Cells (kernel name, seq) whose processes the agent signalled before
@@ -119,6 +122,7 @@ impl Sandbox {
             roles: BTreeMap::new(),
             collateral: Vec::new(),
             cell_spawns: BTreeMap::new(),
+            cell_exits: BTreeMap::new(),
             cell_of: BTreeMap::new(),
             signalled_cells: BTreeSet::new(),
             clock_offset: 0,
@@ -275,6 +279,17 @@ impl Sandbox {
                             .is_some_and(|r| r.starts_with("interpreter")) =>
                 {
                     self.interpreter_deaths.push(self.virtual_ms(e.at));
+                }
+                ProcEventKind::Exit { pid, .. }
+                    if self.roles.get(pid).is_some_and(|r| r.starts_with("cell")) =>
+                {
+                    if let Some(key) = self.cell_of.get(pid) {
+                        let at = self.virtual_ms(e.at);
+                        self.cell_exits
+                            .entry(key.clone())
+                            .or_default()
+                            .push((*pid, at));
+                    }
                 }
                 ProcEventKind::Signal {
                     from, to, signal, ..

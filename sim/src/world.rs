@@ -483,6 +483,22 @@ fn observe(
             stdout: observe::truth_stdout(scenario, spec, truth.executions),
             ran_to_end: truth.executions == 1,
             alive_at_end,
+            // Against the final resolution, whose outcome the oracle judges;
+            // without the untraceable ones of the documented limit above.
+            died_after_resolution: match (&cell_key, seen.last_resolved_at) {
+                (Some(key), Some(resolved)) => sandbox
+                    .cell_exits
+                    .get(key)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(pid, _)| {
+                        spec.lang != Lang::Python || !sandbox.untraceable.contains(pid)
+                    })
+                    .map(|&(_, at)| at)
+                    .filter(|&at| at > resolved)
+                    .max(),
+                _ => None,
+            },
             spawned_after_resolution: match (&cell_key, seen.resolved_at) {
                 (Some(key), Some(resolved)) => sandbox
                     .cell_spawns

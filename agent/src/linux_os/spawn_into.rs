@@ -29,7 +29,7 @@ use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use tether_core::agent::Pid;
+use tether_core::agent::{no_tty, Pid};
 
 /// `CLONE_INTO_CGROUP` (include/uapi/linux/sched.h); not in every target
 /// of the `libc` crate.
@@ -94,7 +94,8 @@ struct Prepared {
     stderr: OwnedFd,
 }
 
-/// Starts `main` in a new session with stdin on `/dev/null`, inside
+/// Starts `main` in a new session with stdin on `/dev/null` and the
+/// environment defaults of [`no_tty`] where unset, inside
 /// `group` when there is one, and returns its pid (a child of ours, to be
 /// reaped by the caller). Errors are "cannot start …" messages.
 pub(crate) fn start(
@@ -154,6 +155,9 @@ fn prepare(main: MainProcess<'_>) -> io::Result<Prepared> {
         }
     }
     envp.push(cstring(format!("{key}={value}").as_bytes())?);
+    for (name, value) in no_tty::missing_defaults(|name| std::env::var_os(name).is_some()) {
+        envp.push(cstring(format!("{name}={value}").as_bytes())?);
+    }
     let candidates = if program.contains('/') {
         vec![cstring(program.as_bytes())?]
     } else if program.is_empty() {

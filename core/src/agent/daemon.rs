@@ -7,6 +7,11 @@
 //! after the grace period STOP + KILL every process of the cell again on
 //! every tick until none is left. Never gated on the main process: a
 //! descendant that traps TERM after its leader exited still dies.
+//! A cancelled cell resolves when its escalation is over: a shim that
+//! finds processes of the cancelled cell still running settles the
+//! result without `done` ([`JournalWriter::settle`]), and the daemon
+//! writes `done` once none is left, or after [`KILL_BOUND`] of KILL
+//! rounds, naming those that outlived it (`unkillable`).
 //!
 //! A cell stays tracked after its shim is gone while its own cgroup (see
 //! [`super::procs::read_cgroup`]) still has members: a process that left
@@ -46,6 +51,9 @@ pub const TICK: Duration = Duration::from_millis(10);
 /// How often a done cell that still has processes is looked at again to
 /// see whether they are gone (a scan of the whole process table).
 const LINGER_RECHECK: Duration = Duration::from_secs(1);
+/// How long KILL rounds go on past the grace period before a settled
+/// cancel resolves without the processes that outlived them.
+pub const KILL_BOUND: Duration = Duration::from_secs(1);
 /// Exiting gives up sweeping after this long.
 pub const EXIT_BOUND: Duration = Duration::from_secs(10);
 
@@ -224,10 +232,11 @@ impl Daemon {
             }
             if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
                 if !w.is_done() {
+                    // A result settled before stays the result.
                     let outcome = CellOutcome::Error {
                         message: "the kernel daemon that ran this cell is gone".into(),
                     };
-                    let _ = w.finish(os, vec![EntryKind::Result { outcome }]);
+                    let _ = w.close(os, outcome, Vec::new());
                 }
             }
         }
@@ -338,8 +347,10 @@ impl Daemon {
                         message: "the cell's shim died".into(),
                     },
                 };
+                // A shim that settled a cancel's result and then saw its
+                // tree empty leaves only `done` to write.
                 if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
-                    let _ = w.finish(os, vec![EntryKind::Result { outcome }]);
+                    let _ = w.close(os, outcome, Vec::new());
                 }
                 t.done = true;
             }
@@ -364,6 +375,10 @@ impl Daemon {
             }
             let mut empty = false;
             if let Some(c) = t.cancel.as_mut().filter(|c| !c.finished) {
+                // The cell's result is in (the interpreter is done with
+                // it) and its `done` waits for this escalation.
+                let settled = !t.done && os.exists(&journal::settle_flag(&cell.journal()));
+                let cell_running = !t.done && !settled;
                 if t.python && t.interp.is_none() {
                     t.interp = read_journal(os, &cell.journal()).ok().and_then(|r| {
                         r.entries.iter().find_map(|e| match e.kind {
@@ -413,20 +428,33 @@ impl Daemon {
                         && !others.owns(os, *pid)
                 });
                 if !c.term_sent {
-                    if let Some(interp) = t.interp.filter(|_| !t.done) {
+                    if let Some(interp) = t.interp.filter(|_| cell_running) {
                         let _ = os.signal(interp, Signal::Int);
                     }
                     procs::signal_each(os, &set, Signal::Term);
                     c.term_sent = true;
                 } else if now >= c.since + grace {
                     procs::stop_and_kill(os, &set);
-                    if let Some(interp) = t.interp.filter(|_| !t.done) {
+                    if let Some(interp) = t.interp.filter(|_| cell_running) {
                         // The interpreter did not stop: it dies with its
                         // namespace (the shim reports the loss).
                         let _ = os.signal(interp, Signal::Kill);
                     }
                 }
                 empty = set.is_empty();
+                if settled && (empty || now >= c.since + grace + KILL_BOUND) {
+                    let unkillable: Vec<Pid> = set.iter().copied().collect();
+                    let extra = if unkillable.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![EntryKind::Unkillable { pids: unkillable }]
+                    };
+                    if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
+                        // The result is there: `outcome` is not used.
+                        let _ = w.close(os, CellOutcome::Cancelled, extra);
+                    }
+                    t.done = true;
+                }
                 if empty && t.done && (t.python || t.shim.is_none()) {
                     c.finished = true;
                 }

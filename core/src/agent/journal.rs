@@ -9,7 +9,7 @@
 
 use super::os::{Os, OsError};
 use crate::bytes::Bytes;
-use crate::protocol::{parse_journal, EntryKind, JournalEntry, JournalRead, Stream};
+use crate::protocol::{parse_journal, CellOutcome, EntryKind, JournalEntry, JournalRead, Stream};
 
 /// Default cap on the output bytes journaled per cell: 8 MiB.
 pub const DEFAULT_CAP: u64 = 8 * 1024 * 1024;
@@ -23,6 +23,7 @@ pub struct JournalWriter {
     cap: u64,
     dropped: u64,
     done: bool,
+    has_result: bool,
 }
 
 impl JournalWriter {
@@ -48,12 +49,14 @@ impl JournalWriter {
             cap,
             dropped: 0,
             done: false,
+            has_result: false,
         };
         for e in &read.entries {
             w.next_n = w.next_n.max(e.n + 1);
             match &e.kind {
                 EntryKind::Output { data, .. } => w.output_bytes += data.len() as u64,
                 EntryKind::Done => w.done = true,
+                EntryKind::Result { .. } => w.has_result = true,
                 _ => {}
             }
         }
@@ -65,12 +68,18 @@ impl JournalWriter {
         self.done
     }
 
+    /// True when the journal holds a `result`.
+    pub fn has_result(&self) -> bool {
+        self.has_result
+    }
+
     /// Appends one entry (nothing after `done`).
     pub fn push(&mut self, os: &mut dyn Os, kind: EntryKind) -> Result<(), OsError> {
         if self.done {
             return Ok(());
         }
         let is_done = matches!(kind, EntryKind::Done);
+        self.has_result |= matches!(kind, EntryKind::Result { .. });
         let entry = JournalEntry {
             n: self.next_n,
             kind,
@@ -110,6 +119,24 @@ impl JournalWriter {
 
     /// Writes `clipped` (if output was cut), then `entries`, then `done`.
     pub fn finish(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
+        self.push_final(os, entries)?;
+        self.push(os, EntryKind::Done)
+    }
+
+    /// [`JournalWriter::finish`] without `done`, and the settle flag: the
+    /// result of a cancelled cell whose processes are still being killed.
+    /// The daemon writes `done` once its escalation is over
+    /// ([`JournalWriter::close`]), so the cell resolves when they are gone.
+    pub fn settle(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
+        self.push_final(os, entries)?;
+        if !self.done {
+            os.write_atomic(&settle_flag(&self.path), b"")?;
+        }
+        Ok(())
+    }
+
+    /// `clipped` (if output was cut), then `entries`.
+    fn push_final(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
         if self.dropped > 0 {
             let dropped = self.dropped;
             self.dropped = 0;
@@ -118,8 +145,31 @@ impl JournalWriter {
         for e in entries {
             self.push(os, e)?;
         }
-        self.push(os, EntryKind::Done)
+        Ok(())
     }
+
+    /// Ends a journal another writer may have left: a `result` of
+    /// `outcome` only if none is there yet (one settled before), then
+    /// `extra`, then `done`.
+    pub fn close(
+        &mut self,
+        os: &mut dyn Os,
+        outcome: CellOutcome,
+        extra: Vec<EntryKind>,
+    ) -> Result<(), OsError> {
+        let mut entries = Vec::new();
+        if !self.has_result {
+            entries.push(EntryKind::Result { outcome });
+        }
+        entries.extend(extra);
+        self.finish(os, entries)
+    }
+}
+
+/// The flag file written beside a journal whose `result` is written and
+/// whose `done` waits for the cancel's escalation.
+pub fn settle_flag(journal: &str) -> String {
+    format!("{journal}.settle")
 }
 
 /// Reads a cell's journal: absent is an empty journal.

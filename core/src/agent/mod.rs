@@ -12,13 +12,15 @@
 //! - [`shim`]: the cell shim: its machines (shell cell, Python
 //!   interpreter), journal and outcome decisions;
 //! - [`tombstone`]: a cell's `cancel` file and its reason;
-//! - [`background`]: the kernel's log of background output.
+//! - [`background`]: the kernel's log of background output;
+//! - [`no_tty`]: what a cell gets instead of a terminal.
 
 pub mod background;
 pub mod daemon;
 pub mod journal;
 pub mod kernel;
 pub mod layout;
+pub mod no_tty;
 pub mod op;
 pub mod os;
 pub mod procs;

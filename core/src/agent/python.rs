@@ -7,6 +7,11 @@
 //! final expression is printed), sets the cell's env marker so subprocesses
 //! carry it, and reports the outcome as one JSON line on fd 3.
 //!
+//! Cells have no stdin: the bootstrap keeps its command pipe on a private
+//! close-on-exec descriptor and puts `/dev/null` on fd 0, so `input()`
+//! raises `EOFError` at once (saying why) and the cells' subprocesses
+//! read EOF instead of the next cell's command.
+//!
 //! Cancel: SIGINT to the interpreter (KeyboardInterrupt, namespace kept)
 //! and TERM to the cell's subprocesses; if the cell is not done after the
 //! grace period the interpreter is killed too and the loss is reported.
@@ -17,15 +22,28 @@ use crate::protocol::CellOutcome;
 
 /// The bootstrap the interpreter runs (`python3 -u -c BOOTSTRAP`).
 pub const BOOTSTRAP: &str = r#"
-import ast, json, os, signal, sys, traceback
+import ast, builtins, json, os, signal, sys, traceback
 _ctl = os.fdopen(3, "w")
+_cmds = os.fdopen(os.dup(0), "r")
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+_input = builtins.input
+def input(prompt=""):
+    try:
+        return _input(prompt)
+    except EOFError:
+        raise EOFError("EOF when reading a line: tether cells have no stdin "
+                       "(put the data in the code or in a file)") from None
+builtins.input = input
+del input
 _ns = {"__name__": "__main__", "__builtins__": __builtins__}
 _busy = [False]
 def _on_int(signum, frame):
     if _busy[0]:
         raise KeyboardInterrupt
 signal.signal(signal.SIGINT, _on_int)
-for _line in sys.stdin:
+for _line in _cmds:
     _seq, _dir, _marker = _line.rstrip("\n").split(" ", 2)
     os.environ["TETHER_CELL"] = _marker
     _out = {"outcome": "ok"}
@@ -78,9 +96,11 @@ pub fn launch_file(kernel: &KernelLayout) -> String {
     format!("{}/launch.json", py_dir(kernel))
 }
 
-/// Argv of the interpreter.
+/// Argv of the interpreter: the bootstrap after the environment
+/// defaults of [`super::no_tty`].
 pub fn argv() -> Vec<String> {
-    vec!["python3".into(), "-u".into(), "-c".into(), BOOTSTRAP.into()]
+    let code = format!("import os\n{}{BOOTSTRAP}", super::no_tty::python_prelude());
+    vec!["python3".into(), "-u".into(), "-c".into(), code]
 }
 
 /// The marker suffix of the interpreter itself (`<nonce>:py`).

@@ -36,8 +36,10 @@ pub enum ExitStatus {
 }
 
 /// A shell cell's outcome. Reaching the end of the code with status 0 is
-/// `ok` even if a cancel raced it; otherwise a cancel wins; otherwise a
-/// shell that stopped early did so by `exit N`.
+/// `ok` even if a cancel raced it; otherwise a cancel wins; otherwise the
+/// cell exits with its shell's own status, as `sh -c` does: the last
+/// command's status at the end of the code, or the `exit N` that stopped
+/// the shell early.
 pub fn shell_outcome(
     exit: ExitStatus,
     end: Option<i32>,
@@ -46,9 +48,7 @@ pub fn shell_outcome(
     match (end, cancel, exit) {
         (Some(0), _, _) => CellOutcome::Ok,
         (_, Some(reason), _) => reason.outcome(),
-        (Some(status), None, _) => CellOutcome::Error {
-            message: format!("the last command exited with status {status}"),
-        },
+        (Some(status), None, _) => CellOutcome::Exit { code: status },
         (None, None, ExitStatus::Code(code)) => CellOutcome::Exit { code },
         (None, None, ExitStatus::Signal(sig)) => CellOutcome::Error {
             message: format!("the cell's shell was killed by signal {sig}"),
@@ -175,9 +175,29 @@ impl ShimCore {
             }
             Lang::Python => process_outcome(exit, cancel),
         };
-        let mut entries = vec![EntryKind::Result {
+        self.end(os, outcome, leftovers, cancel)
+    }
+
+    /// Journals the end of the cell. A cancelled cell whose processes are
+    /// still there resolves only when the cancel's escalation is over: its
+    /// result is settled, and the daemon writes `done` once none is left
+    /// (naming any that outlived KILL); a caller that reuses the cell's
+    /// port right after the cancel must not find it taken.
+    fn end(
+        &mut self,
+        os: &mut dyn Os,
+        outcome: CellOutcome,
+        leftovers: Vec<Pid>,
+        cancel: Option<CancelReason>,
+    ) -> Result<CellOutcome, OsError> {
+        let result = EntryKind::Result {
             outcome: outcome.clone(),
-        }];
+        };
+        if cancel.is_some() && !leftovers.is_empty() {
+            self.journal.settle(os, vec![result])?;
+            return Ok(outcome);
+        }
+        let mut entries = vec![result];
         if !leftovers.is_empty() {
             entries.push(EntryKind::Leftovers { pids: leftovers });
         }
@@ -205,14 +225,7 @@ impl ShimCore {
                 super::python::died(cancel, &detail)
             }
         };
-        let mut entries = vec![EntryKind::Result {
-            outcome: outcome.clone(),
-        }];
-        if !leftovers.is_empty() {
-            entries.push(EntryKind::Leftovers { pids: leftovers });
-        }
-        self.journal.finish(os, entries)?;
-        Ok(outcome)
+        self.end(os, outcome, leftovers, cancel)
     }
 }
 
@@ -228,10 +241,11 @@ mod tests {
             shell_outcome(Code(3), None, None),
             CellOutcome::Exit { code: 3 }
         );
-        assert!(matches!(
-            shell_outcome(Code(0), Some(1), None),
-            CellOutcome::Error { .. }
-        ));
+        // The last command's status, whatever the shell's own exit was.
+        assert_eq!(
+            shell_outcome(Code(0), Some(127), None),
+            CellOutcome::Exit { code: 127 }
+        );
         assert_eq!(
             shell_outcome(Signal(9), None, Some(CancelReason::Timeout)),
             CellOutcome::TimedOut

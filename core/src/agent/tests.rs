@@ -1,7 +1,7 @@
 //! The agent's pure decisions against a tiny in-memory [`Os`].
 
-use super::daemon::{Daemon, DaemonStep};
-use super::journal::JournalWriter;
+use super::daemon::{Daemon, DaemonStep, KILL_BOUND};
+use super::journal::{self, JournalWriter};
 use super::kernel::{check_identity, to_json, KernelConfig};
 use super::layout::{KernelLayout, Layout};
 use super::op::OpRun;
@@ -287,6 +287,8 @@ fn journal_writer_recovers_n_cuts_torn_tail_and_clips_once() {
         }
     );
     assert_eq!(read.entries[2].kind, EntryKind::Clipped { dropped: 6 });
+    // Only a settled result waits for the daemon's `done`.
+    assert!(!os.files.contains_key(&journal::settle_flag(path)));
 }
 
 #[test]
@@ -764,4 +766,75 @@ fn the_background_log_keeps_its_newest_bytes_behind_a_note() {
     os.files.clear();
     log.append(&mut os, b"x").unwrap();
     assert!(os.files.is_empty());
+}
+
+/// A cancelled cell whose shim found processes still running settles its
+/// result without `done`; the daemon writes `done` once the escalation
+/// has nothing left, or after KILL_BOUND of KILL rounds with the survivors
+/// named; never a second result.
+#[test]
+fn a_settled_cancel_is_done_once_its_processes_are_gone_or_outlived_kill() {
+    for dies in [true, false] {
+        let mut os = FakeOs::new();
+        let dir = kernel_with_submission(&mut os, false);
+        let journal = format!("{dir}/cells/1/journal");
+        let mut d = Daemon::new(&dir, "n1");
+        let _ = d.tick(&mut os);
+        os.add(proc_(61, 60, 61));
+        os.add(proc_(62, 61, 61)); // ignores TERM
+        let mut w = JournalWriter::open(&mut os, &journal, 1024).unwrap();
+        w.push(
+            &mut os,
+            EntryKind::Started {
+                pid: 61,
+                pgid: 61,
+                starttime: 161,
+            },
+        )
+        .unwrap();
+        os.files
+            .insert(format!("{dir}/cells/1/cancel"), b"cancel\n".to_vec());
+        os.now = 10;
+        let _ = d.tick(&mut os); // TERM
+        os.procs.remove(&61);
+        // The shim: the main process is gone, 62 is not.
+        w.settle(
+            &mut os,
+            vec![EntryKind::Result {
+                outcome: CellOutcome::Cancelled,
+            }],
+        )
+        .unwrap();
+        os.now = 50;
+        let _ = d.tick(&mut os);
+        assert!(!journal::is_done(&parse_journal(&os.files[&journal])));
+        os.now = 111;
+        let _ = d.tick(&mut os); // KILL: gone in the fake
+        if dies {
+            os.now = 121;
+        } else {
+            // It outlives every KILL (stuck in the kernel).
+            os.add(proc_(62, 1, 61));
+            os.now = 10 + 100 + KILL_BOUND.as_millis() as u64 - 1;
+            let _ = d.tick(&mut os);
+            assert!(!journal::is_done(&parse_journal(&os.files[&journal])));
+            os.add(proc_(62, 1, 61));
+            os.now += 1;
+        }
+        let _ = d.tick(&mut os);
+        let kinds: Vec<EntryKind> = parse_journal(&os.files[&journal])
+            .entries
+            .into_iter()
+            .map(|e| e.kind)
+            .skip_while(|k| !matches!(k, EntryKind::Result { .. }))
+            .collect();
+        let mut expected = vec![EntryKind::Result {
+            outcome: CellOutcome::Cancelled,
+        }];
+        if !dies {
+            expected.push(EntryKind::Unkillable { pids: vec![62] });
+        }
+        expected.push(EntryKind::Done);
+        assert_eq!(kinds, expected, "dies: {dies}");
+    }
 }

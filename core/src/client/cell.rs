@@ -259,6 +259,7 @@ impl Client {
                 }),
                 EntryKind::Clipped { dropped } => events.push(Event::Clipped { cell: c, dropped }),
                 EntryKind::Leftovers { pids } => events.push(Event::Leftovers { cell: c, pids }),
+                EntryKind::Unkillable { pids } => events.push(Event::Unkillable { cell: c, pids }),
                 EntryKind::Result { outcome } => cell.outcome = Some(outcome),
                 EntryKind::Done => done = true,
                 EntryKind::Accepted { .. } | EntryKind::Started { .. } => {}

@@ -105,6 +105,13 @@ pub enum Event {
         /// Their pids.
         pids: Vec<u32>,
     },
+    /// Processes of a cancelled cell that outlived KILL.
+    Unkillable {
+        /// The cell.
+        cell: CellKey,
+        /// Their pids.
+        pids: Vec<u32>,
+    },
     /// The cell is over (or its outcome can't be known: `unknown`).
     CellResolved {
         /// The cell.

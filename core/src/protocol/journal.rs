@@ -54,6 +54,13 @@ pub enum EntryKind {
         /// Their pids.
         pids: Vec<u32>,
     },
+    /// Processes of a cancelled cell that were still there after the
+    /// grace period and a bound of KILL rounds (a process in
+    /// uninterruptible sleep, say): the cancel resolved without them.
+    Unkillable {
+        /// Their pids.
+        pids: Vec<u32>,
+    },
     /// How the cell ended.
     Result {
         /// The outcome.

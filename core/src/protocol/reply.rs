@@ -13,12 +13,15 @@ use std::fmt;
 pub enum CellOutcome {
     /// The code ran to its end and succeeded.
     Ok,
-    /// The code failed (an exception, or a shell whose last status was not 0).
+    /// The code failed without an exit status of its own: a Python
+    /// exception, a shell killed by a signal, a cell the agent refused.
     Error {
         /// What went wrong, for a person.
         message: String,
     },
-    /// The code called `exit N` (a definitive completion; state is kept).
+    /// The code ended with status `code` (not 0 for a shell): its last
+    /// command's status or its `exit N` / `sys.exit(N)`. A definitive
+    /// completion; the kernel's state is kept.
     Exit {
         /// The exit status.
         code: i32,

@@ -748,6 +748,7 @@ pub fn describe_event(e: &Event) -> String {
         } => format!("output {cell} n={n} {stream:?} {data:?}"),
         Event::Clipped { cell, dropped } => format!("clipped {cell} {dropped}"),
         Event::Leftovers { cell, pids } => format!("leftovers {cell} {pids:?}"),
+        Event::Unkillable { cell, pids } => format!("unkillable {cell} {pids:?}"),
         Event::CellResolved { cell, outcome } => format!("resolved {cell}: {outcome}"),
         Event::KernelEvicted { kernel, reason } => format!("evicted {kernel}: {reason}"),
         Event::Note { text, .. } => format!("note: {text}"),
