@@ -9,7 +9,7 @@ use serde_json::json;
 use std::time::Duration;
 
 #[test]
-fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
+fn cwd_and_exports_persist_and_exit_keeps_the_state_it_reached() {
     let mut r = Root::new();
     r.spawn("k");
     let (o, out, e) = r.run("k", 1, "cd /tmp; export X=1 'Y=a b'; echo first");
@@ -19,16 +19,16 @@ fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
     let (o, out, _) = r.run("k", 2, "pwd; echo \"$X\"; echo \"$Y\"");
     assert_eq!(o, json!({"outcome": "ok"}));
     assert_eq!(String::from_utf8_lossy(&out), "/tmp\n1\na b\n");
-    // exit 3: resolves as exit 3, its changes are not saved.
+    // exit 3: resolves as exit 3 with what it did before kept.
     let (o, _, _) = r.run("k", 3, "cd /; export X=changed; exit 3");
     assert_eq!(o, json!({"outcome": "exit", "code": 3}));
     let (o, out, _) = r.run("k", 4, "pwd; echo $X; false");
-    assert_eq!(String::from_utf8_lossy(&out), "/tmp\n1\n");
+    assert_eq!(String::from_utf8_lossy(&out), "/\nchanged\n");
     assert_eq!(o["outcome"], "error", "last status 1 without exit: {o}");
     // the marker never reaches the saved state, yet every cell carries it.
     let (_, out, _) = r.run("k", 5, "echo \"m=$TETHER_CELL\"");
     assert!(String::from_utf8_lossy(&out).ends_with(":5\n"), "{out:?}");
-    let saved = std::fs::read_to_string(r.path().join("kernels/k/state/env")).unwrap();
+    let saved = std::fs::read_to_string(r.path().join("kernels/k/state/shell")).unwrap();
     assert!(saved.contains("X="), "{saved}");
     assert!(
         !saved.contains("TETHER_CELL"),
@@ -37,14 +37,17 @@ fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
 }
 
 #[test]
-fn a_cells_own_exit_trap_does_not_break_the_save() {
+fn a_cells_own_exit_trap_is_kept_and_never_fires() {
     let mut r = Root::new();
     r.spawn("k");
     let (o, out, _) = r.run("k", 1, "trap 'echo trapped' EXIT; cd /usr; export T=7");
     assert_eq!(o, json!({"outcome": "ok"}));
-    assert_eq!(out, b"trapped\n");
-    let (_, out, _) = r.run("k", 2, "pwd; echo $T");
-    assert_eq!(out, b"/usr\n7\n");
+    assert_eq!(out, b"");
+    let (_, out, _) = r.run("k", 2, "pwd; echo $T; trap -p EXIT; exit 4");
+    assert_eq!(out, b"/usr\n7\ntrap -- 'echo trapped' EXIT\n");
+    let (o, out, _) = r.run("k", 3, "trap - EXIT; trap -p; echo $T");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"7\n");
 }
 
 #[test]

@@ -90,8 +90,14 @@ impl Root {
         v
     }
 
-    /// A nonce unique to this root and kernel.
+    /// The nonce of the kernel's latest spawn: unique to this root, kernel
+    /// and spawn (as the client makes one per spawn).
     pub fn nonce(&self, kernel: &str) -> String {
+        let spawns = self.kernels.iter().filter(|k| *k == kernel).count();
+        self.nonce_of(kernel, spawns.saturating_sub(1))
+    }
+
+    fn nonce_of(&self, kernel: &str, spawn: usize) -> String {
         let dir = self
             .dir
             .path()
@@ -99,7 +105,10 @@ impl Root {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        format!("nonce-{kernel}-{}-{dir}", std::process::id())
+        match spawn {
+            0 => format!("nonce-{kernel}-{}-{dir}", std::process::id()),
+            n => format!("nonce-{kernel}-{}-{dir}-{n}", std::process::id()),
+        }
     }
 
     /// Spawns a shell kernel with a short grace period.
@@ -112,8 +121,9 @@ impl Root {
     }
 
     pub fn spawn_lang(&mut self, kernel: &str, lang: &str, grace_ms: u64, idle_ms: u64) -> Value {
+        let spawns = self.kernels.iter().filter(|k| *k == kernel).count();
         let r = self.op(json!({"spawn": {"kernel": kernel, "lang": lang,
-            "nonce": self.nonce(kernel),
+            "nonce": self.nonce_of(kernel, spawns),
             "idle_timeout_ms": idle_ms, "grace_ms": grace_ms}}));
         self.kernels.push(kernel.to_owned());
         r["spawned"]["identity"].clone()
