@@ -26,23 +26,27 @@ __tether_begin() {
   return 0
 }
 
-# Is $1 a variable of the user's (saved and restored), not one the shell
-# manages or tether's own?
-__tether_mine() {
-  case $1 in
-    BASH | BASH_* | BASHOPTS | BASHPID | COMP_* | DIRSTACK | EPOCHREALTIME | \
-      EPOCHSECONDS | EUID | FUNCNAME | GROUPS | HISTCMD | LINENO | OLDPWD | \
-      PIPESTATUS | PPID | PWD | RANDOM | SECONDS | SHELLOPTS | SHLVL | \
-      SRANDOM | UID | _ | @MARKER@ | __tether_*) return 1 ;;
-  esac
+# The names of the user's variables (saved and restored), in
+# __tether_names: not the ones the shell manages, the marker or tether's.
+# One loop, no call per name: this runs twice per cell.
+__tether_user_vars() {
+  __tether_names=()
+  for __tether_n in @NAMES@; do
+    case $__tether_n in
+      BASH | BASH_* | BASHOPTS | BASHPID | COMP_* | DIRSTACK | EPOCHREALTIME | \
+        EPOCHSECONDS | EUID | FUNCNAME | GROUPS | HISTCMD | LINENO | OLDPWD | \
+        PIPESTATUS | PPID | PWD | RANDOM | SECONDS | SHELLOPTS | SHLVL | \
+        SRANDOM | UID | _ | @MARKER@ | __tether_*) ;;
+      *) __tether_names+=("$__tether_n") ;;
+    esac
+  done
 }
 
 # The snapshot holds every variable of the user's: the ones this shell
 # inherited go first (so an `unset` persists too).
 __tether_unset_all() {
-  for __tether_n in @NAMES@; do
-    __tether_mine "$__tether_n" && unset -v "$__tether_n"
-  done
+  __tether_user_vars
+  ((${#__tether_names[@]} == 0)) || unset -v "${__tether_names[@]}"
 }
 
 # The directory stack below the current directory, top first.
@@ -148,10 +152,7 @@ __tether_save() {
   set +euvx
   builtin trap -p >| "$__tether_cell/shell.new" || return
   builtin trap '' TERM
-  __tether_names=()
-  for __tether_n in @NAMES@; do
-    __tether_mine "$__tether_n" && __tether_names+=("$__tether_n")
-  done
+  __tether_user_vars
   declare -F >| "$__tether_cell/functions.tmp"
   mapfile -t __tether_fns < "$__tether_cell/functions.tmp"
   __tether_fnames=() __tether_fx=()
