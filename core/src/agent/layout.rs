@@ -184,9 +184,10 @@ impl CellLayout {
         format!("{}/shell.new", self.dir)
     }
 
-    /// `functions.tmp`: the bash save's scratch list of function names.
-    pub fn functions_tmp(&self) -> String {
-        format!("{}/functions.tmp", self.dir)
+    /// `scratch.tmp`: where the bash wrapper lists names (variables,
+    /// functions) to read them back without starting a process.
+    pub fn scratch(&self) -> String {
+        format!("{}/scratch.tmp", self.dir)
     }
 }
 

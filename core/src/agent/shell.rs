@@ -60,20 +60,8 @@ pub fn is_bash(shell: &str) -> bool {
 
 /// The library for `shell`, placeholders filled in.
 pub fn lib(shell: &str) -> String {
-    if is_bash(shell) {
-        // Every variable name starts with one of these: `"${!A@}"` lists
-        // the names with that prefix (quoted: one word each, whatever IFS).
-        let names: Vec<String> = ('A'..='Z')
-            .chain('a'..='z')
-            .chain(['_'])
-            .map(|c| format!("\"${{!{c}@}}\""))
-            .collect();
-        BASH_LIB
-            .replace("@NAMES@", &names.join(" "))
-            .replace("@MARKER@", MARKER_NAME)
-    } else {
-        SH_LIB.replace("@MARKER@", MARKER_NAME)
-    }
+    let lib = if is_bash(shell) { BASH_LIB } else { SH_LIB };
+    lib.replace("@MARKER@", MARKER_NAME)
 }
 
 /// The cell's name in the shell's messages (`$0`): `cell 7`.
@@ -141,7 +129,7 @@ pub fn promote_state(
         Err(e) => return Err(e),
     };
     os.remove_all(&cell.snapshot_new())?;
-    os.remove_all(&cell.functions_tmp())?;
+    os.remove_all(&cell.scratch())?;
     if current && !kept {
         os.write_atomic(&kernel.note(), lost_note(&cell, killed_by).as_bytes())?;
     }
@@ -182,7 +170,7 @@ mod tests {
                 Some(("/r/kernels/k/state", "/r/kernels/k/cells/7"))
             );
             assert!(
-                !a[6].contains("@NAMES@") && !a[6].contains("@MARKER@"),
+                !a[6].contains("@MARKER@"),
                 "placeholders left in the library"
             );
         }

@@ -1,7 +1,7 @@
 # tether's cell wrapper for bash: the functions the one-line cell script
 # (core/src/agent/shell.rs) calls around the user's code. Every name is
 # __tether_*, except the `trap` function that keeps a user's EXIT trap
-# away from the real one. @NAMES@ and @MARKER@ are filled in by shell.rs.
+# away from the real one. @MARKER@ is filled in by shell.rs.
 
 # Reads the kernel's snapshot and the cell's code; says on stderr what the
 # shim noted about the cell before (a state it could not keep).
@@ -28,18 +28,14 @@ __tether_begin() {
 
 # The names of the user's variables (saved and restored), in
 # __tether_names: not the ones the shell manages, the marker or tether's.
-# One loop, no call per name: this runs twice per cell.
+# `compgen` filters and lists them into a scratch file (no process is
+# started, no loop: this runs twice per cell); extglob is on for the
+# pattern (the user's options are saved before and restored after).
 __tether_user_vars() {
-  __tether_names=()
-  for __tether_n in @NAMES@; do
-    case $__tether_n in
-      BASH | BASH_* | BASHOPTS | BASHPID | COMP_* | DIRSTACK | EPOCHREALTIME | \
-        EPOCHSECONDS | EUID | FUNCNAME | GROUPS | HISTCMD | LINENO | OLDPWD | \
-        PIPESTATUS | PPID | PWD | RANDOM | SECONDS | SHELLOPTS | SHLVL | \
-        SRANDOM | UID | _ | @MARKER@ | __tether_*) ;;
-      *) __tether_names+=("$__tether_n") ;;
-    esac
-  done
+  shopt -s extglob
+  compgen -v -X '@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|__tether_*)' \
+    >| "$__tether_cell/scratch.tmp"
+  mapfile -t __tether_names < "$__tether_cell/scratch.tmp"
 }
 
 # The snapshot holds every variable of the user's: the ones this shell
@@ -153,8 +149,8 @@ __tether_save() {
   builtin trap -p >| "$__tether_cell/shell.new" || return
   builtin trap '' TERM
   __tether_user_vars
-  declare -F >| "$__tether_cell/functions.tmp"
-  mapfile -t __tether_fns < "$__tether_cell/functions.tmp"
+  declare -F >| "$__tether_cell/scratch.tmp"
+  mapfile -t __tether_fns < "$__tether_cell/scratch.tmp"
   __tether_fnames=() __tether_fx=()
   for __tether_n in "${__tether_fns[@]}"; do
     case ${__tether_n##* } in __tether_* | trap) continue ;; esac
