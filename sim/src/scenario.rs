@@ -339,6 +339,18 @@ pub fn all() -> Vec<Scenario> {
         Expect::Cancelled,
     );
     trap.cancel_after_ms = Some(500);
+    // A cancel's TERM reaches the wrapper's trap: the shell saves what the
+    // cell did before it goes.
+    let mut sh_cancelled = cell(
+        "sh_cancelled",
+        vec![
+            set_name("during", "cancelled cell"),
+            print("spinning\n"),
+            Step::BusyLoop { ms: None },
+        ],
+        Expect::Cancelled,
+    );
+    sh_cancelled.cancel_after_ms = Some(500);
     let mut slow = cell(
         "slow",
         vec![print("tick\n"), Step::Sleep { ms: 60_000 }],
@@ -446,6 +458,27 @@ pub fn all() -> Vec<Scenario> {
             name: "cancel_trap",
             about: "cancel a cell that traps TERM and sets its own EXIT trap",
             script: vec![Action::Run(trap)],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+            init_reaps: true,
+        },
+        Scenario {
+            name: "shell_state",
+            about: "a shell kernel's variables survive exit N and a cancel; a later cell reads them back",
+            script: vec![
+                Action::Run(cell("sh_set", vec![set_name("x", "kept")], Expect::Ok)),
+                Action::Run(sh_cancelled),
+                Action::Run(cell(
+                    "sh_exit",
+                    vec![set_name("e", "exited"), Step::Exit { code: 3 }],
+                    Expect::Exit(3),
+                )),
+                Action::Run(cell(
+                    "sh_read",
+                    vec![print_name("x"), print_name("during"), print_name("e")],
+                    Expect::Ok,
+                )),
+            ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
