@@ -36,6 +36,42 @@ fn cwd_and_exports_persist_and_exit_keeps_the_state_it_reached() {
     );
 }
 
+/// Where the sandbox has no bash, cells run in `/bin/sh` (dash here) and
+/// keep what POSIX sh can list: variables, exports, cwd, umask, `set`
+/// flags (not functions: dash cannot list them).
+#[test]
+fn a_dash_kernel_keeps_what_posix_sh_can() {
+    let mut r = Root::new();
+    let bin = r.file("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for (name, target) in [("sh", "/bin/dash"), ("cat", "/bin/cat")] {
+        std::os::unix::fs::symlink(target, bin.join(name)).unwrap();
+    }
+    r.path_env = Some(bin.into_os_string());
+    r.spawn("k");
+    let (o, _, _) = r.run("k", 1, "X='a b'; export E=2; cd /tmp; umask 077; set -u");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    let (o, out, _) = r.run("k", 2, "echo \"$X|$E|$-\"; pwd; umask; Y=3; exit 4");
+    assert_eq!(o, json!({"outcome": "exit", "code": 4}));
+    assert_eq!(String::from_utf8_lossy(&out), "a b|2|u\n/tmp\n0077\n");
+    let (o, out, e) = r.run("k", 3, "echo $Y; set +u; greet");
+    assert_eq!(String::from_utf8_lossy(&out), "3\n");
+    assert_eq!(o["outcome"], "error", "{o}");
+    let mut err = Vec::new();
+    for x in e
+        .iter()
+        .filter(|x| x["kind"] == "output" && x["stream"] == "stderr")
+    {
+        let b: tether_core::bytes::Bytes = serde_json::from_value(x["data"].clone()).unwrap();
+        err.extend(b.0);
+    }
+    assert!(
+        String::from_utf8_lossy(&err).starts_with("cell 3: "),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+}
+
 #[test]
 fn a_cells_own_exit_trap_is_kept_and_never_fires() {
     let mut r = Root::new();

@@ -16,6 +16,8 @@ pub struct Root {
     pub dir: tempfile::TempDir,
     kernels: Vec<String>,
     next_id: u64,
+    /// `PATH` for the ops (and so for the daemons they spawn), when set.
+    pub path_env: Option<std::ffi::OsString>,
 }
 
 impl Root {
@@ -27,6 +29,7 @@ impl Root {
                 .unwrap(),
             kernels: Vec::new(),
             next_id: 1,
+            path_env: None,
         }
     }
 
@@ -41,7 +44,11 @@ impl Root {
 
     /// Runs one op, returns the whole reply envelope.
     pub fn raw(&self, stdin: &[u8]) -> Value {
-        let mut child = Command::new(AGENT)
+        let mut command = Command::new(AGENT);
+        if let Some(path) = &self.path_env {
+            command.env("PATH", path);
+        }
+        let mut child = command
             .args(["op", "--root"])
             .arg(self.path())
             .stdin(Stdio::piped())
