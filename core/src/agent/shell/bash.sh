@@ -108,7 +108,9 @@ trap() {
     --) shift ;;
   esac
   if [[ -n $__tether_print ]] || (($# == 0)); then
-    (($# != 0)) || set -- EXIT {1..64} ERR DEBUG RETURN
+    # every signal by number (not {1..64}: the user may have turned off
+    # brace expansion)
+    (($# != 0)) || set -- EXIT 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 ERR DEBUG RETURN
     for __tether_s; do
       if __tether_is_exit "$__tether_s"; then
         [[ -z $__tether_exit_trap_set ]] || printf 'trap -- %s EXIT\n' "${__tether_exit_trap@Q}"
