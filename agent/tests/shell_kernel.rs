@@ -9,7 +9,7 @@ use serde_json::json;
 use std::time::Duration;
 
 #[test]
-fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
+fn cwd_and_exports_persist_and_exit_keeps_the_state_it_reached() {
     let mut r = Root::new();
     r.spawn("k");
     let (o, out, e) = r.run("k", 1, "cd /tmp; export X=1 'Y=a b'; echo first");
@@ -19,11 +19,11 @@ fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
     let (o, out, _) = r.run("k", 2, "pwd; echo \"$X\"; echo \"$Y\"");
     assert_eq!(o, json!({"outcome": "ok"}));
     assert_eq!(String::from_utf8_lossy(&out), "/tmp\n1\na b\n");
-    // exit 3: resolves as exit 3, its changes are not saved.
+    // exit 3: resolves as exit 3 with what it did before kept.
     let (o, _, _) = r.run("k", 3, "cd /; export X=changed; exit 3");
     assert_eq!(o, json!({"outcome": "exit", "code": 3}));
     let (o, out, _) = r.run("k", 4, "pwd; echo $X; false");
-    assert_eq!(String::from_utf8_lossy(&out), "/tmp\n1\n");
+    assert_eq!(String::from_utf8_lossy(&out), "/\nchanged\n");
     assert_eq!(
         o,
         json!({"outcome": "exit", "code": 1}),
@@ -32,7 +32,7 @@ fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
     // the marker never reaches the saved state, yet every cell carries it.
     let (_, out, _) = r.run("k", 5, "echo \"m=$TETHER_CELL\"");
     assert!(String::from_utf8_lossy(&out).ends_with(":5\n"), "{out:?}");
-    let saved = std::fs::read_to_string(r.path().join("kernels/k/state/env")).unwrap();
+    let saved = std::fs::read_to_string(r.path().join("kernels/k/state/shell")).unwrap();
     assert!(saved.contains("X="), "{saved}");
     assert!(
         !saved.contains("TETHER_CELL"),
@@ -40,15 +40,54 @@ fn cwd_and_exports_persist_and_exit_keeps_the_previous_state() {
     );
 }
 
+/// Where the sandbox has no bash, cells run in `/bin/sh` (dash here) and
+/// keep what POSIX sh can list: variables, exports, cwd, umask, `set`
+/// flags (not functions: dash cannot list them).
 #[test]
-fn a_cells_own_exit_trap_does_not_break_the_save() {
+fn a_dash_kernel_keeps_what_posix_sh_can() {
+    let mut r = Root::new();
+    let bin = r.file("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for (name, target) in [("sh", "/bin/dash"), ("cat", "/bin/cat")] {
+        std::os::unix::fs::symlink(target, bin.join(name)).unwrap();
+    }
+    r.path_env = Some(bin.into_os_string());
+    r.spawn("k");
+    let (o, _, _) = r.run("k", 1, "X='a b'; export E=2; cd /tmp; umask 077; set -u");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    let (o, out, _) = r.run("k", 2, "echo \"$X|$E|$-\"; pwd; umask; Y=3; exit 4");
+    assert_eq!(o, json!({"outcome": "exit", "code": 4}));
+    assert_eq!(String::from_utf8_lossy(&out), "a b|2|u\n/tmp\n0077\n");
+    let (o, out, e) = r.run("k", 3, "echo $Y; set +u; greet");
+    assert_eq!(String::from_utf8_lossy(&out), "3\n");
+    assert_eq!(o["outcome"], "error", "{o}");
+    let mut err = Vec::new();
+    for x in e
+        .iter()
+        .filter(|x| x["kind"] == "output" && x["stream"] == "stderr")
+    {
+        let b: tether_core::bytes::Bytes = serde_json::from_value(x["data"].clone()).unwrap();
+        err.extend(b.0);
+    }
+    assert!(
+        String::from_utf8_lossy(&err).starts_with("cell 3: "),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+}
+
+#[test]
+fn a_cells_own_exit_trap_is_kept_and_never_fires() {
     let mut r = Root::new();
     r.spawn("k");
     let (o, out, _) = r.run("k", 1, "trap 'echo trapped' EXIT; cd /usr; export T=7");
     assert_eq!(o, json!({"outcome": "ok"}));
-    assert_eq!(out, b"trapped\n");
-    let (_, out, _) = r.run("k", 2, "pwd; echo $T");
-    assert_eq!(out, b"/usr\n7\n");
+    assert_eq!(out, b"");
+    let (_, out, _) = r.run("k", 2, "pwd; echo $T; trap -p EXIT; exit 4");
+    assert_eq!(out, b"/usr\n7\ntrap -- 'echo trapped' EXIT\n");
+    let (o, out, _) = r.run("k", 3, "trap - EXIT; trap -p; echo $T");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"7\n");
 }
 
 #[test]

@@ -14,7 +14,8 @@ use crate::workload::Step;
 use std::collections::BTreeMap;
 use tether::driver::DriverError;
 use tether_core::client::{CellKey, Event};
-use tether_core::protocol::{CellOutcome, Stream};
+use tether_core::protocol::{CellOutcome, Lang, Stream};
+use crate::workload::Step;
 
 /// Every client call must return within this bound (the client gives up on
 /// an unreachable sandbox after 15 s; cells run at most a few seconds).
@@ -190,6 +191,16 @@ pub fn truth_stdout(scenario: &Scenario, spec: &CellSpec, executions: u32) -> Ve
 pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTruth) -> CellObs {
     let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
     let outcome = seen.resolutions.last().cloned();
+    // A shell cell stopped by `${NAME?}` (a name an earlier cell was to
+    // bind, lost with the kernel or never bound because that cell never
+    // ran) did not run to its end: its stdout is a prefix of a full run's.
+    let mut truth = truth;
+    if spec.lang == Lang::Shell
+        && outcome == Some(CellOutcome::Exit { code: 2 })
+        && contains(&seen_stderr(&seen), b": parameter not set")
+    {
+        truth.ran_to_end = false;
+    }
     let call = format!("run_cell {}", spec.label);
     let (started_ms, ended_ms) = log
         .calls
@@ -222,19 +233,27 @@ pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTr
 }
 
 /// `spec` failed on a name an earlier cell of its kernel bound (and the
-/// client saw complete): the namespace is gone.
+/// client saw complete): the namespace (a Python kernel's) or the shell
+/// state (a shell kernel's: `${NAME?}` ends the shell with 2) is gone.
 fn namespace_lost(
     scenario: &Scenario,
     log: &ClientLog,
     spec: &CellSpec,
     outcome: Option<&CellOutcome>,
 ) -> bool {
-    let Some(CellOutcome::Error { message }) = outcome else {
-        return false;
-    };
     if !spec.reads_names() {
         return false;
     }
+    let stderr = log.cells.get(&spec.label).map_or(Vec::new(), seen_stderr);
+    let failed_on = |n: &str| match outcome {
+        Some(CellOutcome::Error { message }) if spec.lang == Lang::Python => {
+            *message == format!("NameError: name '{n}' is not defined")
+        }
+        Some(CellOutcome::Exit { code: 2 }) if spec.lang == Lang::Shell => {
+            contains(&stderr, format!("{n}: parameter not set").as_bytes())
+        }
+        _ => false,
+    };
     let names = scenario.names_before(spec);
     scenario
         .cells()
@@ -252,9 +271,22 @@ fn namespace_lost(
                     .steps
                     .iter()
                     .any(|s| matches!(s, Step::SetName { name, .. } if name == n))
-                    && *message == format!("NameError: name '{n}' is not defined")
+                    && failed_on(n)
             })
         })
+}
+
+/// What the client delivered of a cell's stderr.
+fn seen_stderr(seen: &CellSeen) -> Vec<u8> {
+    seen.output
+        .iter()
+        .filter(|(_, s, _)| *s == Stream::Stderr)
+        .flat_map(|(_, _, d)| d.iter().copied())
+        .collect()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The client's half of the observations: calls, state-lost reports,

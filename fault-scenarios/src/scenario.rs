@@ -83,7 +83,6 @@ impl CellSpec {
     fn stdout_with(&self, names: &BTreeMap<String, String>) -> Vec<u8> {
         let mut names = names.clone();
         let mut out = Vec::new();
-        let mut exit_trap: Option<&str> = None;
         for step in &self.workload.steps {
             match step {
                 Step::Print {
@@ -100,16 +99,13 @@ impl CellSpec {
                     }
                     None => break,
                 },
-                Step::SetExitTrap { text } => exit_trap = Some(text),
                 Step::Exit { .. } => break,
                 _ => {}
             }
         }
-        // An EXIT trap of a Python cell (atexit) runs only when the
-        // interpreter exits, never as part of a cell.
-        if let Some(t) = exit_trap.filter(|_| self.lang == Lang::Shell) {
-            out.extend_from_slice(t.as_bytes());
-        }
+        // A user's EXIT trap never runs as part of a cell that reaches its
+        // end: a Python cell's (atexit) runs when the interpreter exits, a
+        // shell cell's is kept aside by the wrapper.
         out
     }
 
@@ -198,14 +194,14 @@ impl Scenario {
     }
 
     /// Names bound by the cells of `cell`'s kernel before it (a Python
-    /// kernel's namespace; a shell kernel keeps none).
+    /// kernel's namespace, a shell kernel's variables).
     pub fn names_before(&self, cell: &CellSpec) -> BTreeMap<String, String> {
         let mut names = BTreeMap::new();
         for c in self.cells() {
             if c.label == cell.label {
                 break;
             }
-            if c.kernel == cell.kernel && c.lang == Lang::Python {
+            if c.kernel == cell.kernel {
                 for (n, v) in c.binds() {
                     names.insert(n.clone(), v.clone());
                 }
@@ -359,6 +355,18 @@ pub fn all() -> Vec<Scenario> {
         Expect::Cancelled,
     );
     ignorer.cancel_after_ms = Some(500);
+    // A cancel's TERM reaches the wrapper's trap: the shell saves what the
+    // cell did before it goes.
+    let mut sh_cancelled = cell(
+        "sh_cancelled",
+        vec![
+            set_name("during", "cancelled cell"),
+            print("spinning\n"),
+            Step::BusyLoop { ms: None },
+        ],
+        Expect::Cancelled,
+    );
+    sh_cancelled.cancel_after_ms = Some(500);
     let mut slow = cell(
         "slow",
         vec![print("tick\n"), Step::Sleep { ms: 60_000 }],
@@ -474,6 +482,27 @@ pub fn all() -> Vec<Scenario> {
             name: "cancel_ignorer",
             about: "cancel a cell whose background child ignores TERM: it resolves once KILL got the child",
             script: vec![Action::Run(ignorer)],
+            fixed: FaultSchedule::empty(),
+            space: space(network()),
+            init_reaps: true,
+        },
+        Scenario {
+            name: "shell_state",
+            about: "a shell kernel's variables survive exit N and a cancel; a later cell reads them back",
+            script: vec![
+                Action::Run(cell("sh_set", vec![set_name("x", "kept")], Expect::Ok)),
+                Action::Run(sh_cancelled),
+                Action::Run(cell(
+                    "sh_exit",
+                    vec![set_name("e", "exited"), Step::Exit { code: 3 }],
+                    Expect::Exit(3),
+                )),
+                Action::Run(cell(
+                    "sh_read",
+                    vec![print_name("x"), print_name("during"), print_name("e")],
+                    Expect::Ok,
+                )),
+            ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,

@@ -71,6 +71,7 @@ live! {
     local_cancel_escapes: "cancel_escapes" on "local";
     local_cancel_trap: "cancel_trap" on "local";
     local_cancel_ignorer: "cancel_ignorer" on "local";
+    local_shell_state: "shell_state" on "local";
     local_cancel_early: "cancel_early" on "local";
     local_reply_lost: "reply_lost" on "local";
     local_client_crash: "client_crash" on "local";

@@ -16,6 +16,8 @@ pub struct Root {
     pub dir: tempfile::TempDir,
     kernels: Vec<String>,
     next_id: u64,
+    /// `PATH` for the ops (and so for the daemons they spawn), when set.
+    pub path_env: Option<std::ffi::OsString>,
 }
 
 impl Root {
@@ -27,6 +29,7 @@ impl Root {
                 .unwrap(),
             kernels: Vec::new(),
             next_id: 1,
+            path_env: None,
         }
     }
 
@@ -41,7 +44,11 @@ impl Root {
 
     /// Runs one op, returns the whole reply envelope.
     pub fn raw(&self, stdin: &[u8]) -> Value {
-        let mut child = Command::new(AGENT)
+        let mut command = Command::new(AGENT);
+        if let Some(path) = &self.path_env {
+            command.env("PATH", path);
+        }
+        let mut child = command
             .args(["op", "--root"])
             .arg(self.path())
             .stdin(Stdio::piped())
@@ -90,8 +97,14 @@ impl Root {
         v
     }
 
-    /// A nonce unique to this root and kernel.
+    /// The nonce of the kernel's latest spawn: unique to this root, kernel
+    /// and spawn (as the client makes one per spawn).
     pub fn nonce(&self, kernel: &str) -> String {
+        let spawns = self.kernels.iter().filter(|k| *k == kernel).count();
+        self.nonce_of(kernel, spawns.saturating_sub(1))
+    }
+
+    fn nonce_of(&self, kernel: &str, spawn: usize) -> String {
         let dir = self
             .dir
             .path()
@@ -99,7 +112,10 @@ impl Root {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        format!("nonce-{kernel}-{}-{dir}", std::process::id())
+        match spawn {
+            0 => format!("nonce-{kernel}-{}-{dir}", std::process::id()),
+            n => format!("nonce-{kernel}-{}-{dir}-{n}", std::process::id()),
+        }
     }
 
     /// Spawns a shell kernel with a short grace period.
@@ -112,8 +128,9 @@ impl Root {
     }
 
     pub fn spawn_lang(&mut self, kernel: &str, lang: &str, grace_ms: u64, idle_ms: u64) -> Value {
+        let spawns = self.kernels.iter().filter(|k| *k == kernel).count();
         let r = self.op(json!({"spawn": {"kernel": kernel, "lang": lang,
-            "nonce": self.nonce(kernel),
+            "nonce": self.nonce_of(kernel, spawns),
             "idle_timeout_ms": idle_ms, "grace_ms": grace_ms}}));
         self.kernels.push(kernel.to_owned());
         r["spawned"]["identity"].clone()

@@ -6,9 +6,11 @@
 //! {root}/kernels/{kernel}/identity.json   who the daemon is (probe)
 //!                        /config.json     lang, nonce, grace, idle timeout
 //!                        /lang            the language, as text
-//!                        /state/          the shell's saved cwd + exports
+//!                        /state/shell     the shell's snapshot (a script)
+//!                        /state/note      what the next cell says first
 //!                        /cells/{seq}/    submission.json, code, journal,
-//!                                         cancel, launch.json, end, cgroup
+//!                                         cancel, launch.json, end, cgroup,
+//!                                         shell.new (the cell's snapshot)
 //! ```
 
 use crate::ids::{CellSeq, KernelName};
@@ -84,7 +86,7 @@ impl KernelLayout {
         format!("{}/lang", self.dir)
     }
 
-    /// `state/`: the shell's saved working directory and exports.
+    /// `state/`: the shell kernel's state.
     pub fn state_dir(&self) -> String {
         format!("{}/state", self.dir)
     }
@@ -93,6 +95,17 @@ impl KernelLayout {
     /// their cell resolved ([`super::background`]).
     pub fn background_log(&self) -> String {
         format!("{}/background.log", self.dir)
+    }
+
+    /// `state/shell`: the snapshot the next shell cell restores (see
+    /// [`super::shell`]).
+    pub fn snapshot(&self) -> String {
+        format!("{}/state/shell", self.dir)
+    }
+
+    /// `state/note`: a note the next shell cell prints on stderr first.
+    pub fn note(&self) -> String {
+        format!("{}/state/note", self.dir)
     }
 
     /// `cells/`.
@@ -163,6 +176,18 @@ impl CellLayout {
     /// end (holds the last status).
     pub fn end(&self) -> String {
         format!("{}/end", self.dir)
+    }
+
+    /// `shell.new`: the snapshot the cell's shell wrote as it ended; the
+    /// shim makes it the kernel's when it is complete.
+    pub fn snapshot_new(&self) -> String {
+        format!("{}/shell.new", self.dir)
+    }
+
+    /// `scratch.tmp`: where the bash wrapper lists names (variables,
+    /// functions) to read them back without starting a process.
+    pub fn scratch(&self) -> String {
+        format!("{}/scratch.tmp", self.dir)
     }
 }
 

@@ -1,89 +1,186 @@
-//! The shell kernel: the script a cell's main process runs.
+//! The shell kernel: the script a cell's main process runs, and what the
+//! shim does with the state that script leaves.
 //!
-//! Each cell is a fresh shell. The script restores the kernel's saved
-//! working directory and exports, runs the user's code as one current-shell
-//! compound (`. code`, so `cd` and `export` persist and any bytes run
-//! verbatim, with no quoting of the code at all), then writes the working
-//! directory and `export -p` (marker removed) to `*.new` files and the
-//! `end` file with the last status; the shim then puts the new state in
-//! place atomically ([`promote_state`]), only if `end` was reached.
+//! Each cell is a fresh shell that restores the kernel's snapshot, runs
+//! the code, and saves a new snapshot: every variable of the user's
+//! (exported or not, arrays included, bytes exact), functions, aliases,
+//! `set -o` and `shopt` options, umask, traps, the working directory and
+//! the directory stack under bash; what POSIX sh can list under dash
+//! (`shell/sh.sh` says what). Variables the shell manages (`PPID`,
+//! `RANDOM`, `BASH_*` …), the cell marker and tether's own `__tether_*`
+//! are never saved. The save is builtins only (no process is started).
 //!
-//! The saved directory is read back with bash's `read -d ''` (no fork),
-//! or `$(cat …)` under a plain POSIX shell; either keeps every byte.
+//! The code runs with `eval` on the first line of a `bash -c` script whose
+//! `$0` is `cell N`, so the shell's messages read `cell 7: line 1: greet:
+//! command not found`, as for `bash -c`; an alias defined on one line works
+//! on the next (eval, like `.`, parses one command at a time). The wrapper's
+//! functions come in as `$3` ([`BASH_LIB`] / [`SH_LIB`]).
 //!
-//! `exit N` in the code ends the shell before the save: the previous state
-//! is kept and the cell resolves as `exit N`. Nothing here uses a trap, so
-//! a cell that sets its own `EXIT` trap changes none of it (its trap runs
-//! after the save and the `end` file).
+//! What ends the shell early still saves: `exit N`, a failure under
+//! `set -e`, an unbound variable under `set -u` and a cancel's TERM all go
+//! through tether's EXIT trap, which saves before the shell goes. A user's
+//! EXIT trap is kept aside by a `trap` function and never fires (the
+//! kernel's shell does not exit at the end of a cell). A syntax error only
+//! ends the `eval`. Where no save happens (`exec CMD` replaced the shell, a
+//! KILL, a user's `builtin trap … EXIT` under bash or any user EXIT trap
+//! under dash), the kernel keeps the previous snapshot and the next cell
+//! says so on stderr ([`promote_state`] writes the note).
+//!
+//! The `end` file holds the status when the code reached its end (the
+//! outcome tells `exit N` from a last command's status).
 
+use super::kernel::KernelConfig;
 use super::layout::{CellLayout, KernelLayout};
-use super::os::{Os, OsError};
+use super::os::{CellLaunch, Os, OsError};
 use super::procs::MARKER_NAME;
 
-/// The script; `$1` is the kernel's state directory, `$2` the cell's.
-const SCRIPT: &str = r#"__tether_state=$1
-__tether_cell=$2
-set --
-if [ -f "$__tether_state/cwd" ]; then
-  if [ -n "${BASH_VERSION-}" ]; then
-    IFS= read -r -d '' __tether_dir < "$__tether_state/cwd"
-  else
-    __tether_dir=$(cat "$__tether_state/cwd"; printf x)
-    __tether_dir=${__tether_dir%x}
-  fi
-  cd -- "$__tether_dir" 2>/dev/null || cd
-fi
-unset __tether_dir
-if [ -f "$__tether_state/env" ]; then
-  . "$__tether_state/env"
-fi
-. "$__tether_cell/code"
-__tether_status=$?
-unset @MARKER@
-printf '%s' "$PWD" > "$__tether_state/cwd.new"
-export -p > "$__tether_state/env.new"
-printf '%s\n' "$__tether_status" > "$__tether_cell/end"
+/// The wrapper's functions for bash (placeholders filled by [`lib`]).
+pub const BASH_LIB: &str = include_str!("shell/bash.sh");
+
+/// The wrapper's functions for a POSIX sh.
+pub const SH_LIB: &str = include_str!("shell/sh.sh");
+
+/// The cell script under bash: one line, so that the code's line numbers
+/// are its own. `$1` is the kernel's state directory, `$2` the cell's,
+/// `$3` the library.
+const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && eval "$__tether_snap" 2>/dev/null; __tether_arm; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
 "#;
 
-/// The script text (with the marker name filled in).
-pub fn script() -> String {
-    SCRIPT.replace("@MARKER@", MARKER_NAME)
+/// The cell script under a POSIX sh.
+const SH_LINE: &str = r#"eval "$3"; __tether_begin "$1" "$2"; eval "$__tether_snap" 2>/dev/null; __tether_fix "$2"; set --; __tether_arm; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
+"#;
+
+/// The last line of a complete snapshot.
+const SNAPSHOT_END: &[u8] = b"\n#tether-end\n";
+
+/// Is `shell` bash (else a POSIX sh, modelled on dash)?
+pub fn is_bash(shell: &str) -> bool {
+    shell.rsplit('/').next() == Some("bash")
+}
+
+/// The library for `shell`, placeholders filled in.
+pub fn lib(shell: &str) -> String {
+    let lib = if is_bash(shell) { BASH_LIB } else { SH_LIB };
+    lib.replace("@MARKER@", MARKER_NAME)
+}
+
+/// The cell's name in the shell's messages (`$0`): `cell 7`.
+pub fn cell_name(cell: &CellLayout) -> String {
+    let seq = cell.dir().rsplit('/').next().unwrap_or_default();
+    format!("cell {seq}")
 }
 
 /// Argv of a shell cell's main process, run by `shell` (`bash` when the
 /// sandbox has it, else `/bin/sh`; the same shell reads back what it saved).
 pub fn argv(shell: &str, kernel: &KernelLayout, cell: &CellLayout) -> Vec<String> {
+    let line = if is_bash(shell) { BASH_LINE } else { SH_LINE };
     vec![
         shell.to_owned(),
         "-c".into(),
-        script(),
-        "tether-cell".into(),
+        line.into(),
+        cell_name(cell),
         kernel.state_dir(),
         cell.dir().to_owned(),
+        lib(shell),
     ]
 }
 
-/// After the cell: when its code reached the end, the state it wrote
-/// (`cwd.new`, `env.new`) replaces the kernel's state, each file
-/// atomically; otherwise (`exit N`, killed) the previous state stays.
-pub fn promote_state(os: &mut dyn Os, kernel_dir: &str, reached_end: bool) -> Result<(), OsError> {
-    let state = KernelLayout::new(kernel_dir).state_dir();
-    for name in ["cwd", "env"] {
-        let new = format!("{state}/{name}.new");
-        if reached_end {
-            match os.read_file(&new) {
-                Ok(bytes) => os.write_atomic(&format!("{state}/{name}"), &bytes)?,
-                Err(OsError::NotFound) => {}
-                Err(e) => return Err(e),
-            }
+/// The kernel's state directory and the cell's directory, from an argv
+/// made by [`argv`] (`None` for any other argv).
+pub fn dirs_of(argv: &[String]) -> Option<(&str, &str)> {
+    match argv {
+        [_, c, line, name, state, cell, _] if c == "-c" && name.starts_with("cell ") => {
+            (line == BASH_LINE || line == SH_LINE).then_some((state.as_str(), cell.as_str()))
         }
-        os.remove_all(&new)?;
+        _ => None,
     }
-    Ok(())
+}
+
+/// Is `bytes` a complete snapshot (its shell wrote it to the end)?
+pub fn snapshot_complete(bytes: &[u8]) -> bool {
+    bytes.ends_with(SNAPSHOT_END)
+}
+
+/// After the cell: a complete snapshot from its shell (`shell.new` in
+/// the cell's directory) becomes the kernel's (atomically); otherwise the
+/// previous one stays and a note for the next cell says why (`killed_by`:
+/// the signal that ended the cell's shell, if one did). A cell of an
+/// earlier daemon of the kernel (its marker carries another nonce: the
+/// kernel was re-spawned, with a fresh state) changes nothing. Returns
+/// whether the cell's state was kept.
+pub fn promote_state(
+    os: &mut dyn Os,
+    launch: &CellLaunch,
+    killed_by: Option<i32>,
+) -> Result<bool, OsError> {
+    let kernel = KernelLayout::new(&launch.kernel_dir);
+    let cell = CellLayout::from_dir(&launch.cell_dir);
+    let current = os
+        .read_file(&kernel.config())
+        .ok()
+        .and_then(|b| serde_json::from_slice::<KernelConfig>(&b).ok())
+        .is_some_and(|c| launch.marker.1.rsplit_once(':').map(|(n, _)| n) == Some(&c.nonce));
+    let kept = match os.read_file(&cell.snapshot_new()) {
+        Ok(bytes) if current && snapshot_complete(&bytes) => {
+            os.write_atomic(&kernel.snapshot(), &bytes)?;
+            true
+        }
+        Ok(_) | Err(OsError::NotFound) => false,
+        Err(e) => return Err(e),
+    };
+    os.remove_all(&cell.snapshot_new())?;
+    os.remove_all(&cell.scratch())?;
+    if current && !kept {
+        os.write_atomic(&kernel.note(), lost_note(&cell, killed_by).as_bytes())?;
+    }
+    Ok(kept)
+}
+
+/// What the next cell says when a cell's state could not be kept.
+fn lost_note(cell: &CellLayout, killed_by: Option<i32>) -> String {
+    let how = match killed_by {
+        Some(sig) => format!("its shell was killed by signal {sig}"),
+        None => "its shell ended without saving it: `exec` replaced it, or an EXIT trap of its own replaced tether's".to_owned(),
+    };
+    format!(
+        "tether: the shell state {} reached was not kept ({how}); this cell starts from the state before it\n",
+        cell_name(cell)
+    )
 }
 
 /// The status the `end` file holds, if it is complete.
 pub fn end_status(end: &[u8]) -> Option<i32> {
     let text = std::str::from_utf8(end).ok()?.strip_suffix('\n')?;
     text.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_round_trips_and_names_the_cell() {
+        let kernel = KernelLayout::new("/r/kernels/k");
+        let cell = kernel.cell(crate::ids::CellSeq(7));
+        for shell in ["bash", "/bin/sh"] {
+            let a = argv(shell, &kernel, &cell);
+            assert_eq!(a[3], "cell 7");
+            assert_eq!(
+                dirs_of(&a),
+                Some(("/r/kernels/k/state", "/r/kernels/k/cells/7"))
+            );
+            assert!(
+                !a[6].contains("@MARKER@"),
+                "placeholders left in the library"
+            );
+        }
+        assert_eq!(dirs_of(&["sh".into(), "-c".into(), "true".into()]), None);
+    }
+
+    #[test]
+    fn only_a_complete_snapshot_counts() {
+        assert!(snapshot_complete(b"x=1\n#tether-end\n"));
+        assert!(!snapshot_complete(b"x=1\n#tether-e"));
+        assert!(!snapshot_complete(b""));
+    }
 }

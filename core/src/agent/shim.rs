@@ -170,7 +170,15 @@ impl ShimCore {
                     .read_file(&self.cell.end())
                     .ok()
                     .and_then(|b| shell::end_status(&b));
-                shell::promote_state(os, &self.launch.kernel_dir, end.is_some())?;
+                let killed_by = match exit {
+                    ExitStatus::Signal(sig) => Some(sig),
+                    ExitStatus::Code(_) => None,
+                };
+                // The result is journaled whatever happens to the state.
+                if let Err(e) = shell::promote_state(os, &self.launch, killed_by) {
+                    let note = format!("tether: the shell state of this cell was not kept: {e}\n");
+                    self.journal.output(os, Stream::Stderr, note.as_bytes())?;
+                }
                 shell_outcome(exit, end, cancel)
             }
             Lang::Python => process_outcome(exit, cancel),

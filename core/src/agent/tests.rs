@@ -838,3 +838,44 @@ fn a_settled_cancel_is_done_once_its_processes_are_gone_or_outlived_kill() {
         assert_eq!(kinds, expected, "dies: {dies}");
     }
 }
+
+/// The shim keeps a cell's snapshot only when it is complete and the cell
+/// belongs to the kernel's current daemon; a cell that could not save
+/// leaves a note for the next one.
+#[test]
+fn only_a_complete_snapshot_of_the_current_daemon_becomes_the_state() {
+    use super::shell::promote_state;
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let cell = k.cell(CellSeq(1));
+    let launch = |nonce: &str| CellLaunch {
+        kernel_dir: dir.clone(),
+        cell_dir: cell.dir().to_owned(),
+        lang: Lang::Shell,
+        argv: Vec::new(),
+        marker: (MARKER_NAME.into(), format!("{nonce}:1")),
+    };
+    os.files
+        .insert(cell.snapshot_new(), b"X=1\n#tether-end\n".to_vec());
+    assert_eq!(promote_state(&mut os, &launch("n1"), None), Ok(true));
+    assert_eq!(os.files[&k.snapshot()], b"X=1\n#tether-end\n");
+    assert!(!os.files.contains_key(&cell.snapshot_new()));
+    assert!(!os.files.contains_key(&k.note()));
+    // Cut short (KILL mid-save): the previous state stays, with a note.
+    os.files.insert(cell.snapshot_new(), b"X=2\n#teth".to_vec());
+    assert_eq!(promote_state(&mut os, &launch("n1"), Some(9)), Ok(false));
+    assert_eq!(os.files[&k.snapshot()], b"X=1\n#tether-end\n");
+    let note = String::from_utf8(os.files[&k.note()].clone()).unwrap();
+    assert!(
+        note.contains("cell 1") && note.contains("signal 9"),
+        "{note}"
+    );
+    // A cell of an earlier daemon (another nonce) changes nothing.
+    os.files.remove(&k.note());
+    os.files
+        .insert(cell.snapshot_new(), b"X=3\n#tether-end\n".to_vec());
+    assert_eq!(promote_state(&mut os, &launch("n0"), None), Ok(false));
+    assert_eq!(os.files[&k.snapshot()], b"X=1\n#tether-end\n");
+    assert!(!os.files.contains_key(&k.note()));
+}

@@ -250,7 +250,7 @@ fn a_short_cell_is_one_submit_round_trip_and_runs_once() {
 }
 
 #[test]
-fn exports_and_cwd_persist_across_cells_and_exit_n_keeps_the_old_state() {
+fn exports_and_cwd_persist_across_cells_and_exit_n_keeps_the_state_it_reached() {
     let mut h = Harness::new();
     h.spawn("k");
     let w1 = Workload::new(vec![
@@ -264,26 +264,34 @@ fn exports_and_cwd_persist_across_cells_and_exit_n_keeps_the_old_state() {
     ]);
     h.os.create_dir_all("/tmp").unwrap();
     h.submit("k", 1, &w1, 2_000);
-    let w2 = Workload::new(vec![Step::Exit { code: 4 }]);
+    let w2 = Workload::new(vec![
+        Step::SetVar {
+            name: "BAR".into(),
+            value: "before exit".into(),
+        },
+        Step::Exit { code: 4 },
+    ]);
     let Reply::Submitted { batch, .. } = h.submit("k", 2, &w2, 2_000) else {
         panic!()
     };
     assert_eq!(outcome(&batch.entries), Some(CellOutcome::Exit { code: 4 }));
-    // Cell 3 starts from cell 1's state: look at its main process.
+    // Cell 3 starts from the state cell 2 reached: look at its main process.
     let w3 = Workload::new(vec![Step::BusyLoop { ms: None }]);
     h.submit("k", 3, &w3, 50);
     let procs = h.os.processes_of_cell("k", 3);
     let view = h.os.view(procs[0]).unwrap();
     assert_eq!(view.env.get("FOO").map(String::as_str), Some("it's"));
+    assert_eq!(view.env.get("BAR").map(String::as_str), Some("before exit"));
     assert_eq!(
         view.env.get("TETHER_CELL").map(String::as_str),
         Some("nonce-k:3")
     );
-    assert_eq!(
-        h.os.read_file(&format!("{ROOT}/kernels/k/state/cwd"))
-            .unwrap(),
-        b"/tmp"
-    );
+    let saved =
+        h.os.read_file(&format!("{ROOT}/kernels/k/state/shell"))
+            .unwrap();
+    let saved = String::from_utf8_lossy(&saved);
+    assert!(saved.contains("cwd _='/tmp'"), "{saved}");
+    assert!(!saved.contains("TETHER_CELL"), "{saved}");
 }
 
 #[test]

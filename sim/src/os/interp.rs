@@ -92,11 +92,6 @@ pub(crate) struct Shell {
     pub(crate) python: Option<PyFlavor>,
 }
 
-/// Is `argv0` bash (else a POSIX `sh`, modelled on dash)?
-pub(crate) fn is_bash(argv0: &str) -> bool {
-    argv0.rsplit('/').next() == Some("bash")
-}
-
 impl Shell {
     /// A shell that runs `workload`.
     pub(crate) fn new(workload: Workload, files: Option<CellFiles>) -> Shell {
@@ -299,52 +294,79 @@ impl SimOs {
         }
     }
 
-    /// The cell script's prologue: `cd` to the saved directory, source the
-    /// saved exports.
-    fn restore_state(&mut self, pid: Pid, shell: &Shell) {
+    /// The cell script's prologue (`tether_core::agent::shell`): the note
+    /// a cell before left goes to stderr, then the kernel's snapshot is
+    /// restored (working directory, exports, shell variables).
+    fn restore_state(&mut self, pid: Pid, shell: &mut Shell) {
         let Some(state) = shell.files.as_ref().and_then(|f| f.state_dir.clone()) else {
             return;
         };
-        let cwd = self
+        let note = format!("{state}/note");
+        if let Ok(text) = self.fs.read(&note) {
+            if !text.is_empty() {
+                let err = self.procs.get(&pid).map_or(Fd::Null, |p| p.stderr);
+                self.write_fd(pid, err, &text);
+                let _ = self.fs.write_atomic(&note, b"");
+            }
+        }
+        let saved = self
             .fs
-            .read(&format!("{state}/cwd"))
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok());
-        let exports = self
-            .fs
-            .read(&format!("{state}/env"))
-            .map(|b| parse_exports(&b))
+            .read(&format!("{state}/shell"))
+            .map(|b| parse_snapshot(&b))
             .unwrap_or_default();
-        let cwd = cwd.filter(|d| self.fs.is_dir(d));
+        let mut vars = BTreeMap::new();
+        let mut exports = BTreeMap::new();
+        let mut cwd = None;
+        for (kind, name, value) in saved {
+            match kind.as_str() {
+                "export" => {
+                    exports.insert(name, value);
+                }
+                "set" => {
+                    vars.insert(name, value);
+                }
+                "cwd" => cwd = Some(value).filter(|d| self.fs.is_dir(d)),
+                _ => {}
+            }
+        }
         if let Some(p) = self.procs.get_mut(&pid) {
             if let Some(dir) = cwd {
                 p.cwd = dir;
             }
             p.env.extend(exports);
         }
+        shell.vars.extend(vars);
     }
 
-    /// The cell script's epilogue after the code reached its end: the
-    /// directory and the exports (marker removed) to `cwd.new` / `env.new`
-    /// (the shim promotes them), then the `end` file.
+    /// The wrapper's save (at the end of the code, or from its EXIT trap
+    /// on `exit`, a set -e failure or a cancel's TERM): the snapshot goes
+    /// to the cell's `shell.new` (the shim promotes it), without the marker.
     fn save_state(&mut self, pid: Pid, shell: &mut Shell) {
+        let Some(files) = shell.files.as_ref() else {
+            return;
+        };
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let mut text = String::new();
+        for (k, v) in p.env.iter().filter(|(k, _)| **k != files.marker) {
+            text.push_str(&snapshot_line("export", k, v));
+        }
+        for (k, v) in &shell.vars {
+            text.push_str(&snapshot_line("set", k, v));
+        }
+        text.push_str(&snapshot_line("cwd", "_", &p.cwd));
+        text.push_str("#tether-end\n");
+        let new = format!("{}/shell.new", files.cell_dir);
+        let _ = self.fs.write_atomic(&new, text.as_bytes());
+    }
+
+    /// The code reached its end: the save, then the `end` file.
+    fn save_end(&mut self, pid: Pid, shell: &mut Shell) {
+        self.save_state(pid, shell);
         let Some(files) = shell.files.take() else {
             return;
         };
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return;
-        };
-        p.env.remove(&files.marker);
-        let cwd = p.cwd.clone();
-        let exports = render_exports(&p.env);
-        if let Some(state) = &files.state_dir {
-            let _ = self
-                .fs
-                .write_atomic(&format!("{state}/cwd.new"), cwd.as_bytes());
-            let _ = self
-                .fs
-                .write_atomic(&format!("{state}/env.new"), exports.as_bytes());
-        }
         let end = format!("{}/end", files.cell_dir);
         let _ = self
             .fs
@@ -366,10 +388,16 @@ impl SimOs {
             shell.frames.clear();
             return;
         }
-        if exit_code.is_none() {
-            self.save_state(pid, shell);
+        // bash keeps a user's EXIT trap aside (it never fires) and always
+        // saves; under dash the user's trap replaced tether's, so a shell
+        // that exits early runs it instead of the save.
+        let user_trap = shell.exit_trap.take();
+        match exit_code {
+            None => self.save_end(pid, shell),
+            Some(_) if shell.bash || user_trap.is_none() => self.save_state(pid, shell),
+            Some(_) => {}
         }
-        if let Some(text) = shell.exit_trap.take() {
+        if let Some(text) = user_trap.filter(|_| !shell.bash && exit_code.is_some()) {
             let out = self.procs.get(&pid).map_or(Fd::Null, |p| p.stdout);
             if !self.write_fd(pid, out, text.as_bytes()) {
                 return;
@@ -649,19 +677,24 @@ impl SimOs {
     }
 }
 
-/// `export -p` as dash prints it: `export NAME='value'`, one per line.
-fn render_exports(env: &BTreeMap<String, String>) -> String {
-    env.iter()
-        .map(|(k, v)| format!("export {k}={}\n", tether_scenarios::workload::sh_quote(v)))
-        .collect()
+/// One line of the simulated snapshot: `KIND NAME='value'`.
+fn snapshot_line(kind: &str, name: &str, value: &str) -> String {
+    format!(
+        "{kind} {name}={}\n",
+        tether_scenarios::workload::sh_quote(value)
+    )
 }
 
-/// Reads back what [`render_exports`] wrote (values may span lines).
-fn parse_exports(bytes: &[u8]) -> BTreeMap<String, String> {
+/// Reads back what [`snapshot_line`] wrote (values may span lines), up to
+/// the `#tether-end` line.
+fn parse_snapshot(bytes: &[u8]) -> Vec<(String, String, String)> {
     let text = String::from_utf8_lossy(bytes);
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     let mut rest: &str = &text;
-    while let Some(line) = rest.strip_prefix("export ") {
+    while let Some((kind, line)) = rest.split_once(' ') {
+        if kind.contains('\n') {
+            break;
+        }
         let Some(eq) = line.find('=') else { break };
         let name = &line[..eq];
         let mut value = String::new();
@@ -683,7 +716,7 @@ fn parse_exports(bytes: &[u8]) -> BTreeMap<String, String> {
                 c => value.push(c),
             }
         }
-        out.insert(name.to_owned(), value);
+        out.push((kind.to_owned(), name.to_owned(), value));
         rest = &line[end.min(line.len())..];
     }
     out

@@ -6,12 +6,13 @@
 //! stderr on two simulated pipes, reads them, reaps, and exits when the
 //! machine says so.
 
-use super::interp::{is_bash, CellFiles, Shell};
-use super::process::{CellRef, ExitStatus, Fd, ForkSpec, Program, Role};
+use super::interp::{CellFiles, Shell};
+use super::process::{CellRef, Disposition, ExitStatus, Fd, ForkSpec, Program, Role};
 use super::SimOs;
 use tether_core::agent::{CellLaunch, CellShim, ExitStatus as CoreExit, Os, Pid, ShimStep};
 use tether_core::protocol::Stream;
 use tether_core::time::Timestamp;
+use tether_scenarios::workload::Step;
 
 /// A shim's machine and the simulated pipes it reads.
 #[derive(Debug)]
@@ -205,11 +206,8 @@ impl SimOs {
     ) -> Result<(Pid, u64), String> {
         let launch = &shim.launch;
         let cell_dir = launch.cell_dir.trim_end_matches('/').to_owned();
-        // The shell script's arguments: `tether-cell STATE_DIR CELL_DIR`.
-        let state_dir = match argv.get(3).map(String::as_str) {
-            Some("tether-cell") => argv.get(4).cloned(),
-            _ => None,
-        };
+        // The shell script's arguments (the kernel's state directory).
+        let state_dir = tether_core::agent::shell::dirs_of(argv).map(|(s, _)| s.to_owned());
         let code_path = format!("{cell_dir}/code");
         let mut shell = match self.fs.read(&code_path) {
             Ok(code) => Shell::from_code(
@@ -223,7 +221,7 @@ impl SimOs {
             Err(e) => Shell::from_code(format!("cannot open {code_path}: {e}").as_bytes(), None),
         };
         let program = argv.first().map_or("", String::as_str);
-        shell.bash = is_bash(program);
+        shell.bash = tether_core::agent::shell::is_bash(program);
         if !program.starts_with('/') && !self.has_program(program) {
             return Err(format!("cannot start {program}: not found"));
         }
@@ -252,6 +250,11 @@ impl SimOs {
         // (nothing runs between the fork and this).
         if let Some(group) = cgroup {
             let _ = self.join_cgroup(main, group);
+        }
+        // The wrapper's TERM trap: a cancel's TERM ends the shell through
+        // `exit 143`, so its EXIT path saves the state.
+        if let Some(p) = self.procs.get_mut(&main) {
+            p.term = Disposition::Trap(vec![Step::Exit { code: 143 }]);
         }
         Ok((main, self.procs.get(&main).map_or(0, |p| p.starttime)))
     }

@@ -27,6 +27,19 @@ fn boot_daemon(os: &mut SimOs) -> Pid {
         .begin_exec(&["tether-agent".into(), "op".into()])
         .unwrap();
     os.create_dir_all(&format!("{KDIR}/cells")).unwrap();
+    os.create_dir_all(&format!("{KDIR}/state")).unwrap();
+    // The kernel's config names the nonce its cells' state belongs to.
+    let config = tether_core::agent::kernel::KernelConfig {
+        lang: Lang::Shell,
+        nonce: "nonce-1".into(),
+        idle_timeout_ms: 600_000,
+        grace_ms: 300,
+    };
+    os.write_atomic(
+        &format!("{KDIR}/config.json"),
+        &serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
     let daemon = os.spawn_daemon(KDIR, "nonce-1").unwrap();
     os.end_exec(exec, 0);
     assert_eq!(os.take_daemon_spawns().len(), 1);
@@ -49,11 +62,16 @@ fn start_cell_in(os: &mut SimOs, daemon: Pid, seq: u64, workload: &Workload, she
     os.write_atomic(&format!("{cell_dir}/code"), &workload.encode())
         .unwrap();
     os.set_current(daemon);
+    let argv = tether_core::agent::shell::argv(
+        shell,
+        &tether_core::agent::layout::KernelLayout::new(KDIR),
+        &tether_core::agent::layout::CellLayout::from_dir(&cell_dir),
+    );
     os.spawn_cell(&CellLaunch {
         kernel_dir: KDIR.into(),
         cell_dir,
         lang: Lang::Shell,
-        argv: vec![shell.into(), "-c".into(), "script".into()],
+        argv,
         marker: marker(seq),
     })
     .unwrap()
@@ -384,7 +402,7 @@ fn dispositions_ignore_trap_stop_and_kill() {
 }
 
 #[test]
-fn exit_trap_runs_on_exit_but_not_on_kill() {
+fn a_dash_cells_exit_trap_replaces_the_save_and_a_kill_runs_nothing() {
     let mut os = SimOs::new(SimOsConfig::default());
     let daemon = boot_daemon(&mut os);
     let w = Workload::new(vec![
@@ -396,9 +414,23 @@ fn exit_trap_runs_on_exit_but_not_on_kill() {
     start_cell(&mut os, daemon, 1, &w);
     os.advance(at(1));
     let main = main_pid(&journal(&os, 1));
+    // TERM: the wrapper's `exit 143` runs the user's trap, not the save.
     sent(&mut os, daemon, main, Signal::Term);
     os.advance(at(300));
     let j = journal(&os, 1);
+    assert_eq!(stdout_of(&j), "cleanup");
+    assert_eq!(result_of(&j), Some(CellOutcome::Exit { code: 143 }));
+    assert!(!os
+        .read_file(&format!("{KDIR}/state/note"))
+        .unwrap()
+        .is_empty());
+    // KILL: nothing runs.
+    start_cell(&mut os, daemon, 2, &w);
+    os.advance(at(301));
+    let main = main_pid(&journal(&os, 2));
+    sent(&mut os, daemon, main, Signal::Kill);
+    os.advance(at(600));
+    let j = journal(&os, 2);
     assert_eq!(stdout_of(&j), "");
     assert!(matches!(result_of(&j), Some(CellOutcome::Error { .. })));
 }
@@ -637,7 +669,7 @@ fn naive_cancels_miss_the_escapes_they_miss_on_linux() {
 fn bash_cells_behave_as_bash_does() {
     let mut os = SimOs::new(SimOsConfig::default());
     let daemon = boot_daemon(&mut os);
-    // A fatal TERM runs bash's EXIT trap (dash's does not run, see above).
+    // A user's EXIT trap is kept aside: a cancel's TERM saves the state.
     let w = Workload::new(vec![
         Step::SetExitTrap {
             text: "cleanup".into(),
@@ -661,7 +693,8 @@ fn bash_cells_behave_as_bash_does() {
     assert!(!os.is_alive(bg));
     sent(&mut os, daemon, main, Signal::Term);
     os.advance(at(300));
-    assert_eq!(stdout_of(&journal(&os, 1)), "cleanup");
+    assert_eq!(stdout_of(&journal(&os, 1)), "");
+    assert!(os.read_file(&format!("{KDIR}/state/shell")).is_ok());
 }
 
 #[test]

@@ -1,0 +1,186 @@
+# tether's cell wrapper for bash: the functions the one-line cell script
+# (core/src/agent/shell.rs) calls around the user's code. Every name is
+# __tether_*, except the `trap` function that keeps a user's EXIT trap
+# away from the real one. @MARKER@ is filled in by shell.rs.
+
+# Reads the kernel's snapshot and the cell's code; says on stderr what the
+# shim noted about the cell before (a state it could not keep).
+__tether_begin() {
+  __tether_state=$1 __tether_cell=$2 __tether_pre=
+  __tether_exit_trap= __tether_exit_trap_set=
+  builtin trap __tether_term TERM
+  __tether_term_ours=1
+  shopt -s expand_aliases
+  if [[ -s $__tether_state/note ]]; then
+    IFS= read -r -d '' __tether_note < "$__tether_state/note"
+    printf '%s' "$__tether_note" >&2
+    : >| "$__tether_state/note"
+    unset __tether_note
+  fi
+  __tether_snap=
+  if [[ -f $__tether_state/shell ]]; then
+    IFS= read -r -d '' __tether_snap < "$__tether_state/shell"
+  fi
+  __tether_code=
+  IFS= read -r -d '' __tether_code < "$__tether_cell/code"
+  return 0
+}
+
+# The names of the user's variables (saved and restored), in
+# __tether_names: not the ones the shell manages, the marker or tether's.
+# `compgen` filters and lists them into a scratch file (no process is
+# started, no loop: this runs twice per cell); extglob is on for the
+# pattern (the user's options are saved before and restored after).
+__tether_user_vars() {
+  shopt -s extglob
+  compgen -v -X '@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|__tether_*)' \
+    >| "$__tether_cell/scratch.tmp"
+  mapfile -t __tether_names < "$__tether_cell/scratch.tmp"
+}
+
+# The snapshot holds every variable of the user's: the ones this shell
+# inherited go first (so an `unset` persists too).
+__tether_unset_all() {
+  __tether_user_vars
+  ((${#__tether_names[@]} == 0)) || unset -v "${__tether_names[@]}"
+}
+
+# The directory stack below the current directory, top first.
+__tether_dirs() {
+  local __tether_i
+  for ((__tether_i = $#; __tether_i > 0; __tether_i--)); do
+    builtin pushd -n -- "${!__tether_i}" >/dev/null
+  done
+}
+
+# Options, as saved ($1 SHELLOPTS, $2 BASHOPTS), applied last. xtrace and
+# verbose start with the code (nothing of tether's is traced); options that
+# would stop every later cell (noexec, onecmd) or need a terminal are not
+# restored.
+__tether_opts() {
+  local IFS=: __tether_o __tether_on=()
+  for __tether_o in $BASHOPTS; do
+    [[ :$2: == *:"$__tether_o":* ]] || shopt -u "$__tether_o"
+  done
+  for __tether_o in $2; do shopt -s "$__tether_o"; done
+  for __tether_o in $SHELLOPTS; do
+    [[ :$1: == *:"$__tether_o":* ]] || set +o "$__tether_o"
+  done
+  for __tether_o in $1; do
+    case $__tether_o in
+      xtrace) __tether_pre+='set -x;' ;;
+      verbose) __tether_pre+='set -v;' ;;
+      noexec | onecmd | monitor | history | emacs | vi) ;;
+      *) __tether_on+=(-o "$__tether_o") ;;
+    esac
+  done
+  set "${__tether_on[@]}"
+} 2>/dev/null
+
+# From here on, whatever ends the shell (exit, set -e, set -u, a cancel's
+# TERM) saves the state first.
+__tether_arm() {
+  builtin trap '{ __tether_save; } 2>/dev/null' EXIT
+  unset __tether_snap
+}
+
+__tether_term() { exit 143; }
+
+__tether_is_exit() {
+  case ${1^^} in 0 | EXIT | SIGEXIT) return 0 ;; esac
+  return 1
+}
+
+__tether_is_term() {
+  case ${1^^} in 15 | TERM | SIGTERM) return 0 ;; esac
+  return 1
+}
+
+# A user's EXIT trap is kept aside (saved with the state, shown by
+# `trap -p`) and never fires: the kernel's shell does not exit at the end
+# of a cell. TERM is tether's until the user traps it: it saves the state
+# when a cancel comes.
+trap() {
+  local __tether_s __tether_act __tether_rest=() __tether_print=
+  case ${1-} in
+    -l) builtin trap "$@"; return ;;
+    -p) __tether_print=1; shift ;;
+    --) shift ;;
+  esac
+  if [[ -n $__tether_print ]] || (($# == 0)); then
+    # every signal by number (not {1..64}: the user may have turned off
+    # brace expansion)
+    (($# != 0)) || set -- EXIT 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 ERR DEBUG RETURN
+    for __tether_s; do
+      if __tether_is_exit "$__tether_s"; then
+        [[ -z $__tether_exit_trap_set ]] || printf 'trap -- %s EXIT\n' "${__tether_exit_trap@Q}"
+      elif ! __tether_is_term "$__tether_s" || [[ -z $__tether_term_ours ]]; then
+        __tether_rest+=("$__tether_s")
+      fi
+    done
+    ((${#__tether_rest[@]} == 0)) || builtin trap -p "${__tether_rest[@]}"
+    return
+  fi
+  if (($# == 1)); then __tether_act=-; else __tether_act=$1; shift; fi
+  for __tether_s; do
+    if __tether_is_exit "$__tether_s"; then
+      if [[ $__tether_act == - ]]; then
+        __tether_exit_trap= __tether_exit_trap_set=
+      else
+        __tether_exit_trap=$__tether_act __tether_exit_trap_set=1
+      fi
+    elif __tether_is_term "$__tether_s" && [[ $__tether_act == - || $__tether_act == __tether_term ]]; then
+      builtin trap __tether_term TERM
+      __tether_term_ours=1
+    else
+      ! __tether_is_term "$__tether_s" || __tether_term_ours=
+      __tether_rest+=("$__tether_s")
+    fi
+  done
+  ((${#__tether_rest[@]} == 0)) || builtin trap -- "$__tether_act" "${__tether_rest[@]}"
+}
+
+# Writes the whole state to shell.new, last line `#tether-end` (the shim
+# takes the file only with it). Builtins only: no process is started.
+# Traps are listed before TERM is ignored: a cancel that comes now does not
+# cut the save short (the escalation's KILL still ends it on time).
+__tether_save() {
+  builtin trap - EXIT
+  __tether_so=$SHELLOPTS __tether_bo=$BASHOPTS
+  set +euvx
+  builtin trap -p >| "$__tether_cell/shell.new" || return
+  builtin trap '' TERM
+  __tether_user_vars
+  declare -F >| "$__tether_cell/scratch.tmp"
+  mapfile -t __tether_fns < "$__tether_cell/scratch.tmp"
+  __tether_fnames=() __tether_fx=()
+  for __tether_n in "${__tether_fns[@]}"; do
+    case ${__tether_n##* } in __tether_* | trap) continue ;; esac
+    __tether_fnames+=("${__tether_n##* }")
+    [[ $__tether_n != 'declare -fx '* ]] || __tether_fx+=("${__tether_n##* }")
+  done
+  {
+    printf '%s\n' __tether_unset_all
+    ((${#__tether_names[@]} == 0)) || declare -p -- "${__tether_names[@]}"
+    printf 'builtin cd -- %q || builtin cd\n' "$PWD"
+    [[ -z ${OLDPWD+x} ]] || declare -p OLDPWD
+    if ((${#DIRSTACK[@]} > 1)); then
+      printf '__tether_dirs'
+      printf ' %q' "${DIRSTACK[@]:1}"
+      printf '\n'
+    fi
+    ((${#__tether_fnames[@]} == 0)) || declare -f -- "${__tether_fnames[@]}"
+    ((${#__tether_fx[@]} == 0)) || printf 'declare -fx -- %q\n' "${__tether_fx[@]}"
+    [[ -z $__tether_exit_trap_set ]] || printf '__tether_exit_trap=%q __tether_exit_trap_set=1\n' "$__tether_exit_trap"
+    umask -p
+    # aliases after the functions: they would expand in the restored bodies
+    alias -p
+    printf '__tether_opts %q %q\n#tether-end\n' "$__tether_so" "$__tether_bo"
+  } >> "$__tether_cell/shell.new"
+}
+
+# The code reached its end with status $1.
+__tether_end() {
+  __tether_save
+  printf '%s\n' "$1" >| "$__tether_cell/end"
+}

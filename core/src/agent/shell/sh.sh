@@ -1,0 +1,77 @@
+# tether's cell wrapper for a POSIX sh (dash): the functions the one-line
+# cell script (core/src/agent/shell.rs) calls around the user's code. What
+# POSIX sh can list is kept: variables (`set`), exports, readonly, the
+# working directory, umask, traps but EXIT, the `set` flags. Functions and
+# aliases cannot be listed in dash, so they do not persist; a user's EXIT
+# trap replaces tether's (a cell that sets one and then exits early keeps
+# the previous state, with a note). @MARKER@ is filled in by shell.rs.
+
+__tether_begin() {
+  __tether_state=$1 __tether_cell=$2 __tether_pre= __tether_pwd=
+  __tether_ppid=$PPID
+  trap __tether_term TERM
+  if [ -s "$__tether_state/note" ]; then
+    cat "$__tether_state/note" >&2
+    : >| "$__tether_state/note"
+  fi
+  __tether_snap=
+  if [ -f "$__tether_state/shell" ]; then
+    __tether_snap=$(cat "$__tether_state/shell")
+  fi
+  __tether_code=$(cat "$__tether_cell/code"; printf x)
+  __tether_code=${__tether_code%x}
+}
+
+# After the snapshot (which also assigned tether's and the shell's own
+# variables as they were): this cell's values again, then the directory.
+__tether_fix() {
+  __tether_cell=$1
+  PPID=$__tether_ppid
+  if [ -n "${__tether_pwd-}" ]; then
+    cd -- "$__tether_pwd" 2>/dev/null || cd 2>/dev/null || :
+  fi
+  unset __tether_snap __tether_ppid
+  __tether_opts "${__tether_f-}"
+}
+
+# `set` flags as saved in $1 (`$-`, kept in __tether_f), applied last; xtrace and verbose start
+# with the code.
+__tether_opts() {
+  __tether_pre=
+  for __tether_o in a C e f u; do
+    case $1 in
+      *"$__tether_o"*) set -"$__tether_o" ;;
+      *) set +"$__tether_o" ;;
+    esac
+  done
+  case $1 in *x*) __tether_pre="set -x;" ;; esac
+  case $1 in *v*) __tether_pre="$__tether_pre set -v;" ;; esac
+}
+
+__tether_arm() {
+  trap '{ __tether_save; } 2>/dev/null' EXIT
+}
+
+__tether_term() { exit 143; }
+
+# Writes the state to shell.new, last line `#tether-end`.
+__tether_save() {
+  trap - EXIT
+  __tether_f=$-
+  set +euvx
+  trap >| "$__tether_cell/shell.new" || return
+  trap '' TERM
+  unset @MARKER@ __tether_code __tether_o
+  __tether_pwd=$PWD
+  {
+    set
+    export -p
+    readonly -p
+    printf 'umask %s\n#tether-end\n' "$(umask)"
+  } >> "$__tether_cell/shell.new"
+}
+
+__tether_end() {
+  __tether_save
+  printf '%s\n' "$1" >| "$__tether_cell/end"
+}

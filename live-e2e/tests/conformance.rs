@@ -1,0 +1,315 @@
+//! Conformance of shell kernels with the persistent shells agents already
+//! use, on `local` and `docker`: command sequences taken from the public
+//! test suites of SWE-ReX (`tests/test_session.py`, `split_bash_command`
+//! tests), OpenHands (`tests/runtime/test_bash.py`,
+//! `tests/unit/test_bash_session.py`), Daytona (session command tests)
+//! and jupyter_client (`tests/test_kernelmanager.py` interrupt tests).
+//! Each case names its source; the expectations are tether's (issue 7).
+
+use tether_core::protocol::{CellOutcome, Lang};
+use tether_live::backends::{self, skip};
+use tether_live::container::Container;
+use tether_live::harness::{CellRun, Live};
+
+#[allow(dead_code)]
+enum Sandbox {
+    Local(tempfile::TempDir),
+    Docker(Container),
+}
+
+fn open(backend: &str, test: &str) -> Option<(Sandbox, Live)> {
+    match backend {
+        "local" => {
+            let dir = tempfile::Builder::new()
+                .prefix("tether-conf")
+                .tempdir()
+                .expect("tempdir");
+            let live = Live::new("local", &dir.path().display().to_string());
+            Some((Sandbox::Local(dir), live))
+        }
+        "docker" => {
+            if let Err(why) = backends::docker() {
+                skip(test, &why);
+                return None;
+            }
+            let c = Container::start(test.rsplit("::").next().unwrap_or("conf"));
+            let live = Live::new(&c.spec(), "/tmp/tether-live");
+            Some((Sandbox::Docker(c), live))
+        }
+        other => panic!("no backend {other}"),
+    }
+}
+
+async fn sh(live: &mut Live, code: &str) -> CellRun {
+    live.run("k", Lang::Shell, code).await
+}
+
+/// Runs `code` and checks its stdout exactly and that it resolved `ok`.
+async fn ok(live: &mut Live, code: &str, stdout: &str) {
+    let run = sh(live, code).await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{code:?}: {run:?}");
+    assert_eq!(run.out(), stdout, "{code:?}: {run:?}");
+}
+
+fn err(run: &CellRun) -> String {
+    String::from_utf8_lossy(&run.stderr).into_owned()
+}
+
+/// Every kind of state persists (OpenHands test_bash.py
+/// `test_stateful_cmd`/`test_cmd_run`: cd and variables across calls;
+/// SWE-ReX test_session.py: `export`, functions and aliases in one
+/// session).
+async fn state_of_each_kind_persists(live: &mut Live) {
+    live.prepare().await;
+    ok(
+        live,
+        concat!(
+            "X=1; export E='a b'; nl=$'l1\\nl2'; q=\"it's \\\"q\\\"\"; raw=$'\\xff\\xfe'\n",
+            "arr=(1 '2 3'); declare -A m=([k]='v v' [j]=2)\n",
+            "greet() { echo \"hi $1\"; }\n",
+            "alias ll='echo LL'\n",
+            "ll\n",
+            "set -o pipefail; shopt -s extglob; umask 027\n",
+            "trap 'echo int' INT\n",
+            "mkdir -p /tmp/conf-d1 /tmp/conf-d2; cd /tmp/conf-d1; pushd /tmp/conf-d2 >/dev/null\n",
+            "readonly RO=5\n",
+        ),
+        "LL\n",
+    )
+    .await;
+    ok(
+        live,
+        concat!(
+            "echo \"$X|$E|$nl|$q\"; printf '%s' \"$raw\" | od -An -tx1\n",
+            "declare -p arr; echo \"${m[k]}|${m[j]}\"\n",
+            "greet you; ll\n",
+            "[[ -o pipefail ]] && echo pipefail; shopt -q extglob && echo extglob; umask\n",
+            "trap -p INT; pwd; dirs -l -p | tail -1\n",
+            "echo \"$RO\"; (RO=6) 2>/dev/null || echo still readonly\n",
+        ),
+        concat!(
+            "1|a b|l1\nl2|it's \"q\"\n ff fe\n",
+            "declare -a arr=([0]=\"1\" [1]=\"2 3\")\nv v|2\n",
+            "hi you\nLL\n",
+            "pipefail\nextglob\n0027\n",
+            "trap -- 'echo int' SIGINT\n/tmp/conf-d2\n/tmp/conf-d1\n",
+            "5\nstill readonly\n",
+        ),
+    )
+    .await;
+    // Unset and un-export persist too; shell-managed variables are the
+    // new shell's own; the marker is this cell's.
+    ok(
+        live,
+        "unset X; export -n E; BASHPID=1 2>/dev/null; true",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo \"[${X-unset}]\"; env | grep -c '^E=' ; [ \"$BASHPID\" != 1 ] && echo own; echo \"${TETHER_CELL##*:}\"",
+        "[unset]\n0\nown\n4\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+/// Whatever ends a cell early keeps the state it reached and the next
+/// cell works (OpenHands test_bash.py `test_exit_code`-style `exit`,
+/// SWE-ReX test_session.py error cases; the issue's list: exit, exec,
+/// set -e, set -u, syntax errors).
+async fn early_ends_keep_the_state_reached(live: &mut Live) {
+    live.prepare().await;
+    let run = sh(live, "A=1; exit 3").await;
+    assert_eq!(run.outcome, CellOutcome::Exit { code: 3 }, "{run:?}");
+    ok(live, "echo $A", "1\n").await;
+    let run = sh(live, "set -e; B=2; false; echo never").await;
+    assert_eq!(run.outcome, CellOutcome::Exit { code: 1 }, "{run:?}");
+    ok(live, "set +e; echo $B", "2\n").await;
+    let run = sh(live, "set -u; C=3; echo $nope; echo never").await;
+    assert!(!run.out().contains("never"), "{run:?}");
+    assert!(err(&run).contains("nope: unbound variable"), "{run:?}");
+    ok(live, "set +u; echo $C", "3\n").await;
+    // bash runs an unterminated heredoc to the end of the input, with a
+    // warning; the other two are syntax errors.
+    for (bad, fails) in [("(a", true), ("a='", true), ("cat <<EOF\nno end", false)] {
+        let run = sh(live, &format!("D=4\n{bad}")).await;
+        assert_eq!(
+            !matches!(run.outcome, CellOutcome::Ok),
+            fails,
+            "{bad:?}: {run:?}"
+        );
+        assert!(!err(&run).contains("/cells/"), "no internal path: {run:?}");
+        ok(live, "echo alive $D", "alive 4\n").await;
+    }
+    // exec replaces the shell: no shell is left to save, so the state of
+    // the cell before stays and the next cell says so.
+    let run = sh(live, "F=5; exec true").await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Exit { code: 0 }),
+        "{run:?}"
+    );
+    let run = sh(live, "echo \"[${F-}] $D\"").await;
+    assert_eq!(run.out(), "[] 4\n", "{run:?}");
+    assert!(err(&run).contains("was not kept"), "{run:?}");
+    ok(live, "echo quiet", "quiet\n").await;
+    // A user's EXIT trap never fires at the end of a cell, not even on exit.
+    let run = sh(live, "trap 'echo bye' EXIT; G=6; exit 2").await;
+    assert_eq!(run.out(), "", "{run:?}");
+    ok(
+        live,
+        "echo $G; trap -p EXIT",
+        "6\ntrap -- 'echo bye' EXIT\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+/// Messages speak of the cell (OpenHands test_bash_session.py
+/// `test_basic_command`: `nonexistent_command` says "command not found").
+async fn messages_name_the_cell(live: &mut Live) {
+    live.prepare().await;
+    let run = sh(live, "greet").await;
+    assert_eq!(
+        err(&run),
+        "cell 1: line 1: greet: command not found\n",
+        "{run:?}"
+    );
+    live.shutdown("k").await;
+}
+
+/// Heredocs and multi-line input (SWE-ReX `split_bash_command` heredoc
+/// tests; OpenHands test_bash.py `test_multiline_commands`,
+/// `test_complex_commands`), with an alias defined on one line used on the
+/// next.
+async fn heredocs_and_multiline(live: &mut Live) {
+    live.prepare().await;
+    ok(
+        live,
+        "cat <<EOF\na\n  b\nEOF\ncat <<'EOF' | tr a-z A-Z\n$HOME\nEOF\nif true; then\n  echo yes\nfi\necho 'multi\nline'\nalias hey='echo hey'\nhey\n",
+        "a\n  b\n$HOME\nyes\nmulti\nline\nhey\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+/// Exact bytes (OpenHands test_bash.py output tests; jupyter_client
+/// stream tests): empty output, no newline added, leading blank lines,
+/// 1 MB in one line, a UTF-8 sequence split over writes, NUL, invalid
+/// UTF-8.
+async fn exact_bytes(live: &mut Live) {
+    live.prepare().await;
+    ok(live, "true", "").await;
+    ok(live, "printf 'no newline'", "no newline").await;
+    ok(live, "printf '\\n\\n\\nx\\n'", "\n\n\nx\n").await;
+    let run = sh(live, "head -c 1048576 /dev/zero | tr '\\0' a").await;
+    assert_eq!(run.stdout.len(), 1 << 20);
+    assert!(run.stdout.iter().all(|&b| b == b'a'));
+    let run = sh(live, "printf '\\xc3'; sleep 0.2; printf '\\xa9\\n'").await;
+    assert_eq!(run.stdout, "é\n".as_bytes());
+    let run = sh(live, "printf 'a\\0b\\377\\376\\n'").await;
+    assert_eq!(run.stdout, b"a\0b\xff\xfe\n");
+    live.shutdown("k").await;
+}
+
+/// Cancel keeps what the cell did (jupyter_client test_kernelmanager.py
+/// interrupt tests: the kernel survives an interrupt with its state;
+/// OpenHands test_bash_session.py `test_ctrl_c` on a `while true` loop):
+/// a pipeline, a busy loop, and a TERM-ignoring child, each followed by a
+/// cell that sees the earlier state.
+async fn cancel_keeps_the_state(live: &mut Live) {
+    live.prepare().await;
+    let run = live
+        .run_cancelling_at(
+            "k",
+            Lang::Shell,
+            "export KEEP=1; echo go; sleep 100 | cat",
+            Some(b"go\n"),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::Cancelled, "{run:?}");
+    ok(live, "echo $KEEP", "1\n").await;
+    let run = live
+        .run_cancelling_at(
+            "k",
+            Lang::Shell,
+            "LOOP=2; echo go; while :; do :; done",
+            Some(b"go\n"),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::Cancelled, "{run:?}");
+    ok(live, "echo $LOOP $KEEP", "2 1\n").await;
+    // The shell waits for a foreground child that ignores TERM until the
+    // KILL: nothing is left to save, so the state before the cell stays
+    // and the next cell says so.
+    let run = live
+        .run_cancelling_at(
+            "k",
+            Lang::Shell,
+            "LOST=3; echo go; sh -c 'trap \"\" TERM; sleep 100'",
+            Some(b"go\n"),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::Cancelled, "{run:?}");
+    let run = sh(live, "echo \"[${LOST-}] $LOOP $KEEP\"").await;
+    assert_eq!(run.out(), "[] 2 1\n", "{run:?}");
+    assert!(err(&run).contains("was not kept"), "{run:?}");
+    live.shutdown("k").await;
+}
+
+/// 30 cells in quick succession (Daytona session tests run many commands
+/// in one session) and a 100 KB environment variable.
+async fn many_cells_and_a_big_variable(live: &mut Live) {
+    live.prepare().await;
+    for i in 0..30 {
+        ok(live, "N=$((${N:-0} + 1)); echo $N", &format!("{}\n", i + 1)).await;
+    }
+    ok(
+        live,
+        "export BIG=$(head -c 102400 /dev/zero | tr '\\0' b); echo ${#BIG}",
+        "102400\n",
+    )
+    .await;
+    ok(
+        live,
+        "echo ${#BIG}; sh -c 'echo ${#BIG}'",
+        "102400\n102400\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+async fn bounded(test: &str, case: impl std::future::Future<Output = ()>) {
+    let limit = std::time::Duration::from_secs(150);
+    if tokio::time::timeout(limit, case).await.is_err() {
+        panic!("{test} did not finish within {limit:?}");
+    }
+}
+
+macro_rules! on_backends {
+    ($($name:ident: $case:ident on $backend:literal;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            let test = concat!(stringify!($name), " (", $backend, ")");
+            let Some((_sandbox, mut live)) = open($backend, test) else { return };
+            bounded(test, $case(&mut live)).await;
+        }
+    )*};
+}
+
+on_backends! {
+    local_state_of_each_kind_persists: state_of_each_kind_persists on "local";
+    docker_state_of_each_kind_persists: state_of_each_kind_persists on "docker";
+    local_early_ends_keep_the_state_reached: early_ends_keep_the_state_reached on "local";
+    docker_early_ends_keep_the_state_reached: early_ends_keep_the_state_reached on "docker";
+    local_messages_name_the_cell: messages_name_the_cell on "local";
+    docker_messages_name_the_cell: messages_name_the_cell on "docker";
+    local_heredocs_and_multiline: heredocs_and_multiline on "local";
+    docker_heredocs_and_multiline: heredocs_and_multiline on "docker";
+    local_exact_bytes: exact_bytes on "local";
+    docker_exact_bytes: exact_bytes on "docker";
+    local_cancel_keeps_the_state: cancel_keeps_the_state on "local";
+    docker_cancel_keeps_the_state: cancel_keeps_the_state on "docker";
+    local_many_cells_and_a_big_variable: many_cells_and_a_big_variable on "local";
+    docker_many_cells_and_a_big_variable: many_cells_and_a_big_variable on "docker";
+}
