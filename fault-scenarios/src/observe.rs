@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use tether::driver::DriverError;
 use tether_core::client::{CellKey, Event};
 use tether_core::protocol::{CellOutcome, Lang, Stream};
-use crate::workload::Step;
 
 /// Every client call must return within this bound (the client gives up on
 /// an unreachable sandbox after 15 s; cells run at most a few seconds).
