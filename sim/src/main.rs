@@ -321,6 +321,17 @@ fn load_race(file: &str) -> Result<(Race, Scenario), String> {
 /// Replays every race file of `dir`: one line each (or one JSON array),
 /// exit 1 if any run breaks an invariant. Every file is checked before
 /// any runs, so a malformed one is a usage error, not a half-done run.
+/// A race on the real product, in the world it was found in.
+fn run_race(race: &Race, s: &Scenario) -> RunReport {
+    world::run_in(
+        s,
+        race.seed,
+        &race.world_for(s),
+        &race.schedule,
+        Variant::Real,
+    )
+}
+
 fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     let files = world::race_files(std::path::Path::new(dir))?;
     if files.is_empty() {
@@ -336,13 +347,7 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     let mut rows = Vec::new();
     let mut failed = 0;
     for (path, (race, s)) in races {
-        let report = world::run_in(
-            &s,
-            race.seed,
-            &race.world_for(&s),
-            &race.schedule,
-            Variant::Real,
-        );
+        let report = run_race(&race, &s);
         if !report.violations.is_empty() {
             failed += 1;
         }
@@ -677,13 +682,7 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Race { file, json } => {
             let (race, s) = load_race(&file)?;
-            let report = world::run_in(
-                &s,
-                race.seed,
-                &race.world_for(&s),
-                &race.schedule,
-                Variant::Real,
-            );
+            let report = run_race(&race, &s);
             show_run(
                 &report,
                 json,
