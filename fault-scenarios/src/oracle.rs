@@ -143,20 +143,26 @@ pub struct Outages {
     /// start past the deadline, a restarted exec server), by when they
     /// were armed.
     pub blips: Vec<u64>,
-    /// How long the client keeps retrying before it gives up: the sum of
-    /// its backoffs. The sandbox must have been unreachable that long.
-    pub retrying_ms: u64,
+    /// The client's waits between attempts, in order: the sandbox must
+    /// have been unreachable for their sum before it gives up (less those
+    /// a single failure accounts for).
+    pub backoffs_ms: Vec<u64>,
     /// How many failed attempts in a row make the client give up.
     pub attempts: u32,
 }
 
 impl Outages {
     /// Could the client honestly have given up at `at`? Every exec failed
-    /// for as long as the client retries before it gives up, or enough
-    /// single failures had happened to exhaust its attempts.
+    /// for as long as the client retries before it gives up, where each
+    /// single failure before `at` stands for one attempt (and its wait).
     pub fn excuse(&self, at: u64) -> bool {
         let blips = self.blips.iter().filter(|&&b| b <= at).count();
-        blips >= self.attempts as usize || self.covered(at.saturating_sub(self.retrying_ms), at)
+        let left = (self.attempts as usize).saturating_sub(1 + blips);
+        if blips >= self.attempts as usize {
+            return true;
+        }
+        let needed: u64 = self.backoffs_ms.iter().take(left).sum();
+        self.covered(at.saturating_sub(needed), at)
     }
 
     /// Is `[from, to]` covered by the union of the spans (to within the
@@ -759,9 +765,10 @@ mod tests {
         // Not judged where the host cannot say.
         assert!(check(&o).is_empty());
         let outages = Outages {
-            spans: vec![(1_000, 2_000), (18_000, 19_900)],
-            blips: vec![500, 600],
-            retrying_ms: 2_500,
+            // Ends 1 s before the give-up: the client retried past it.
+            spans: vec![(1_000, 2_000), (18_000, 19_000)],
+            blips: vec![],
+            backoffs_ms: vec![100, 200, 400, 800, 1_000],
             attempts: 6,
         };
         o.outages = Some(outages.clone());
@@ -777,6 +784,14 @@ mod tests {
         // So do as many dropped replies as the client has attempts.
         o.outages = Some(Outages {
             blips: vec![1, 2, 3, 4, 5, 6],
+            ..outages.clone()
+        });
+        assert!(check(&o).is_empty());
+        // Or a shorter partition, with a lost reply standing for the
+        // attempts its span does not cover.
+        o.outages = Some(Outages {
+            spans: vec![(19_200, 20_000)],
+            blips: vec![700, 800],
             ..outages
         });
         assert!(check(&o).is_empty());

@@ -154,7 +154,7 @@ pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
     let config = crate::client_host::config_in(world);
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let budget = ms(config.exec_budget());
-    let retrying = (1..config.max_attempts)
+    let backoffs = (1..config.max_attempts)
         .map(|n| {
             ms(tether_core::client::backoff(
                 config.backoff_base,
@@ -162,11 +162,11 @@ pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
                 n,
             ))
         })
-        .sum();
+        .collect();
     let mut out = Outages {
         spans: Vec::new(),
         blips: Vec::new(),
-        retrying_ms: retrying,
+        backoffs_ms: backoffs,
         attempts: config.max_attempts,
     };
     for f in &schedule.0 {
