@@ -9,14 +9,6 @@ use common::{alive, show, text, wait_for_file, World};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-fn have_python() -> bool {
-    std::process::Command::new("python3")
-        .arg("-c")
-        .arg("pass")
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// `tether logs --kernel K`, as text.
 fn logs(w: &World, kernel: &str) -> String {
     let out = w.tether(&["logs", "--kernel", kernel]);
@@ -49,8 +41,7 @@ fn free_port() -> u16 {
 /// cell's output holds any of it.
 #[test]
 fn a_background_server_keeps_answering_and_its_log_is_readable() {
-    if !have_python() {
-        eprintln!("skipped: python3 is not installed");
+    if !tether_require::have(module_path!(), tether_require::Need::Python3) {
         return;
     }
     let w = World::new();
@@ -133,8 +124,7 @@ fn a_background_loop_is_alive_and_logging_ten_seconds_later() {
 /// subprocess lives on (the pipe stays read).
 #[test]
 fn a_python_cells_background_subprocess_logs_between_cells() {
-    if !have_python() {
-        eprintln!("skipped: python3 is not installed");
+    if !tether_require::have(module_path!(), tether_require::Need::Python3) {
         return;
     }
     let w = World::new();

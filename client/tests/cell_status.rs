@@ -48,12 +48,10 @@ fn json_tells_a_cell_exiting_75_from_an_unknown_outcome() {
     assert_eq!(last["outcome"]["code"], 75, "{last}");
 
     // Nothing listens on port 1: the sandbox is unreachable.
-    if std::process::Command::new("ssh")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped the unreachable half: no ssh client");
+    if !tether_require::have(
+        "json_tells_a_cell_exiting_75_from_an_unknown_outcome (unreachable half)",
+        tether_require::Need::Sshd,
+    ) {
         return;
     }
     let unreachable = World::with_backend("ssh:nobody@127.0.0.1:1");
@@ -106,19 +104,11 @@ fn shell_cells_have_stdin_at_eof_and_cat_as_pager() {
     assert_eq!(text(&out.stdout), "more cat\n", "{}", show(&out));
 }
 
-fn have_python() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "pass"])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Python's `input()` raises EOFError within a second, saying cells have
 /// no stdin; the namespace survives; subprocesses read EOF too.
 #[test]
 fn python_input_raises_eof_at_once_and_the_namespace_survives() {
-    if !have_python() {
-        eprintln!("skipped: python3 is not installed");
+    if !tether_require::have(module_path!(), tether_require::Need::Python3) {
         return;
     }
     let w = World::new();

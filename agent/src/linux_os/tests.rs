@@ -518,7 +518,11 @@ fn a_cell_cgroup_holds_the_process_that_entered_it_and_is_removed_after() {
     let group = match cgroup::CellCgroup::create(&name) {
         Ok(g) => g,
         Err(why) => {
-            eprintln!("skipped: cgroup v2 is not writable here: {why}");
+            tether_require::missing(
+                "a_cell_cgroup_holds_the_process_that_entered_it_and_is_removed_after",
+                tether_require::Need::Cgroup2,
+                &why.to_string(),
+            );
             return;
         }
     };

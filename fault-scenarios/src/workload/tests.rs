@@ -214,13 +214,14 @@ fn rendered_python_does_the_same() {
         Step::Exit { code: 4 },
     ]);
     let code = render_python(&w, d);
-    let out = match Command::new("python3").arg("-c").arg(&code).output() {
-        Ok(out) => out,
-        Err(e) => {
-            eprintln!("python3 not available ({e}); skipping");
-            return;
-        }
-    };
+    if !tether_require::have("render_python", tether_require::Need::Python3) {
+        return;
+    }
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(&code)
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "it's \"100%\"\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err", "{code}");
     assert_eq!(out.status.code(), Some(4));
@@ -362,10 +363,10 @@ fn rendered_names_print_their_value_and_fail_when_unbound() {
             .arg(render_python(w, "/x"))
             .output()
     };
-    let Ok(out) = python(&bound) else {
-        eprintln!("python3 not available; skipping the Python half");
+    if !tether_require::have("python half", tether_require::Need::Python3) {
         return;
-    };
+    }
+    let out = python(&bound).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "it's 100%\\\n");
     let out = python(&unbound).unwrap();
     assert!(out.stdout.is_empty());
