@@ -9,7 +9,7 @@
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::backends::{self, skip};
 use tether_live::container::Container;
-use tether_live::harness::{CellRun, Live};
+use tether_live::harness::{unique, CellRun, Live};
 
 #[allow(dead_code)]
 enum Sandbox {
@@ -42,6 +42,10 @@ fn open(backend: &str, test: &str) -> Option<(Sandbox, Live)> {
 
 async fn sh(live: &mut Live, code: &str) -> CellRun {
     live.run("k", Lang::Shell, code).await
+}
+
+async fn py(live: &mut Live, code: &str) -> CellRun {
+    live.run("py", Lang::Python, code).await
 }
 
 /// Runs `code` and checks its stdout exactly and that it resolved `ok`.
@@ -279,6 +283,116 @@ async fn many_cells_and_a_big_variable(live: &mut Live) {
     live.shutdown("k").await;
 }
 
+/// Commands that read stdin see EOF and return at once (OpenHands
+/// test_bash.py `test_python_interactive_input` and the `read -p` prompt of
+/// `test_stress_long_output_with_soft_and_hard_timeout` wait for input an
+/// agent sends later; tether cells have no stdin, so they must not wait:
+/// issue 7 point 6). The pager defaults to `cat`.
+async fn stdin_readers_return_at_once(live: &mut Live) {
+    live.prepare().await;
+    ok(
+        live,
+        concat!(
+            "cat; read -p 'continue? [Y/n] ' answer; echo \"read=$? [$answer]\"\n",
+            "python3 -c 'input()' 2>/dev/null; echo \"py=$?\"\n",
+            "echo \"$PAGER\"\n",
+        ),
+        "read=1 []\npy=1\ncat\n",
+    )
+    .await;
+    live.shutdown("k").await;
+    let run = py(live, "x = 41").await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{run:?}");
+    let run = py(live, "name = input('Enter your name: ')").await;
+    assert!(matches!(run.outcome, CellOutcome::Error { .. }), "{run:?}");
+    assert!(err(&run).contains("EOFError"), "{run:?}");
+    assert!(err(&run).contains("no stdin"), "a hint says why: {run:?}");
+    let run = py(live, "print(x + 1)").await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{run:?}");
+    assert_eq!(run.out(), "42\n", "the namespace survives: {run:?}");
+    live.shutdown("py").await;
+}
+
+/// Background jobs return at once and outlive their cell (OpenHands
+/// test_bash.py `test_bash_background_server`: `python3 -m http.server
+/// 8081 &`, then `curl` from a later command answers; issue 7 point 7: the
+/// server logs each request to the cell's stderr, which must not kill it
+/// once its cell is done). Also `nohup cmd &` and a plain `cmd &` holding
+/// the cell's stdout. Stopping the kernel kills them all.
+async fn background_jobs_return_and_survive(live: &mut Live) {
+    live.prepare().await;
+    let tag = unique() + 40_000;
+    let port = 20_000 + tag % 20_000;
+    let run = sh(
+        live,
+        &format!(
+            "python3 -m http.server {port} --bind 127.0.0.1 &\n\
+             nohup sleep {tag} >/dev/null 2>&1 &\n\
+             sleep {tag}.5 &\n\
+             echo started"
+        ),
+    )
+    .await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{run:?}");
+    assert_eq!(run.out(), "started\n", "{run:?}");
+    let get = format!(
+        "python3 -c \"import time, urllib.request as u\n\
+         for _ in range(100):\n    \
+             try:\n        print(u.urlopen('http://127.0.0.1:{port}/').status); break\n    \
+             except OSError: time.sleep(0.1)\""
+    );
+    for _ in 0..3 {
+        ok(live, &get, "200\n").await;
+    }
+    let alive = live.survivors(&format!("sleep {tag}")).await;
+    assert_eq!(alive.len(), 2, "nohup and & jobs alive: {alive:?}");
+    live.shutdown("k").await;
+    assert!(
+        live.survivors(&format!("sleep {tag}")).await.is_empty()
+            && live
+                .survivors(&format!("http.server {port}"))
+                .await
+                .is_empty(),
+        "stopping the kernel kills its background jobs"
+    );
+}
+
+/// Command shapes other tools got wrong (OpenHands test_bash.py
+/// `test_complex_commands`, `test_multiline_command_loop` (its issue
+/// 3143), `test_command_backslash` (`find -exec … \;`), `test_long_output`
+/// (5000 lines)).
+async fn command_shapes(live: &mut Live) {
+    live.prepare().await;
+    ok(
+        live,
+        "count=0; tries=0; while [ $count -lt 3 ]; do result=$(echo \"Heads\"); tries=$((tries+1)); if [ \"$result\" = \"Heads\" ]; then count=$((count+1)); else count=0; fi; done; echo \"Got 3 heads in a row after $tries flips!\";",
+        "Got 3 heads in a row after 3 flips!\n",
+    )
+    .await;
+    let dir = format!("{}/loop", live.side_dir());
+    ok(
+        live,
+        &format!(
+            "mkdir -p {dir} && cd {dir} && \\\nfor month in {{01..04}}; do\n    for day in {{01..05}}; do\n        touch \"2024-${{month}}-${{day}}-sample.md\"\n    done\ndone && ls | wc -l"
+        ),
+        "20\n",
+    )
+    .await;
+    ok(
+        live,
+        "echo implemented_function > f1.txt; find . -type f -exec grep -l implemented_function {} \\;",
+        "./f1.txt\n",
+    )
+    .await;
+    let run = sh(live, "for i in $(seq 1 5000); do echo \"Line $i\"; done").await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{run:?}");
+    let lines: Vec<String> = run.out().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 5000);
+    assert_eq!(lines[0], "Line 1");
+    assert_eq!(lines[4999], "Line 5000");
+    live.shutdown("k").await;
+}
+
 async fn bounded(test: &str, case: impl std::future::Future<Output = ()>) {
     let limit = std::time::Duration::from_secs(150);
     if tokio::time::timeout(limit, case).await.is_err() {
@@ -312,4 +426,10 @@ on_backends! {
     docker_cancel_keeps_the_state: cancel_keeps_the_state on "docker";
     local_many_cells_and_a_big_variable: many_cells_and_a_big_variable on "local";
     docker_many_cells_and_a_big_variable: many_cells_and_a_big_variable on "docker";
+    local_stdin_readers_return_at_once: stdin_readers_return_at_once on "local";
+    docker_stdin_readers_return_at_once: stdin_readers_return_at_once on "docker";
+    local_background_jobs_return_and_survive: background_jobs_return_and_survive on "local";
+    docker_background_jobs_return_and_survive: background_jobs_return_and_survive on "docker";
+    local_command_shapes: command_shapes on "local";
+    docker_command_shapes: command_shapes on "docker";
 }
