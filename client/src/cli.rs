@@ -176,6 +176,13 @@ pub struct RunArgs {
     /// instead of exiting at once with 16 (busy).
     #[arg(long)]
     pub wait: bool,
+    /// When no kernel can start on the sandbox (the agent cannot be
+    /// installed or run under --root: read-only or noexec; no python3 for a
+    /// Python kernel; not x86_64), fail with the reason instead of running
+    /// the cell once as a plain `sh -c` / `python3 -c` exec without a
+    /// kernel (which keeps no state, no journal and cannot be resumed).
+    #[arg(long)]
+    pub no_fallback: bool,
 }
 
 /// `tether resume`.
@@ -321,9 +328,15 @@ impl Context {
     /// A driver with a fresh client (seeded from the OS: request ids and
     /// nonces must differ between `tether` processes).
     pub fn driver(&self) -> Result<Driver, Failure> {
+        self.driver_with(|_| {})
+    }
+
+    /// [`Context::driver`], with the client's configuration adjusted.
+    pub fn driver_with(&self, tune: impl FnOnce(&mut Config)) -> Result<Driver, Failure> {
         let agent = AgentBinary::find().map_err(Failure::other)?;
         let location = agent.location(&self.root);
-        let config = Config::new(location.clone(), agent.size());
+        let mut config = Config::new(location.clone(), agent.size());
+        tune(&mut config);
         let client = Client::new(config, os_seed());
         Ok(Driver::new(
             client,
@@ -491,7 +504,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
         }
     };
     let _lock = lock_kernel(&ctx.store()?, &kernel, args.wait).await?;
-    let mut driver = ctx.driver()?;
+    let mut driver = ctx.driver_with(|config| config.fallback = !args.no_fallback)?;
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     let record = driver.store().load(&kernel)?;
     let lang = match (&record, args.lang) {
@@ -520,12 +533,13 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
             .await?;
     }
     let cancel = driver.cancel_handle();
+    let mut interrupts = interrupts()?;
     let ctrl_c = tokio::spawn(async move {
         // First Ctrl-C: cancel the cell. Second: leave now; the record
         // is saved, `tether resume` finds the cell.
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if interrupts.recv().await.is_some() {
             cancel.cancel_current();
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if interrupts.recv().await.is_some() {
                 eprintln!("tether: interrupted again; the cell may still run: `tether resume`");
                 std::process::exit(exit::CANCELLED);
             }
@@ -548,6 +562,15 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
     Ok(printer.finish(&outcome, driver.stats()))
 }
 
+/// SIGINT, caught from now on. Registered here, before the cell is
+/// submitted, not inside the task that waits for it: a task spawned but not
+/// yet polled has no handler, and a Ctrl-C in that window would kill tether
+/// outright instead of cancelling the cell.
+fn interrupts() -> Result<tokio::signal::unix::Signal, Failure> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| Failure::other(format!("cannot catch Ctrl-C: {e}")))
+}
+
 async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
     let _lock = lock_kernel(&ctx.store()?, &kernel, false).await?;
@@ -562,8 +585,9 @@ async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
         return Ok(exit::OK);
     }
     let cancel = driver.cancel_handle();
+    let mut interrupts = interrupts()?;
     let ctrl_c = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if interrupts.recv().await.is_some() {
             cancel.cancel_current();
         }
     });

@@ -54,6 +54,9 @@ pub fn to_json(event: &Event) -> Value {
         Event::KernelEvicted { kernel, reason } => json!({
             "event": "kernel_evicted", "kernel": kernel, "reason": reason.to_string(),
         }),
+        Event::RanWithoutKernel { cell: key, reason } => json!({
+            "event": "ran_without_kernel", "cell": cell(key), "reason": reason,
+        }),
         Event::Note { kernel, text } => json!({
             "event": "note", "kernel": kernel, "text": text,
         }),
@@ -93,6 +96,11 @@ pub fn describe(event: &Event) -> Option<String> {
         Event::KernelEvicted { kernel, reason } => {
             Some(format!("kernel {kernel} was stopped: {reason}"))
         }
+        Event::RanWithoutKernel { cell, reason } => Some(format!(
+            "kernel {}: no kernel can start here ({reason}); cell {} runs once \
+             without one: no state kept, no journal, no resume (--no-fallback refuses instead)",
+            cell.kernel, cell.seq
+        )),
         Event::Note { kernel, text } => Some(match kernel {
             Some(k) => format!("kernel {k}: {text}"),
             None => text.clone(),

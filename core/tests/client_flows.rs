@@ -710,7 +710,9 @@ fn clipped_output_and_leftovers_reach_the_frontend() {
 
 #[test]
 fn an_agent_that_cannot_be_installed_fails_the_cells_with_the_reason() {
-    let mut h = Harness::new(26);
+    let mut config = support::config();
+    config.fallback = false;
+    let mut h = Harness::with(Client::new(config, 26), support::FakeAgent::default());
     h.agent.installed = false;
     h.agent.install_error = Some(tether_core::protocol::ErrorKind::WrongArch);
     h.open("k", Lang::Shell);
@@ -722,6 +724,57 @@ fn an_agent_that_cannot_be_installed_fails_the_cells_with_the_reason() {
     assert!(message.contains("x86_64"), "{message}");
     assert_eq!(h.sent(OpKind::Install), 1, "a refusal is not retried");
     assert_eq!(state_lost(&h), 0);
+}
+
+/// Fail open: a kernel that cannot start runs each never-submitted cell
+/// once as a plain exec, says so, keeps it out of the record, and never
+/// submits it to a kernel afterwards; a cancel cannot stop it.
+#[test]
+fn a_kernel_that_cannot_start_runs_the_cell_once_without_it() {
+    for kind in [
+        tether_core::protocol::ErrorKind::WrongArch,
+        tether_core::protocol::ErrorKind::CannotInstall,
+    ] {
+        let mut h = Harness::new(27);
+        h.agent.installed = false;
+        h.agent.install_error = Some(kind);
+        h.open("k", Lang::Shell);
+        let cell = h.run("k", "echo plain", None);
+        h.settle();
+        assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok), "{}", h.trace);
+        assert_eq!(h.output(&cell), "echo plain", "{}", h.trace);
+        assert_eq!(h.sent(OpKind::Plain), 1, "{}", h.trace);
+        assert_eq!(h.sent(OpKind::Submit), 0, "{}", h.trace);
+        assert_eq!(h.resolutions(&cell), 1);
+        assert!(
+            h.events
+                .iter()
+                .any(|e| matches!(e, Event::RanWithoutKernel { cell: c, .. } if *c == cell)),
+            "{}",
+            h.trace
+        );
+        let record = h.client.record(&cell.kernel).unwrap();
+        assert!(record.cells.is_empty(), "{record:?}");
+    }
+}
+
+/// A plain exec that fails in transport may have run: `unknown`, never
+/// sent again.
+#[test]
+fn a_plain_exec_lost_in_transport_is_unknown_and_not_sent_again() {
+    let mut h = Harness::new(28);
+    h.agent.installed = false;
+    h.agent.install_error = Some(tether_core::protocol::ErrorKind::CannotInstall);
+    h.lose_kind = Some(OpKind::Plain);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "echo plain", None);
+    h.settle();
+    assert!(
+        matches!(h.outcome(&cell), Some(CellOutcome::Unknown { .. })),
+        "{}",
+        h.trace
+    );
+    assert_eq!(h.sent(OpKind::Plain), 1, "{}", h.trace);
 }
 
 /// The submits the fake agent answered, as (request id, seq, code).

@@ -197,6 +197,9 @@ fn describe(event: &Event) -> String {
         Event::Unkillable { cell, pids } => format!("event unkillable {cell} {pids:?}"),
         Event::Clipped { cell, dropped } => format!("event clipped {cell} {dropped}"),
         Event::KernelEvicted { kernel, reason } => format!("event evicted {kernel}: {reason}"),
+        Event::RanWithoutKernel { cell, reason } => {
+            format!("event RAN WITHOUT KERNEL {cell}: {reason}")
+        }
         Event::Note { text, .. } => format!("event note: {text}"),
     }
 }

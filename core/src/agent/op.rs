@@ -207,6 +207,10 @@ impl OpRun {
                 ErrorKind::BadRequest,
                 "install is done by the install script, not by the agent",
             )),
+            Op::Plain { .. } => Err(err(
+                ErrorKind::BadRequest,
+                "a plain command runs without the agent; it is not an agent op",
+            )),
             Op::Probe { kernel, expect } => {
                 let k = self.layout.kernel(&kernel);
                 let status = probe(os, &k, expect.as_ref());

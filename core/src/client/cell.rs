@@ -31,6 +31,9 @@ pub(crate) struct Cell {
     /// Gaps seen in its journal (bounded: an agent that never fills one
     /// makes the cell `unknown`).
     pub(crate) gaps: u32,
+    /// It runs as a plain exec without a kernel (fail open): it is not in
+    /// the record, and nothing on the sandbox can cancel it.
+    pub(crate) fallback: bool,
 }
 
 impl Cell {
@@ -57,6 +60,7 @@ impl Cell {
             timed_out: false,
             outcome: None,
             gaps: 0,
+            fallback: false,
         }
     }
 
@@ -73,6 +77,7 @@ impl Cell {
             timed_out: false,
             outcome: None,
             gaps: 0,
+            fallback: false,
         }
     }
 
@@ -393,6 +398,13 @@ impl Client {
             return;
         };
         if cell.resolved {
+            return;
+        }
+        if cell.fallback {
+            self.note(
+                Some(key.kernel.clone()),
+                format!("cell {key} runs without a kernel: tether cannot cancel it; it runs to its end (or its timeout)"),
+            );
             return;
         }
         if !cell.rec.submitted {

@@ -36,13 +36,21 @@ pub struct Config {
     /// A resolved cell's acknowledgement rides on the kernel's next submit;
     /// when no submit comes for this long, it is sent as an ack of its own.
     pub ack_delay: Duration,
+    /// Fail open: when no kernel can start on the sandbox (the agent cannot
+    /// be installed or run there, no `python3` for a Python kernel), a
+    /// cell that was never submitted runs once as a plain exec instead of
+    /// failing. No state is kept, no journal, no resume.
+    pub fallback: bool,
+    /// How long such a plain exec may run when its cell has no timeout.
+    pub fallback_limit: Duration,
 }
 
 impl Config {
     /// The defaults: 10 s long-poll, 10 s slack, 6 attempts, backoff
     /// 200 ms → 5 s, unreachable after 60 s, kernels reaped after 30 min idle
     /// or beyond 16, daemons exit after 1 h idle, 2 s grace, acks that find
-    /// no submit to ride on sent after 2 s.
+    /// no submit to ride on sent after 2 s; fail open, a plain exec
+    /// bounded by an hour.
     pub fn new(location: AgentLocation, agent_size: u64) -> Config {
         Config {
             location,
@@ -58,6 +66,8 @@ impl Config {
             daemon_idle_timeout: Duration::from_secs(60 * 60),
             grace: Duration::from_secs(2),
             ack_delay: Duration::from_secs(2),
+            fallback: true,
+            fallback_limit: Duration::from_secs(60 * 60),
         }
     }
 

@@ -126,6 +126,16 @@ pub enum Event {
         /// Why (idle, or beyond the cap).
         reason: String,
     },
+    /// No kernel can start on the sandbox, so the cell runs once as a
+    /// plain exec (fail open, [`crate::client::Config::fallback`]): no state
+    /// is kept, nothing is journaled, it cannot be resumed or cancelled.
+    /// Its output and outcome follow as for any cell.
+    RanWithoutKernel {
+        /// The cell.
+        cell: CellKey,
+        /// Why no kernel could start.
+        reason: String,
+    },
     /// Something worth telling a person; changes nothing.
     Note {
         /// The kernel it is about, if any.

@@ -38,7 +38,10 @@ impl Client {
         };
         let id = ExecId(self.next_exec);
         self.next_exec += 1;
-        let deadline = self.now + self.config.exec_budget();
+        let deadline = match task {
+            Task::Fallback(key) => self.plain_deadline(key),
+            _ => self.now + self.config.exec_budget(),
+        };
         let Some(state) = self.tasks.get_mut(task) else {
             return;
         };
@@ -63,6 +66,7 @@ impl Client {
             }),
             Task::Probe(_) | Task::Spawn(_) | Task::Shutdown(_) => self.kernel_op(task),
             Task::Submit(_) | Task::Wait(_) | Task::Cancel(_) | Task::Ack(_) => self.cell_op(task),
+            Task::Fallback(key) => self.plain_op(key),
         }
     }
 
@@ -89,6 +93,9 @@ impl Client {
         self.timers.stop(&Timer::ExecDeadline(id));
         if let Some(state) = self.tasks.get_mut(&task) {
             state.exec = None;
+        }
+        if let Task::Fallback(key) = &task {
+            return self.on_plain_exec(key, result);
         }
         let out = match result {
             Ok(out) => out,
@@ -253,9 +260,13 @@ impl Client {
             Task::Install => {
                 self.after_install(Err((true, format!("installing the agent failed: {why}"))))
             }
-            Task::Probe(k) | Task::Spawn(k) => {
+            Task::Probe(k) => {
                 let k = k.clone();
                 self.kernel_failed(&k, why);
+            }
+            Task::Spawn(k) => {
+                let k = k.clone();
+                self.kernel_cannot_start(&k, why);
             }
             Task::Submit(c) => {
                 let c = c.clone();
@@ -265,6 +276,13 @@ impl Client {
             Task::Wait(c) => {
                 let c = c.clone();
                 let reason = format!("the agent cannot read the cell's journal: {why}");
+                self.resolve(&c, crate::protocol::CellOutcome::Unknown { reason }, false);
+            }
+            Task::Fallback(c) => {
+                // Never sent again (it may have run); `on_plain_exec`
+                // resolves it, this only covers a refusal to build it.
+                let c = c.clone();
+                let reason = format!("the plain exec could not be sent: {why}");
                 self.resolve(&c, crate::protocol::CellOutcome::Unknown { reason }, false);
             }
             Task::Cancel(c) | Task::Ack(c) => {

@@ -93,7 +93,12 @@ impl Kernel {
             lang: self.lang,
             identity: self.identity.clone(),
             next_seq: self.next_seq,
-            cells: self.cells.values().map(|c| c.rec.clone()).collect(),
+            cells: self
+                .cells
+                .values()
+                .filter(|c| !c.fallback)
+                .map(|c| c.rec.clone())
+                .collect(),
             acked: self.acked.iter().copied().collect(),
         }
     }
@@ -339,7 +344,11 @@ impl Client {
             return;
         }
         k.phase = Phase::Failed;
-        let keys = k.keys();
+        let keys: Vec<CellKey> = k
+            .keys()
+            .into_iter()
+            .filter(|key| k.cells.get(&key.seq).is_some_and(|c| !c.fallback))
+            .collect();
         self.drop_kernel_tasks(name, false);
         self.timers.stop(&Timer::GiveUp(name.clone()));
         self.note(Some(name.clone()), format!("kernel {name} failed: {why}"));

@@ -12,6 +12,7 @@
 //! - `kernel`: connect (probe or spawn), probe verdicts, state lost, giving up;
 //! - `cell`: submit, journal delivery (dedup, gaps), resolve, cancel, timeout;
 //! - `exec`: sending tasks, reply parsing, retries, install on first use;
+//! - `fallback`: fail open, a cell run once without a kernel;
 //! - `reaper`: idle timeout and LRU cap;
 //! - `retry`: tasks, attempts, backoff;
 //! - `timer`: the timer enum and table.
@@ -22,6 +23,7 @@ pub mod record;
 
 mod cell;
 mod exec;
+mod fallback;
 mod kernel;
 mod reaper;
 mod retry;

@@ -28,6 +28,8 @@ pub(crate) enum Task {
     Cancel(CellKey),
     /// Tell the agent a cell's journal may go.
     Ack(CellKey),
+    /// Run a cell once as a plain exec, without a kernel (fail open).
+    Fallback(CellKey),
 }
 
 impl Task {
@@ -36,7 +38,11 @@ impl Task {
         match self {
             Task::Install => None,
             Task::Probe(k) | Task::Spawn(k) | Task::Shutdown(k) => Some(k),
-            Task::Submit(c) | Task::Wait(c) | Task::Cancel(c) | Task::Ack(c) => Some(&c.kernel),
+            Task::Submit(c)
+            | Task::Wait(c)
+            | Task::Cancel(c)
+            | Task::Ack(c)
+            | Task::Fallback(c) => Some(&c.kernel),
         }
     }
 
@@ -51,13 +57,18 @@ impl Task {
             Task::Wait(_) => OpKind::Wait,
             Task::Cancel(_) => OpKind::Cancel,
             Task::Ack(_) => OpKind::Ack,
+            Task::Fallback(_) => OpKind::Plain,
         }
     }
 
     /// The cell the task works for, if any.
     pub(crate) fn cell(&self) -> Option<&CellKey> {
         match self {
-            Task::Submit(c) | Task::Wait(c) | Task::Cancel(c) | Task::Ack(c) => Some(c),
+            Task::Submit(c)
+            | Task::Wait(c)
+            | Task::Cancel(c)
+            | Task::Ack(c)
+            | Task::Fallback(c) => Some(c),
             _ => None,
         }
     }

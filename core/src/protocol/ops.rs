@@ -146,6 +146,16 @@ pub enum Op {
         /// The kernel.
         kernel: KernelName,
     },
+    /// Not an agent op: run a cell's code once as a plain exec of the
+    /// backend (`sh -c` / `python3 -c`), when no kernel can start there
+    /// (fail open). No journal, no state, no resume: its output is the
+    /// exec's, its outcome the exec's status.
+    Plain {
+        /// How to run the code.
+        lang: Lang,
+        /// The code.
+        code: Bytes,
+    },
 }
 
 /// The kind of an [`Op`], for matching replies and for traces.
@@ -172,6 +182,8 @@ pub enum OpKind {
     Ack,
     /// [`Op::Logs`]
     Logs,
+    /// [`Op::Plain`]
+    Plain,
 }
 
 impl Op {
@@ -188,6 +200,7 @@ impl Op {
             Op::Gc => OpKind::Gc,
             Op::Ack { .. } => OpKind::Ack,
             Op::Logs { .. } => OpKind::Logs,
+            Op::Plain { .. } => OpKind::Plain,
         }
     }
 
@@ -202,7 +215,7 @@ impl Op {
             | Op::Shutdown { kernel }
             | Op::Ack { kernel, .. }
             | Op::Logs { kernel } => Some(kernel),
-            Op::Install { .. } | Op::Gc => None,
+            Op::Install { .. } | Op::Gc | Op::Plain { .. } => None,
         }
     }
 }

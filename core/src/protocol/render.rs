@@ -2,8 +2,9 @@
 //! every transport, so the same bytes go over docker, ssh, Modal or a local
 //! fork.
 
-use super::ops::{Envelope, Op};
+use super::ops::{Envelope, Lang, Op};
 use super::PROTOCOL_VERSION;
+use crate::bytes::Bytes;
 
 /// Where the agent lives on the sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,10 +61,16 @@ if [ "$arch" != x86_64 ]; then
   printf '{"v":1,"id":%s,"error":{"kind":"wrong_arch","detail":"sandbox is %s; the agent is built for x86_64"}}\n' "$4" "$arch"
   exit 0
 fi
+id=$4
+cannot() {
+  cat >/dev/null
+  printf '{"v":1,"id":%s,"error":{"kind":"cannot_install","detail":"%s"}}\n' "$id" "$1"
+  exit 0
+}
 umask 077
-mkdir -p "$1/bin" "$1/kernels" || exit 1
+mkdir -p "$1/bin" "$1/kernels" 2>/dev/null || cannot "cannot create directories under the root"
 tmp="$1/bin/.install.$$"
-cat > "$tmp" || exit 1
+cat > "$tmp" 2>/dev/null || { rm -f "$tmp"; cannot "cannot write the agent under the root"; }
 got=$(wc -c < "$tmp" | tr -d ' ')
 if [ "$got" != "$3" ]; then
   rm -f "$tmp"
@@ -71,6 +78,12 @@ if [ "$got" != "$3" ]; then
   exit 0
 fi
 chmod 755 "$tmp" && mv -f "$tmp" "$5" || exit 1
+# A root on a noexec mount takes the file but cannot run it (126).
+"$5" --version >/dev/null 2>&1
+if [ $? -eq 126 ]; then
+  printf '{"v":1,"id":%s,"error":{"kind":"cannot_install","detail":"the agent cannot be executed under the root (noexec mount?)"}}\n' "$4"
+  exit 0
+fi
 printf '{"v":1,"id":%s,"reply":{"installed":{"path":"%s"}}}\n' "$4" "$5"
 "#;
 
@@ -91,6 +104,10 @@ pub fn render(id: u64, op: &Op, location: &AgentLocation) -> Rendered {
             ],
             stdin: StdinSource::AgentBinary,
         },
+        Op::Plain { lang, code } => Rendered {
+            argv: plain_argv(*lang, code),
+            stdin: StdinSource::Bytes(Vec::new()),
+        },
         _ => {
             let envelope = Envelope {
                 v: PROTOCOL_VERSION,
@@ -110,6 +127,23 @@ pub fn render(id: u64, op: &Op, location: &AgentLocation) -> Rendered {
                 stdin: StdinSource::Bytes(stdin),
             }
         }
+    }
+}
+
+/// A cell's code as a plain command: Python under `python3 -c`, shell
+/// under bash where the sandbox has it (as a kernel would), else `sh`.
+fn plain_argv(lang: Lang, code: &Bytes) -> Vec<String> {
+    let code = String::from_utf8_lossy(code.as_slice()).into_owned();
+    match lang {
+        Lang::Python => vec!["python3".into(), "-c".into(), code],
+        Lang::Shell => vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "if command -v bash >/dev/null 2>&1; then exec bash -c \"$1\"; fi; exec sh -c \"$1\""
+                .into(),
+            "tether-plain".into(),
+            code,
+        ],
     }
 }
 

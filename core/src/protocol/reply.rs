@@ -198,6 +198,9 @@ pub enum ErrorKind {
     BadInstall,
     /// `python3` is not on the sandbox's PATH.
     PythonMissing,
+    /// The agent cannot be put in place or cannot run there: the root is
+    /// not writable, or its filesystem is mounted `noexec`.
+    CannotInstall,
     /// A file or process operation failed.
     Io,
 }

@@ -162,6 +162,15 @@ impl FakeAgent {
     /// Answers one exec as the real agent would print it.
     pub fn exec(&mut self, id: ExecId, op: &Op) -> ExecOutput {
         self.ops.push(op.clone());
+        if let Op::Plain { code, .. } = op {
+            // A plain exec needs no agent: this sandbox's shell prints the
+            // code it was given.
+            return ExecOutput {
+                stdout: code.as_slice().to_vec(),
+                stderr: Vec::new(),
+                exit_code: 0,
+            };
+        }
         if !self.installed && !matches!(op, Op::Install { .. }) {
             return ExecOutput {
                 stdout: Vec::new(),
@@ -260,6 +269,7 @@ impl FakeAgent {
 
     fn answer(&mut self, op: &Op) -> Result<Reply, AgentError> {
         match op {
+            Op::Plain { .. } => err(ErrorKind::BadRequest, "not an agent op"),
             Op::Install { .. } => {
                 if let Some(kind) = self.install_error {
                     return err(kind, "sandbox is aarch64; the agent is built for x86_64");
@@ -449,6 +459,8 @@ pub struct Harness {
     pub trace: String,
     /// Steps left before the loop is declared runaway.
     pub budget: u32,
+    /// Ops of this kind run, but their replies are lost.
+    pub lose_kind: Option<tether_core::protocol::OpKind>,
 }
 
 impl Harness {
@@ -470,6 +482,7 @@ impl Harness {
             records: BTreeMap::new(),
             trace: String::new(),
             budget: 10_000,
+            lose_kind: None,
         }
     }
 
@@ -485,7 +498,12 @@ impl Harness {
                     self.line(format!("exec {id} {} (deadline {deadline})", describe(op)));
                     assert!(*deadline >= self.now, "deadline in the past");
                     self.ops.insert(*id, op.clone());
-                    let result = match self.net {
+                    let net = if self.lose_kind == Some(op.kind()) {
+                        Net::LoseReplies
+                    } else {
+                        self.net
+                    };
+                    let result = match net {
                         Net::Up => {
                             let out = self.agent.exec(*id, op);
                             // The agent long-polls a wait that finds nothing new.
@@ -725,6 +743,7 @@ pub fn describe(op: &Op) -> String {
         Op::Gc => "gc".into(),
         Op::Ack { kernel, seq } => format!("ack {kernel}#{seq}"),
         Op::Logs { kernel } => format!("logs {kernel}"),
+        Op::Plain { lang, code } => format!("plain {lang} code={code:?}"),
     }
 }
 
@@ -751,6 +770,7 @@ pub fn describe_event(e: &Event) -> String {
         Event::Unkillable { cell, pids } => format!("unkillable {cell} {pids:?}"),
         Event::CellResolved { cell, outcome } => format!("resolved {cell}: {outcome}"),
         Event::KernelEvicted { kernel, reason } => format!("evicted {kernel}: {reason}"),
+        Event::RanWithoutKernel { cell, reason } => format!("without kernel {cell}: {reason}"),
         Event::Note { text, .. } => format!("note: {text}"),
     }
 }
