@@ -77,6 +77,62 @@ fn a_dash_kernel_keeps_what_posix_sh_can() {
     );
 }
 
+/// A cell starts with `$?` as the previous cell left it, as the next
+/// prompt of an interactive shell does (`false`, then `echo $?` prints 1),
+/// also after `exit N` and under a restored `set -e` (which must not stop
+/// the shell on it); under bash `$_` too, where it is known. Bash and dash.
+#[test]
+fn a_cell_starts_with_the_previous_status() {
+    for dash in [false, true] {
+        let mut r = Root::new();
+        if dash {
+            let bin = r.file("bin");
+            std::fs::create_dir(&bin).unwrap();
+            for (name, target) in [("sh", "/bin/dash"), ("cat", "/bin/cat")] {
+                std::os::unix::fs::symlink(target, bin.join(name)).unwrap();
+            }
+            r.path_env = Some(bin.into_os_string());
+        }
+        r.spawn("k");
+        let cells = [
+            ("false", "", json!({"outcome": "exit", "code": 1})),
+            ("echo \"s=$?\"", "s=1\n", json!({"outcome": "ok"})),
+            (
+                "echo \"s=$?\"; exit 3",
+                "s=0\n",
+                json!({"outcome": "exit", "code": 3}),
+            ),
+            (
+                "echo \"s=$?\"; set -e; false",
+                "s=3\n",
+                json!({"outcome": "exit", "code": 1}),
+            ),
+            (
+                "echo \"alive s=$?\"",
+                "alive s=1\n",
+                json!({"outcome": "ok"}),
+            ),
+        ];
+        for (seq, (code, want, outcome)) in cells.into_iter().enumerate() {
+            let (o, out, e) = r.run("k", seq as u64 + 1, code);
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                want,
+                "dash={dash} {code}: {e:?}"
+            );
+            assert_eq!(o, outcome, "dash={dash} {code}");
+        }
+        if !dash {
+            let (_, out, _) = r.run("k", 6, "set +e; echo a b; exit 0");
+            assert_eq!(out, b"a b\n");
+            let (_, out, _) = r.run("k", 7, "echo \"[$_]\"");
+            assert_eq!(out, b"[b]\n", "$_ after an exit is the code's own");
+            let (_, out, _) = r.run("k", 8, "echo \"[$_]\"");
+            assert_eq!(out, b"[]\n", "never tether's own words");
+        }
+    }
+}
+
 #[test]
 fn a_cells_own_exit_trap_is_kept_and_never_fires() {
     let mut r = Root::new();

@@ -42,12 +42,15 @@ pub const SH_LIB: &str = include_str!("shell/sh.sh");
 
 /// The cell script under bash: one line, so that the code's line numbers
 /// are its own. `$1` is the kernel's state directory, `$2` the cell's,
-/// `$3` the library.
-const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && eval "$__tether_snap" 2>/dev/null; __tether_arm; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
+/// `$3` the library. The code starts with `$?` and `$_` as the previous
+/// cell left them, as in an interactive shell: `__tether_arm` returns the
+/// saved status and takes the saved last argument as its own; in an `&&`
+/// list, so a restored `set -e` does not stop the shell on it.
+const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && eval "$__tether_snap" 2>/dev/null; __tether_arm "${__tether_us-}" && __tether_same "${__tether_us-}"; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
 "#;
 
 /// The cell script under a POSIX sh.
-const SH_LINE: &str = r#"eval "$3"; __tether_begin "$1" "$2"; eval "$__tether_snap" 2>/dev/null; __tether_fix "$2"; set --; __tether_arm; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
+const SH_LINE: &str = r#"eval "$3"; __tether_begin "$1" "$2"; eval "$__tether_snap" 2>/dev/null; __tether_fix "$2"; set --; __tether_arm && :; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
 "#;
 
 /// The last line of a complete snapshot.

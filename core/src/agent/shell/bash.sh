@@ -79,10 +79,16 @@ __tether_opts() {
 
 # From here on, whatever ends the shell (exit, set -e, set -u, a cancel's
 # TERM) saves the state first.
+# Returns the previous cell's status, so the code starts with it as `$?`.
 __tether_arm() {
   builtin trap '{ __tether_save; } 2>/dev/null' EXIT
   unset __tether_snap
+  return "${__tether_last:-0}"
 }
+
+# Its argument becomes `$_` (when __tether_arm returned 0): the previous
+# cell's last argument where it is known, else empty (never tether's).
+__tether_same() { :; }
 
 __tether_term() { exit 143; }
 
@@ -145,6 +151,11 @@ trap() {
 # Traps are listed before TERM is ignored: a cancel that comes now does not
 # cut the save short (the escalation's KILL still ends it on time).
 __tether_save() {
+  __tether_last=$? __tether_us=$_
+  # After the code ran to its end, `$_` is the eval's argument (the code
+  # itself), not the code's last argument; only an exit from inside the
+  # code (the EXIT trap) sees the code's own.
+  [[ $__tether_us != "$__tether_pre$__tether_code" ]] || __tether_us=
   builtin trap - EXIT
   __tether_so=$SHELLOPTS __tether_bo=$BASHOPTS
   set +euvx
@@ -175,6 +186,7 @@ __tether_save() {
     umask -p
     # aliases after the functions: they would expand in the restored bodies
     alias -p
+    printf '__tether_last=%s __tether_us=%q\n' "$__tether_last" "$__tether_us"
     printf '__tether_opts %q %q\n#tether-end\n' "$__tether_so" "$__tether_bo"
   } >> "$__tether_cell/shell.new"
 }

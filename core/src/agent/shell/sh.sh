@@ -48,14 +48,17 @@ __tether_opts() {
   case $1 in *v*) __tether_pre="$__tether_pre set -v;" ;; esac
 }
 
+# Returns the previous cell's status, so the code starts with it as `$?`.
 __tether_arm() {
   trap '{ __tether_save; } 2>/dev/null' EXIT
+  return "${__tether_last:-0}"
 }
 
 __tether_term() { exit 143; }
 
 # Writes the state to shell.new, last line `#tether-end`.
 __tether_save() {
+  __tether_last=$?
   trap - EXIT
   __tether_f=$-
   set +euvx
