@@ -393,6 +393,57 @@ async fn command_shapes(live: &mut Live) {
     live.shutdown("k").await;
 }
 
+/// A Python kernel behaves like the interactive prompt people know
+/// (jupyter_client and IPython's own tests run cells such as `1+1` and
+/// read back the displayed result; OpenHands' tests/runtime/test_ipython.py
+/// runs cells that build on earlier ones): the last expression is shown
+/// with its repr and kept as `_`; tracebacks show the cell's lines, named
+/// by cell, also from a function an earlier cell defined, and no frame of
+/// tether's; top-level `await` works (as in IPython); `sys.exit(3)` ends
+/// the cell with 3 and keeps the namespace.
+async fn python_behaves_like_the_prompt(live: &mut Live) {
+    let show = |run: &CellRun| format!("{run:?}\nstderr: {}", err(run));
+    let run = py(live, "x = 41\nx + 1").await;
+    assert_eq!(run.out(), "42\n", "{}", show(&run));
+    let run = py(live, "_ * 2").await;
+    assert_eq!(
+        run.out(),
+        "84\n",
+        "`_` is the last shown value: {}",
+        show(&run)
+    );
+    let run = py(live, "print('a'); None").await;
+    assert_eq!(run.out(), "a\n", "None is not shown: {}", show(&run));
+    let run = py(live, "def f():\n    return 1/0").await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{}", show(&run));
+    let run = py(live, "y = 2\nf()").await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Error { .. }),
+        "{}",
+        show(&run)
+    );
+    let e = err(&run);
+    assert!(
+        e.contains("line 2, in <module>\n    f()")
+            && e.contains("line 2, in f\n    return 1/0")
+            && e.contains("ZeroDivisionError: division by zero"),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        !e.contains("<string>"),
+        "no frame of tether's: {}",
+        show(&run)
+    );
+    let run = py(live, "import asyncio\nawait asyncio.sleep(0.01)\n'awaited'").await;
+    assert_eq!(run.out(), "'awaited'\n", "{}", show(&run));
+    let run = py(live, "import sys\nsys.exit(3)").await;
+    assert_eq!(run.outcome, CellOutcome::Exit { code: 3 }, "{}", show(&run));
+    let run = py(live, "print(x, y)").await;
+    assert_eq!(run.out(), "41 2\n", "{}", show(&run));
+    live.shutdown("py").await;
+}
+
 async fn bounded(test: &str, case: impl std::future::Future<Output = ()>) {
     let limit = std::time::Duration::from_secs(150);
     if tokio::time::timeout(limit, case).await.is_err() {
@@ -430,6 +481,8 @@ on_backends! {
     docker_stdin_readers_return_at_once: stdin_readers_return_at_once on "docker";
     local_background_jobs_return_and_survive: background_jobs_return_and_survive on "local";
     docker_background_jobs_return_and_survive: background_jobs_return_and_survive on "docker";
+    local_python_behaves_like_the_prompt: python_behaves_like_the_prompt on "local";
+    docker_python_behaves_like_the_prompt: python_behaves_like_the_prompt on "docker";
     local_command_shapes: command_shapes on "local";
     docker_command_shapes: command_shapes on "docker";
 }

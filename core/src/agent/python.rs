@@ -22,7 +22,7 @@ use crate::protocol::CellOutcome;
 
 /// The bootstrap the interpreter runs (`python3 -u -c BOOTSTRAP`).
 pub const BOOTSTRAP: &str = r#"
-import ast, builtins, json, os, signal, sys, traceback
+import ast, builtins, inspect, json, linecache, os, signal, sys, traceback
 _ctl = os.fdopen(3, "w")
 _cmds = os.fdopen(os.dup(0), "r")
 _null = os.open(os.devnull, os.O_RDONLY)
@@ -39,6 +39,16 @@ builtins.input = input
 del input
 _ns = {"__name__": "__main__", "__builtins__": __builtins__}
 _busy = [False]
+_loop = [None]
+def _run(code):
+    # Top-level `await` (as in IPython): such a cell compiles to a
+    # coroutine, run on one event loop the kernel keeps across cells.
+    if code.co_flags & inspect.CO_COROUTINE:
+        if _loop[0] is None:
+            import asyncio
+            _loop[0] = asyncio.new_event_loop()
+        return _loop[0].run_until_complete(eval(code, _ns))
+    return eval(code, _ns)
 def _on_int(signum, frame):
     if _busy[0]:
         raise KeyboardInterrupt
@@ -51,22 +61,33 @@ for _line in _cmds:
     try:
         with open(os.path.join(_dir, "code"), "rb") as _f:
             _src = _f.read()
-        _tree = ast.parse(_src, filename="<cell>", mode="exec")
+        # Each cell's source stays known under its own name, so tracebacks
+        # show its lines, also from a function an earlier cell defined.
+        _name = "<cell %s>" % _seq
+        _text = _src.decode("utf-8", "replace")
+        linecache.cache[_name] = (len(_text), None, _text.splitlines(True), _name)
+        _flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        _tree = compile(_src, _name, "exec", ast.PyCF_ONLY_AST | _flags)
         _last = None
         if _tree.body and isinstance(_tree.body[-1], ast.Expr):
             _last = ast.Expression(_tree.body.pop().value)
-        exec(compile(_tree, "<cell>", "exec"), _ns)
+        _run(compile(_tree, _name, "exec", _flags))
         if _last is not None:
-            _v = eval(compile(_last, "<cell>", "eval"), _ns)
-            if _v is not None:
-                print(repr(_v))
+            # As at the interactive prompt: shown with its repr and kept
+            # as `_` (sys.displayhook does both; None is not shown).
+            sys.displayhook(_run(compile(_last, _name, "eval", _flags)))
     except KeyboardInterrupt:
         _out = {"outcome": "cancelled"}
     except SystemExit as _e:
         _c = _e.code
         _out = {"outcome": "exit", "code": _c if isinstance(_c, int) else (0 if _c is None else 1)}
     except BaseException as _e:
-        traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
+        # The bootstrap's own frames (and the event loop's, for a cell that
+        # awaits) lead the traceback; the user's start at their cell.
+        _tb = _e.__traceback__
+        while _tb is not None and not _tb.tb_frame.f_code.co_filename.startswith("<cell "):
+            _tb = _tb.tb_next
+        traceback.print_exception(type(_e), _e, _tb)
         _out = {"outcome": "error", "message": "%s: %s" % (type(_e).__name__, _e)}
     finally:
         _busy[0] = False
