@@ -444,6 +444,77 @@ async fn python_behaves_like_the_prompt(live: &mut Live) {
     live.shutdown("py").await;
 }
 
+/// SWE-ReX tests/test_execution.py, session cases: empty and blank
+/// commands, leading and trailing blank lines, a comment alone, `A=();
+/// false`, `[[ $env == $env ]]`, `bash -n` on a heredoc, a Python heredoc,
+/// `(sleep 10) &` returning at once, a pager fed by a pipe (`less -+F` there), `false &&
+/// true` (1), `false || true` (0), a missing command (127), and two
+/// sessions that do not see each other's variables
+/// (`test_multiple_isolated_shells`).
+async fn swe_rex_session_cases(live: &mut Live) {
+    live.prepare().await;
+    for blank in [
+        "",
+        "\n",
+        "\n\n \n",
+        "# echo 'hello world'",
+        "[[ $env == $env ]]",
+    ] {
+        ok(live, blank, "").await;
+    }
+    ok(live, "\n echo 'test'\n\n", "test\n").await;
+    ok(
+        live,
+        "\n\n\n echo 'test1' \n  \n \n echo 'test2' \n\n\n",
+        "test1\ntest2\n",
+    )
+    .await;
+    ok(
+        live,
+        "/usr/bin/env bash -n <<'EOF'\necho 'hello world'\nEOF",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "python3 <<EOF\nprint('hello world')\nprint('hello world 2')\nEOF",
+        "hello world\nhello world 2\n",
+    )
+    .await;
+    ok(live, "echo 'hello\nworld'", "hello\nworld\n").await;
+    // (`less` is not in the docker image; `more` is a pager everywhere)
+    ok(live, "echo 'blargh' | more", "blargh\n").await;
+    let tag = unique() + 70_000;
+    ok(live, &format!("(sleep {tag}) &"), "").await;
+    for (code, status) in [
+        ("A=(); false", 1),
+        ("false && true", 1),
+        ("doesntexit", 127),
+    ] {
+        let run = sh(live, code).await;
+        assert_eq!(
+            run.outcome,
+            CellOutcome::Exit { code: status },
+            "{code}: {run:?}"
+        );
+        assert_eq!(run.out(), "", "{code}: {run:?}");
+    }
+    ok(live, "false || true", "").await;
+    let one = live.run("shell1", Lang::Shell, "x=42").await;
+    let two = live.run("shell2", Lang::Shell, "y=24").await;
+    assert_eq!(
+        (one.outcome, two.outcome),
+        (CellOutcome::Ok, CellOutcome::Ok)
+    );
+    let one = live.run("shell1", Lang::Shell, "echo \"$x|$y\"").await;
+    let two = live.run("shell2", Lang::Shell, "echo \"$x|$y\"").await;
+    assert_eq!((one.out(), two.out()), ("42|\n".into(), "|24\n".into()));
+    for k in ["k", "shell1", "shell2"] {
+        live.shutdown(k).await;
+    }
+    assert!(live.survivors(&format!("sleep {tag}")).await.is_empty());
+}
+
 async fn bounded(test: &str, case: impl std::future::Future<Output = ()>) {
     let limit = std::time::Duration::from_secs(150);
     if tokio::time::timeout(limit, case).await.is_err() {
@@ -483,6 +554,8 @@ on_backends! {
     docker_background_jobs_return_and_survive: background_jobs_return_and_survive on "docker";
     local_python_behaves_like_the_prompt: python_behaves_like_the_prompt on "local";
     docker_python_behaves_like_the_prompt: python_behaves_like_the_prompt on "docker";
+    local_swe_rex_session_cases: swe_rex_session_cases on "local";
+    docker_swe_rex_session_cases: swe_rex_session_cases on "docker";
     local_command_shapes: command_shapes on "local";
     docker_command_shapes: command_shapes on "docker";
 }
