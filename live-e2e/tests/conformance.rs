@@ -287,7 +287,7 @@ async fn many_cells_and_a_big_variable(live: &mut Live) {
 /// test_bash.py `test_python_interactive_input` and the `read -p` prompt of
 /// `test_stress_long_output_with_soft_and_hard_timeout` wait for input an
 /// agent sends later; tether cells have no stdin, so they must not wait:
-/// issue 7 point 6). The pager defaults to `cat`.
+/// issue 7 point 6). The pager defaults to `cat`, the editor to `false`.
 async fn stdin_readers_return_at_once(live: &mut Live) {
     live.prepare().await;
     ok(
@@ -298,6 +298,20 @@ async fn stdin_readers_return_at_once(live: &mut Live) {
             "echo \"$PAGER\"\n",
         ),
         "read=1 []\npy=1\ncat\n",
+    )
+    .await;
+    // An editor would draw a screen into the output and wait for keys:
+    // `git commit` without `-m` fails at once instead, saying why (where
+    // the sandbox has git; the docker image has none).
+    ok(
+        live,
+        concat!(
+            "echo \"$EDITOR $VISUAL\"\n",
+            "if command -v git >/dev/null; then cd \"$(mktemp -d)\" && git init -q . && ",
+            "git -c user.email=a@b -c user.name=a commit -q --allow-empty 2>&1 | grep -c 'problem with the editor'; ",
+            "else echo 1; fi\n",
+        ),
+        "false false\n1\n",
     )
     .await;
     live.shutdown("k").await;
