@@ -460,18 +460,25 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             let at = ctx.now_ms();
             let (name, init) = (c.name.clone(), c.init);
             let bounce = kind == FaultKind::BounceSandbox;
-            if !bounce {
-                sim_observe::before_replace(ctx).await;
+            if bounce {
+                tokio::task::spawn_blocking(move || container::restart(&name))
+                    .await
+                    .expect("docker restart");
+            } else {
+                // The old machine dies first; its side-effect counts are
+                // kept before the new one can be observed.
+                let side = ctx.side_dir();
+                let dead = name.clone();
+                let counts = tokio::task::spawn_blocking(move || {
+                    container::kill_and_count_lines(&dead, &side)
+                })
+                .await
+                .expect("docker kill");
+                sim_observe::replaced_with(ctx, &counts);
+                tokio::task::spawn_blocking(move || container::replace(&name, init))
+                    .await
+                    .expect("docker replace");
             }
-            tokio::task::spawn_blocking(move || {
-                if bounce {
-                    container::restart(&name);
-                } else {
-                    container::replace(&name, init);
-                }
-            })
-            .await
-            .expect("docker restart/replace");
             ctx.switch.note(format!(
                 "container {} (daemons {pids:?} gone)",
                 if bounce { "restarted" } else { "replaced" }
