@@ -222,6 +222,9 @@ pub(crate) struct Ctx<'a> {
     /// The scripted cells are done before the scenario was ever ready:
     /// the later faults are dropped.
     faults_off: std::cell::Cell<bool>,
+    /// A container restart or replacement is being made: the script's
+    /// pauses wait for it.
+    sandbox_changing: std::cell::Cell<bool>,
     /// When the faults due at 0 are over.
     healed_now: u64,
     /// How long after `ready_at` the later faults are over.
@@ -297,6 +300,13 @@ impl ScriptHost for Ctx<'_> {
 
     async fn after_cell(&self) {
         sim_observe::after_cell(self).await;
+    }
+
+    async fn idle(&self, ms: u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        while self.sandbox_changing.get() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn snapshot(&self) {
@@ -375,6 +385,7 @@ pub async fn run_schedule(
         live: &live,
         ready_at: std::cell::Cell::new(None),
         faults_off: std::cell::Cell::new(false),
+        sandbox_changing: std::cell::Cell::new(false),
         healed_now,
         healed_later,
     };
@@ -460,6 +471,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             let at = ctx.now_ms();
             let (name, init) = (c.name.clone(), c.init);
             let bounce = kind == FaultKind::BounceSandbox;
+            ctx.sandbox_changing.set(true);
             if bounce {
                 tokio::task::spawn_blocking(move || container::restart(&name))
                     .await
@@ -492,6 +504,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
                 // The new machine is the test's too: where side effects go.
                 sim_observe::exec(ctx, vec!["mkdir".into(), "-p".into(), ctx.side_dir()]).await;
             }
+            ctx.sandbox_changing.set(false);
         }
         FaultKind::ClockJump { .. } => {
             // `unrealisable` refused this before the run.
