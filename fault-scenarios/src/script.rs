@@ -73,6 +73,13 @@ pub trait Host {
     fn after_cell(&self) -> impl Future<Output = ()> {
         async {}
     }
+    /// The script's pause between cells ([`Action::Idle`]). A fault takes
+    /// no time in the simulation; a live host also waits here for one it
+    /// is still making (a container being replaced takes seconds), so the
+    /// next cell starts after it, as in the simulation.
+    fn idle(&self, ms: u64) -> impl Future<Output = ()> {
+        tokio::time::sleep(Duration::from_millis(ms))
+    }
     /// The script's cells are done: the host records what they left alive.
     fn snapshot(&self) -> impl Future<Output = ()>;
     /// Every kernel was shut down: the host lets what is in flight drain.
@@ -198,9 +205,7 @@ async fn run_script(
     }
     while let Some(action) = scenario.script.get(next.get()) {
         match action {
-            Action::Idle { ms } => {
-                tokio::time::sleep(Duration::from_millis(*ms)).await;
-            }
+            Action::Idle { ms } => host.idle(*ms).await,
             Action::Run(cell) => {
                 let resolved = host
                     .log()

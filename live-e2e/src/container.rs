@@ -2,6 +2,7 @@
 //! (with everything in it) when dropped.
 
 use crate::backends::IMAGE;
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -104,6 +105,53 @@ fn run(name: &str, init: bool) {
         "docker run {IMAGE}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Stops every process of the container `name` at once (`docker kill`:
+/// the machine dies) and returns how many lines each file directly in
+/// `dir` held then, read from the dead machine's disk: nothing runs any
+/// more that could add one, and nothing reads them again (the files go
+/// with [`replace`]). A missing `dir` holds nothing. Blocking.
+///
+/// # Panics
+///
+/// When docker refuses the kill.
+pub fn kill_and_count_lines(name: &str, dir: &str) -> BTreeMap<String, usize> {
+    let out = Command::new("docker")
+        .args(["kill", name])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker kill");
+    assert!(
+        out.status.success(),
+        "docker kill {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let copy = tempfile::tempdir().expect("a temporary directory");
+    let dest = copy.path().join("dir");
+    let copied = Command::new("docker")
+        .args(["cp", &format!("{name}:{dir}")])
+        .arg(&dest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut counts = BTreeMap::new();
+    let entries = copied
+        .then(|| std::fs::read_dir(&dest).ok())
+        .flatten()
+        .into_iter()
+        .flatten()
+        .flatten();
+    for entry in entries {
+        let Ok(bytes) = std::fs::read(entry.path()) else {
+            continue;
+        };
+        let lines = bytes.iter().filter(|b| **b == b'\n').count();
+        counts.insert(entry.file_name().to_string_lossy().into_owned(), lines);
+    }
+    counts
 }
 
 /// Replaces the container `name` by a new one of the same name (a new

@@ -218,14 +218,16 @@ async fn runs_here(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
     })
 }
 
-/// The sandbox is about to be replaced: keeps the run counts its
-/// side-effect files hold.
-pub(crate) async fn before_replace(ctx: &Ctx<'_>) {
+/// The sandbox died on its way to being replaced, its side-effect files
+/// held `counts` (line counts by file name): they count for their cells
+/// from now on. Recorded before the new machine starts, and read from the
+/// dead one, so no observation ever counts a run twice (the old files and
+/// the saved count) or misses one written after a live read.
+pub(crate) fn replaced_with(ctx: &Ctx<'_>, counts: &BTreeMap<String, usize>) {
+    let mut log = ctx.log.borrow_mut();
     for t in &ctx.cells {
-        if let Some(n) = runs_here(ctx, &t.spec.label).await {
-            *ctx.log
-                .borrow_mut()
-                .runs_on_replaced
+        if let Some(&n) = counts.get(&t.spec.label) {
+            *log.runs_on_replaced
                 .entry(t.spec.label.clone())
                 .or_default() += n;
         }

@@ -222,6 +222,9 @@ pub(crate) struct Ctx<'a> {
     /// The scripted cells are done before the scenario was ever ready:
     /// the later faults are dropped.
     faults_off: std::cell::Cell<bool>,
+    /// A container restart or replacement is being made: the script's
+    /// pauses wait for it.
+    sandbox_changing: std::cell::Cell<bool>,
     /// When the faults due at 0 are over.
     healed_now: u64,
     /// How long after `ready_at` the later faults are over.
@@ -297,6 +300,13 @@ impl ScriptHost for Ctx<'_> {
 
     async fn after_cell(&self) {
         sim_observe::after_cell(self).await;
+    }
+
+    async fn idle(&self, ms: u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        while self.sandbox_changing.get() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn snapshot(&self) {
@@ -375,6 +385,7 @@ pub async fn run_schedule(
         live: &live,
         ready_at: std::cell::Cell::new(None),
         faults_off: std::cell::Cell::new(false),
+        sandbox_changing: std::cell::Cell::new(false),
         healed_now,
         healed_later,
     };
@@ -460,18 +471,26 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             let at = ctx.now_ms();
             let (name, init) = (c.name.clone(), c.init);
             let bounce = kind == FaultKind::BounceSandbox;
-            if !bounce {
-                sim_observe::before_replace(ctx).await;
+            ctx.sandbox_changing.set(true);
+            if bounce {
+                tokio::task::spawn_blocking(move || container::restart(&name))
+                    .await
+                    .expect("docker restart");
+            } else {
+                // The old machine dies first; its side-effect counts are
+                // kept before the new one can be observed.
+                let side = ctx.side_dir();
+                let dead = name.clone();
+                let counts = tokio::task::spawn_blocking(move || {
+                    container::kill_and_count_lines(&dead, &side)
+                })
+                .await
+                .expect("docker kill");
+                sim_observe::replaced_with(ctx, &counts);
+                tokio::task::spawn_blocking(move || container::replace(&name, init))
+                    .await
+                    .expect("docker replace");
             }
-            tokio::task::spawn_blocking(move || {
-                if bounce {
-                    container::restart(&name);
-                } else {
-                    container::replace(&name, init);
-                }
-            })
-            .await
-            .expect("docker restart/replace");
             ctx.switch.note(format!(
                 "container {} (daemons {pids:?} gone)",
                 if bounce { "restarted" } else { "replaced" }
@@ -485,6 +504,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
                 // The new machine is the test's too: where side effects go.
                 sim_observe::exec(ctx, vec!["mkdir".into(), "-p".into(), ctx.side_dir()]).await;
             }
+            ctx.sandbox_changing.set(false);
         }
         FaultKind::ClockJump { .. } => {
             // `unrealisable` refused this before the run.

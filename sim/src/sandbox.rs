@@ -259,7 +259,24 @@ impl Sandbox {
                             self.cell_of.insert(*pid, key);
                         }
                     }
-                    let role = match self.os.view(*pid).map(|v| v.role) {
+                    let view = self.os.view(*pid);
+                    // The documented limit is a property of the process from
+                    // birth (`env -i`), whether or not it is still alive at
+                    // the snapshot: one the daemon's exit sweep kills later
+                    // is as untraceable as one that survives. A reused pid
+                    // is a new process, judged afresh.
+                    let unmarked = cell.is_some()
+                        && self.os.config().cgroup_root.is_none()
+                        && view.as_ref().is_some_and(|v| {
+                            v.role == Role::Cell
+                                && !v.env.contains_key(tether_core::agent::procs::MARKER_NAME)
+                        });
+                    if unmarked {
+                        self.untraceable.insert(*pid);
+                    } else {
+                        self.untraceable.remove(pid);
+                    }
+                    let role = match view.map(|v| v.role) {
                         Some(Role::Init) => "init",
                         Some(Role::Daemon { .. }) => "daemon",
                         Some(Role::Exec) => "exec",
@@ -297,7 +314,10 @@ impl Sandbox {
                     if let Some(c) = self.cell_of.get(to) {
                         // A daemon's exit sweep kills what its kernel owns,
                         // bystanders' leftovers included, as a shutdown does.
-                        if !self.shutdown_seen && !self.exiting_daemons.contains(from) {
+                        if !self.shutdown_seen
+                            && !self.exiting_daemons.contains(from)
+                            && !self.cancelled_by_its_kernel(*from, c)
+                        {
                             self.signalled_cells.insert(c.clone());
                         }
                     }
@@ -320,6 +340,24 @@ impl Sandbox {
             self.trace
                 .at(self.virtual_ms(e.at), "proc", excerpt(text.as_bytes(), 110));
         }
+    }
+
+    /// `from` is the daemon of the kernel of `cell` and the cell has a
+    /// tombstone: its signals are that cell's own cancel — asked for by
+    /// the client (a cancel may also reach a cell that already resolved,
+    /// whose leftovers it still owns) or laid by a fresh daemon for a cell
+    /// whose shim outlived the daemon that ran it (the kernel's state is
+    /// gone, the client was told). Only the cancelled cell counts: a
+    /// signal to any other cell, of this kernel or another, is collateral.
+    fn cancelled_by_its_kernel(&self, from: Pid, cell: &(String, u64)) -> bool {
+        self.daemons.get(&from).is_some_and(|d| {
+            kernel_name(&d.kernel_dir) == cell.0
+                && self.os.exists(
+                    &KernelLayout::new(&d.kernel_dir)
+                        .cell(CellSeq(cell.1))
+                        .cancel(),
+                )
+        })
     }
 
     /// Cells of the kernel at `kernel_dir` that were submitted and whose
