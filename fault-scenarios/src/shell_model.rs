@@ -305,8 +305,8 @@ impl ShellState {
         self.cwd = Some(dir.to_owned());
     }
 
-    /// Applies `change`. `dir` is `Pushd`'s directory, normalised and
-    /// known to exist (the caller's to check).
+    /// Applies `change` (a `Pushd` directory is the caller's to check:
+    /// normalised, and there).
     pub fn apply(&mut self, change: &StateChange) {
         match change {
             StateChange::Unset { name } => {
@@ -343,9 +343,10 @@ impl ShellState {
     /// What `probe` prints.
     pub fn show(&self, probe: &Probe) -> String {
         match probe {
+            // An array shows as its first element (`$NAME`).
             Probe::Var { name } => match self.get(name) {
-                Some(v) if self.vars.contains_key(name) => format!("{name}={v}\n"),
-                _ => format!("{name} unset\n"),
+                Some(v) => format!("{name}={v}\n"),
+                None => format!("{name} unset\n"),
             },
             Probe::Exported { name } => {
                 if self.environment().contains_key(name) {
