@@ -9,6 +9,8 @@
 //! - [`catalog`]: named workloads, one per escape class among them;
 //! - [`scenario`]: the named scenarios (client scripts, fixed faults,
 //!   fault spaces);
+//! - [`shell_model`]: a shell kernel's state and what its save and
+//!   restore keep under bash and dash, and the differential corpus;
 //! - [`swarm`]: the world a seed draws (sandbox configuration, client
 //!   knobs, fault density);
 //! - [`faults`]: fault kinds, schedules drawn per seed, shrinking;
@@ -31,6 +33,7 @@ pub mod observe;
 pub mod oracle;
 pub mod scenario;
 pub mod script;
+pub mod shell_model;
 pub mod swarm;
 pub mod workload;
 

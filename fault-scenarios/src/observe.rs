@@ -10,6 +10,7 @@
 
 use crate::oracle::{CallObs, CellObs, CellTruth, Observations};
 use crate::scenario::{CellSpec, Scenario};
+use crate::shell_model::Flavor;
 use crate::workload::Step;
 use std::collections::BTreeMap;
 use tether::driver::DriverError;
@@ -176,26 +177,54 @@ impl ClientLog {
 }
 
 /// What a cell's processes wrote to stdout over `executions` runs (at
-/// least one), as the scenario scripts it.
-pub fn truth_stdout(scenario: &Scenario, spec: &CellSpec, executions: u32) -> Vec<u8> {
+/// least one), as the scenario scripts it, its shell cells run by
+/// `flavor`.
+pub fn truth_stdout(
+    scenario: &Scenario,
+    spec: &CellSpec,
+    executions: u32,
+    flavor: Flavor,
+) -> Vec<u8> {
     let mut stdout = Vec::new();
     for _ in 0..executions.max(1) {
-        stdout.extend(scenario.expected_stdout(spec));
+        stdout.extend(scenario.expected_stdout(spec, flavor));
     }
     stdout
 }
 
+/// What the agent's note says when a shell cell's state could not be
+/// kept (`tether_core::agent::shell::promote_state`).
+const NOT_KEPT_NOTE: &str = "was not kept";
+
 /// The oracle's view of `spec`: what the client saw of it (from `log`)
 /// and the sandbox's `truth`.
-pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTruth) -> CellObs {
+pub fn cell(
+    scenario: &Scenario,
+    log: &ClientLog,
+    spec: &CellSpec,
+    truth: CellTruth,
+    flavor: Flavor,
+) -> CellObs {
     let seen = log.cells.get(&spec.label).cloned().unwrap_or_default();
     let outcome = seen.resolutions.last().cloned();
+    // A shell cell that read back a state its kernel lost (what earlier
+    // cells did is missing, exactly as after a fresh kernel or a cell
+    // that was not kept) printed what that state shows: the shell-state
+    // check judges the loss, the output checks what it printed.
+    let mut truth = truth;
+    let shell_state_lost = truth.executions == 1
+        && seen.stdout() != truth.stdout
+        && scenario
+            .shell_stdout_after_a_loss(spec, flavor)
+            .contains(&seen.stdout());
+    if shell_state_lost {
+        truth.stdout = seen.stdout();
+    }
     // A shell cell stopped by `${NAME?}` (a name an earlier cell was to
     // bind, lost with the kernel or never bound because that cell never
     // ran) did not run to its end: its stdout is a prefix of a full run's.
-    let mut truth = truth;
     if spec.lang == Lang::Shell
-        && outcome == Some(CellOutcome::Exit { code: 2 })
+        && outcome.as_ref().is_some_and(unbound_exit)
         && contains(&seen_stderr(&seen), b": parameter not set")
     {
         truth.ran_to_end = false;
@@ -213,6 +242,9 @@ pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTr
         output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
         client_stdout: seen.stdout(),
         namespace_lost: namespace_lost(scenario, log, spec, outcome.as_ref()),
+        shell_state_lost,
+        state_not_kept_noted: contains(&seen_stderr(&seen), NOT_KEPT_NOTE.as_bytes()),
+        complete_output: seen.stdout() == scenario.expected_stdout(spec, flavor),
         loss_reported_at: seen.loss_noted_at,
         leftovers_reported: seen.leftovers_reported,
         timeout_ms: spec.timeout_ms,
@@ -233,7 +265,8 @@ pub fn cell(scenario: &Scenario, log: &ClientLog, spec: &CellSpec, truth: CellTr
 
 /// `spec` failed on a name an earlier cell of its kernel bound (and the
 /// client saw complete): the namespace (a Python kernel's) or the shell
-/// state (a shell kernel's: `${NAME?}` ends the shell with 2) is gone.
+/// state (a shell kernel's: `${NAME?}` ends the shell, with 127 under
+/// bash and 2 under dash) is gone.
 fn namespace_lost(
     scenario: &Scenario,
     log: &ClientLog,
@@ -248,7 +281,7 @@ fn namespace_lost(
         Some(CellOutcome::Error { message }) if spec.lang == Lang::Python => {
             *message == format!("NameError: name '{n}' is not defined")
         }
-        Some(CellOutcome::Exit { code: 2 }) if spec.lang == Lang::Shell => {
+        Some(o) if spec.lang == Lang::Shell && unbound_exit(o) => {
             contains(&stderr, format!("{n}: parameter not set").as_bytes())
         }
         _ => false,
@@ -273,6 +306,17 @@ fn namespace_lost(
                     && failed_on(n)
             })
         })
+}
+
+/// The status of a shell that `${NAME?}` stopped: 127 under bash, 2
+/// under dash ([`crate::shell_model::Flavor::unbound_status`]).
+fn unbound_exit(outcome: &CellOutcome) -> bool {
+    [Flavor::Bash, Flavor::Dash].iter().any(|f| {
+        *outcome
+            == CellOutcome::Exit {
+                code: i32::from(f.unbound_status()),
+            }
+    })
 }
 
 /// What the client delivered of a cell's stderr.

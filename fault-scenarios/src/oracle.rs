@@ -30,6 +30,16 @@ pub struct CellObs {
     /// It failed on a name that an earlier cell of its (Python) kernel
     /// bound and the client saw complete: the namespace was gone.
     pub namespace_lost: bool,
+    /// A shell cell printed the state its kernel would have after a
+    /// loss (a fresh kernel, or an earlier cell's changes not kept)
+    /// instead of the state the cells before it left.
+    pub shell_state_lost: bool,
+    /// Its stderr carries the agent's note that the state a cell before
+    /// it reached was not kept.
+    pub state_not_kept_noted: bool,
+    /// The client delivered all of its scripted stdout (a cancelled cell
+    /// got at least as far as its last print).
+    pub complete_output: bool,
     /// When the client delivered the agent's note that the interpreter
     /// died and the kernel's namespace is lost (ms), if it did.
     pub loss_reported_at: Option<u64>,
@@ -262,6 +272,14 @@ pub enum Violation {
         /// The cell.
         cell: String,
     },
+    /// A shell cell read back a state without what earlier cells of its
+    /// kernel did, and nothing accounts for the loss: no reported death
+    /// of the kernel, no note that a cell's state was not kept, no earlier
+    /// cell that may have stopped before its save.
+    ShellStateLost {
+        /// The cell.
+        cell: String,
+    },
     /// A cell the client had written off (error, cancelled, timed out) ran
     /// afterwards. (`unknown` promises nothing either way.)
     RanAfterResolution {
@@ -337,6 +355,7 @@ impl Violation {
             Violation::MissedStateLost { .. } => "missed_state_lost",
             Violation::NamespaceLost { .. } => "namespace_lost",
             Violation::UnreportedLoss { .. } => "unreported_loss",
+            Violation::ShellStateLost { .. } => "shell_state_lost",
             Violation::RanAfterResolution { .. } => "ran_after_resolution",
             Violation::BadResolution { .. } => "bad_resolution",
             Violation::Leak { .. } => "leak",
@@ -398,6 +417,10 @@ impl fmt::Display for Violation {
             Violation::UnreportedLoss { cell } => write!(
                 f,
                 "{cell} found the Python namespace gone, but its loss was never reported"
+            ),
+            Violation::ShellStateLost { cell } => write!(
+                f,
+                "{cell} read back a shell state without what earlier cells did, and no death, note or unfinished cell accounts for it"
             ),
             Violation::RanAfterResolution { cell, at_ms } => write!(
                 f,
@@ -516,6 +539,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
         }
     }
     check_namespace(obs, &mut v);
+    check_shell_state(obs, &mut v);
     if !obs.leaked_cgroups.is_empty() {
         v.push(Violation::Leak {
             detail: format!("cgroups {}", obs.leaked_cgroups.join(", ")),
@@ -597,6 +621,60 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
         // nothing, the kernel's state included.
         if cell.cancel_requested && matches!(cell.outcome, Some(CellOutcome::Unknown { .. })) {
             noted = true;
+        }
+    }
+}
+
+/// A shell kernel's truths: a cell reads back the state the cells before
+/// it left — through `exit N`, a cancel, a crash and resume of the client
+/// — unless the loss is accounted for: the kernel really died and the
+/// client said state lost before the cell ended, the agent's note said a
+/// cell's state was not kept, or an earlier cell may have stopped before
+/// its save (it did not run exactly once, it resolved unknown or as an
+/// error, or it was stopped before it printed all it prints).
+fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
+    let first_death = obs.kernel_deaths.iter().min().copied();
+    let kernel_of = |c: &CellObs| {
+        c.key
+            .as_ref()
+            .map(|k| k.rsplit_once('#').map_or(k.clone(), |(k, _)| k.to_owned()))
+    };
+    for (i, cell) in obs.cells.iter().enumerate() {
+        if !cell.shell_state_lost {
+            continue;
+        }
+        let end = cell.ended_ms.unwrap_or(u64::MAX);
+        let kernel = kernel_of(cell);
+        // A cell with no key never got a kernel: it may be this one's.
+        let earlier: Vec<&CellObs> = obs.cells[..i]
+            .iter()
+            .filter(|c| kernel.is_none() || kernel_of(c).is_none() || kernel_of(c) == kernel)
+            .collect();
+        let death_reported = first_death.is_some_and(|d| {
+            d <= end && obs.state_lost_reports.iter().any(|&r| r >= d && r <= end)
+        });
+        let noted = cell.state_not_kept_noted || earlier.iter().any(|c| c.state_not_kept_noted);
+        let unfinished = earlier.iter().any(|c| {
+            let stopped = matches!(
+                c.outcome,
+                Some(CellOutcome::Cancelled | CellOutcome::TimedOut)
+            );
+            c.truth.executions != 1
+                || !matches!(
+                    c.outcome,
+                    Some(
+                        CellOutcome::Ok
+                            | CellOutcome::Exit { .. }
+                            | CellOutcome::Cancelled
+                            | CellOutcome::TimedOut
+                    )
+                )
+                || (stopped && !c.complete_output)
+        });
+        if !(death_reported || noted || unfinished) {
+            v.push(Violation::ShellStateLost {
+                cell: cell.label.clone(),
+            });
         }
     }
 }
@@ -807,6 +885,38 @@ mod tests {
         let v = check(&o);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].kind(), "self_inflicted_loss");
+    }
+
+    #[test]
+    fn a_shell_state_lost_needs_a_death_a_note_or_an_unfinished_cell() {
+        let mut o = good();
+        let mut reader = o.cells[0].clone();
+        reader.label = "c2".into();
+        reader.key = Some("k#2".into());
+        reader.shell_state_lost = true;
+        reader.ended_ms = Some(900);
+        o.cells.push(reader);
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "shell_state_lost");
+        // The kernel died and the client said so before the cell ended.
+        let mut died = o.clone();
+        died.kernel_deaths.push(300);
+        died.known_kernel_deaths.push(300);
+        died.state_lost_reports.push(400);
+        assert!(check(&died).is_empty(), "{:?}", check(&died));
+        // The agent's note said a cell's state was not kept.
+        let mut noted = o.clone();
+        noted.cells[1].state_not_kept_noted = true;
+        assert!(check(&noted).is_empty());
+        // The cell before was cancelled before it printed all it prints.
+        let mut cut = o.clone();
+        cut.cells[0].outcome = Some(CellOutcome::Cancelled);
+        cut.cells[0].cancel_requested = true;
+        assert!(check(&cut).is_empty());
+        // ... but one that got that far must have kept its state.
+        cut.cells[0].complete_output = true;
+        assert_eq!(check(&cut)[0].kind(), "shell_state_lost");
     }
 
     #[test]

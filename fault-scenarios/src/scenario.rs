@@ -6,6 +6,9 @@
 //! cell, so the oracle can count how many times it really ran.
 
 use crate::faults::{CancelPoint, Family, Fault, FaultKind, FaultSchedule, FaultSpace, OpTarget};
+use crate::shell_model::{
+    play_cell, Flavor, Probe, ShellOption, ShellState, StateChange, TrapSignal,
+};
 use crate::swarm::World;
 use crate::workload::{Step, Workload};
 use std::collections::BTreeMap;
@@ -186,11 +189,45 @@ impl Scenario {
         FaultSchedule(all)
     }
 
-    /// What `cell` writes to stdout when it runs to its end once, with the
-    /// names that earlier cells of its (Python) kernel bound still bound.
-    pub fn expected_stdout(&self, cell: &CellSpec) -> Vec<u8> {
+    /// What `cell` writes to stdout when it runs to its end once, with
+    /// what earlier cells of its kernel did still there: the names a
+    /// Python kernel's cells bound, the shell state a shell kernel's cells
+    /// left under `flavor` ([`crate::shell_model`]).
+    pub fn expected_stdout(&self, cell: &CellSpec, flavor: Flavor) -> Vec<u8> {
+        if cell.lang == Lang::Shell {
+            let before = self.kernel_cells_before(cell);
+            return shell_stdout(flavor, &before, cell, &|_| true);
+        }
         let names = self.names_before(cell);
         cell.stdout_with(&names)
+    }
+
+    /// What a shell `cell` may print instead when its kernel lost state
+    /// honestly: the kernel started afresh before one of the earlier cells
+    /// of its kernel (a daemon death, a new sandbox), or one earlier cell's
+    /// changes were not kept (it did not run, or its shell could not
+    /// save). Empty for a Python cell.
+    pub fn shell_stdout_after_a_loss(&self, cell: &CellSpec, flavor: Flavor) -> Vec<Vec<u8>> {
+        if cell.lang != Lang::Shell {
+            return Vec::new();
+        }
+        let before = self.kernel_cells_before(cell);
+        let mut alternatives = Vec::new();
+        for k in 0..=before.len() {
+            alternatives.push(shell_stdout(flavor, &before, cell, &|i| i >= k));
+            alternatives.push(shell_stdout(flavor, &before, cell, &|i| i != k));
+        }
+        alternatives.sort();
+        alternatives.dedup();
+        alternatives
+    }
+
+    /// The cells of `cell`'s kernel before it, in order.
+    fn kernel_cells_before(&self, cell: &CellSpec) -> Vec<&CellSpec> {
+        self.cells()
+            .take_while(|c| c.label != cell.label)
+            .filter(|c| c.kernel == cell.kernel)
+            .collect()
     }
 
     /// Names bound by the cells of `cell`'s kernel before it (a Python
@@ -217,6 +254,35 @@ impl Scenario {
             Action::Idle { .. } => None,
         })
     }
+}
+
+/// What shell `cell` prints after the cells `before` of its kernel (the
+/// ones `kept(i)` admits, each run once, in order) under `flavor`.
+fn shell_stdout(
+    flavor: Flavor,
+    before: &[&CellSpec],
+    cell: &CellSpec,
+    kept: &dyn Fn(usize) -> bool,
+) -> Vec<u8> {
+    let empty = BTreeMap::new();
+    let mut kernel = None;
+    for (i, c) in before.iter().enumerate() {
+        if !kept(i) {
+            continue;
+        }
+        let mut state = ShellState::restore(flavor, &empty, kernel.clone());
+        let cancel = c.cancel_after_ms.is_some() || c.timeout_ms.is_some();
+        if let Ok(played) = play_cell(flavor, &mut state, &c.workload.steps, cancel, true) {
+            if played.saves {
+                kernel = Some(state.saved(flavor));
+            }
+        }
+    }
+    let mut state = ShellState::restore(flavor, &empty, kernel);
+    let cancel = cell.cancel_after_ms.is_some() || cell.timeout_ms.is_some();
+    play_cell(flavor, &mut state, &cell.workload.steps, cancel, true)
+        .map(|p| p.stdout.into_bytes())
+        .unwrap_or_default()
 }
 
 fn print(text: &str) -> Step {
@@ -255,6 +321,14 @@ fn set_name(name: &str, value: &str) -> Step {
 
 fn print_name(name: &str) -> Step {
     Step::PrintName { name: name.into() }
+}
+
+fn shell_change(change: StateChange) -> Step {
+    Step::State { change }
+}
+
+fn show(probe: Probe) -> Step {
+    Step::Show { probe }
 }
 
 fn network() -> Vec<Family> {
@@ -361,6 +435,11 @@ pub fn all() -> Vec<Scenario> {
         "sh_cancelled",
         vec![
             set_name("during", "cancelled cell"),
+            shell_change(StateChange::Alias {
+                name: "tw_ll".into(),
+                text: "alias from the cancelled cell".into(),
+            }),
+            shell_change(StateChange::Umask { mask: 0o027 }),
             print("spinning\n"),
             Step::BusyLoop { ms: None },
         ],
@@ -488,23 +567,68 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "shell_state",
-            about: "a shell kernel's variables survive exit N and a cancel; a later cell reads them back",
+            about: "a shell kernel's state (variables, functions, aliases, options, umask, traps) survives exit N, a cancel and a client crash; a later cell reads it back, or the loss was reported",
             script: vec![
-                Action::Run(cell("sh_set", vec![set_name("x", "kept")], Expect::Ok)),
+                Action::Run(cell(
+                    "sh_set",
+                    vec![
+                        set_name("x", "kept"),
+                        shell_change(StateChange::Function {
+                            name: "tw_greet".into(),
+                            text: "function from sh_set".into(),
+                        }),
+                        shell_change(StateChange::Trap {
+                            signal: TrapSignal::Usr1,
+                            text: "usr1".into(),
+                        }),
+                    ],
+                    Expect::Ok,
+                )),
                 Action::Run(sh_cancelled),
                 Action::Run(cell(
                     "sh_exit",
-                    vec![set_name("e", "exited"), Step::Exit { code: 3 }],
+                    vec![
+                        set_name("e", "exited"),
+                        shell_change(StateChange::Option {
+                            option: ShellOption::Noglob,
+                            on: true,
+                        }),
+                        Step::Exit { code: 3 },
+                    ],
                     Expect::Exit(3),
                 )),
                 Action::Run(cell(
                     "sh_read",
-                    vec![print_name("x"), print_name("during"), print_name("e")],
+                    vec![
+                        show(Probe::Var { name: "x".into() }),
+                        show(Probe::Var {
+                            name: "during".into(),
+                        }),
+                        show(Probe::Var { name: "e".into() }),
+                        show(Probe::Function {
+                            name: "tw_greet".into(),
+                        }),
+                        show(Probe::Alias {
+                            name: "tw_ll".into(),
+                        }),
+                        show(Probe::Option {
+                            option: ShellOption::Noglob,
+                        }),
+                        show(Probe::Umask),
+                        show(Probe::Trap {
+                            signal: TrapSignal::Usr1,
+                        }),
+                        print_name("x"),
+                        print_name("during"),
+                        print_name("e"),
+                    ],
                     Expect::Ok,
                 )),
             ],
             fixed: FaultSchedule::empty(),
-            space: space(network()),
+            // Daemon deaths and sandbox restarts too: the state is then
+            // lost, and must be reported before a cell reads it.
+            space: space(all_faults.clone()),
             init_reaps: true,
         },
         Scenario {

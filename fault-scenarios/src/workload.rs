@@ -11,6 +11,7 @@
 //! escape classes are about: which steps fork, which leave the process group
 //! or the session, which drop the environment, which hold stdout open.
 
+use crate::shell_model::{Probe, StateChange};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use tether_core::protocol::Stream;
@@ -141,6 +142,28 @@ pub enum Step {
         /// The name.
         name: String,
     },
+    /// Changes the shell's state (functions, aliases, arrays, options,
+    /// umask, `pushd`, traps, `unset`): see [`StateChange`]. A shell
+    /// kernel's step; a Python cell does nothing.
+    State {
+        /// The change.
+        change: StateChange,
+    },
+    /// Prints one piece of the shell's state as one line (see [`Probe`]);
+    /// never fails. A Python cell does nothing.
+    Show {
+        /// What to print.
+        probe: Probe,
+    },
+    /// `false`: status 1, and under `set -e` the shell exits 1. A Python
+    /// cell does nothing.
+    Fail,
+    /// `: "$NAME"`: under `set -u` an unset variable ends the shell (with
+    /// 127 under bash, 2 under dash). A Python cell does nothing.
+    Expand {
+        /// The variable.
+        name: String,
+    },
 }
 
 /// What a cell does, in order.
@@ -178,6 +201,12 @@ pub enum WorkloadError {
         /// The variable.
         name: String,
     },
+    /// A shell-state step out of range: a umask over 0777, a `pushd` to
+    /// a relative directory, a NUL byte in a text.
+    BadState {
+        /// What was wrong.
+        detail: String,
+    },
     /// Traps nested deeper than [`MAX_DEPTH`].
     TooDeep,
     /// More than [`MAX_STEPS`] steps.
@@ -212,6 +241,7 @@ impl fmt::Display for WorkloadError {
             WorkloadError::NulInValue { name } => {
                 write!(f, "the value of {name} holds a NUL byte, which no environment can carry")
             }
+            WorkloadError::BadState { detail } => write!(f, "bad shell-state step: {detail}"),
             WorkloadError::TooDeep => {
                 write!(f, "traps are nested deeper than {MAX_DEPTH} levels")
             }
@@ -308,10 +338,69 @@ fn validate_steps(steps: &[Step], depth: usize, count: &mut usize) -> Result<(),
                 return Err(WorkloadError::TooManyForks { count: *count })
             }
             Step::TrapTerm { then } => validate_steps(then, depth + 1, count)?,
+            Step::Expand { name } if !is_var_name(name) => {
+                return Err(WorkloadError::BadVarName { name: name.clone() })
+            }
+            Step::State { change } => validate_change(change)?,
+            Step::Show { probe } => validate_probe(probe)?,
             _ => {}
         }
     }
     Ok(())
+}
+
+fn validate_change(change: &StateChange) -> Result<(), WorkloadError> {
+    let bad = |detail: String| Err(WorkloadError::BadState { detail });
+    let name_ok = |name: &str| {
+        if is_var_name(name) {
+            Ok(())
+        } else {
+            Err(WorkloadError::BadVarName { name: name.into() })
+        }
+    };
+    match change {
+        StateChange::Unset { name } => name_ok(name),
+        StateChange::Array { name, values } => {
+            name_ok(name)?;
+            if values.iter().any(|v| v.contains('\0')) {
+                return Err(WorkloadError::NulInValue { name: name.clone() });
+            }
+            Ok(())
+        }
+        StateChange::Function { name, text } | StateChange::Alias { name, text } => {
+            name_ok(name)?;
+            if text.contains('\0') {
+                return bad(format!("the text of {name} holds a NUL byte"));
+            }
+            Ok(())
+        }
+        StateChange::Option { .. } => Ok(()),
+        StateChange::Umask { mask } if *mask > 0o777 => bad(format!("umask {mask:o} is over 0777")),
+        StateChange::Umask { .. } => Ok(()),
+        StateChange::Pushd { path } if !path.starts_with('/') || path.contains('\0') => bad(
+            format!("pushd {path:?}: use an absolute directory without NUL"),
+        ),
+        StateChange::Pushd { .. } => Ok(()),
+        StateChange::Trap { text, .. } if text.contains('\0') => {
+            bad("a trap's text holds a NUL byte".into())
+        }
+        StateChange::Trap { .. } => Ok(()),
+    }
+}
+
+fn validate_probe(probe: &Probe) -> Result<(), WorkloadError> {
+    match probe {
+        Probe::Var { name }
+        | Probe::Exported { name }
+        | Probe::Array { name }
+        | Probe::Function { name }
+        | Probe::Alias { name }
+            if !is_var_name(name) =>
+        {
+            Err(WorkloadError::BadVarName { name: name.clone() })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `[A-Za-z0-9_.-]+`, not starting with `.` or `-`, at most 64 bytes.
@@ -440,6 +529,94 @@ fn shell_step(step: &Step, dir: &str) -> String {
         Step::IgnoreInt => "trap '' INT".to_owned(),
         Step::SetName { name, value } => format!("{name}={}", sh_quote(value)),
         Step::PrintName { name } => format!("printf '%s\\n' \"${{{name}?}}\""),
+        Step::State { change } => shell_change(change),
+        Step::Show { probe } => shell_probe(probe, dir),
+        Step::Fail => "false".to_owned(),
+        Step::Expand { name } => format!(": \"${name}\""),
+    }
+}
+
+/// `printf '%s\n' TEXT`: prints one line.
+fn print_line(text: &str) -> String {
+    format!("printf '%s\\n' {}", sh_quote(text))
+}
+
+fn shell_change(change: &StateChange) -> String {
+    match change {
+        StateChange::Unset { name } => format!("unset -v {name}"),
+        StateChange::Array { name, values } => {
+            let items: Vec<String> = values.iter().map(|v| sh_quote(v)).collect();
+            format!("{name}=({})", items.join(" "))
+        }
+        StateChange::Function { name, text } => format!("{name}() {{ {}; }}", print_line(text)),
+        StateChange::Alias { name, text } => {
+            format!("alias {name}={}", sh_quote(&print_line(text)))
+        }
+        StateChange::Option { option, on } => {
+            format!("set {}{}", if *on { '-' } else { '+' }, option.letter())
+        }
+        StateChange::Umask { mask } => format!("umask {mask:04o}"),
+        StateChange::Pushd { path } => format!("pushd {} >/dev/null", sh_quote(path)),
+        StateChange::Trap { signal, text } => {
+            format!("trap {} {}", sh_quote(&print_line(text)), signal.name())
+        }
+    }
+}
+
+/// A probe in real shell: builtins where both shells have them; `sh -c`
+/// for what a child sees; `trap`'s listing goes through a file (dash lists
+/// a subshell's own traps, not the shell's).
+fn shell_probe(probe: &Probe, dir: &str) -> String {
+    let either = |test: String, yes: String, no: String| {
+        format!("if {test}; then {yes}; else {}; fi", print_line(&no))
+    };
+    match probe {
+        Probe::Var { name } => either(
+            format!("[ -n \"${{{name}+x}}\" ]"),
+            format!("printf '{name}=%s\\n' \"${name}\""),
+            format!("{name} unset"),
+        ),
+        Probe::Exported { name } => either(
+            format!("sh -c {}", sh_quote(&format!("[ -n \"${{{name}+x}}\" ]"))),
+            print_line(&format!("{name} exported")),
+            format!("{name} not exported"),
+        ),
+        Probe::Array { name } => either(
+            format!("[ -n \"${{{name}+x}}\" ]"),
+            format!("printf '{name}=('; printf '[%s]' \"${{{name}[@]}}\"; printf ')\\n'"),
+            format!("{name} unset"),
+        ),
+        Probe::Function { name } => either(
+            format!("command -v {name} >/dev/null 2>&1"),
+            name.clone(),
+            format!("function {name} undefined"),
+        ),
+        Probe::Alias { name } => either(
+            format!("alias {name} >/dev/null 2>&1"),
+            format!("eval {name}"),
+            format!("alias {name} undefined"),
+        ),
+        Probe::Option { option } => format!(
+            "case $- in *{}*) {} ;; *) {} ;; esac",
+            option.letter(),
+            print_line(&format!("{} on", option.name())),
+            print_line(&format!("{} off", option.name())),
+        ),
+        Probe::Umask => "umask".to_owned(),
+        Probe::Cwd => "pwd".to_owned(),
+        Probe::Dirs => "dirs -l -p".to_owned(),
+        Probe::Trap { signal } => {
+            let file = sh_quote(&format!("{dir}/tw_traps"));
+            let sig = signal.name();
+            format!(
+                "trap >|{file}; {}",
+                either(
+                    format!("grep -q '{sig}$' {file}"),
+                    print_line(&format!("trap {sig} set")),
+                    format!("trap {sig} unset"),
+                )
+            )
+        }
     }
 }
 
@@ -535,6 +712,9 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
         Step::PrintName { name } => vec![format!(
             "_tw_sys.stdout.write(str({name}) + \"\\n\"); _tw_sys.stdout.flush()"
         )],
+        Step::State { .. } | Step::Show { .. } | Step::Fail | Step::Expand { .. } => {
+            vec!["pass  # a shell kernel's step".to_owned()]
+        }
     };
     let mut out = String::new();
     for line in lines {

@@ -35,6 +35,7 @@ use tether_scenarios::observe::{self, CellSeen, ClientLog};
 use tether_scenarios::oracle::{self, CellTruth, Observations};
 use tether_scenarios::scenario::{CellSpec, Expect, Scenario};
 use tether_scenarios::script::{kernel_of, GRACE};
+use tether_scenarios::shell_model::Flavor;
 use tether_scenarios::workload::{render_python, render_shell, Step, Workload};
 
 /// A sleep at least this long outlives any run: it gets a unique tag.
@@ -83,6 +84,10 @@ impl Tagged {
 /// A sleep duration (ms) no other run has: 9 000 000 s and up, the
 /// process id and a counter in the digits, so every tag prints with the
 /// same width and one tag is never part of another.
+/// The shell of the live backends' shell cells: `local` here and the
+/// `docker` image (Debian) both have bash.
+const SHELL: Flavor = Flavor::Bash;
+
 fn unique_ms() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     let pid = u64::from(std::process::id() % 10_000);
@@ -610,7 +615,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
             .is_some_and(|n| u32::try_from(n).unwrap_or(u32::MAX) < executions);
         let truth = CellTruth {
             executions,
-            stdout: observe::truth_stdout(scenario, spec, executions),
+            stdout: observe::truth_stdout(scenario, spec, executions, SHELL),
             ran_to_end: executions == 1,
             alive_at_end: live.survivors.iter().map(|p| p.pid).collect(),
             spawned_after_resolution: ran_after.then_some(end),
@@ -618,7 +623,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
             // `cancel_settles` checks this on real processes.
             died_after_resolution: None,
         };
-        cells.push(observe::cell(scenario, &log.client, spec, truth));
+        cells.push(observe::cell(scenario, &log.client, spec, truth, SHELL));
     }
     let mut extra_executions = BTreeMap::new();
     for l in ["liveness", "liveness2"] {

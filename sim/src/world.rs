@@ -24,6 +24,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
 use tether_core::agent::Pid;
 use tether_core::protocol::Lang;
+use tether_scenarios::shell_model::Flavor;
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
@@ -340,12 +341,18 @@ pub fn run_in(
     kernel_deaths.sort();
     drop(sim);
 
+    let flavor = if world.bash {
+        Flavor::Bash
+    } else {
+        Flavor::Dash
+    };
     let mut obs = observe(
         scenario,
         &log.borrow(),
         &sandbox.borrow(),
         kernel_deaths,
         harness,
+        flavor,
     );
     obs.outages = Some(outages(schedule, world));
     obs.sandbox_clock_jumps_ms = schedule
@@ -446,6 +453,7 @@ fn observe(
     sandbox: &Sandbox,
     kernel_deaths: Vec<(u64, Pid)>,
     harness: Vec<String>,
+    flavor: Flavor,
 ) -> Observations {
     let mut cells = Vec::new();
     let mut bystanders_hit = Vec::new();
@@ -480,7 +488,7 @@ fn observe(
         }
         let truth = CellTruth {
             executions: truth.executions,
-            stdout: observe::truth_stdout(scenario, spec, truth.executions),
+            stdout: observe::truth_stdout(scenario, spec, truth.executions, flavor),
             ran_to_end: truth.executions == 1,
             alive_at_end,
             // Against the final resolution, whose outcome the oracle judges;
@@ -507,7 +515,7 @@ fn observe(
                 _ => None,
             },
         };
-        cells.push(observe::cell(scenario, log, spec, truth));
+        cells.push(observe::cell(scenario, log, spec, truth, flavor));
     }
     let (leaked_processes, leaked_files, leaked_cgroups) = sandbox.leaks();
     let client = observe::client_observations(log, &kernel_deaths);

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tether_core::agent::{OsError, Pid};
 use tether_core::protocol::{CellOutcome, Stream};
 use tether_core::time::Timestamp;
+use tether_scenarios::shell_model::{self, CellEnd, Flavor, ShellOption, ShellState, StateChange};
 use tether_scenarios::workload::{Step, Workload};
 
 /// Commands one shell may run at one instant before the interpreter gives
@@ -44,9 +45,10 @@ struct Frame {
 }
 
 /// The files the agent's cell script reads and writes around the user's
-/// code (see `tether_core::agent::shell`): the kernel's saved working
-/// directory and exports (restored first, written to `*.new` at a normal
-/// end without the marker) and the cell's `end` file with the last status.
+/// code (see `tether_core::agent::shell`): the kernel's saved shell state
+/// (restored first, written to `shell.new` without the marker at the end
+/// of the code and on the shell's exit path) and the cell's `end` file
+/// with the last status.
 #[derive(Clone, Debug)]
 pub(crate) struct CellFiles {
     pub(crate) cell_dir: String,
@@ -85,9 +87,14 @@ pub(crate) struct Shell {
     /// (SIGCHLD handler), runs the EXIT trap when a fatal TERM/INT/HUP
     /// kills it, and does not make background jobs ignore SIGINT.
     pub(crate) bash: bool,
-    /// Names bound by [`Step::SetName`] (a Python cell's: the kernel's
-    /// namespace).
+    /// Names bound by [`Step::SetName`] in a Python cell: the kernel's
+    /// namespace.
     pub(crate) vars: BTreeMap<String, String>,
+    /// A shell's state (variables, exports, functions, aliases, options,
+    /// umask, directory, traps): what the kernel's save keeps, by the
+    /// rules of [`shell_model`]. Its exported variables are the process's
+    /// environment (with the marker) and its directory the process's.
+    pub(crate) state: ShellState,
     /// Run as a Python cell instead.
     pub(crate) python: Option<PyFlavor>,
 }
@@ -107,6 +114,7 @@ impl Shell {
             restored: false,
             bash: false,
             vars: BTreeMap::new(),
+            state: ShellState::default(),
             python: None,
         }
     }
@@ -165,6 +173,15 @@ impl Shell {
     /// Abandons every step (an exception unwinding the cell).
     pub(crate) fn stop(&mut self) {
         self.frames.clear();
+    }
+
+    /// The shell it models.
+    pub(crate) fn flavor(&self) -> Flavor {
+        if self.bash {
+            Flavor::Bash
+        } else {
+            Flavor::Dash
+        }
     }
 
     /// Takes the EXIT trap's text (it runs once).
@@ -296,69 +313,83 @@ impl SimOs {
 
     /// The cell script's prologue (`tether_core::agent::shell`): the note
     /// a cell before left goes to stderr, then the kernel's snapshot is
-    /// restored (working directory, exports, shell variables).
+    /// restored over what the shell inherited ([`ShellState::restore`]).
+    /// A Python cell keeps its namespace elsewhere.
     fn restore_state(&mut self, pid: Pid, shell: &mut Shell) {
-        let Some(state) = shell.files.as_ref().and_then(|f| f.state_dir.clone()) else {
+        if shell.python.is_some() {
+            return;
+        }
+        let marker = shell.files.as_ref().map(|f| f.marker.clone());
+        let Some(p) = self.procs.get(&pid) else {
             return;
         };
-        let note = format!("{state}/note");
-        if let Ok(text) = self.fs.read(&note) {
-            if !text.is_empty() {
-                let err = self.procs.get(&pid).map_or(Fd::Null, |p| p.stderr);
-                self.write_fd(pid, err, &text);
-                let _ = self.fs.write_atomic(&note, b"");
-            }
-        }
-        let saved = self
-            .fs
-            .read(&format!("{state}/shell"))
-            .map(|b| parse_snapshot(&b))
-            .unwrap_or_default();
-        let mut vars = BTreeMap::new();
-        let mut exports = BTreeMap::new();
-        let mut cwd = None;
-        for (kind, name, value) in saved {
-            match kind.as_str() {
-                "export" => {
-                    exports.insert(name, value);
+        let inherited: BTreeMap<String, String> = p
+            .env
+            .iter()
+            .filter(|(k, _)| Some(*k) != marker.as_ref())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let cwd = p.cwd.clone();
+        let mut snapshot = None;
+        if let Some(state) = shell.files.as_ref().and_then(|f| f.state_dir.clone()) {
+            let note = format!("{state}/note");
+            if let Ok(text) = self.fs.read(&note) {
+                if !text.is_empty() {
+                    let err = self.procs.get(&pid).map_or(Fd::Null, |p| p.stderr);
+                    self.write_fd(pid, err, &text);
+                    let _ = self.fs.write_atomic(&note, b"");
                 }
-                "set" => {
-                    vars.insert(name, value);
-                }
-                "cwd" => cwd = Some(value).filter(|d| self.fs.is_dir(d)),
-                _ => {}
             }
+            snapshot = self
+                .fs
+                .read(&format!("{state}/shell"))
+                .ok()
+                .and_then(|b| ShellState::from_snapshot(&b));
         }
+        shell.state = ShellState::restore(shell.flavor(), &inherited, snapshot);
+        // `cd` to the saved directory, if it is still there.
+        match shell.state.cwd.clone().filter(|d| self.fs.is_dir(d)) {
+            Some(dir) => {
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.cwd = dir;
+                }
+            }
+            None => shell.state.cwd = Some(cwd),
+        }
+        self.sync_env(pid, shell);
+    }
+
+    /// The process's environment follows the shell's exports (the marker
+    /// stays: the wrapper never saves or restores it).
+    fn sync_env(&mut self, pid: Pid, shell: &Shell) {
+        let marker = shell.files.as_ref().map(|f| f.marker.clone());
         if let Some(p) = self.procs.get_mut(&pid) {
-            if let Some(dir) = cwd {
-                p.cwd = dir;
+            let mut env = shell.state.environment();
+            if let Some(m) = marker {
+                if let Some(v) = p.env.get(&m) {
+                    env.insert(m, v.clone());
+                }
             }
-            p.env.extend(exports);
+            p.env = env;
         }
-        shell.vars.extend(vars);
     }
 
     /// The wrapper's save (at the end of the code, or from its EXIT trap
-    /// on `exit`, a set -e failure or a cancel's TERM): the snapshot goes
-    /// to the cell's `shell.new` (the shim promotes it), without the marker.
+    /// on `exit`, a set -e failure or a cancel's TERM): what the shell's
+    /// flavor can list ([`ShellState::saved`]) goes to the cell's
+    /// `shell.new` (the shim promotes it), without the marker.
     fn save_state(&mut self, pid: Pid, shell: &mut Shell) {
         let Some(files) = shell.files.as_ref() else {
             return;
         };
-        let Some(p) = self.procs.get(&pid) else {
-            return;
-        };
-        let mut text = String::new();
-        for (k, v) in p.env.iter().filter(|(k, _)| **k != files.marker) {
-            text.push_str(&snapshot_line("export", k, v));
+        let mut state = shell.state.saved(shell.flavor());
+        state.vars.remove(&files.marker);
+        state.exported.remove(&files.marker);
+        if let Some(p) = self.procs.get(&pid) {
+            state.cwd = Some(p.cwd.clone());
         }
-        for (k, v) in &shell.vars {
-            text.push_str(&snapshot_line("set", k, v));
-        }
-        text.push_str(&snapshot_line("cwd", "_", &p.cwd));
-        text.push_str("#tether-end\n");
         let new = format!("{}/shell.new", files.cell_dir);
-        let _ = self.fs.write_atomic(&new, text.as_bytes());
+        let _ = self.fs.write_atomic(&new, &state.to_snapshot());
     }
 
     /// The code reached its end: the save, then the `end` file.
@@ -392,10 +423,15 @@ impl SimOs {
         // saves; under dash the user's trap replaced tether's, so a shell
         // that exits early runs it instead of the save.
         let user_trap = shell.exit_trap.take();
-        match exit_code {
-            None => self.save_end(pid, shell),
-            Some(_) if shell.bash || user_trap.is_none() => self.save_state(pid, shell),
-            Some(_) => {}
+        let end = match exit_code {
+            None => CellEnd::Complete,
+            Some(_) => CellEnd::Early,
+        };
+        if shell_model::end_saves(shell.flavor(), end, user_trap.is_some()) {
+            match end {
+                CellEnd::Complete => self.save_end(pid, shell),
+                _ => self.save_state(pid, shell),
+            }
         }
         if let Some(text) = user_trap.filter(|_| !shell.bash && exit_code.is_some()) {
             let out = self.procs.get(&pid).map_or(Fd::Null, |p| p.stdout);
@@ -614,9 +650,9 @@ impl SimOs {
                     py.environ.insert(name, value);
                 }
                 None => {
-                    if let Some(p) = self.procs.get_mut(&pid) {
-                        p.env.insert(name, value);
-                    }
+                    shell.state.assign(&name, &value, true);
+                    shell.last_status = 0;
+                    self.sync_env(pid, shell);
                 }
             },
             Step::IgnoreInt => {
@@ -625,11 +661,15 @@ impl SimOs {
                     p.int_pending = false;
                 }
             }
-            Step::SetName { name, value } => {
+            Step::SetName { name, value } if shell.python.is_some() => {
                 shell.vars.insert(name, value);
-                shell.last_status = 0;
             }
-            Step::PrintName { name } => match shell.vars.get(&name).cloned() {
+            Step::SetName { name, value } => {
+                shell.state.assign(&name, &value, false);
+                shell.last_status = 0;
+                self.sync_env(pid, shell);
+            }
+            Step::PrintName { name } => match self.bound(shell, &name) {
                 Some(value) => {
                     let out = self.procs.get(&pid).map_or(Fd::Null, |p| p.stdout);
                     self.write_fd(pid, out, format!("{value}\n").as_bytes());
@@ -648,7 +688,7 @@ impl SimOs {
                     } else {
                         // `${NAME?}`: a non-interactive shell exits.
                         self.shell_error(pid, shell, &format!("{name}: parameter not set"));
-                        self.finish(pid, shell, Some(2));
+                        self.finish(pid, shell, Some(shell.flavor().unbound_status()));
                     }
                 }
             },
@@ -665,6 +705,7 @@ impl SimOs {
                 };
                 match super::fs::normalize(&target) {
                     Ok(dir) if self.fs.is_dir(&dir) => {
+                        shell.state.chdir(&dir);
                         if let Some(p) = self.procs.get_mut(&pid) {
                             p.cwd = dir;
                         }
@@ -673,51 +714,56 @@ impl SimOs {
                     _ => self.shell_error(pid, shell, &format!("cd: can't cd to {path}")),
                 }
             }
-        }
-    }
-}
-
-/// One line of the simulated snapshot: `KIND NAME='value'`.
-fn snapshot_line(kind: &str, name: &str, value: &str) -> String {
-    format!(
-        "{kind} {name}={}\n",
-        tether_scenarios::workload::sh_quote(value)
-    )
-}
-
-/// Reads back what [`snapshot_line`] wrote (values may span lines), up to
-/// the `#tether-end` line.
-fn parse_snapshot(bytes: &[u8]) -> Vec<(String, String, String)> {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = Vec::new();
-    let mut rest: &str = &text;
-    while let Some((kind, line)) = rest.split_once(' ') {
-        if kind.contains('\n') {
-            break;
-        }
-        let Some(eq) = line.find('=') else { break };
-        let name = &line[..eq];
-        let mut value = String::new();
-        let mut chars = line[eq + 1..].char_indices().peekable();
-        let mut end = line.len();
-        let mut quoted = false;
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\'' => quoted = !quoted,
-                '\\' if !quoted => {
-                    if let Some((_, n)) = chars.next() {
-                        value.push(n);
-                    }
+            // A Python cell has no shell state.
+            Step::State { .. } | Step::Show { .. } | Step::Fail | Step::Expand { .. }
+                if shell.python.is_some() => {}
+            Step::State { change } => self.change_state(pid, shell, change),
+            Step::Show { probe } => {
+                let text = shell.state.show(&probe);
+                let out = self.procs.get(&pid).map_or(Fd::Null, |p| p.stdout);
+                self.write_fd(pid, out, text.as_bytes());
+                shell.last_status = 0;
+            }
+            Step::Fail => {
+                shell.last_status = 1;
+                if shell.state.has(ShellOption::Errexit) {
+                    self.finish(pid, shell, Some(1));
                 }
-                '\n' if !quoted => {
-                    end = eq + 1 + i + 1;
-                    break;
+            }
+            Step::Expand { name } => {
+                shell.last_status = 0;
+                if shell.state.get(&name).is_none() && shell.state.has(ShellOption::Nounset) {
+                    self.shell_error(pid, shell, &format!("{name}: parameter not set"));
+                    self.finish(pid, shell, Some(shell.flavor().unbound_status()));
                 }
-                c => value.push(c),
             }
         }
-        out.push((kind.to_owned(), name.to_owned(), value));
-        rest = &line[end.min(line.len())..];
     }
-    out
+
+    /// A name's value: a Python cell's namespace, a shell's variables.
+    fn bound(&self, shell: &Shell, name: &str) -> Option<String> {
+        match shell.python {
+            Some(_) => shell.vars.get(name).cloned(),
+            None => shell.state.get(name).map(str::to_owned),
+        }
+    }
+
+    fn change_state(&mut self, pid: Pid, shell: &mut Shell, change: StateChange) {
+        if let StateChange::Pushd { path } = &change {
+            match super::fs::normalize(path) {
+                Ok(dir) if self.fs.is_dir(&dir) => {
+                    shell.state.apply(&StateChange::Pushd { path: dir.clone() });
+                    if let Some(p) = self.procs.get_mut(&pid) {
+                        p.cwd = dir;
+                    }
+                    shell.last_status = 0;
+                }
+                _ => self.shell_error(pid, shell, &format!("pushd: {path}: no such directory")),
+            }
+            return;
+        }
+        shell.state.apply(&change);
+        shell.last_status = 0;
+        self.sync_env(pid, shell);
+    }
 }
