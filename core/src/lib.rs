@@ -8,6 +8,8 @@
 //! - [`client`]: the client state machine ([`client::Client`]);
 //! - [`protocol`]: the wire protocol (ops, replies, journal, render, parse);
 //! - [`agent`]: the agent's decisions over an [`agent::Os`];
+//! - [`channel`]: one long-lived, multiplexed exec of the agent per sandbox
+//!   (framing, and the client side's decisions);
 //! - [`ids`]: validated names and identifiers;
 //! - [`bytes`]: exact bytes in JSON;
 //! - [`shell_quote`]: quoting for `sh -c` command lines;
@@ -100,6 +102,7 @@
 
 pub mod agent;
 pub mod bytes;
+pub mod channel;
 pub mod client;
 pub mod ids;
 #[cfg(feature = "mutations")]
