@@ -3,12 +3,15 @@
 //!
 //! - `op --root R`: one agent operation; the request is one JSON envelope
 //!   on stdin, the reply one JSON line on stdout ([`op_cmd`]);
+//! - `channel --root R`: the same ops, framed, many in flight, over one
+//!   long-lived process's stdin and stdout ([`channel`]);
 //! - `serve --kernel-dir D --nonce N`: the kernel daemon ([`serve`]);
 //! - `shim --launch JSON`: one cell's shim ([`shim`]).
 //!
 //! Every decision lives in `tether_core::agent`; these modules move bytes
 //! and time and reach the system through [`linux_os::LinuxOs`].
 
+mod channel;
 mod linux_os;
 mod op_cmd;
 mod pyshim;
@@ -18,7 +21,7 @@ mod shim;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: tether-agent op --root DIR < request.json\n       tether-agent serve --kernel-dir DIR --nonce NONCE\n       tether-agent shim --launch JSON\n";
+const USAGE: &str = "usage: tether-agent op --root DIR < request.json\n       tether-agent channel --root DIR\n       tether-agent serve --kernel-dir DIR --nonce NONCE\n       tether-agent shim --launch JSON\n";
 
 /// The value after `--name` in `args`.
 pub(crate) fn flag(args: &[OsString], name: &str) -> Option<String> {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
     let rest = args.get(2..).unwrap_or(&[]);
     let code = match args.get(1).and_then(|a| a.to_str()) {
         Some("op") => op_cmd::run(rest),
+        Some("channel") => channel::run(rest),
         Some("serve") => serve::run(rest),
         Some("shim") => shim::run(rest),
         _ => {
