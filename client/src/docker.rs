@@ -171,9 +171,14 @@ impl DockerTransport {
         }
     }
 
+    /// The container and how it is made.
+    pub fn options(&self) -> &DockerOptions {
+        &self.opts
+    }
+
     /// Makes sure the container exists and runs (with `image` only; a
     /// named container without one is the user's to start).
-    async fn ensure(&self) -> Result<(), TransportError> {
+    pub(crate) async fn ensure(&self) -> Result<(), TransportError> {
         let Some(image) = &self.opts.image else {
             return Ok(());
         };

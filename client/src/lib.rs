@@ -9,6 +9,8 @@
 //! - [`local`]: the `local` transport (real processes, injected latency);
 //! - [`docker`], [`ssh`], [`modal`]: the remote transports (`docker exec`,
 //!   the ssh client, Modal's Python client), over `subprocess`;
+//! - [`channel`]: agent ops over one long-lived, multiplexed exec of the
+//!   agent, one-shot execs whenever it is not open;
 //! - [`backend`]: `--backend` specs (`local?latency=50ms`) to transports;
 //! - [`driver`]: [`driver::Driver`], the tokio loop around the state machine;
 //! - [`records`]: persisted kernel records (files, or memory for the sim);
@@ -21,6 +23,7 @@
 pub mod agent_bin;
 pub mod backend;
 pub mod bench;
+pub mod channel;
 pub mod cli;
 pub mod docker;
 pub mod driver;

@@ -29,6 +29,11 @@ impl LocalTransport {
         LocalTransport { opts }
     }
 
+    /// The injected delays.
+    pub fn options(&self) -> &LocalOptions {
+        &self.opts
+    }
+
     fn delay_for(&self, req: &ExecRequest) -> Duration {
         let extra = req
             .op

@@ -175,6 +175,15 @@ impl Mux {
         self.last_break.as_deref()
     }
 
+    /// Opens the channel now if nothing asked for it yet (to warm it up
+    /// before the first op); otherwise changes nothing.
+    pub fn start(&mut self, now: Timestamp) {
+        if self.state == State::Idle {
+            self.state = State::Closed { retry_at: now };
+            self.handle_timeout(now);
+        }
+    }
+
     /// Routes one op whose one-shot stdin is `request` (the envelope).
     pub fn route(&mut self, request: &[u8], now: Timestamp) -> Route {
         match self.state {
@@ -198,8 +207,7 @@ impl Mux {
                 Route::Channel(frame)
             }
             State::Idle => {
-                self.state = State::Closed { retry_at: now };
-                self.handle_timeout(now);
+                self.start(now);
                 self.stats.one_shot += 1;
                 Route::OneShot
             }

@@ -1,0 +1,125 @@
+//! Streaming execs: a long-lived command on the sandbox whose stdin and
+//! stdout stay open, which is what the channel rides on. Each backend that
+//! can keep a command running says how ([`StreamExec`]); the channel's
+//! driver does the rest.
+//!
+//! - `local`: the command is a child of this process; the backend's
+//!   injected latency is slept before it starts and added to every write
+//!   (a frame arrives one round trip after it was sent, as a one-shot
+//!   exec's command starts one round trip after the call);
+//! - `docker`: `docker exec -i CONTAINER argv…`, stdin piped.
+//!
+//! The command runs in its own process group (a Ctrl-C at the terminal
+//! is for tether) and is killed when the stream is dropped.
+
+use crate::docker::DockerTransport;
+use crate::local::LocalTransport;
+use crate::transport::{TransportError, TransportErrorKind};
+use std::future::Future;
+use std::io::ErrorKind;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::process::{Child, Command};
+
+/// A running command with its pipes.
+pub struct ChannelStream {
+    /// Its stdin.
+    pub stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Its stdout.
+    pub stdout: Box<dyn AsyncRead + Send + Unpin>,
+    /// Its stderr (what it says when it fails to start).
+    pub stderr: Box<dyn AsyncRead + Send + Unpin>,
+    /// The process on this machine (the command itself, or the helper
+    /// that runs it remotely); killed on drop.
+    pub child: Child,
+    /// Added before every write (injected latency).
+    pub send_delay: Duration,
+}
+
+impl std::fmt::Debug for ChannelStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelStream")
+            .field("pid", &self.child.id())
+            .field("send_delay", &self.send_delay)
+            .finish()
+    }
+}
+
+/// The future [`StreamExec::open_stream`] returns.
+pub type OpenFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ChannelStream, TransportError>> + Send + 'a>>;
+
+/// A backend that can keep a command running with open pipes.
+pub trait StreamExec: Send + Sync + 'static {
+    /// Starts `argv` on the sandbox. An error means it could not be
+    /// started; a command that starts and fails ends its stdout instead.
+    fn open_stream(&self, argv: Vec<String>) -> OpenFuture<'_>;
+}
+
+impl StreamExec for LocalTransport {
+    fn open_stream(&self, argv: Vec<String>) -> OpenFuture<'_> {
+        let latency = self.options().latency;
+        Box::pin(async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            let Some((program, args)) = argv.split_first() else {
+                return Err(io_error("empty argv".into()));
+            };
+            let mut command = Command::new(program);
+            command.args(args);
+            spawn(command, latency)
+                .map_err(|e| io_error(format!("cannot start the channel ({program}): {e}")))
+        })
+    }
+}
+
+impl StreamExec for DockerTransport {
+    fn open_stream(&self, argv: Vec<String>) -> OpenFuture<'_> {
+        Box::pin(async move {
+            self.ensure().await?;
+            let mut command = Command::new("docker");
+            command
+                .args(["exec", "-i", &self.options().container])
+                .args(&argv);
+            spawn(command, Duration::ZERO).map_err(|e| TransportError {
+                kind: if e.kind() == ErrorKind::NotFound {
+                    TransportErrorKind::Unreachable
+                } else {
+                    TransportErrorKind::Io
+                },
+                detail: format!("cannot run docker for the channel: {e}"),
+            })
+        })
+    }
+}
+
+fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelStream> {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command.spawn()?;
+    let missing = || std::io::Error::other("a pipe of the channel's command is missing");
+    let stdin = child.stdin.take().ok_or_else(missing)?;
+    let stdout = child.stdout.take().ok_or_else(missing)?;
+    let stderr = child.stderr.take().ok_or_else(missing)?;
+    Ok(ChannelStream {
+        stdin: Box::new(stdin),
+        stdout: Box::new(stdout),
+        stderr: Box::new(stderr),
+        child,
+        send_delay,
+    })
+}
+
+fn io_error(detail: String) -> TransportError {
+    TransportError {
+        kind: TransportErrorKind::Io,
+        detail,
+    }
+}

@@ -1,0 +1,282 @@
+//! The channel with real processes: the agent's channel process killed or
+//! stopped while a cell's wait is in flight on it, and the same cells with
+//! the channel forced off (the one-shot op process killed instead). Each
+//! cell must complete exactly once (its side-effect file counted) with its
+//! whole output, in order.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tether::agent_bin::AgentBinary;
+use tether::backend::LocalOptions;
+use tether::channel::{ChannelTransport, StreamExec};
+use tether::local::LocalTransport;
+use tether::transport::Transport;
+use tether::{Driver, MemoryStore};
+use tether_core::bytes::Bytes;
+use tether_core::channel::MuxConfig;
+use tether_core::client::{Client, Config, Event};
+use tether_core::ids::KernelName;
+use tether_core::protocol::{CellOutcome, Lang, Stream};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn driver(root: &Path, agent: &AgentBinary, transport: Arc<dyn Transport>) -> Driver {
+    let location = agent.location(root.to_str().unwrap());
+    let client = Client::new(Config::new(location.clone(), agent.size()), 11);
+    Driver::new(
+        client,
+        transport,
+        Box::new(MemoryStore::new()),
+        agent.bytes.clone(),
+        location,
+    )
+}
+
+/// Pids of this root's agent processes in `role` (`channel`, `op`).
+fn agent_pids(root: &Path, role: &str) -> Vec<u32> {
+    let root = root.to_str().unwrap();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.get(1) == Some(&role.as_bytes()) && args.contains(&root.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// The cell: prints 12 numbered lines 0.1 s apart, writes its side
+/// effect, prints its end.
+fn code(i: usize, side: &Path) -> String {
+    format!(
+        "echo start {i}; for j in 1 2 3 4 5 6 7 8 9 10 11 12; do echo {i}.$j; sleep 0.1; done; \
+         echo ran >> {side}; echo end {i}",
+        side = side.display()
+    )
+}
+
+fn expected(i: usize) -> String {
+    let mut s = format!("start {i}\n");
+    for j in 1..=12 {
+        s.push_str(&format!("{i}.{j}\n"));
+    }
+    s.push_str(&format!("end {i}\n"));
+    s
+}
+
+/// Runs cell `i` while `interfere` acts on the agent 0.5 s into it; checks
+/// the output and that it ran once.
+async fn run_interfered(
+    driver: &mut Driver,
+    root: &Path,
+    i: usize,
+    interfere: impl FnOnce() + Send + 'static,
+) {
+    let kernel = KernelName::new("k").unwrap();
+    let side = root.join(format!("side-{i}"));
+    let mut out = Vec::new();
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        interfere();
+    });
+    let (_, outcome) = driver
+        .run_cell(
+            &kernel,
+            Lang::Shell,
+            Bytes::from(code(i, &side).as_str()),
+            None,
+            &mut |e| {
+                if let Event::Output {
+                    stream: Stream::Stdout,
+                    data,
+                    ..
+                } = e
+                {
+                    out.extend_from_slice(data.as_slice());
+                }
+            },
+        )
+        .await
+        .unwrap();
+    killer.await.unwrap();
+    assert_eq!(outcome, CellOutcome::Ok, "cell {i}");
+    assert_eq!(String::from_utf8_lossy(&out), expected(i), "cell {i}");
+    assert_eq!(
+        std::fs::read_to_string(&side).unwrap(),
+        "ran\n",
+        "cell {i} ran exactly once"
+    );
+}
+
+fn setup() -> (tempfile::TempDir, AgentBinary) {
+    let root = tempfile::Builder::new()
+        .prefix("tether-channel")
+        .tempdir()
+        .unwrap();
+    (root, AgentBinary::load(common::agent_bin()).unwrap())
+}
+
+fn channel(config: MuxConfig, agent: &AgentBinary, root: &Path) -> Arc<ChannelTransport> {
+    let backend = Arc::new(LocalTransport::new(LocalOptions::default()));
+    Arc::new(ChannelTransport::new(
+        backend,
+        &agent.location(root.to_str().unwrap()),
+        config,
+    ))
+}
+
+async fn warm(driver: &mut Driver) {
+    let kernel = KernelName::new("k").unwrap();
+    let (_, outcome) = driver
+        .run_cell(&kernel, Lang::Shell, Bytes::from("true"), None, &mut |_| ())
+        .await
+        .unwrap();
+    assert_eq!(outcome, CellOutcome::Ok);
+}
+
+#[test]
+fn the_channel_killed_mid_wait_loses_nothing_and_runs_nothing_twice() {
+    let (root, agent) = setup();
+    let channel = channel(MuxConfig::default(), &agent, root.path());
+    let mut driver = driver(root.path(), &agent, channel.clone());
+    rt().block_on(async {
+        warm(&mut driver).await;
+        for i in 1..=3 {
+            assert!(
+                channel.open(Duration::from_secs(20)).await,
+                "{:?}",
+                channel.status()
+            );
+            let before = channel.status().stats;
+            let pids = agent_pids(root.path(), "channel");
+            assert_eq!(pids.len(), 1, "one channel process: {pids:?}");
+            assert_eq!(channel.status().pid, Some(pids[0]));
+            run_interfered(&mut driver, root.path(), i, move || {
+                signal(pids[0], "-KILL")
+            })
+            .await;
+            let after = channel.status().stats;
+            assert_eq!(after.broken, before.broken + 1, "{after:?}");
+            assert!(after.on_channel > before.on_channel, "{after:?}");
+        }
+        // It reopens and carries the next cell again.
+        assert!(channel.open(Duration::from_secs(20)).await);
+        let before = channel.status().stats;
+        warm(&mut driver).await;
+        let after = channel.status().stats;
+        assert!(after.on_channel > before.on_channel, "{after:?}");
+        assert_eq!(after.one_shot, before.one_shot, "{after:?}");
+        let kernel = KernelName::new("k").unwrap();
+        driver.shutdown(&kernel, &mut |_| ()).await.unwrap();
+    });
+}
+
+#[test]
+fn a_stalled_channel_is_given_up_and_the_cell_completes_without_it() {
+    let (root, agent) = setup();
+    let config = MuxConfig {
+        stall_after: Duration::from_millis(1500),
+        ..MuxConfig::default()
+    };
+    let channel = channel(config, &agent, root.path());
+    let mut driver = driver(root.path(), &agent, channel.clone());
+    rt().block_on(async {
+        warm(&mut driver).await;
+        assert!(channel.open(Duration::from_secs(20)).await);
+        let pid = channel.status().pid.unwrap();
+        let before = channel.status().stats;
+        // Stopped, as a paused container: alive, silent, pipes open.
+        run_interfered(&mut driver, root.path(), 1, move || signal(pid, "-STOP")).await;
+        let status = channel.status();
+        assert_eq!(status.stats.broken, before.broken + 1, "{status:?}");
+        assert!(
+            status
+                .last_break
+                .as_deref()
+                .unwrap_or("")
+                .contains("stalled"),
+            "{status:?}"
+        );
+        // The stopped process was killed, not left behind.
+        let gone = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                    s.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+        });
+        assert!(gone, "the stalled channel process {pid} is still there");
+        let kernel = KernelName::new("k").unwrap();
+        driver.shutdown(&kernel, &mut |_| ()).await.unwrap();
+    });
+}
+
+#[test]
+fn with_the_channel_off_a_killed_one_shot_wait_loses_nothing_either() {
+    let (root, agent) = setup();
+    let backend: Arc<dyn Transport> = Arc::new(LocalTransport::new(LocalOptions::default()));
+    let mut driver = driver(root.path(), &agent, backend);
+    let dir = root.path().to_owned();
+    rt().block_on(async {
+        warm(&mut driver).await;
+        for i in 1..=2 {
+            let dir = dir.clone();
+            run_interfered(&mut driver, root.path(), i, move || {
+                let pids = agent_pids(&dir, "op");
+                assert!(!pids.is_empty(), "a wait op is in flight");
+                for pid in pids {
+                    signal(pid, "-KILL");
+                }
+            })
+            .await;
+        }
+        assert!(agent_pids(root.path(), "channel").is_empty(), "forced off");
+        let kernel = KernelName::new("k").unwrap();
+        driver.shutdown(&kernel, &mut |_| ()).await.unwrap();
+    });
+}
+
+/// A `StreamExec` is all a backend needs to carry a channel: the local
+/// backend's stream is the agent itself, with the latency on every frame.
+#[test]
+fn the_local_stream_runs_the_command_with_open_pipes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let t = LocalTransport::new(LocalOptions::default());
+    rt().block_on(async {
+        let mut s = t
+            .open_stream(vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "head -c 5; echo !".into(),
+            ])
+            .await
+            .unwrap();
+        s.stdin.write_all(b"hello").await.unwrap();
+        let mut got = String::new();
+        s.stdout.read_to_string(&mut got).await.unwrap();
+        assert_eq!(got, "hello!\n");
+    });
+}
