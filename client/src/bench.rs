@@ -1,9 +1,12 @@
 //! `tether bench` (hidden): the numbers in the README, measured on this
-//! machine through the local transport, with and without injected latency.
+//! machine through the local transport, with and without injected latency,
+//! and through docker when `--docker SPEC` names a container.
 //!
 //! - warm `tether run true`: wall time of the whole CLI process (start,
-//!   hash the agent, read the record, one cell, exit), median;
+//!   hash the agent, read the record, one cell, exit), median, with the
+//!   channel off and on (`--channel`);
 //! - bare `sh -c true` through the same transport, median;
+//! - a warm cell `true` in-process, one-shot execs and on an open channel;
 //! - exec round trips a warm short cell costs (counted by the driver);
 //! - cancel → last process dead, for a cell whose processes honour TERM;
 //! - the kernel daemon's resident memory (`VmRSS` from /proc);
@@ -14,6 +17,7 @@
 
 use crate::agent_bin::AgentBinary;
 use crate::backend::{BackendSpec, LocalOptions};
+use crate::channel::channel_for;
 use crate::cli::{exit, Context, Failure};
 use crate::driver::Driver;
 use crate::records::MemoryStore;
@@ -22,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tether_core::bytes::Bytes;
+use tether_core::channel::MuxConfig;
 use tether_core::client::{Client, Config};
 use tether_core::ids::KernelName;
 use tether_core::protocol::Lang;
@@ -36,6 +41,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "0ms,50ms", value_delimiter = ',',
           value_parser = crate::duration::parse_duration)]
     pub latency: Vec<Duration>,
+    /// Also measure this docker backend (e.g.
+    /// `docker?image=tether-sandbox:latest`); its root is
+    /// `/tmp/tether-bench` in the container.
+    #[arg(long)]
+    pub docker: Option<String>,
 }
 
 fn fail(message: impl std::fmt::Display) -> Failure {
@@ -68,41 +78,86 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
         agent.path.display()
     );
     println!("iterations per median: {}", args.iterations.max(1));
+    let mut targets = Vec::new();
     for &latency in &args.latency {
         let dir = scratch.join(format!("lat{}", latency.as_millis()));
         std::fs::create_dir_all(&dir).map_err(fail)?;
-        let r = measure(agent, &dir, latency, args.iterations.max(1)).await?;
-        println!("\n== injected latency {}ms per exec", latency.as_millis());
-        let rows = [
-            ("warm `tether run true`, whole CLI, median", ms(r.cli_run)),
+        let root = dir
+            .join("root")
+            .to_str()
+            .ok_or_else(|| fail("temp dir is not UTF-8"))?
+            .to_owned();
+        let spec = BackendSpec::Local(LocalOptions {
+            latency,
+            ..LocalOptions::default()
+        });
+        let title = format!("local, injected latency {}ms per exec", latency.as_millis());
+        targets.push((title, spec, root, dir));
+    }
+    if let Some(docker) = &args.docker {
+        let spec = BackendSpec::parse(docker).map_err(fail)?;
+        if !matches!(spec, BackendSpec::Docker(_)) {
+            return Err(fail(format!("--docker {docker}: not a docker backend")));
+        }
+        let dir = scratch.join("docker");
+        std::fs::create_dir_all(&dir).map_err(fail)?;
+        targets.push((spec.to_string(), spec, "/tmp/tether-bench".into(), dir));
+    }
+    for (title, spec, root, dir) in targets {
+        let r = measure(agent, &spec, &root, &dir, args.iterations.max(1)).await?;
+        println!("\n== {title}");
+        let mut rows = vec![
+            (
+                "warm `tether run true`, whole CLI, --channel off",
+                ms(r.cli_run_off),
+            ),
+            (
+                "warm `tether run true`, whole CLI, --channel auto",
+                ms(r.cli_run_auto),
+            ),
             (
                 "bare `sh -c true` via the transport, median",
                 ms(r.bare_exec),
             ),
-            ("warm cell `true` in-process, median", ms(r.cell)),
+            ("warm cell `true` in-process, one-shot, median", ms(r.cell)),
+            (
+                "warm cell `true` in-process, on the channel, median",
+                ms(r.channel_cell),
+            ),
             (
                 "exec calls per warm cell, in-process",
                 r.round_trips.clone(),
             ),
+            (
+                "per warm cell on the channel (execs; ops on it)",
+                r.channel_ops.clone(),
+            ),
             ("exec calls per warm `tether run true`", r.cli_execs.clone()),
-            ("cancel -> last process dead (TERM honoured)", ms(r.cancel)),
-            ("kernel daemon RSS", format!("{} KiB", r.daemon_rss_kib)),
         ];
+        if let Some(cancel) = r.cancel {
+            rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
+        }
+        if let Some(rss) = r.daemon_rss_kib {
+            rows.push(("kernel daemon RSS", format!("{rss} KiB")));
+        }
         for (label, value) in rows {
-            println!("{label:<46} {value}");
+            println!("{label:<52} {value}");
         }
     }
     Ok(exit::OK)
 }
 
 struct Results {
-    cli_run: Duration,
+    cli_run_off: Duration,
+    cli_run_auto: Duration,
     bare_exec: Duration,
     cell: Duration,
+    channel_cell: Duration,
     round_trips: String,
+    channel_ops: String,
     cli_execs: String,
-    cancel: Duration,
-    daemon_rss_kib: u64,
+    cancel: Option<Duration>,
+    daemon_rss_kib: Option<u64>,
 }
 
 fn ms(d: Duration) -> String {
@@ -116,16 +171,12 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 async fn measure(
     agent: &AgentBinary,
+    spec: &BackendSpec,
+    root_str: &str,
     dir: &Path,
-    latency: Duration,
     iterations: usize,
 ) -> Result<Results, Failure> {
-    let root = dir.join("root");
-    let root_str = root.to_str().ok_or_else(|| fail("temp dir is not UTF-8"))?;
-    let spec = BackendSpec::Local(LocalOptions {
-        latency,
-        ..LocalOptions::default()
-    });
+    let local = matches!(spec, BackendSpec::Local(_));
     let transport = spec.transport();
 
     // Bare exec through the same transport.
@@ -148,7 +199,7 @@ async fn measure(
         transport.clone(),
         Box::new(MemoryStore::new()),
         agent.bytes.clone(),
-        location,
+        location.clone(),
     );
     let kernel = KernelName::new("bench").map_err(fail)?;
     let quiet = &mut |_: &tether_core::client::Event| ();
@@ -182,45 +233,56 @@ async fn measure(
         .record(&kernel)
         .and_then(|r| r.identity)
         .map(|id| rss_kib(id.pid))
-        .unwrap_or(0);
-    let cancel = cancel_latency(&mut driver, &kernel, dir).await?;
+        .filter(|_| local);
+    let cancel = if local {
+        Some(cancel_latency(&mut driver, &kernel, dir).await?)
+    } else {
+        None
+    };
     driver.shutdown(&kernel, quiet).await.map_err(fail)?;
+    drop(driver);
+
+    // The same warm cell on an open channel.
+    let (channel_cell, channel_ops) =
+        channel_cells(agent, spec, &location, &kernel, iterations).await?;
 
     // The whole CLI, warm.
     let state = dir.join("state");
     let exe = std::env::current_exe().map_err(fail)?;
-    let cli = |args: &[&str]| {
+    let cli = |channel: &str, args: &[&str]| {
         let mut cmd = Command::new(&exe);
         cmd.env("XDG_STATE_HOME", &state)
             .env("TETHER_AGENT_BIN", &agent.path)
             .arg("--backend")
             .arg(spec.to_string())
             .arg("--root")
-            .arg(&root)
+            .arg(root_str)
+            .arg("--channel")
+            .arg(channel)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         cmd
     };
-    let warm = cli(&["run", "--kernel", "cli", "true"])
-        .status()
-        .map_err(fail)?;
+    let run_true = ["run", "--kernel", "cli", "true"];
+    let warm = cli("off", &run_true).status().map_err(fail)?;
     if !warm.success() {
         return Err(fail(format!("`tether run true` failed: {warm}")));
     }
-    let mut runs = Vec::new();
+    // Interleaved, so a load that comes and goes hits both alike.
+    let (mut runs_off, mut runs_auto) = (Vec::new(), Vec::new());
     for _ in 0..iterations {
-        let t0 = Instant::now();
-        let status = cli(&["run", "--kernel", "cli", "true"])
-            .status()
-            .map_err(fail)?;
-        runs.push(t0.elapsed());
-        if !status.success() {
-            return Err(fail(format!("`tether run true` failed: {status}")));
+        for (channel, runs) in [("off", &mut runs_off), ("auto", &mut runs_auto)] {
+            let t0 = Instant::now();
+            let status = cli(channel, &run_true).status().map_err(fail)?;
+            runs.push(t0.elapsed());
+            if !status.success() {
+                return Err(fail(format!("`tether run true` failed: {status}")));
+            }
         }
     }
-    let json = cli(&["--json", "run", "--kernel", "cli", "true"])
+    let json = cli("off", &["--json", "run", "--kernel", "cli", "true"])
         .stdout(Stdio::piped())
         .output()
         .map_err(fail)?;
@@ -230,17 +292,67 @@ async fn measure(
         .find(|v| v["event"] == "exit")
         .map(|v| describe_execs(&v["execs"]))
         .unwrap_or_else(|| "?".into());
-    let _ = cli(&["stop"]).stderr(Stdio::null()).status();
+    let _ = cli("off", &["stop"]).stderr(Stdio::null()).status();
 
     Ok(Results {
-        cli_run: median(runs),
+        cli_run_off: median(runs_off),
+        cli_run_auto: median(runs_auto),
         bare_exec: median(bare),
         cell: median(cells),
+        channel_cell,
         round_trips: per_cell.unwrap_or_default(),
+        channel_ops,
         cli_execs,
         cancel,
         daemon_rss_kib,
     })
+}
+
+/// Warm cells `true` in-process on an open channel: the median, and what
+/// one cell cost (one-shot execs; ops on the channel).
+async fn channel_cells(
+    agent: &AgentBinary,
+    spec: &BackendSpec,
+    location: &tether_core::protocol::AgentLocation,
+    kernel: &KernelName,
+    iterations: usize,
+) -> Result<(Duration, String), Failure> {
+    let channel = channel_for(spec, location, MuxConfig::default())
+        .ok_or_else(|| fail(format!("{spec} cannot carry a channel")))?;
+    let client = Client::new(Config::new(location.clone(), agent.size()), 8);
+    let mut driver = Driver::new(
+        client,
+        channel.clone(),
+        Box::new(MemoryStore::new()),
+        agent.bytes.clone(),
+        location.clone(),
+    );
+    let quiet = &mut |_: &tether_core::client::Event| ();
+    run_ok(&mut driver, kernel, "true", quiet).await?;
+    driver.settle(quiet).await.map_err(fail)?;
+    if !channel.open(Duration::from_secs(30)).await {
+        return Err(fail(format!(
+            "the channel did not open: {:?}",
+            channel.status()
+        )));
+    }
+    let mut cells = Vec::new();
+    let mut per_cell = String::new();
+    for _ in 0..iterations {
+        let before = channel.status().stats;
+        let t0 = Instant::now();
+        run_ok(&mut driver, kernel, "true", quiet).await?;
+        cells.push(t0.elapsed());
+        driver.settle(quiet).await.map_err(fail)?;
+        let after = channel.status().stats;
+        per_cell = format!(
+            "{}; {}",
+            after.one_shot - before.one_shot,
+            after.on_channel - before.on_channel
+        );
+    }
+    driver.shutdown(kernel, quiet).await.map_err(fail)?;
+    Ok((median(cells), per_cell))
 }
 
 async fn run_ok(

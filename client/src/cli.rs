@@ -3,6 +3,7 @@
 
 use crate::agent_bin::AgentBinary;
 use crate::backend::BackendSpec;
+use crate::channel::{transport_for, ChannelMode};
 use crate::driver::{Driver, DriverError, DriverStats};
 use crate::duration::parse_duration;
 use crate::records::{FileStore, KernelLock, Locking, RecordStore};
@@ -109,6 +110,11 @@ pub struct Cli {
     /// Also print the client's notes (installs, retries, ignored replies).
     #[arg(long, short, global = true)]
     pub verbose: bool,
+    /// Agent ops over one long-lived channel to the sandbox (`auto`: on
+    /// the backends that can stream, local and docker), or every op as
+    /// its own exec (`off`).
+    #[arg(long, global = true, value_enum, default_value = "auto", env = "TETHER_CHANNEL")]
+    pub channel: ChannelMode,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -289,6 +295,8 @@ pub struct Context {
     pub json: bool,
     /// Show notes.
     pub verbose: bool,
+    /// Whether ops use the channel.
+    pub channel: ChannelMode,
 }
 
 impl Context {
@@ -315,6 +323,7 @@ impl Context {
             root: trimmed.to_owned(),
             json: cli.json,
             verbose: cli.verbose,
+            channel: cli.channel,
         })
     }
 
@@ -340,7 +349,7 @@ impl Context {
         let client = Client::new(config, os_seed());
         Ok(Driver::new(
             client,
-            self.backend.transport(),
+            transport_for(&self.backend, &location, self.channel),
             Box::new(self.store()?),
             agent.bytes.clone(),
             location,

@@ -65,18 +65,30 @@ pub fn transport_for(
     location: &AgentLocation,
     mode: ChannelMode,
 ) -> Arc<dyn Transport> {
-    match (mode, spec) {
-        (ChannelMode::Auto, BackendSpec::Local(opts)) => Arc::new(ChannelTransport::new(
+    match (mode, channel_for(spec, location, MuxConfig::default())) {
+        (ChannelMode::Auto, Some(channel)) => channel,
+        _ => spec.transport(),
+    }
+}
+
+/// A channel over `spec`'s backend, if that backend can stream.
+pub fn channel_for(
+    spec: &BackendSpec,
+    location: &AgentLocation,
+    config: MuxConfig,
+) -> Option<Arc<ChannelTransport>> {
+    match spec {
+        BackendSpec::Local(opts) => Some(Arc::new(ChannelTransport::new(
             Arc::new(LocalTransport::new(opts.clone())),
             location,
-            MuxConfig::default(),
-        )),
-        (ChannelMode::Auto, BackendSpec::Docker(opts)) => Arc::new(ChannelTransport::new(
+            config,
+        ))),
+        BackendSpec::Docker(opts) => Some(Arc::new(ChannelTransport::new(
             Arc::new(DockerTransport::new(opts.clone())),
             location,
-            MuxConfig::default(),
-        )),
-        _ => spec.transport(),
+            config,
+        ))),
+        BackendSpec::Ssh(_) | BackendSpec::Modal(_) => None,
     }
 }
 
