@@ -113,7 +113,13 @@ pub struct Cli {
     /// Agent ops over one long-lived channel to the sandbox (`auto`: on
     /// the backends that can stream, local and docker), or every op as
     /// its own exec (`off`).
-    #[arg(long, global = true, value_enum, default_value = "auto", env = "TETHER_CHANNEL")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "auto",
+        env = "TETHER_CHANNEL"
+    )]
     pub channel: ChannelMode,
     /// What to do.
     #[command(subcommand)]

@@ -94,8 +94,21 @@ async fn run_interfered(
     i: usize,
     interfere: impl FnOnce() + Send + 'static,
 ) {
-    let kernel = KernelName::new("k").unwrap();
     let side = root.join(format!("side-{i}"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    run_interfered_on(driver, &side, read, i, interfere).await;
+}
+
+/// [`run_interfered`] with the side-effect file at `side` on the sandbox,
+/// read by `read_side`.
+async fn run_interfered_on(
+    driver: &mut Driver,
+    side: &Path,
+    read_side: impl Fn(&Path) -> String,
+    i: usize,
+    interfere: impl FnOnce() + Send + 'static,
+) {
+    let kernel = KernelName::new("k").unwrap();
     let mut out = Vec::new();
     let killer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -105,7 +118,7 @@ async fn run_interfered(
         .run_cell(
             &kernel,
             Lang::Shell,
-            Bytes::from(code(i, &side).as_str()),
+            Bytes::from(code(i, side).as_str()),
             None,
             &mut |e| {
                 if let Event::Output {
@@ -123,11 +136,7 @@ async fn run_interfered(
     killer.await.unwrap();
     assert_eq!(outcome, CellOutcome::Ok, "cell {i}");
     assert_eq!(String::from_utf8_lossy(&out), expected(i), "cell {i}");
-    assert_eq!(
-        std::fs::read_to_string(&side).unwrap(),
-        "ran\n",
-        "cell {i} ran exactly once"
-    );
+    assert_eq!(read_side(side), "ran\n", "cell {i} ran exactly once");
 }
 
 fn setup() -> (tempfile::TempDir, AgentBinary) {
@@ -278,5 +287,121 @@ fn the_local_stream_runs_the_command_with_open_pipes() {
         let mut got = String::new();
         s.stdout.read_to_string(&mut got).await.unwrap();
         assert_eq!(got, "hello!\n");
+    });
+}
+
+/// A container of the test image, removed on drop.
+struct Container(String);
+
+impl Container {
+    fn sh(&self, script: &str) -> String {
+        let out = std::process::Command::new("docker")
+            .args(["exec", &self.0, "sh", "-c", script])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Pids, in the container, of the agent's channel processes.
+    fn channel_pids(&self) -> Vec<u32> {
+        // argv[1] is `channel` (the scan's own shell only mentions it).
+        self.sh(
+            "for p in /proc/[0-9]*; do \
+               a=$(tr '\\000' '\\n' < $p/cmdline 2>/dev/null | sed -n 2p); \
+               [ \"$a\" = channel ] && echo ${p#/proc/}; \
+             done",
+        )
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+    }
+}
+
+/// `docker ARGS…`, which must succeed.
+fn docker(args: &[&str]) {
+    let status = std::process::Command::new("docker")
+        .args(args)
+        .status()
+        .unwrap();
+    assert!(status.success(), "docker {args:?}");
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
+/// On docker: the channel process in the container killed mid-wait, then
+/// the container paused (the channel stalls) and unpaused; each cell once,
+/// complete, in order; no channel process left behind in the container.
+#[test]
+fn on_docker_a_killed_or_paused_channel_loses_nothing_and_runs_nothing_twice() {
+    let test = "on_docker_a_killed_or_paused_channel";
+    if !tether_require::have(test, tether_require::Need::Docker) {
+        return;
+    }
+    let image = "tether-sandbox:latest";
+    let name = format!("tether-channel-test-{}", std::process::id());
+    let container = Container(name.clone());
+    let spec =
+        tether::backend::BackendSpec::parse(&format!("docker:{name}?image={image}")).unwrap();
+    let agent = AgentBinary::load(common::agent_bin()).unwrap();
+    let root = "/tmp/tether-channel-test";
+    let location = agent.location(root);
+    let config = MuxConfig {
+        stall_after: Duration::from_millis(1500),
+        ..MuxConfig::default()
+    };
+    let channel = tether::channel::channel_for(&spec, &location, config).unwrap();
+    let mut driver = driver(Path::new(root), &agent, channel.clone());
+    let read_side = |p: &Path| container.sh(&format!("cat {}", p.display()));
+    rt().block_on(async {
+        warm(&mut driver).await;
+        for i in 1..=2 {
+            assert!(
+                channel.open(Duration::from_secs(30)).await,
+                "{:?}",
+                channel.status()
+            );
+            let pids = container.channel_pids();
+            assert_eq!(
+                pids.len(),
+                1,
+                "one channel process in the container: {pids:?}"
+            );
+            let before = channel.status().stats;
+            let name = name.clone();
+            let side = Path::new(root).join(format!("side-{i}"));
+            run_interfered_on(&mut driver, &side, read_side, i, move || {
+                docker(&["exec", &name, "kill", "-9", &pids[0].to_string()]);
+            })
+            .await;
+            assert_eq!(channel.status().stats.broken, before.broken + 1);
+        }
+
+        assert!(channel.open(Duration::from_secs(30)).await);
+        let before = channel.status().stats;
+        let paused = name.clone();
+        let side = Path::new(root).join("side-3");
+        run_interfered_on(&mut driver, &side, read_side, 3, move || {
+            docker(&["pause", &paused]);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(3));
+                docker(&["unpause", &paused]);
+            });
+        })
+        .await;
+        let status = channel.status();
+        assert!(status.stats.broken > before.broken, "{status:?}");
+
+        // Back on the channel; the broken ones are gone from the container.
+        assert!(channel.open(Duration::from_secs(30)).await);
+        let pids = container.channel_pids();
+        assert_eq!(pids.len(), 1, "only the open channel is left: {pids:?}");
+        let kernel = KernelName::new("k").unwrap();
+        driver.shutdown(&kernel, &mut |_| ()).await.unwrap();
     });
 }
