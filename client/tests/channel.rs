@@ -60,11 +60,17 @@ fn agent_pids(root: &Path, role: &str) -> Vec<u32> {
 }
 
 fn signal(pid: u32, sig: &str) {
-    let status = std::process::Command::new("kill")
+    assert!(try_signal(pid, sig), "kill {sig} {pid}");
+}
+
+/// Whether the signal was delivered (the process existed).
+fn try_signal(pid: u32, sig: &str) -> bool {
+    std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
+        .stderr(std::process::Stdio::null())
         .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig} {pid}");
+        .unwrap()
+        .success()
 }
 
 /// The cell: prints 12 numbered lines 0.1 s apart, writes its side
@@ -112,7 +118,8 @@ async fn run_interfered_on(
     let mut out = Vec::new();
     let killer = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        interfere();
+        // Off the runtime's thread: the driver keeps going meanwhile.
+        tokio::task::spawn_blocking(interfere).await.unwrap();
     });
     let (_, outcome) = driver
         .run_cell(
@@ -254,11 +261,19 @@ fn with_the_channel_off_a_killed_one_shot_wait_loses_nothing_either() {
         for i in 1..=2 {
             let dir = dir.clone();
             run_interfered(&mut driver, root.path(), i, move || {
-                let pids = agent_pids(&dir, "op");
-                assert!(!pids.is_empty(), "a wait op is in flight");
-                for pid in pids {
-                    signal(pid, "-KILL");
-                }
+                // Between two waits there is a moment with none, and one
+                // may end between the scan and the kill: look again until
+                // one in flight is killed.
+                let killed = (0..1000).any(|_| {
+                    let hit = agent_pids(&dir, "op")
+                        .into_iter()
+                        .any(|pid| try_signal(pid, "-KILL"));
+                    if !hit {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    hit
+                });
+                assert!(killed, "no wait op was in flight for 2 s");
             })
             .await;
         }
@@ -305,15 +320,13 @@ impl Container {
     /// Pids, in the container, of the agent's channel processes.
     fn channel_pids(&self) -> Vec<u32> {
         // argv[1] is `channel` (the scan's own shell only mentions it).
-        self.sh(
-            "for p in /proc/[0-9]*; do \
+        self.sh("for p in /proc/[0-9]*; do \
                a=$(tr '\\000' '\\n' < $p/cmdline 2>/dev/null | sed -n 2p); \
                [ \"$a\" = channel ] && echo ${p#/proc/}; \
-             done",
-        )
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+             done")
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
     }
 }
 
