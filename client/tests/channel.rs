@@ -418,3 +418,51 @@ fn on_docker_a_killed_or_paused_channel_loses_nothing_and_runs_nothing_twice() {
         driver.shutdown(&kernel, &mut |_| ()).await.unwrap();
     });
 }
+
+/// The CLI: a cell that outlives its submit waits on a channel, which
+/// dies with the `tether` process; killed mid-wait, the cell still
+/// completes once, whole. With `--channel off` no channel ever starts.
+#[test]
+fn tether_run_waits_on_a_channel_that_may_die_and_leaves_none_behind() {
+    let world = common::World::new();
+    let warm = world.run("k", "true");
+    assert!(warm.status.success(), "{warm:?}");
+    let root = world.root.path().to_owned();
+    for (i, mode) in [(1, "auto"), (2, "off")] {
+        let side = root.join(format!("side-{i}"));
+        let child = world
+            .cmd()
+            .env("TETHER_CHANNEL", mode)
+            .args(["run", "--kernel", "k", &code(i, &side)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The channel, if any, shows up once the cell needs a wait.
+        let mut killed = false;
+        for _ in 0..750 {
+            if let Some(&pid) = agent_pids(&root, "channel").first() {
+                std::thread::sleep(Duration::from_millis(200));
+                killed = try_signal(pid, "-KILL");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let out = common::finish(child, "tether run");
+        assert!(out.status.success(), "{mode}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected(i), "{mode}");
+        assert_eq!(std::fs::read_to_string(&side).unwrap(), "ran\n", "{mode}");
+        assert_eq!(
+            killed,
+            mode == "auto",
+            "{mode}: a channel was there to kill"
+        );
+    }
+    // A channel dies with its `tether`: none is left.
+    let gone = (0..500).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        agent_pids(&root, "channel").is_empty()
+    });
+    assert!(gone, "{:?}", agent_pids(&root, "channel"));
+    let _ = world.tether(&["stop"]);
+}

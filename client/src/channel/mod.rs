@@ -58,14 +58,21 @@ pub struct ChannelStatus {
     pub last_break: Option<String>,
 }
 
-/// The transport for `spec` with the agent at `location`: the backend's
-/// own, behind a channel where the backend can stream and `mode` allows.
+/// The transport for a `tether` command: `spec`'s backend with the agent
+/// at `location`, behind a channel where the backend can stream and `mode`
+/// allows. The channel opens at the second op only: a command whose cell
+/// resolves within its submit never starts one (it would die with the
+/// process unused); one whose cell takes longer waits on it.
 pub fn transport_for(
     spec: &BackendSpec,
     location: &AgentLocation,
     mode: ChannelMode,
 ) -> Arc<dyn Transport> {
-    match (mode, channel_for(spec, location, MuxConfig::default())) {
+    let config = MuxConfig {
+        open_at_op: 2,
+        ..MuxConfig::default()
+    };
+    match (mode, channel_for(spec, location, config)) {
         (ChannelMode::Auto, Some(channel)) => channel,
         _ => spec.transport(),
     }

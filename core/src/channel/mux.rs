@@ -41,6 +41,11 @@ pub struct MuxConfig {
     pub reopen_base: Duration,
     /// Reopen waits never exceed this.
     pub reopen_max: Duration,
+    /// The channel opens when this op is routed (1: the first). A short
+    /// client process whose one op is the whole cell (`tether run true`)
+    /// should not start a channel it will not use: 2 opens it only once
+    /// a cell needs more than its submit.
+    pub open_at_op: u64,
 }
 
 impl Default for MuxConfig {
@@ -50,6 +55,7 @@ impl Default for MuxConfig {
             stall_after: Duration::from_secs(5),
             reopen_base: Duration::from_millis(250),
             reopen_max: Duration::from_secs(15),
+            open_at_op: 1,
         }
     }
 }
@@ -207,8 +213,10 @@ impl Mux {
                 Route::Channel(frame)
             }
             State::Idle => {
-                self.start(now);
                 self.stats.one_shot += 1;
+                if self.stats.one_shot >= self.config.open_at_op {
+                    self.start(now);
+                }
                 Route::OneShot
             }
             State::Closed { .. } | State::Opening { .. } => {
@@ -569,6 +577,26 @@ mod tests {
         mux.handle_data(StreamId(1), &reply(f, "late"), at(10_000));
         assert!(drain(&mut mux).is_empty());
         assert!(mux.is_open());
+    }
+
+    #[test]
+    fn a_channel_asked_to_wait_for_the_second_op_opens_only_then() {
+        let mut mux = Mux::new(MuxConfig {
+            open_at_op: 2,
+            ..MuxConfig::default()
+        });
+        assert_eq!(mux.route(b"submit", T0), Route::OneShot);
+        assert!(drain(&mut mux).is_empty());
+        assert_eq!(mux.poll_timeout(), None);
+        assert_eq!(mux.route(b"wait", at(5)), Route::OneShot);
+        assert_eq!(drain(&mut mux), vec![MuxOutput::Open(StreamId(1))]);
+        // Asked for explicitly, it opens at once.
+        let mut mux = Mux::new(MuxConfig {
+            open_at_op: 2,
+            ..MuxConfig::default()
+        });
+        mux.start(T0);
+        assert_eq!(drain(&mut mux), vec![MuxOutput::Open(StreamId(1))]);
     }
 
     #[test]
