@@ -22,7 +22,7 @@
 //!   idempotent ops do the rest) and reopens after a backoff that doubles
 //!   with each break until a reply comes through again.
 
-use super::frame::{Decoder, Frame, FrameKind};
+use super::frame::{Decoder, Frame, FrameKind, MAX_PAYLOAD};
 use crate::client::{backoff, TransportError, TransportErrorKind};
 use crate::protocol::PROTOCOL_VERSION;
 use crate::time::Timestamp;
@@ -192,6 +192,11 @@ impl Mux {
 
     /// Routes one op whose one-shot stdin is `request` (the envelope).
     pub fn route(&mut self, request: &[u8], now: Timestamp) -> Route {
+        if request.len() > MAX_PAYLOAD {
+            // The agent would refuse the frame and close the channel.
+            self.stats.one_shot += 1;
+            return Route::OneShot;
+        }
         match self.state {
             State::Open {
                 stream,
@@ -472,6 +477,11 @@ mod tests {
         );
         assert_eq!(mux.stats().on_channel, 2);
         assert_eq!(mux.stats().one_shot, 2);
+        // A request larger than a frame may be goes one-shot.
+        let huge = vec![b' '; MAX_PAYLOAD + 1];
+        assert_eq!(mux.route(&huge, at(10)), Route::OneShot);
+        assert!(drain(&mut mux).is_empty());
+        assert!(mux.is_open());
     }
 
     #[test]
