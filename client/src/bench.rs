@@ -17,13 +17,14 @@
 
 use crate::agent_bin::AgentBinary;
 use crate::backend::{BackendSpec, LocalOptions};
-use crate::channel::channel_for;
+use crate::channel::{channel_for, ChannelTransport};
 use crate::cli::{exit, Context, Failure};
 use crate::driver::Driver;
 use crate::records::MemoryStore;
 use crate::transport::ExecRequest;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tether_core::bytes::Bytes;
 use tether_core::channel::MuxConfig;
@@ -206,9 +207,19 @@ async fn measure(
     // Cold: install, spawn.
     run_ok(&mut driver, &kernel, "true", quiet).await?;
     driver.settle(quiet).await.map_err(fail)?;
+    // The same warm cell on an open channel (its own driver and kernel),
+    // interleaved with the one-shot cells so that a load that comes and
+    // goes hits both alike.
+    let channel_kernel = KernelName::new("bench-channel").map_err(fail)?;
+    let (channel, mut channel_driver) =
+        channel_driver(agent, spec, &location, &channel_kernel).await?;
+    let (mut channel_cells, mut channel_ops) = (Vec::new(), String::new());
     let mut cells = Vec::new();
     let mut per_cell = None;
     for _ in 0..iterations {
+        let (took, ops) = channel_cell(&channel, &mut channel_driver, &channel_kernel).await?;
+        channel_cells.push(took);
+        channel_ops = ops;
         let before = driver.stats().clone();
         let t0 = Instant::now();
         run_ok(&mut driver, &kernel, "true", quiet).await?;
@@ -240,11 +251,11 @@ async fn measure(
         None
     };
     driver.shutdown(&kernel, quiet).await.map_err(fail)?;
-    drop(driver);
-
-    // The same warm cell on an open channel.
-    let (channel_cell, channel_ops) =
-        channel_cells(agent, spec, &location, &kernel, iterations).await?;
+    channel_driver
+        .shutdown(&channel_kernel, quiet)
+        .await
+        .map_err(fail)?;
+    drop((driver, channel_driver));
 
     // The whole CLI, warm.
     let state = dir.join("state");
@@ -299,7 +310,7 @@ async fn measure(
         cli_run_auto: median(runs_auto),
         bare_exec: median(bare),
         cell: median(cells),
-        channel_cell,
+        channel_cell: median(channel_cells),
         round_trips: per_cell.unwrap_or_default(),
         channel_ops,
         cli_execs,
@@ -308,15 +319,14 @@ async fn measure(
     })
 }
 
-/// Warm cells `true` in-process on an open channel: the median, and what
-/// one cell cost (one-shot execs; ops on the channel).
-async fn channel_cells(
+/// A driver whose transport is an open channel over `spec`, its kernel
+/// warm.
+async fn channel_driver(
     agent: &AgentBinary,
     spec: &BackendSpec,
     location: &tether_core::protocol::AgentLocation,
     kernel: &KernelName,
-    iterations: usize,
-) -> Result<(Duration, String), Failure> {
+) -> Result<(Arc<ChannelTransport>, Driver), Failure> {
     let channel = channel_for(spec, location, MuxConfig::default())
         .ok_or_else(|| fail(format!("{spec} cannot carry a channel")))?;
     let client = Client::new(Config::new(location.clone(), agent.size()), 8);
@@ -336,23 +346,29 @@ async fn channel_cells(
             channel.status()
         )));
     }
-    let mut cells = Vec::new();
-    let mut per_cell = String::new();
-    for _ in 0..iterations {
-        let before = channel.status().stats;
-        let t0 = Instant::now();
-        run_ok(&mut driver, kernel, "true", quiet).await?;
-        cells.push(t0.elapsed());
-        driver.settle(quiet).await.map_err(fail)?;
-        let after = channel.status().stats;
-        per_cell = format!(
-            "{}; {}",
-            after.one_shot - before.one_shot,
-            after.on_channel - before.on_channel
-        );
-    }
-    driver.shutdown(kernel, quiet).await.map_err(fail)?;
-    Ok((median(cells), per_cell))
+    Ok((channel, driver))
+}
+
+/// One warm cell `true` on the channel: how long it took, and what it
+/// cost (one-shot execs; ops on the channel).
+async fn channel_cell(
+    channel: &ChannelTransport,
+    driver: &mut Driver,
+    kernel: &KernelName,
+) -> Result<(Duration, String), Failure> {
+    let quiet = &mut |_: &tether_core::client::Event| ();
+    let before = channel.status().stats;
+    let t0 = Instant::now();
+    run_ok(driver, kernel, "true", quiet).await?;
+    let took = t0.elapsed();
+    driver.settle(quiet).await.map_err(fail)?;
+    let after = channel.status().stats;
+    let ops = format!(
+        "{}; {}",
+        after.one_shot - before.one_shot,
+        after.on_channel - before.on_channel
+    );
+    Ok((took, ops))
 }
 
 async fn run_ok(
