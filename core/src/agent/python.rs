@@ -140,6 +140,20 @@ pub fn outcome(reported: CellOutcome, cancel: Option<CancelReason>) -> CellOutco
     }
 }
 
+/// How the interpreter was lost when its shim was killed during a cell.
+pub const SHIM_DIED: &str = "was lost with its shim (killed)";
+
+/// How the interpreter was lost when its shim was killed between cells.
+pub const SHIM_DIED_BETWEEN_CELLS: &str =
+    "was lost with its shim (killed) after the last cell; this cell runs in a fresh one";
+
+/// The note a cell's stderr carries when the interpreter died: `detail`
+/// says how.
+pub fn loss_note(detail: &str) -> Vec<u8> {
+    format!("tether: the Python interpreter {detail}; the kernel's namespace is lost\n")
+        .into_bytes()
+}
+
 /// The outcome when the interpreter died during a cell.
 pub fn died(cancel: Option<CancelReason>, detail: &str) -> CellOutcome {
     match cancel {
