@@ -222,6 +222,9 @@ impl Sandbox {
                         .at(now_ms, "sandbox", format!("daemon {pid} exits"));
                     self.os.exit_process(pid, 0);
                     self.daemons.remove(&pid);
+                    if stopped {
+                        self.stopped_daemon_exited(&kernel_dir, now_ms);
+                    }
                 }
             }
             if began_exit {
@@ -423,6 +426,7 @@ impl Sandbox {
         for d in dirs {
             let dir = format!("{kernels}/{d}");
             if let Some(pid) = self.os.kill_daemon(&dir) {
+                self.stop_interrupted(&dir);
                 self.fault_killed.insert(pid);
                 killed.push(pid);
             }

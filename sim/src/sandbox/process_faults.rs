@@ -5,9 +5,11 @@
 //! exec server runs them ([`super::handle`]).
 //!
 //! Ground truth for the stop: what each TERMed kernel owned when the TERM
-//! landed, looked at again once its grace period and a stated slack have
-//! passed (frozen time not counted): whatever still runs then was left
-//! behind, orphaned ([`Sandbox::term_survivors`]).
+//! landed, looked at again when its daemon exits, or once its grace
+//! period and a stated slack have passed (frozen time not counted),
+//! whichever comes first: whatever still runs then was left behind,
+//! orphaned ([`Sandbox::term_survivors`]). A daemon killed during its stop
+//! (a fault) is excused: what it owned is orphaned by the kill.
 
 use super::Sandbox;
 use crate::os::{ProcView, Role};
@@ -158,9 +160,25 @@ impl Sandbox {
         if self.os.is_frozen() {
             return;
         }
+        self.check_stops(now_ms, |c| c.due_ms <= now_ms);
+    }
+
+    /// The daemon of `kernel_dir` exited after its stop: it must have
+    /// left nothing running.
+    pub(super) fn stopped_daemon_exited(&mut self, kernel_dir: &str, now_ms: u64) {
+        self.check_stops(now_ms, |c| same_dir(&c.kernel_dir, kernel_dir));
+    }
+
+    /// A fault killed the daemon of `kernel_dir`: its stop never ends.
+    pub(super) fn stop_interrupted(&mut self, kernel_dir: &str) {
+        self.term_checks
+            .retain(|c| !same_dir(&c.kernel_dir, kernel_dir));
+    }
+
+    fn check_stops(&mut self, now_ms: u64, now_due: impl Fn(&TermCheck) -> bool) {
         let (due, later): (Vec<TermCheck>, Vec<TermCheck>) = std::mem::take(&mut self.term_checks)
             .into_iter()
-            .partition(|c| c.due_ms <= now_ms);
+            .partition(|c| now_due(c));
         self.term_checks = later;
         for c in due {
             let left: Vec<String> = c
@@ -189,6 +207,10 @@ impl Sandbox {
     pub(super) fn forget_stops(&mut self) {
         self.term_checks.clear();
     }
+}
+
+fn same_dir(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
 fn describe(v: &ProcView) -> String {
