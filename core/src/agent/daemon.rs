@@ -127,6 +127,10 @@ pub struct Daemon {
     py: Option<(Pid, u64)>,
     /// Told to stop (SIGTERM), and when.
     stop: Option<Stop>,
+    /// The current interpreter's death was told in a cell's journal (the
+    /// shim's note, or this daemon's when its shim died), so a fresh one
+    /// needs no note of its own.
+    py_loss_noted: bool,
 }
 
 /// A stop in progress (see the module doc).
@@ -150,6 +154,7 @@ impl Daemon {
             exiting: None,
             py: None,
             stop: None,
+            py_loss_noted: false,
         }
     }
 
@@ -354,6 +359,7 @@ impl Daemon {
         let self_pid = os.self_pid();
         let mut drop = Vec::new();
         let mut interp_lost = Vec::new();
+        let mut loss_noted = false;
         for (&seq, t) in self.cells.iter_mut() {
             let cell = self.kernel.cell(seq);
             if !t.done && !os.exists(&cell.submission()) {
@@ -371,8 +377,14 @@ impl Daemon {
                 t.done = true;
                 if let Ok(read) = read_journal(os, &cell.journal()) {
                     for e in &read.entries {
-                        if let EntryKind::Leftovers { pids } = &e.kind {
-                            t.leftovers.clone_from(pids);
+                        match &e.kind {
+                            EntryKind::Leftovers { pids } => t.leftovers.clone_from(pids),
+                            EntryKind::Output { data, .. }
+                                if t.python && python::is_loss_note(data.as_slice()) =>
+                            {
+                                loss_noted = true;
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -580,21 +592,36 @@ impl Daemon {
         for seq in drop {
             self.cells.remove(&seq);
         }
+        self.py_loss_noted |= loss_noted;
         if !interp_lost.is_empty() {
             // The cell that ran carries the note; the next starts afresh.
             self.kill_orphaned_interpreters(os);
             self.py = None;
+            self.py_loss_noted = false;
         }
     }
 
-    /// The interpreter shim this daemon started is gone (killed from
-    /// outside) while no cell ran: the next cell starts a fresh
-    /// interpreter, so it is told the namespace is lost.
-    fn interpreter_shim_lost(&self, os: &dyn Os) -> bool {
-        self.py.is_some_and(|(pid, start)| {
-            !os.process(pid)
-                .is_some_and(|p| p.starttime == start && !p.zombie)
-        })
+    /// The interpreter this daemon started is gone, with its shim (killed
+    /// from outside, or exited once its interpreter died and its tree
+    /// emptied) or without it (a shim that lingers for the dead
+    /// interpreter's leftovers takes no more cells): the next cell needs
+    /// a fresh one.
+    fn interpreter_lost(&self, os: &dyn Os) -> bool {
+        let Some((pid, start)) = self.py else {
+            return false;
+        };
+        if !os
+            .process(pid)
+            .is_some_and(|p| p.starttime == start && !p.zombie)
+        {
+            return true;
+        }
+        let table = Table::snapshot(os);
+        let marker = format!("{}:{}", self.nonce, python::INTERPRETER_MARK);
+        !table
+            .descendants(pid)
+            .into_iter()
+            .any(|p| table.get(p).is_some_and(|i| !i.zombie) && os.has_env(p, MARKER_NAME, &marker))
     }
 
     /// Kills this kernel's interpreters whose shim died: orphaned (they
@@ -645,14 +672,17 @@ impl Daemon {
                     request_id: sub.request_id.clone(),
                 },
             );
-            if config.lang == Lang::Python && self.interpreter_shim_lost(os) {
+            if config.lang == Lang::Python && self.interpreter_lost(os) {
                 self.kill_orphaned_interpreters(os);
                 self.py = None;
-                let _ = w.output(
-                    os,
-                    Stream::Stderr,
-                    &python::loss_note(python::SHIM_DIED_BETWEEN_CELLS),
-                );
+                if !std::mem::take(&mut self.py_loss_noted) {
+                    // Nobody was told: it died between cells.
+                    let _ = w.output(
+                        os,
+                        Stream::Stderr,
+                        &python::loss_note(python::LOST_BETWEEN_CELLS),
+                    );
+                }
             }
             if let Some(reason) = tombstone::read(os, &cell) {
                 // The cancel won: the cell never starts.
