@@ -397,9 +397,11 @@ impl Daemon {
                     t.shim = None;
                 }
             }
-            if t.shim.is_none() && !t.done && !os.exists(&journal::settle_flag(&cell.journal())) {
+            if t.shim.is_none() && !t.done {
                 // The shim died without finishing the journal (killed from
-                // outside: an OOM killer, a `pkill`).
+                // outside: an OOM killer, a `pkill`). What the cell still
+                // runs stays owned (a cancel, reset, shutdown or the idle
+                // exit still finds it).
                 let cancel = tombstone::read(os, &cell);
                 let outcome = match cancel {
                     Some(r) => r.outcome(),
@@ -415,31 +417,16 @@ impl Daemon {
                 } else {
                     outcome
                 };
+                // A shim that settled a cancel's result and then saw its
+                // tree empty leaves only `done` to write.
                 if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
                     if t.python && !w.has_result() {
-                        let _ = w.output(os, Stream::Stderr, &python::loss_note(python::SHIM_DIED));
+                        let note = python::loss_note(python::SHIM_DIED);
+                        let _ = w.output(os, Stream::Stderr, &note);
                     }
-                    if w.has_result() {
-                        // A shim that settled a cancel's result and then
-                        // saw its tree empty leaves only `done` to write.
-                        let _ = w.close(os, outcome, Vec::new());
-                        t.done = true;
-                    } else {
-                        // What the cell still runs, orphaned, would go on
-                        // after the cell resolved as not completed: the
-                        // result is settled, the cell's processes are
-                        // stopped as a cancel stops them, and `done`
-                        // follows once they are gone.
-                        let _ = w.settle(os, vec![EntryKind::Result { outcome }]);
-                        t.cancel.get_or_insert(Escalation {
-                            since: now,
-                            term_sent: false,
-                            finished: false,
-                        });
-                    }
-                } else {
-                    t.done = true;
+                    let _ = w.close(os, outcome, Vec::new());
                 }
+                t.done = true;
             }
             if t.cgroup.is_none() && !t.cgroup_checked {
                 t.cgroup = procs::read_cgroup(os, &cell);

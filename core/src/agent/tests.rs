@@ -384,7 +384,7 @@ fn cgroup_names_and_paths() {
 }
 
 #[test]
-fn a_cell_whose_shim_died_is_stopped_through_its_cgroup_before_it_resolves() {
+fn a_cell_whose_shim_died_stays_owned_while_its_cgroup_has_members() {
     let mut os = FakeOs::new();
     let dir = kernel_with_submission(&mut os, false);
     let k = KernelLayout::new(&dir);
@@ -402,28 +402,16 @@ fn a_cell_whose_shim_died_is_stopped_through_its_cgroup_before_it_resolves() {
     os.cgroups.insert(g.clone(), vec![61, 65]);
     os.now = 5;
     let _ = d.tick(&mut os);
-    // The shim is killed -9 from outside (and its main process with it):
-    // the cell's result is settled, and 65, still a process of the cell
-    // through its cgroup, is stopped as a cancel stops it — it would run
-    // on after the cell resolved as not completed.
+    // The shim is killed -9 (and its main process with it): the daemon
+    // resolves the cell, but 65 is still a process of the cell.
     os.procs.remove(&60);
     os.procs.remove(&61);
     os.now = 10;
     let _ = d.tick(&mut os);
-    let done = |os: &FakeOs| {
-        parse_journal(&os.files[&cell.journal()])
-            .entries
-            .iter()
-            .any(|e| e.kind == EntryKind::Done)
-    };
     let journal = parse_journal(&os.files[&cell.journal()]);
-    assert!(journal.entries.iter().any(|e| e.kind
-        == EntryKind::Result {
-            outcome: CellOutcome::Error {
-                message: "the cell's shim died".into()
-            }
-        }));
-    assert!(!done(&os), "resolved while 65 still ran");
+    assert!(journal.entries.iter().any(|e| e.kind == EntryKind::Done));
+    assert!(os.signals.is_empty());
+    os.files.insert(cell.cancel(), b"cancel\n".to_vec());
     os.now = 20;
     let _ = d.tick(&mut os);
     assert_eq!(os.signals, vec![(65, Signal::Term)]);
@@ -435,9 +423,9 @@ fn a_cell_whose_shim_died_is_stopped_through_its_cgroup_before_it_resolves() {
         "{:?}",
         os.signals
     );
+    assert!(os.cgroups.contains_key(&g));
     os.now = 210;
     let _ = d.tick(&mut os);
-    assert!(done(&os), "done once 65 is gone");
     assert!(!os.cgroups.contains_key(&g), "the empty cgroup is removed");
 }
 
