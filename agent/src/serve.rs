@@ -4,12 +4,19 @@
 //! children (shims, reparented orphans) in between. Between ticks it
 //! sleeps on the kernel's `wake` FIFO, so an op that records a submission
 //! or a tombstone has the daemon look at once, not at its next tick.
+//!
+//! SIGTERM (`docker stop`, a host shutdown) is caught: the daemon stops
+//! its kernel as [`Daemon::terminate`] says (the cells' processes get TERM,
+//! then KILL after the grace period; the unfinished cells are resolved
+//! with the stop as their error) and exits, instead of dying at once and
+//! leaving its shims and interpreter running, orphaned.
 
 use crate::linux_os::LinuxOs;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::OwnedFd;
 use rustix::process::{wait, WaitOptions};
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::{Daemon, DaemonStep, Os};
@@ -25,11 +32,15 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         eprintln!("tether-agent serve: cannot become a child subreaper: {e}");
     }
+    catch_term();
     let mut os = LinuxOs::new();
     let mut daemon = Daemon::new(&dir, &nonce);
     let wake = open_wake_fifo(&KernelLayout::new(&dir).wake());
     let mut buf = [0u8; 64];
     loop {
+        if TERM_RECEIVED.load(Ordering::SeqCst) {
+            daemon.terminate(os.now());
+        }
         let step = daemon.tick(&mut os);
         reap_all();
         match step {
@@ -80,6 +91,33 @@ fn open_wake_fifo(path: &str) -> Option<OwnedFd> {
     let fd = rustix::fs::open(path, flags, Mode::empty()).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
     (FileType::from_raw_mode(st.st_mode) == FileType::Fifo).then_some(fd)
+}
+
+/// Set by the SIGTERM handler; the loop hands it to the daemon logic.
+static TERM_RECEIVED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    TERM_RECEIVED.store(true, Ordering::SeqCst);
+}
+
+/// Catches SIGTERM (without SA_RESTART, so a poll or sleep in progress
+/// ends and the loop sees the flag at once).
+fn catch_term() {
+    // SAFETY: the handler only stores to an atomic; the sigaction struct
+    // is fully initialised (zeroed, then the handler and an empty mask).
+    let rc = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_term as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        eprintln!(
+            "tether-agent serve: cannot catch SIGTERM: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// Reaps every child that has exited, without blocking.

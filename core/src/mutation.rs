@@ -19,6 +19,9 @@ pub enum Mutation {
     ResubmitNewId,
     /// The client takes a transport error for the kernel's death.
     TransportErrorIsDeath,
+    /// The kernel daemon exits at SIGTERM without stopping what it owns
+    /// (the shims and the interpreter run on, orphaned).
+    DaemonExitsAtTerm,
 }
 
 thread_local! {

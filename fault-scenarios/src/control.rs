@@ -47,6 +47,9 @@ pub struct Armed {
     /// What a live host injected, in order, for its report (the
     /// simulation writes its trace instead).
     pub injected: Vec<String>,
+    /// The next op matching each target is killed (SIGKILL from outside)
+    /// after its first step.
+    pub kill_op: Vec<OpTarget>,
 }
 
 /// Shared handle on [`Armed`]. The client script polls it every few
@@ -80,6 +83,7 @@ impl Control {
         a.cancel_is_early = false;
         a.cancel_after_done = false;
         a.crash_client = None;
+        a.kill_op.clear();
     }
 
     /// Takes the first armed lost reply matching `kind`.
@@ -87,6 +91,16 @@ impl Control {
         let mut a = self.lock();
         if let Some(i) = a.reply_lost.iter().position(|t| t.matches(kind)) {
             a.reply_lost.remove(i);
+            return true;
+        }
+        false
+    }
+
+    /// Takes the first armed op kill matching `kind`.
+    pub fn take_kill_op(&self, kind: OpKind) -> bool {
+        let mut a = self.lock();
+        if let Some(i) = a.kill_op.iter().position(|t| t.matches(kind)) {
+            a.kill_op.remove(i);
             return true;
         }
         false

@@ -120,6 +120,29 @@ pub enum FaultKind {
         /// How far.
         ms: u64,
     },
+    /// SIGKILL from outside (an OOM killer, a user's `pkill`) to every
+    /// running shim: a shell cell's shim, a Python kernel's interpreter shim.
+    KillShim,
+    /// SIGKILL from outside to every Python kernel's interpreter: the
+    /// kernel's namespace is gone, its daemon lives on.
+    KillInterpreter,
+    /// The next matching op's process (`tether-agent` serving the exec) is
+    /// SIGKILLed from outside after its first step: the exec ends with 137
+    /// and no reply, whatever the op had recorded by then.
+    KillOp {
+        /// Which op.
+        op: OpTarget,
+    },
+    /// Every kernel daemon receives SIGTERM, as `docker stop` or a host
+    /// shutdown sends it.
+    TermDaemon,
+    /// Every process of the sandbox is frozen for `for_ms` (`docker
+    /// pause`, a cgroup freezer): nothing runs, exec calls made meanwhile
+    /// wait, clocks and timers on the sandbox keep going; then all thaw.
+    FreezeSandbox {
+        /// How long.
+        for_ms: u64,
+    },
 }
 
 impl FaultKind {
@@ -138,6 +161,11 @@ impl FaultKind {
             FaultKind::CrashClient { .. } => Family::CrashClient,
             FaultKind::Cancel { .. } => Family::Cancel,
             FaultKind::ClockJump { .. } => Family::ClockJump,
+            FaultKind::KillShim => Family::KillShim,
+            FaultKind::KillInterpreter => Family::KillInterpreter,
+            FaultKind::KillOp { .. } => Family::KillOp,
+            FaultKind::TermDaemon => Family::TermDaemon,
+            FaultKind::FreezeSandbox { .. } => Family::Freeze,
         }
     }
 
@@ -145,7 +173,10 @@ impl FaultKind {
     pub fn kills_kernel(&self) -> bool {
         matches!(
             self,
-            FaultKind::KillDaemon | FaultKind::BounceSandbox | FaultKind::ReplaceSandbox
+            FaultKind::KillDaemon
+                | FaultKind::BounceSandbox
+                | FaultKind::ReplaceSandbox
+                | FaultKind::TermDaemon
         )
     }
 
@@ -168,6 +199,9 @@ impl FaultKind {
                 down_ms: half(down_ms)?,
             },
             FaultKind::ClockJump { ms } => FaultKind::ClockJump { ms: half(ms)? },
+            FaultKind::FreezeSandbox { for_ms } => FaultKind::FreezeSandbox {
+                for_ms: half(for_ms)?,
+            },
             _ => return None,
         })
     }
@@ -201,11 +235,55 @@ pub enum Family {
     Cancel,
     /// [`FaultKind::ClockJump`]
     ClockJump,
+    /// [`FaultKind::KillShim`]
+    KillShim,
+    /// [`FaultKind::KillInterpreter`]
+    KillInterpreter,
+    /// [`FaultKind::KillOp`]
+    KillOp,
+    /// [`FaultKind::TermDaemon`]
+    TermDaemon,
+    /// [`FaultKind::FreezeSandbox`]
+    Freeze,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 12] = [
+    pub const ALL: [Family; 17] = [
+        Family::Partition,
+        Family::Hold,
+        Family::Drop,
+        Family::Latency,
+        Family::SlowStart,
+        Family::ReplyLost,
+        Family::KillDaemon,
+        Family::Bounce,
+        Family::Replace,
+        Family::CrashClient,
+        Family::Cancel,
+        Family::ClockJump,
+        Family::KillShim,
+        Family::KillInterpreter,
+        Family::KillOp,
+        Family::TermDaemon,
+        Family::Freeze,
+    ];
+
+    /// Faults on the sandbox's own processes from outside (an OOM killer,
+    /// `pkill`, `docker stop`, `docker pause`). [`crate::swarm::World::draw`]
+    /// adds them to a seed's families last, so the worlds drawn before
+    /// they existed stay what they were.
+    pub const PROCESSES: [Family; 5] = [
+        Family::KillShim,
+        Family::KillInterpreter,
+        Family::KillOp,
+        Family::TermDaemon,
+        Family::Freeze,
+    ];
+
+    /// The families before [`Family::PROCESSES`], from which
+    /// [`crate::swarm::World::draw`] draws its random subset.
+    pub const NETWORK_AND_SANDBOX: [Family; 12] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -268,6 +346,15 @@ impl Family {
                     point: POINTS[rng.random_range(0..POINTS.len())],
                 }
             }
+            Family::KillShim => FaultKind::KillShim,
+            Family::KillInterpreter => FaultKind::KillInterpreter,
+            Family::KillOp => FaultKind::KillOp {
+                op: OPS[rng.random_range(0..OPS.len())],
+            },
+            Family::TermDaemon => FaultKind::TermDaemon,
+            Family::Freeze => FaultKind::FreezeSandbox {
+                for_ms: rng.random_range(50..4_000),
+            },
         }
     }
 }
@@ -429,6 +516,7 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
             FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
             FaultKind::SlowStart { ms, .. } => after(ms),
             FaultKind::CrashClient { down_ms } => after(down_ms),
+            FaultKind::FreezeSandbox { for_ms } => after(for_ms),
             _ => f.at_ms,
         };
         healed = healed.max(end);
@@ -501,5 +589,49 @@ mod tests {
         .unwrap();
         assert_eq!(s.0[0].kind, FaultKind::KillDaemon);
         assert!(FaultSchedule::from_json(r#"[{"at_ms":5,"kind":"nope"}]"#).is_err());
+    }
+
+    #[test]
+    fn process_faults_parse_print_and_shrink() {
+        let s = FaultSchedule::from_json(
+            r#"[{"at_ms":1,"kind":"kill_shim"},{"at_ms":2,"kind":"kill_interpreter"},
+                {"at_ms":3,"kind":"kill_op","op":"wait"},{"at_ms":4,"kind":"term_daemon"},
+                {"at_ms":5,"kind":"freeze_sandbox","for_ms":800}]"#,
+        )
+        .unwrap();
+        let families: Vec<Family> = s.0.iter().map(|f| f.kind.family()).collect();
+        assert_eq!(families, Family::PROCESSES.to_vec());
+        assert_eq!(FaultSchedule::from_json(&s.to_json()).unwrap(), s);
+        assert!(s
+            .to_string()
+            .contains(r#"@5ms {"kind":"freeze_sandbox","for_ms":800}"#));
+        assert!(FaultKind::TermDaemon.kills_kernel());
+        assert!(!FaultKind::KillShim.kills_kernel());
+        // A freeze halves; the kills have no duration to halve.
+        let shorter: Vec<FaultSchedule> = s.shrink_candidates().into_iter().skip(5).collect();
+        assert_eq!(shorter.len(), 1);
+        assert_eq!(
+            shorter[0].0[4].kind,
+            FaultKind::FreezeSandbox { for_ms: 400 }
+        );
+        assert_eq!(healed_at_ms(&s.0), 5 + 800 + 100);
+    }
+
+    #[test]
+    fn every_process_family_is_drawn() {
+        let space = FaultSpace {
+            families: Family::PROCESSES.to_vec(),
+            window_ms: 5_000,
+            max_faults: 3,
+        };
+        for family in Family::PROCESSES {
+            assert!(
+                (0..300).any(|seed| FaultSchedule::draw(seed, &space)
+                    .0
+                    .iter()
+                    .any(|f| f.kind.family() == family)),
+                "{family:?}"
+            );
+        }
     }
 }

@@ -140,6 +140,10 @@ pub struct Observations {
     pub finished: bool,
     /// Driver errors, stalls, simulation errors.
     pub harness_errors: Vec<String>,
+    /// What a kernel whose daemon got SIGTERM still ran once its stop
+    /// should have been over (its grace period and a stated slack later):
+    /// processes left behind, orphaned.
+    pub stop_survivors: Vec<String>,
 }
 
 /// What made the sandbox unreachable in a run: the only excuse for an
@@ -338,6 +342,12 @@ pub enum Violation {
         /// What failed.
         detail: String,
     },
+    /// A kernel's daemon got SIGTERM and processes of the kernel (shims,
+    /// the interpreter, cell processes) outlived its stop.
+    StopSurvivor {
+        /// The kernel, when, and what still ran.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -365,6 +375,7 @@ impl Violation {
             Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
             Violation::Harness { .. } => "harness",
+            Violation::StopSurvivor { .. } => "stop_survivor",
         }
     }
 }
@@ -444,6 +455,9 @@ impl fmt::Display for Violation {
             }
             Violation::Expectation { detail } => write!(f, "expectation failed: {detail}"),
             Violation::Harness { detail } => write!(f, "harness: {detail}"),
+            Violation::StopSurvivor { detail } => {
+                write!(f, "a stopped kernel left processes running: {detail}")
+            }
         }
     }
 }
@@ -503,6 +517,11 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     for c in &obs.collateral {
         v.push(Violation::Collateral { detail: c.clone() });
+    }
+    for detail in &obs.stop_survivors {
+        v.push(Violation::StopSurvivor {
+            detail: detail.clone(),
+        });
     }
     for call in &obs.calls {
         let took = call.ended_ms.map(|e| e.saturating_sub(call.started_ms));
@@ -969,5 +988,19 @@ mod tests {
         let v = check(&o);
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].kind(), "cancel_survivor");
+    }
+
+    #[test]
+    fn a_stopped_kernel_that_left_processes_running_is_caught() {
+        let mut obs = good();
+        assert_eq!(check(&obs), Vec::new());
+        obs.stop_survivors.push(
+            "kernel k got SIGTERM at 100 ms; at 1400 ms still running: interpreter 9 (python3)"
+                .into(),
+        );
+        let v = check(&obs);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "stop_survivor");
+        assert!(v[0].to_string().contains("interpreter 9"));
     }
 }

@@ -98,17 +98,18 @@ impl World {
         let families = if rng.random_bool(0.5) {
             scenario.space.families.clone()
         } else {
-            let mut some: Vec<Family> = Family::ALL
-                .into_iter()
-                .filter(|_| rng.random_bool(0.5))
-                .collect();
+            let older = Family::NETWORK_AND_SANDBOX;
+            let mut some: Vec<Family> =
+                older.into_iter().filter(|_| rng.random_bool(0.5)).collect();
             if some.is_empty() {
-                some.push(Family::ALL[rng.random_range(0..Family::ALL.len())]);
+                some.push(older[rng.random_range(0..older.len())]);
             }
             some
         };
         // Drawn last, so the draws above stay what they were.
         let shim_start_ms = pick(&mut rng, &[0, 1, 3]);
+        let mut families = families;
+        families.extend(draw_process_families(&mut rng));
         World {
             cgroups,
             bash,
@@ -131,6 +132,16 @@ impl World {
     pub fn daemon_idles_out(&self) -> bool {
         self.daemon_idle_ms < CLASSIC_IDLE_MS
     }
+}
+
+/// The faults on the sandbox's processes ([`Family::PROCESSES`]) a seed
+/// adds to its families, each with chance 0.3; drawn after everything
+/// else so the rest of an older seed's world stays what it was.
+fn draw_process_families(rng: &mut ChaCha8Rng) -> Vec<Family> {
+    Family::PROCESSES
+        .into_iter()
+        .filter(|_| rng.random_bool(0.3))
+        .collect()
 }
 
 fn pick(rng: &mut ChaCha8Rng, options: &[u64]) -> u64 {
@@ -166,6 +177,9 @@ mod tests {
         assert!(both(&|w| w.families == s.space.families));
         assert!(worlds.iter().any(|w| w.faults == 0));
         assert!(worlds.iter().any(|w| w.faults == 8));
+        for family in Family::PROCESSES {
+            assert!(both(&|w| w.families.contains(&family)), "{family:?}");
+        }
     }
 
     #[test]

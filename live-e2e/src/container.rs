@@ -189,3 +189,28 @@ pub fn restart(name: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Freezes every process of the container `name` (`docker pause`: the
+/// cgroup freezer). Blocking.
+pub fn pause(name: &str) {
+    docker_must(&["pause", name]);
+}
+
+/// Thaws the container `name` (`docker unpause`). Blocking.
+pub fn unpause(name: &str) {
+    docker_must(&["unpause", name]);
+}
+
+fn docker_must(args: &[&str]) {
+    let out = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker");
+    assert!(
+        out.status.success(),
+        "docker {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

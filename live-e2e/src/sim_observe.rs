@@ -251,6 +251,37 @@ pub(crate) async fn daemons(ctx: &Ctx<'_>) -> Vec<u32> {
         .collect()
 }
 
+/// The kernels' shims (cell shims and interpreter shims) alive now.
+pub(crate) async fn shims(ctx: &Ctx<'_>) -> Vec<u32> {
+    ps(ctx)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| !p.is_zombie() && is_shim(ctx, p))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// The kernels' Python interpreters (children of an interpreter shim)
+/// alive now.
+pub(crate) async fn interpreters(ctx: &Ctx<'_>) -> Vec<u32> {
+    let table = ps(ctx).await.unwrap_or_default();
+    let shims: Vec<u32> = table
+        .iter()
+        .filter(|p| !p.is_zombie() && is_shim(ctx, p))
+        .map(|p| p.pid)
+        .collect();
+    table
+        .into_iter()
+        .filter(|p| !p.is_zombie() && shims.contains(&p.ppid) && p.args.starts_with("python3"))
+        .map(|p| p.pid)
+        .collect()
+}
+
+fn is_shim(ctx: &Ctx<'_>, p: &Proc) -> bool {
+    p.args.contains(" shim ") && p.args.contains(&format!("{}/kernels/", ctx.root))
+}
+
 /// A word of a command line without the shell punctuation around it.
 fn words(args: &str) -> impl Iterator<Item = &str> {
     args.split_whitespace()

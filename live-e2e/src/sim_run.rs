@@ -108,8 +108,10 @@ pub fn realisable(backend: &str) -> Vec<Family> {
     Family::ALL
         .into_iter()
         .filter(|f| match f {
-            Family::ClockJump => false,
-            Family::Bounce | Family::Replace => backend == "docker",
+            // The exec of an op is the transport's: nothing here can
+            // kill the op's own process after its first step.
+            Family::ClockJump | Family::KillOp => false,
+            Family::Bounce | Family::Replace | Family::Freeze => backend == "docker",
             _ => true,
         })
         .collect()
@@ -506,9 +508,56 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             }
             ctx.sandbox_changing.set(false);
         }
-        FaultKind::ClockJump { .. } => {
-            // `unrealisable` refused this before the run.
-            unreachable!("clock jumps are not realised live")
+        FaultKind::ClockJump { .. } | FaultKind::KillOp { .. } => {
+            // `unrealisable` refused these before the run.
+            unreachable!("{what} is not realised live")
+        }
+        FaultKind::KillShim | FaultKind::KillInterpreter => {
+            let pids = if kind == FaultKind::KillShim {
+                sim_observe::shims(ctx).await
+            } else {
+                sim_observe::interpreters(ctx).await
+            };
+            signal(ctx, "-9", &pids).await;
+            ctx.switch.note(format!("{pids:?} killed"));
+        }
+        FaultKind::TermDaemon => {
+            let pids = sim_observe::daemons(ctx).await;
+            // The kernel is lost from the TERM on.
+            let at = ctx.now_ms();
+            signal(ctx, "-TERM", &pids).await;
+            ctx.switch.note(format!("daemons {pids:?} sent TERM"));
+            let mut log = ctx.log.borrow_mut();
+            log.kernel_deaths.extend(pids.iter().map(|p| (at, *p)));
+        }
+        FaultKind::FreezeSandbox { for_ms } => {
+            let Host::Docker(c) = host else {
+                unreachable!("{what} on {}", host.backend())
+            };
+            let name = c.name.clone();
+            let pause = name.clone();
+            tokio::task::spawn_blocking(move || container::pause(&pause))
+                .await
+                .expect("docker pause");
+            // Thawed in the background: the fault loop goes on meanwhile.
+            let note = ctx.switch.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(for_ms)).await;
+                tokio::task::spawn_blocking(move || container::unpause(&name))
+                    .await
+                    .expect("docker unpause");
+                note.note("container unpaused".into());
+            });
         }
     }
+}
+
+/// `kill SIGNAL PIDS` on the sandbox (nothing when there are none).
+async fn signal(ctx: &Ctx<'_>, signal: &str, pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let mut argv = vec!["kill".to_owned(), signal.to_owned()];
+    argv.extend(pids.iter().map(u32::to_string));
+    sim_observe::exec(ctx, argv).await;
 }

@@ -249,10 +249,11 @@ fn pick(name: Option<&str>) -> Result<Vec<Scenario>, String> {
 
 /// The broken variants (they exist only in builds with `--features
 /// mutations`).
-const MUTATION_VARIANTS: [&str; 3] = [
+const MUTATION_VARIANTS: [&str; 4] = [
     "cancel-pgid-only",
     "resubmit-new-id",
     "transport-error-is-death",
+    "daemon-exits-at-term",
 ];
 
 /// The variants this build runs.

@@ -32,6 +32,10 @@ use tether_core::ids::CellSeq;
 use tether_core::protocol::OpKind;
 use tether_core::time::Timestamp;
 
+mod process_faults;
+
+pub use process_faults::STOP_SLACK_MS;
+
 /// Ground truth about one cell.
 #[derive(Clone, Debug, Default)]
 pub struct Truth {
@@ -46,6 +50,8 @@ struct DaemonRun {
     next_wake: Timestamp,
     /// It decided to exit (its sweep kills what it owns).
     exiting: bool,
+    /// It caught a SIGTERM from outside (its stop is not its own doing).
+    stopped: bool,
 }
 
 /// The simulated sandbox and the agent logic running on it.
@@ -92,6 +98,13 @@ pub struct Sandbox {
     /// Cell processes alive when the script's cells were done, by seq.
     /// Keyed by (kernel name, seq).
     pub snapshot: Option<BTreeMap<(String, u64), Vec<Pid>>>,
+    /// The client's grace between TERM and KILL (ms), which a stopped
+    /// kernel's daemon uses too.
+    grace_ms: u64,
+    /// Stopped kernels to look at again.
+    term_checks: Vec<process_faults::TermCheck>,
+    /// What a stopped kernel left running after its stop was over.
+    pub term_survivors: Vec<String>,
 }
 
 impl Sandbox {
@@ -132,6 +145,9 @@ impl Sandbox {
             self_inflicted: Vec::new(),
             interpreter_deaths: Vec::new(),
             snapshot: None,
+            grace_ms: world.grace_ms,
+            term_checks: Vec::new(),
+            term_survivors: Vec::new(),
         }
     }
 
@@ -145,6 +161,11 @@ impl Sandbox {
     pub fn advance(&mut self, now_ms: u64) {
         let now = self.os_time(now_ms);
         self.os.advance(now);
+        if self.os.is_frozen() {
+            // The daemons are frozen too.
+            self.flush_events();
+            return;
+        }
         for spawn in self.os.take_daemon_spawns() {
             self.trace.at(
                 now_ms,
@@ -159,6 +180,7 @@ impl Sandbox {
                     boot: self.os.current_boot_id().to_owned(),
                     next_wake: now,
                     exiting: false,
+                    stopped: false,
                 },
             );
         }
@@ -171,9 +193,17 @@ impl Sandbox {
                 self.daemons.remove(&pid);
                 continue;
             }
+            let caught_term = self.os.take_caught_term(pid);
             let Some(run) = self.daemons.get_mut(&pid) else {
                 continue;
             };
+            if caught_term {
+                self.trace
+                    .at(now_ms, "sandbox", format!("daemon {pid} caught TERM"));
+                run.logic.terminate(now);
+                run.stopped = true;
+                run.next_wake = now;
+            }
             if run.next_wake > now {
                 continue;
             }
@@ -184,6 +214,7 @@ impl Sandbox {
             let began_exit = run.logic.is_exiting() && !run.exiting;
             run.exiting |= began_exit;
             let kernel_dir = run.kernel_dir.clone();
+            let stopped = run.stopped;
             match step {
                 DaemonStep::Continue { next_wake } => run.next_wake = next_wake,
                 DaemonStep::Exit => {
@@ -191,11 +222,17 @@ impl Sandbox {
                         .at(now_ms, "sandbox", format!("daemon {pid} exits"));
                     self.os.exit_process(pid, 0);
                     self.daemons.remove(&pid);
+                    if stopped {
+                        self.stopped_daemon_exited(&kernel_dir, now_ms);
+                    }
                 }
             }
             if began_exit {
                 self.exiting_daemons.insert(pid);
-                if !self.shutdown_seen && self.os.exists(&KernelLayout::new(&kernel_dir).config()) {
+                if !self.shutdown_seen
+                    && !stopped
+                    && self.os.exists(&KernelLayout::new(&kernel_dir).config())
+                {
                     // It chose to go (idle), while its kernel is in use:
                     // not a death the client could have caused or foreseen.
                     self.self_exits.push((now_ms, pid));
@@ -211,6 +248,7 @@ impl Sandbox {
             self.os.advance(now);
         }
         self.flush_events();
+        self.check_stopped_kernels(now_ms);
     }
 
     /// The sandbox clock's reading at virtual time `ms`.
@@ -388,6 +426,7 @@ impl Sandbox {
         for d in dirs {
             let dir = format!("{kernels}/{d}");
             if let Some(pid) = self.os.kill_daemon(&dir) {
+                self.stop_interrupted(&dir);
                 self.fault_killed.insert(pid);
                 killed.push(pid);
             }
@@ -415,6 +454,7 @@ impl Sandbox {
             .filter(|&p| self.os.is_alive(p))
             .collect();
         how(&mut self.os);
+        self.forget_stops();
         self.daemons.clear();
         self.roles.clear();
         self.cell_of.clear();
@@ -573,6 +613,9 @@ async fn handle(
     if let Some(ms) = latency {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
+    // A frozen sandbox starts nothing: the call waits for the thaw (or
+    // for the client's deadline).
+    wait_while_frozen(&sb).await;
     let argv = req.argv;
     let stdin = req.stdin.0;
     let op = req.op;
@@ -640,7 +683,9 @@ async fn handle(
         done: false,
     };
     let mut run = OpRun::new(&root, &stdin);
+    let kill = op.is_some_and(|op| control.take_kill_op(op));
     let line = loop {
+        wait_while_frozen(&sb).await;
         let (line, wake) = {
             let mut s = sb.borrow_mut();
             s.advance(now_ms());
@@ -651,6 +696,24 @@ async fn handle(
             s.advance(now_ms());
             (line, run.next_wake())
         };
+        if kill {
+            // After its first step, whatever that recorded.
+            let mut s = sb.borrow_mut();
+            if s.os.current_boot_id() == guard.boot && s.os.is_alive(pid) {
+                s.os.kill_from_outside(pid);
+            }
+            s.flush_events();
+            guard.done = true;
+            trace.log(
+                "sandbox",
+                format!("{kind} (pid {pid}) KILLED from outside after its first step (fault)"),
+            );
+            return Some(WireResponse {
+                stderr: Bytes(b"Killed".to_vec()),
+                exit_code: 137,
+                ..WireResponse::default()
+            });
+        }
         if let Some(line) = line {
             break line;
         }
@@ -673,6 +736,13 @@ async fn handle(
         stdout: Bytes(line),
         ..WireResponse::default()
     })
+}
+
+/// Waits (in virtual time) until the sandbox is not frozen.
+async fn wait_while_frozen(sb: &Rc<RefCell<Sandbox>>) {
+    while sb.borrow().is_frozen() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// The sandbox host's program: the exec server.

@@ -45,6 +45,9 @@ pub enum Variant {
     /// The client takes a transport error for the kernel's death.
     #[cfg(feature = "mutations")]
     TransportErrorIsDeath,
+    /// The daemon exits at SIGTERM and leaves what it owns running.
+    #[cfg(feature = "mutations")]
+    DaemonExitsAtTerm,
 }
 
 impl Variant {
@@ -58,9 +61,12 @@ impl Variant {
             "resubmit-new-id" => Ok(Variant::ResubmitNewId),
             #[cfg(feature = "mutations")]
             "transport-error-is-death" => Ok(Variant::TransportErrorIsDeath),
+            #[cfg(feature = "mutations")]
+            "daemon-exits-at-term" => Ok(Variant::DaemonExitsAtTerm),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
-                 cancel-pgid-only, resubmit-new-id, transport-error-is-death"
+                 cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
+                 daemon-exits-at-term"
             )),
         }
     }
@@ -75,6 +81,8 @@ impl Variant {
             Variant::ResubmitNewId => "resubmit-new-id",
             #[cfg(feature = "mutations")]
             Variant::TransportErrorIsDeath => "transport-error-is-death",
+            #[cfg(feature = "mutations")]
+            Variant::DaemonExitsAtTerm => "daemon-exits-at-term",
         }
     }
 
@@ -86,6 +94,7 @@ impl Variant {
             Variant::CancelPgidOnly => Some(Mutation::CancelPgidOnly),
             Variant::ResubmitNewId => Some(Mutation::ResubmitNewId),
             Variant::TransportErrorIsDeath => Some(Mutation::TransportErrorIsDeath),
+            Variant::DaemonExitsAtTerm => Some(Mutation::DaemonExitsAtTerm),
         }
     }
 }
@@ -198,6 +207,16 @@ pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
             | FaultKind::CrashClient { .. }
             | FaultKind::Cancel { .. }
             | FaultKind::ClockJump { .. } => {}
+            // A killed op is one failed exec.
+            FaultKind::KillOp { .. } => out.blips.push(at),
+            // Exec calls wait out a freeze; those up to a second old may
+            // still be on the way, and the last fail at their deadline.
+            FaultKind::FreezeSandbox { for_ms } => out.spans.push((
+                at.saturating_sub(1_000),
+                at.saturating_add(for_ms).saturating_add(budget),
+            )),
+            // The agent's processes die; the exec server answers on.
+            FaultKind::KillShim | FaultKind::KillInterpreter | FaultKind::TermDaemon => {}
         }
     }
     out
@@ -209,6 +228,7 @@ enum Tick {
     Fault(FaultKind),
     Repair,
     Release,
+    Thaw,
 }
 
 /// Runs `scenario` with `seed` and `schedule` in the seed's world
@@ -291,6 +311,9 @@ pub fn run_in(
             }
             FaultKind::HoldExec { for_ms } => {
                 agenda.push((f.at_ms.saturating_add(for_ms), Tick::Release));
+            }
+            FaultKind::FreezeSandbox { for_ms } => {
+                agenda.push((f.at_ms.saturating_add(for_ms), Tick::Thaw));
             }
             _ => {}
         }
@@ -400,6 +423,10 @@ fn apply(
             trace.at(now, "fault", "hold released");
             sim.release("client", "sandbox");
         }
+        Tick::Thaw => {
+            trace.at(now, "fault", "sandbox thawed");
+            sandbox.borrow_mut().thaw(now);
+        }
         Tick::Fault(kind) => {
             trace.at(
                 now,
@@ -442,6 +469,21 @@ fn apply(
                     CancelPoint::DuringWait => control.lock().cancel_now = true,
                     CancelPoint::AfterDone => control.lock().cancel_after_done = true,
                 },
+                FaultKind::KillShim => {
+                    sandbox.borrow_mut().kill_shims();
+                }
+                FaultKind::KillInterpreter => {
+                    sandbox.borrow_mut().kill_interpreters();
+                }
+                FaultKind::KillOp { op } => control.lock().kill_op.push(op),
+                FaultKind::TermDaemon => {
+                    // The kernel is lost from the TERM on: its daemon
+                    // starts nothing more and exits once its stop is over.
+                    for pid in sandbox.borrow_mut().term_daemons(now) {
+                        kernel_deaths.push((now, pid));
+                    }
+                }
+                FaultKind::FreezeSandbox { for_ms } => sandbox.borrow_mut().freeze(now, for_ms),
             }
         }
     }
@@ -532,6 +574,7 @@ fn observe(
         leaked_cgroups,
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
         self_inflicted: sandbox.self_inflicted.clone(),
+        stop_survivors: sandbox.term_survivors.clone(),
         // The simulation's own errors come first, then the client's.
         harness_errors: harness
             .into_iter()

@@ -27,6 +27,15 @@
 //! processes are the interpreter's descendants minus those subtrees: every
 //! earlier cell's leftovers descend from the same interpreter.
 //!
+//! Stop (SIGTERM to the daemon, as `docker stop` or a host shutdown sends
+//! it; the driver calls [`Daemon::terminate`]): every unfinished cell gets
+//! a `stopped` tombstone, every process the kernel owns (shims, the
+//! interpreter, cells, leftovers) gets TERM, and after the grace period
+//! the exit sweep STOPs and KILLs what is left; the journals of the cells
+//! that did not finish are closed with the stop as their error, so a
+//! client reads why, and finds the daemon gone (the state loss) at its
+//! next look. Nothing of the kernel is left behind, orphaned.
+//!
 //! The driver calls `tick` at `next_wake` at the latest (earlier is fine)
 //! and reaps its children (the shims) between ticks.
 
@@ -40,7 +49,7 @@ use super::python;
 use super::shell;
 use super::tombstone::{self, CancelReason};
 use crate::ids::CellSeq;
-use crate::protocol::{CellOutcome, EntryKind, Lang, Submission};
+use crate::protocol::{CellOutcome, EntryKind, Lang, Stream, Submission};
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -116,6 +125,19 @@ pub struct Daemon {
     exiting: Option<Timestamp>,
     /// The Python interpreter's shim, once started.
     py: Option<(Pid, u64)>,
+    /// Told to stop (SIGTERM), and when.
+    stop: Option<Stop>,
+    /// The current interpreter's death was told in a cell's journal (the
+    /// shim's note, or this daemon's when its shim died), so a fresh one
+    /// needs no note of its own.
+    py_loss_noted: bool,
+}
+
+/// A stop in progress (see the module doc).
+#[derive(Clone, Copy, Debug)]
+struct Stop {
+    since: Timestamp,
+    term_sent: bool,
 }
 
 impl Daemon {
@@ -131,13 +153,34 @@ impl Daemon {
             idle_since: Timestamp::ZERO,
             exiting: None,
             py: None,
+            stop: None,
+            py_loss_noted: false,
         }
     }
 
-    /// The daemon has decided to exit (idle, shut down or removed): what
-    /// it signals from now on is its exit sweep, not a cancel.
+    /// The daemon got SIGTERM: from the next tick on it stops the kernel
+    /// (see the module doc) and exits. A second call changes nothing.
+    pub fn terminate(&mut self, now: Timestamp) {
+        #[cfg(feature = "mutations")]
+        if crate::mutation::active(crate::mutation::Mutation::DaemonExitsAtTerm) {
+            // The planted bug: an exit sweep already over, nothing killed.
+            self.exiting = Some(now);
+            self.cells.clear();
+            return;
+        }
+        if self.stop.is_none() {
+            self.stop = Some(Stop {
+                since: now,
+                term_sent: false,
+            });
+        }
+    }
+
+    /// The daemon has decided to exit (idle, shut down, removed or
+    /// stopped): what it signals from now on is its exit sweep, not a
+    /// cancel.
     pub fn is_exiting(&self) -> bool {
-        self.exiting.is_some()
+        self.exiting.is_some() || self.stop.is_some()
     }
 
     /// One step; see the module doc.
@@ -163,8 +206,15 @@ impl Daemon {
             // Shut down or removed under us.
             self.exiting = Some(now + EXIT_BOUND);
         }
+        if self.stop.is_some() && self.exiting.is_none() {
+            return self.stop_step(os, now);
+        }
         if let Some(deadline) = self.exiting {
-            return self.exit_sweep(os, now, deadline);
+            let step = self.exit_sweep(os, now, deadline);
+            if step == DaemonStep::Exit && self.stop.is_some() {
+                self.close_stopped(os);
+            }
+            return step;
         }
         self.track_cells(os, now);
         self.start_next(os, now);
@@ -308,6 +358,8 @@ impl Daemon {
         let mut table: Option<Table> = None;
         let self_pid = os.self_pid();
         let mut drop = Vec::new();
+        let mut interp_lost = Vec::new();
+        let mut loss_noted = false;
         for (&seq, t) in self.cells.iter_mut() {
             let cell = self.kernel.cell(seq);
             if !t.done && !os.exists(&cell.submission()) {
@@ -325,8 +377,14 @@ impl Daemon {
                 t.done = true;
                 if let Ok(read) = read_journal(os, &cell.journal()) {
                     for e in &read.entries {
-                        if let EntryKind::Leftovers { pids } = &e.kind {
-                            t.leftovers.clone_from(pids);
+                        match &e.kind {
+                            EntryKind::Leftovers { pids } => t.leftovers.clone_from(pids),
+                            EntryKind::Output { data, .. }
+                                if t.python && python::is_loss_note(data.as_slice()) =>
+                            {
+                                loss_noted = true;
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -340,16 +398,32 @@ impl Daemon {
                 }
             }
             if t.shim.is_none() && !t.done {
-                // The shim died without finishing the journal.
-                let outcome = match tombstone::read(os, &cell) {
+                // The shim died without finishing the journal (killed from
+                // outside: an OOM killer, a `pkill`). What the cell still
+                // runs stays owned (a cancel, reset, shutdown or the idle
+                // exit still finds it).
+                let cancel = tombstone::read(os, &cell);
+                let outcome = match cancel {
                     Some(r) => r.outcome(),
                     None => CellOutcome::Error {
                         message: "the cell's shim died".into(),
                     },
                 };
+                let outcome = if t.python {
+                    // The interpreter's shim: the interpreter, orphaned,
+                    // goes with it, and with it the namespace.
+                    interp_lost.push(seq);
+                    python::died(cancel, python::SHIM_DIED)
+                } else {
+                    outcome
+                };
                 // A shim that settled a cancel's result and then saw its
                 // tree empty leaves only `done` to write.
                 if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
+                    if t.python && !w.has_result() {
+                        let note = python::loss_note(python::SHIM_DIED);
+                        let _ = w.output(os, Stream::Stderr, &note);
+                    }
                     let _ = w.close(os, outcome, Vec::new());
                 }
                 t.done = true;
@@ -505,6 +579,56 @@ impl Daemon {
         for seq in drop {
             self.cells.remove(&seq);
         }
+        self.py_loss_noted |= loss_noted;
+        if !interp_lost.is_empty() {
+            // The cell that ran carries the note; the next starts afresh.
+            self.kill_orphaned_interpreters(os);
+            self.py = None;
+            self.py_loss_noted = false;
+        }
+    }
+
+    /// The interpreter this daemon started is gone, with its shim (killed
+    /// from outside, or exited once its interpreter died and its tree
+    /// emptied) or without it (a shim that lingers for the dead
+    /// interpreter's leftovers takes no more cells): the next cell needs
+    /// a fresh one.
+    fn interpreter_lost(&self, os: &dyn Os) -> bool {
+        let Some((pid, start)) = self.py else {
+            return false;
+        };
+        if !os
+            .process(pid)
+            .is_some_and(|p| p.starttime == start && !p.zombie)
+        {
+            return true;
+        }
+        let table = Table::snapshot(os);
+        let marker = format!("{}:{}", self.nonce, python::INTERPRETER_MARK);
+        !table
+            .descendants(pid)
+            .into_iter()
+            .any(|p| table.get(p).is_some_and(|i| !i.zombie) && os.has_env(p, MARKER_NAME, &marker))
+    }
+
+    /// Kills this kernel's interpreters whose shim died: orphaned (they
+    /// came back to this daemon, a subreaper), they would hold the old
+    /// namespace with nobody to hand them cells or read their results.
+    /// Only before a fresh interpreter is started (which carries the same
+    /// marker).
+    fn kill_orphaned_interpreters(&self, os: &mut dyn Os) {
+        let table = Table::snapshot(os);
+        let protected = procs::protected(&table, os.self_pid());
+        let marker = format!("{}:{}", self.nonce, python::INTERPRETER_MARK);
+        let set: BTreeSet<Pid> = table
+            .iter()
+            .filter(|p| !p.zombie && !protected.contains(&p.pid))
+            .filter(|p| os.has_env(p.pid, MARKER_NAME, &marker))
+            .map(|p| p.pid)
+            .collect();
+        if !set.is_empty() {
+            procs::stop_and_kill(os, &set);
+        }
     }
 
     fn start_next(&mut self, os: &mut dyn Os, now: Timestamp) {
@@ -535,6 +659,18 @@ impl Daemon {
                     request_id: sub.request_id.clone(),
                 },
             );
+            if config.lang == Lang::Python && self.interpreter_lost(os) {
+                self.kill_orphaned_interpreters(os);
+                self.py = None;
+                if !std::mem::take(&mut self.py_loss_noted) {
+                    // Nobody was told: it died between cells.
+                    let _ = w.output(
+                        os,
+                        Stream::Stderr,
+                        &python::loss_note(python::LOST_BETWEEN_CELLS),
+                    );
+                }
+            }
             if let Some(reason) = tombstone::read(os, &cell) {
                 // The cancel won: the cell never starts.
                 let _ = w.finish(
@@ -658,9 +794,10 @@ impl Daemon {
         Ok((pid, start))
     }
 
-    /// Kills everything the kernel owns (STOP + KILL, again each tick),
-    /// then exits.
-    fn exit_sweep(&mut self, os: &mut dyn Os, now: Timestamp, deadline: Timestamp) -> DaemonStep {
+    /// Every live process the kernel owns: its daemon's descendants (shims,
+    /// the interpreter, orphans it reaped), whatever carries its nonce, and
+    /// every tracked cell's processes.
+    fn owned_processes(&self, os: &dyn Os) -> BTreeSet<Pid> {
         let table = Table::snapshot(os);
         let self_pid = os.self_pid();
         let protected = procs::protected(&table, self_pid);
@@ -678,6 +815,87 @@ impl Daemon {
             set.extend(procs::cell_processes(os, &table, &scope, &protected));
         }
         set.retain(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie));
+        set
+    }
+
+    /// One tick of a stop (see the module doc): tombstones and TERM at
+    /// once, the exit sweep once the grace period has passed (or at once,
+    /// when nothing is left to wait for).
+    fn stop_step(&mut self, os: &mut dyn Os, now: Timestamp) -> DaemonStep {
+        let Some(mut stop) = self.stop else {
+            return DaemonStep::Continue {
+                next_wake: now + TICK,
+            };
+        };
+        if !stop.term_sent {
+            // Before the TERM, so that a shim that sees its cell end
+            // names the stop as the reason, not a signal.
+            for seq in self.unfinished(os) {
+                let _ = tombstone::write(os, &self.kernel.cell(seq), CancelReason::Stopped);
+            }
+            let set = self.owned_processes(os);
+            procs::signal_each(os, &set, Signal::Term);
+            stop.term_sent = true;
+            self.stop = Some(stop);
+            if !set.is_empty() {
+                return DaemonStep::Continue {
+                    next_wake: now + TICK,
+                };
+            }
+        }
+        let over = now >= stop.since + self.grace() || self.owned_processes(os).is_empty();
+        if !over {
+            return DaemonStep::Continue {
+                next_wake: (now + TICK).min(stop.since + self.grace()),
+            };
+        }
+        self.exiting = Some(now + EXIT_BOUND);
+        let step = self.exit_sweep(os, now, now + EXIT_BOUND);
+        if step == DaemonStep::Exit {
+            self.close_stopped(os);
+        }
+        step
+    }
+
+    /// Cells submitted to this kernel whose journal is not done.
+    fn unfinished(&self, os: &dyn Os) -> Vec<CellSeq> {
+        cell_seqs(os, &self.kernel)
+            .into_iter()
+            .filter(|&seq| {
+                let cell = self.kernel.cell(seq);
+                os.exists(&cell.submission()) && !os.exists(&journal::done_flag(&cell.journal()))
+            })
+            .collect()
+    }
+
+    /// A stopped kernel's last act: every cell that did not finish is
+    /// resolved with the stop as its error (a result a shim settled
+    /// before stays), so nobody waits on it and nothing runs it later.
+    fn close_stopped(&mut self, os: &mut dyn Os) {
+        for seq in self.unfinished(os) {
+            let cell = self.kernel.cell(seq);
+            let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) else {
+                continue;
+            };
+            if !os.exists(&cell.journal()) {
+                // Never taken: it is accepted and resolved at once.
+                if let Ok(Some(sub)) = read_json::<Submission>(os, &cell.submission()) {
+                    let _ = w.push(
+                        os,
+                        EntryKind::Accepted {
+                            request_id: sub.request_id,
+                        },
+                    );
+                }
+            }
+            let _ = w.close(os, CancelReason::Stopped.outcome(), Vec::new());
+        }
+    }
+
+    /// Kills everything the kernel owns (STOP + KILL, again each tick),
+    /// then exits.
+    fn exit_sweep(&mut self, os: &mut dyn Os, now: Timestamp, deadline: Timestamp) -> DaemonStep {
+        let set = self.owned_processes(os);
         if set.is_empty() || now >= deadline {
             for g in self.cells.values().filter_map(|t| t.cgroup.as_deref()) {
                 let _ = os.remove_cgroup(g);

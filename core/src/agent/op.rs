@@ -615,7 +615,16 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
     // daemon that escaped its tree): they stay owned.
     let cgroup = procs::read_cgroup(os, &cell)
         .filter(|g| os.remove_cgroup(g).is_err() && !os.cgroup_members(g).is_empty());
-    if running || cgroup.is_some() {
+    // Leftovers whose shim is gone (killed from outside) still carry
+    // the cell's marker.
+    let marked = launch.as_ref().is_some_and(|l| {
+        !l.marker.is_empty()
+            && os
+                .processes()
+                .iter()
+                .any(|p| !p.zombie && os.has_env(p.pid, procs::MARKER_NAME, &l.marker))
+    });
+    if running || cgroup.is_some() || marked {
         let record = match launch {
             Some(l) => LaunchRecord { cgroup, ..l },
             None => LaunchRecord {
@@ -718,6 +727,17 @@ pub fn kernel_processes(
                 os.cgroup_members(g)
                     .into_iter()
                     .filter(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie)),
+            );
+        }
+        if !l.marker.is_empty() {
+            // Leftovers whose shim was killed (from outside) left its
+            // tree for PID 1's; they still carry the cell's marker.
+            set.extend(
+                table
+                    .iter()
+                    .filter(|p| !p.zombie && !protected.contains(&p.pid))
+                    .filter(|p| os.has_env(p.pid, procs::MARKER_NAME, &l.marker))
+                    .map(|p| p.pid),
             );
         }
         let live = table

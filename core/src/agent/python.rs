@@ -140,6 +140,28 @@ pub fn outcome(reported: CellOutcome, cancel: Option<CancelReason>) -> CellOutco
     }
 }
 
+/// How the interpreter was lost when its shim was killed during a cell.
+pub const SHIM_DIED: &str = "was lost with its shim (killed)";
+
+/// How the interpreter was lost when it died between cells (killed from
+/// outside, or its shim was).
+pub const LOST_BETWEEN_CELLS: &str =
+    "died after the last cell (killed from outside); this cell runs in a fresh one";
+
+/// The end of every loss note.
+const LOSS: &str = "; the kernel's namespace is lost\n";
+
+/// The note a cell's stderr carries when the interpreter died: `detail`
+/// says how.
+pub fn loss_note(detail: &str) -> Vec<u8> {
+    format!("tether: the Python interpreter {detail}{LOSS}").into_bytes()
+}
+
+/// Is `output` (a chunk of a cell's stderr) a loss note?
+pub fn is_loss_note(output: &[u8]) -> bool {
+    output.starts_with(b"tether: the Python interpreter") && output.ends_with(LOSS.as_bytes())
+}
+
 /// The outcome when the interpreter died during a cell.
 pub fn died(cancel: Option<CancelReason>, detail: &str) -> CellOutcome {
     match cancel {

@@ -226,10 +226,8 @@ impl ShimCore {
         let outcome = match reported {
             Ok(o) => super::python::outcome(o, cancel),
             Err(detail) => {
-                let note = format!(
-                    "tether: the Python interpreter {detail}; the kernel's namespace is lost\n"
-                );
-                self.journal.output(os, Stream::Stderr, note.as_bytes())?;
+                let note = super::python::loss_note(&detail);
+                self.journal.output(os, Stream::Stderr, &note)?;
                 super::python::died(cancel, &detail)
             }
         };

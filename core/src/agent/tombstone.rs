@@ -16,6 +16,9 @@ pub enum CancelReason {
     Requested,
     /// Its timeout passed.
     Timeout,
+    /// The kernel's daemon was told to stop (SIGTERM: `docker stop`, a
+    /// host shutdown) and took its cells with it.
+    Stopped,
 }
 
 impl CancelReason {
@@ -24,6 +27,7 @@ impl CancelReason {
         match self {
             CancelReason::Requested => b"cancel\n",
             CancelReason::Timeout => b"timeout\n",
+            CancelReason::Stopped => b"stopped\n",
         }
     }
 
@@ -32,6 +36,8 @@ impl CancelReason {
     pub fn parse(text: &[u8]) -> CancelReason {
         if text.starts_with(b"timeout") {
             CancelReason::Timeout
+        } else if text.starts_with(b"stopped") {
+            CancelReason::Stopped
         } else {
             CancelReason::Requested
         }
@@ -42,9 +48,15 @@ impl CancelReason {
         match self {
             CancelReason::Requested => CellOutcome::Cancelled,
             CancelReason::Timeout => CellOutcome::TimedOut,
+            CancelReason::Stopped => CellOutcome::Error {
+                message: STOPPED.into(),
+            },
         }
     }
 }
+
+/// Why a cell of a stopped kernel did not finish.
+pub const STOPPED: &str = "the kernel was stopped (its daemon got SIGTERM) before this cell finished; the kernel's state is lost";
 
 /// The tombstone of a cell, if there is one.
 pub fn read(os: &dyn Os, cell: &CellLayout) -> Option<CancelReason> {
@@ -68,7 +80,11 @@ mod tests {
 
     #[test]
     fn reasons_round_trip_and_unknown_text_is_a_request() {
-        for r in [CancelReason::Requested, CancelReason::Timeout] {
+        for r in [
+            CancelReason::Requested,
+            CancelReason::Timeout,
+            CancelReason::Stopped,
+        ] {
             assert_eq!(CancelReason::parse(r.as_bytes()), r);
         }
         assert_eq!(CancelReason::parse(b""), CancelReason::Requested);

@@ -10,7 +10,8 @@
 //! - [`pyshim`]: the interpreter shim, the IO driver of the agent's
 //!   [`tether_core::agent::InterpShim`];
 //! - [`python`]: the Python interpreter the interpreter shim runs;
-//! - [`events`]: the process event log for traces and the oracle.
+//! - [`events`]: the process event log for traces and the oracle;
+//! - [`freeze`]: the whole sandbox frozen and thawed (`docker pause`).
 //!
 //! Time comes from outside: [`SimOs::advance`] runs every process that is
 //! due up to a time (in time order, so causes come before effects), and
@@ -25,6 +26,7 @@
 //! shim (set internally while the shim runs).
 
 pub mod events;
+pub mod freeze;
 pub mod fs;
 pub mod interp;
 pub mod process;
@@ -163,6 +165,9 @@ pub struct SimOs {
     current: Pid,
     events: Vec<ProcEvent>,
     daemon_spawns: Vec<DaemonSpawn>,
+    /// How many freezes are in force ([`SimOs::freeze`]): while any is,
+    /// no process runs.
+    frozen: u32,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -188,6 +193,7 @@ impl SimOs {
             current: 1,
             events: Vec::new(),
             daemon_spawns: Vec::new(),
+            frozen: 0,
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);
@@ -237,6 +243,8 @@ impl SimOs {
         self.pipes.clear();
         self.cgroups.clear();
         self.daemon_spawns.clear();
+        // A restarted container runs: a freeze ends with its processes.
+        self.frozen = 0;
         let new_kernel = !self.config.bounce_keeps_boot_id;
         self.boot(killed, new_kernel);
     }
@@ -253,6 +261,28 @@ impl SimOs {
         self.config.bounce_keeps_boot_id = false;
         self.bounce();
         self.config.bounce_keeps_boot_id = keeps_boot_id;
+    }
+
+    /// SIGKILL from outside the sandbox's processes (an OOM killer, a
+    /// user's `pkill -9`) to `pid` (a fault).
+    pub fn kill_from_outside(&mut self, pid: Pid) {
+        let _ = self.deliver(0, pid, SimSignal::Kill);
+    }
+
+    /// SIGTERM from outside (`docker stop`, a host shutdown) to `pid`.
+    pub fn term_from_outside(&mut self, pid: Pid) {
+        let _ = self.deliver(0, pid, SimSignal::Term);
+    }
+
+    /// Takes a TERM the daemon `pid` caught and has not handled yet (the
+    /// agent's daemon catches TERM; see [`Os::spawn_daemon`] here).
+    pub fn take_caught_term(&mut self, pid: Pid) -> bool {
+        match self.procs.get_mut(&pid) {
+            Some(p) if p.alive() && matches!(p.role, Role::Daemon { .. }) => {
+                std::mem::take(&mut p.trap_pending)
+            }
+            _ => false,
+        }
     }
 
     /// SIGKILL to the live daemon of `kernel_dir` (a fault). Returns its pid.
@@ -307,6 +337,9 @@ impl SimOs {
 
     /// When a process next has something to do (now, if one is runnable).
     pub fn next_wake(&self) -> Option<Timestamp> {
+        if self.is_frozen() {
+            return None;
+        }
         self.procs
             .values()
             .filter(|p| p.state == RunState::Running)
@@ -326,6 +359,9 @@ impl SimOs {
     }
 
     fn run_ready(&mut self) {
+        if self.is_frozen() {
+            return;
+        }
         for _ in 0..ROUND_LIMIT {
             let due: Vec<Pid> = self
                 .procs
@@ -677,8 +713,10 @@ impl Os for SimOs {
         let pid = self.fork(self.current, spec)?;
         if let Some(p) = self.procs.get_mut(&pid) {
             p.subreaper = self.config.daemon_subreaper;
-            // The agent resets every disposition for its roles.
-            p.term = process::Disposition::Default;
+            // The agent resets every disposition for its roles; the
+            // daemon catches TERM (its stop, `Daemon::terminate`), which
+            // the sandbox host takes with `take_caught_term`.
+            p.term = process::Disposition::Trap(Vec::new());
             p.int = process::Disposition::Default;
             p.hup = process::Disposition::Default;
         }

@@ -1,7 +1,8 @@
 //! Signal delivery by disposition: KILL always kills (stopped or not), STOP
 //! freezes and CONT thaws, a catchable signal is dropped when ignored, kept
 //! pending while the target is stopped, runs a shell trap when trapped, and
-//! otherwise terminates. Pid 1 takes no signal it has no handler for (as
+//! otherwise terminates. A frozen sandbox (see [`super::freeze`]) keeps
+//! catchable signals pending as a stopped process does. Pid 1 takes no signal it has no handler for (as
 //! inside a pid namespace); a zombie takes none at all.
 
 use super::events::ProcEventKind;
@@ -122,7 +123,8 @@ impl SimOs {
         Ok(effect)
     }
 
-    fn apply(&mut self, to: Pid, sig: SimSignal) -> Result<SignalEffect, OsError> {
+    pub(crate) fn apply(&mut self, to: Pid, sig: SimSignal) -> Result<SignalEffect, OsError> {
+        let frozen = self.is_frozen();
         let Some(p) = self.procs.get_mut(&to) else {
             return Err(OsError::NotFound);
         };
@@ -165,7 +167,8 @@ impl SimOs {
                 if disposition == Disposition::Ignore {
                     return Ok(SignalEffect::Ignored);
                 }
-                if p.state == RunState::Stopped {
+                // A frozen process takes a catchable signal when it thaws.
+                if p.state == RunState::Stopped || frozen {
                     if !p.pending.contains(&sig) {
                         p.pending.push(sig);
                     }

@@ -1,0 +1,227 @@
+//! Faults on the sandbox's own processes, from outside the agent: SIGKILL
+//! to shims, interpreters (an OOM killer, a user's `pkill -9`), SIGTERM to
+//! kernel daemons (`docker stop`, a host shutdown), the whole sandbox
+//! frozen and thawed (`docker pause`). Op processes are killed where the
+//! exec server runs them ([`super::handle`]).
+//!
+//! Ground truth for the stop: what each TERMed kernel owned when the TERM
+//! landed, looked at again when its daemon exits, or once its grace
+//! period and a stated slack have passed (frozen time not counted),
+//! whichever comes first: whatever still runs then was left behind,
+//! orphaned ([`Sandbox::term_survivors`]). A daemon killed during its stop
+//! (a fault) is excused: what it owned is orphaned by the kill.
+
+use super::Sandbox;
+use crate::os::{ProcView, Role};
+use std::collections::BTreeSet;
+use tether_core::agent::{Os, Pid};
+
+/// How long after a stopped kernel's grace period its processes may still
+/// be dying: the exit sweep's STOP + KILL rounds, a tick apart.
+pub const STOP_SLACK_MS: u64 = 1_000;
+
+/// What a TERMed kernel owned, to be looked at again at `due_ms`.
+#[derive(Clone, Debug)]
+pub(super) struct TermCheck {
+    kernel_dir: String,
+    at_ms: u64,
+    due_ms: u64,
+    /// (pid, start time, what it is).
+    owned: Vec<(Pid, u64, String)>,
+}
+
+impl Sandbox {
+    /// SIGKILL from outside to every live shim (cell shims and interpreter
+    /// shims); returns their pids.
+    pub fn kill_shims(&mut self) -> Vec<Pid> {
+        let pids: Vec<Pid> = self.os.shims().into_iter().map(|(pid, _)| pid).collect();
+        for &pid in &pids {
+            self.os.kill_from_outside(pid);
+        }
+        self.flush_events();
+        pids
+    }
+
+    /// SIGKILL from outside to every live Python interpreter; returns their
+    /// pids.
+    pub fn kill_interpreters(&mut self) -> Vec<Pid> {
+        let pids: Vec<Pid> = self
+            .os
+            .alive_pids()
+            .into_iter()
+            .filter(|&pid| {
+                self.os
+                    .view(pid)
+                    .is_some_and(|v| v.role == Role::Interpreter)
+            })
+            .collect();
+        for &pid in &pids {
+            self.os.kill_from_outside(pid);
+        }
+        self.flush_events();
+        pids
+    }
+
+    /// SIGTERM from outside to every live kernel daemon; returns their
+    /// pids. What each kernel owns now is kept, to be looked at again once
+    /// its stop is over.
+    pub fn term_daemons(&mut self, now_ms: u64) -> Vec<Pid> {
+        let daemons: Vec<(Pid, String)> = self
+            .daemons
+            .iter()
+            .filter(|(&pid, _)| self.os.is_alive(pid))
+            .map(|(&pid, run)| (pid, run.kernel_dir.clone()))
+            .collect();
+        for (pid, kernel_dir) in &daemons {
+            let owned = self.owned_by_kernel(*pid, kernel_dir);
+            self.term_checks.push(TermCheck {
+                kernel_dir: kernel_dir.clone(),
+                at_ms: now_ms,
+                due_ms: now_ms
+                    .saturating_add(self.grace_ms)
+                    .saturating_add(STOP_SLACK_MS),
+                owned,
+            });
+            self.os.term_from_outside(*pid);
+        }
+        self.flush_events();
+        daemons.into_iter().map(|(pid, _)| pid).collect()
+    }
+
+    /// Freezes the sandbox; a stop's look is put off by as long.
+    pub fn freeze(&mut self, now_ms: u64, for_ms: u64) {
+        self.advance(now_ms);
+        self.os.freeze();
+        for c in &mut self.term_checks {
+            c.due_ms = c.due_ms.saturating_add(for_ms);
+        }
+    }
+
+    /// Ends a freeze and runs what is due.
+    pub fn thaw(&mut self, now_ms: u64) {
+        self.os.thaw();
+        self.advance(now_ms);
+    }
+
+    /// Is the sandbox frozen?
+    pub fn is_frozen(&self) -> bool {
+        self.os.is_frozen()
+    }
+
+    /// The daemon `daemon`, its descendants, the shims, interpreter and
+    /// cell processes of `kernel_dir`, alive now.
+    fn owned_by_kernel(&self, daemon: Pid, kernel_dir: &str) -> Vec<(Pid, u64, String)> {
+        let table = self.os.processes();
+        let mut owned: BTreeSet<Pid> = BTreeSet::new();
+        owned.insert(daemon);
+        // Parents have smaller pids only until pids wrap: iterate to a
+        // fixed point.
+        loop {
+            let before = owned.len();
+            for p in &table {
+                if !p.zombie && owned.contains(&p.ppid) {
+                    owned.insert(p.pid);
+                }
+            }
+            if owned.len() == before {
+                break;
+            }
+        }
+        let dir = kernel_dir.trim_end_matches('/');
+        let inside = |path: &str| path == dir || path.starts_with(&format!("{dir}/"));
+        for (pid, cell_dir) in self.os.shims() {
+            if inside(&cell_dir) {
+                owned.insert(pid);
+            }
+        }
+        for pid in self.os.alive_pids() {
+            if self
+                .os
+                .view(pid)
+                .and_then(|v| v.cell)
+                .is_some_and(|c| c.kernel_dir.trim_end_matches('/') == dir)
+            {
+                owned.insert(pid);
+            }
+        }
+        owned
+            .into_iter()
+            .filter_map(|pid| {
+                let info = self.os.process(pid).filter(|p| !p.zombie)?;
+                let view = self.os.view(pid)?;
+                Some((pid, info.starttime, describe(&view)))
+            })
+            .collect()
+    }
+
+    /// Looks at every stopped kernel whose look is due: what it owned at
+    /// the TERM and still runs (same pid, same start time) was orphaned.
+    pub(super) fn check_stopped_kernels(&mut self, now_ms: u64) {
+        if self.os.is_frozen() {
+            return;
+        }
+        self.check_stops(now_ms, |c| c.due_ms <= now_ms);
+    }
+
+    /// The daemon of `kernel_dir` exited after its stop: it must have
+    /// left nothing running.
+    pub(super) fn stopped_daemon_exited(&mut self, kernel_dir: &str, now_ms: u64) {
+        self.check_stops(now_ms, |c| same_dir(&c.kernel_dir, kernel_dir));
+    }
+
+    /// A fault killed the daemon of `kernel_dir`: its stop never ends.
+    pub(super) fn stop_interrupted(&mut self, kernel_dir: &str) {
+        self.term_checks
+            .retain(|c| !same_dir(&c.kernel_dir, kernel_dir));
+    }
+
+    fn check_stops(&mut self, now_ms: u64, now_due: impl Fn(&TermCheck) -> bool) {
+        let (due, later): (Vec<TermCheck>, Vec<TermCheck>) = std::mem::take(&mut self.term_checks)
+            .into_iter()
+            .partition(|c| now_due(c));
+        self.term_checks = later;
+        for c in due {
+            let left: Vec<String> = c
+                .owned
+                .iter()
+                .filter(|(pid, start, _)| {
+                    self.os
+                        .process(*pid)
+                        .is_some_and(|p| !p.zombie && p.starttime == *start)
+                })
+                .map(|(_, _, what)| what.clone())
+                .collect();
+            if !left.is_empty() {
+                self.term_survivors.push(format!(
+                    "kernel {} got SIGTERM at {} ms; at {now_ms} ms still running: {}",
+                    super::kernel_name(&c.kernel_dir),
+                    c.at_ms,
+                    left.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// A restart ends every process: nothing of a stopped kernel is left
+    /// to look at.
+    pub(super) fn forget_stops(&mut self) {
+        self.term_checks.clear();
+    }
+}
+
+fn same_dir(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+fn describe(v: &ProcView) -> String {
+    let role = match v.role {
+        Role::Init => "init",
+        Role::Exec => "exec",
+        Role::Daemon { .. } => "daemon",
+        Role::Shim => "shim",
+        Role::Cell => "cell process",
+        Role::Interpreter => "interpreter",
+    };
+    let argv = v.argv.first().map(String::as_str).unwrap_or_default();
+    format!("{role} {} ({argv})", v.pid)
+}
