@@ -54,6 +54,9 @@ pub struct CellObs {
     pub resolutions: u32,
     /// When the client started running it (virtual ms).
     pub started_ms: u64,
+    /// When the client first resolved it (virtual ms), if it did (a
+    /// crashed client's call never returns; its successor resolves it).
+    pub resolved_ms: Option<u64>,
     /// When the client's call returned, if it did.
     pub ended_ms: Option<u64>,
     /// Ground truth from the sandbox.
@@ -112,6 +115,9 @@ pub struct Observations {
     /// The deaths of daemons a client had already heard of (their state
     /// was relied on); a subset of `kernel_deaths`.
     pub known_kernel_deaths: Vec<u64>,
+    /// The same deaths with the kernel whose daemon died: with several
+    /// kernels, a death matters to the cells of its own kernel.
+    pub known_deaths_by_kernel: Vec<(u64, String)>,
     /// Unscripted cells (liveness) that ran more than once, and cells no
     /// script accounts for, by label, with how many times they ran.
     pub extra_executions: BTreeMap<String, u32>,
@@ -136,6 +142,15 @@ pub struct Observations {
     pub self_inflicted: Vec<String>,
     /// Outcome of the liveness cell run after every fault healed.
     pub liveness: Option<CellOutcome>,
+    /// When the client's reaper evicted a kernel (virtual ms), and which:
+    /// the loss of its state is the client's own, reported doing.
+    pub evictions: Vec<(u64, String)>,
+    /// Journals whose entry numbers were not contiguous from 1.
+    pub journal_gaps: Vec<String>,
+    /// Kernels that had two live daemons at once.
+    pub two_daemons: Vec<String>,
+    /// Client records left after the final shutdown.
+    pub leaked_records: Vec<String>,
     /// The script finished (did not hang until the simulation's end).
     pub finished: bool,
     /// Driver errors, stalls, simulation errors.
@@ -338,6 +353,27 @@ pub enum Violation {
         /// What failed.
         detail: String,
     },
+    /// The client's reaper evicted a kernel while a cell of it was in
+    /// flight.
+    ReapedBusyKernel {
+        /// The kernel.
+        kernel: String,
+        /// The cell in flight.
+        cell: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
+    /// A cell's journal numbers were not contiguous from 1 (an entry lost
+    /// or written twice).
+    JournalGap {
+        /// Which journal and its numbers.
+        detail: String,
+    },
+    /// Two daemons owned one kernel at once.
+    TwoDaemons {
+        /// Which kernel, which daemons, when.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -365,6 +401,9 @@ impl Violation {
             Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
             Violation::Harness { .. } => "harness",
+            Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
+            Violation::JournalGap { .. } => "journal_gap",
+            Violation::TwoDaemons { .. } => "two_daemons",
         }
     }
 }
@@ -444,6 +483,16 @@ impl fmt::Display for Violation {
             }
             Violation::Expectation { detail } => write!(f, "expectation failed: {detail}"),
             Violation::Harness { detail } => write!(f, "harness: {detail}"),
+            Violation::ReapedBusyKernel {
+                kernel,
+                cell,
+                at_ms,
+            } => write!(
+                f,
+                "the client evicted kernel {kernel} at {at_ms} ms while its cell {cell} was in flight"
+            ),
+            Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
+            Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
         }
     }
 }
@@ -523,16 +572,23 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     // A death must be reported before a cell that was started after it
     // passes as ok (it ran on a fresh kernel, or on nothing).
     for cell in &obs.cells {
-        let died_before = obs.known_kernel_deaths.iter().any(|&d| d < cell.started_ms);
+        let end = cell.ended_ms.unwrap_or(u64::MAX);
+        // A death of another kernel's daemon (known by kernel) took
+        // nothing of this cell's.
+        let died_before = match kernel_of(cell) {
+            Some(k) if !obs.known_deaths_by_kernel.is_empty() => obs
+                .known_deaths_by_kernel
+                .iter()
+                .any(|(d, dk)| dk == k && *d < cell.started_ms),
+            _ => obs.known_kernel_deaths.iter().any(|&d| d < cell.started_ms),
+        };
         let reported = |end: u64| {
             obs.state_lost_reports
                 .iter()
                 .any(|&r| first_death.is_some_and(|d| r >= d) && r <= end)
+                || evicted_before(obs, cell, end)
         };
-        if died_before
-            && cell.outcome == Some(CellOutcome::Ok)
-            && !reported(cell.ended_ms.unwrap_or(u64::MAX))
-        {
+        if died_before && cell.outcome == Some(CellOutcome::Ok) && !reported(end) {
             v.push(Violation::MissedStateLost {
                 cell: cell.label.clone(),
             });
@@ -540,6 +596,22 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     check_namespace(obs, &mut v);
     check_shell_state(obs, &mut v);
+    check_evictions(obs, &mut v);
+    for detail in &obs.journal_gaps {
+        v.push(Violation::JournalGap {
+            detail: detail.clone(),
+        });
+    }
+    for detail in &obs.two_daemons {
+        v.push(Violation::TwoDaemons {
+            detail: detail.clone(),
+        });
+    }
+    if !obs.leaked_records.is_empty() {
+        v.push(Violation::Leak {
+            detail: format!("client records {}", obs.leaked_records.join(", ")),
+        });
+    }
     if !obs.leaked_cgroups.is_empty() {
         v.push(Violation::Leak {
             detail: format!("cgroups {}", obs.leaked_cgroups.join(", ")),
@@ -575,6 +647,43 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     v
 }
 
+/// The kernel a cell's key (`kernel#seq`) names.
+fn kernel_of(cell: &CellObs) -> Option<&str> {
+    cell.key
+        .as_deref()
+        .and_then(|k| k.rsplit_once('#'))
+        .map(|(k, _)| k)
+}
+
+/// Was `cell`'s kernel evicted by the client's reaper before `end` (ms)?
+/// Its state went with it, and the client said so.
+fn evicted_before(obs: &Observations, cell: &CellObs, end: u64) -> bool {
+    kernel_of(cell).is_some_and(|k| obs.evictions.iter().any(|(at, e)| e == k && *at <= end))
+}
+
+/// The reaper's promise (`core/src/client/reaper.rs`): a kernel with a
+/// cell in flight is never evicted. A cell is in flight from its call's
+/// start to its resolution; one the eviction itself resolved (cancelled,
+/// though nobody asked, at the eviction's instant) was in flight too.
+fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
+    for (at, kernel) in &obs.evictions {
+        for cell in obs.cells.iter().filter(|c| kernel_of(c) == Some(kernel)) {
+            let end = cell.resolved_ms.or(cell.ended_ms).unwrap_or(u64::MAX);
+            let during = cell.started_ms < *at && *at < end;
+            let by_it = end == *at
+                && !cell.cancel_requested
+                && cell.outcome == Some(CellOutcome::Cancelled);
+            if during || by_it {
+                v.push(Violation::ReapedBusyKernel {
+                    kernel: kernel.clone(),
+                    cell: cell.label.clone(),
+                    at_ms: *at,
+                });
+            }
+        }
+    }
+}
+
 /// The Python kernel's truths: its namespace is lost only when its
 /// interpreter or daemon really died; a loss is reported (the agent's note
 /// in a cell's stderr, or "state lost") before a cell finds it; the note
@@ -593,11 +702,16 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
     for cell in &obs.cells {
         let end = cell.ended_ms.unwrap_or(u64::MAX);
         if cell.namespace_lost {
-            let died = first_py_death
-                .into_iter()
-                .chain(first_death)
-                .any(|d| d <= end);
-            let reported = noted
+            // An eviction by the client's reaper is a death the client
+            // caused and reported (`KernelEvicted`).
+            let evicted = evicted_before(obs, cell, end);
+            let died = evicted
+                || first_py_death
+                    .into_iter()
+                    .chain(first_death)
+                    .any(|d| d <= end);
+            let reported = evicted
+                || noted
                 || notes.iter().any(|&r| r <= end)
                 || obs.state_lost_reports.iter().any(|&r| r <= end);
             if !died {
@@ -671,7 +785,9 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
                 )
                 || (stopped && !c.complete_output)
         });
-        if !(death_reported || noted || unfinished) {
+        // The client's reaper evicted the kernel and said so.
+        let evicted = evicted_before(obs, cell, end);
+        if !(death_reported || noted || unfinished || evicted) {
             v.push(Violation::ShellStateLost {
                 cell: cell.label.clone(),
             });
@@ -917,6 +1033,78 @@ mod tests {
         // ... but one that got that far must have kept its state.
         cut.cells[0].complete_output = true;
         assert_eq!(check(&cut)[0].kind(), "shell_state_lost");
+    }
+
+    #[test]
+    fn a_kernel_evicted_with_a_cell_in_flight_is_a_violation() {
+        let mut o = good();
+        o.cells[0].started_ms = 10;
+        o.cells[0].resolved_ms = Some(20);
+        o.cells[0].ended_ms = Some(20);
+        // After the cell resolved: the reaper may take it.
+        o.evictions = vec![(25, "k".into())];
+        assert!(check(&o).is_empty());
+        // Another kernel, while it ran: nothing of this cell's.
+        o.evictions = vec![(15, "other".into())];
+        assert!(check(&o).is_empty());
+        // Its own kernel, while it ran.
+        o.evictions = vec![(15, "k".into())];
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "reaped_busy_kernel");
+        // Resolved as cancelled by the eviction itself, nobody asked.
+        o.evictions = vec![(20, "k".into())];
+        o.cells[0].outcome = Some(CellOutcome::Cancelled);
+        o.cells[0].truth.ran_to_end = false;
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "reaped_busy_kernel");
+    }
+
+    #[test]
+    fn a_lost_namespace_is_excused_by_a_reported_eviction_of_its_own_kernel() {
+        let mut o = good();
+        o.cells[0].namespace_lost = true;
+        o.cells[0].started_ms = 10;
+        o.cells[0].ended_ms = Some(20);
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "namespace_lost");
+        // Another kernel's eviction is no excuse.
+        o.evictions = vec![(5, "other".into())];
+        assert_eq!(check(&o)[0].kind(), "namespace_lost");
+        o.evictions = vec![(5, "k".into())];
+        assert_eq!(check(&o), vec![]);
+    }
+
+    #[test]
+    fn a_death_matters_to_the_cells_of_its_own_kernel() {
+        let mut o = good();
+        o.kernel_deaths = vec![5];
+        o.known_kernel_deaths = vec![5];
+        o.cells[0].started_ms = 10;
+        o.known_deaths_by_kernel = vec![(5, "other".into())];
+        assert!(check(&o).is_empty());
+        o.known_deaths_by_kernel = vec![(5, "k".into())];
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "missed_state_lost");
+        // Its eviction, reported, stands for the report of the loss.
+        o.evictions = vec![(7, "k".into())];
+        assert!(check(&o).is_empty());
+    }
+
+    #[test]
+    fn ground_truth_of_the_sandbox_is_judged() {
+        let mut o = good();
+        o.journal_gaps = vec!["journal of k#1: entry numbers [1, 2, 4]".into()];
+        assert_eq!(check(&o)[0].kind(), "journal_gap");
+        let mut o = good();
+        o.two_daemons = vec!["kernel k had daemons [4, 9] alive at once".into()];
+        assert_eq!(check(&o)[0].kind(), "two_daemons");
+        let mut o = good();
+        o.leaked_records = vec!["k".into()];
+        assert_eq!(check(&o)[0].kind(), "leak");
     }
 
     #[test]

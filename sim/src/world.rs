@@ -532,6 +532,8 @@ fn observe(
         leaked_cgroups,
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
         self_inflicted: sandbox.self_inflicted.clone(),
+        journal_gaps: sandbox.journal_gaps.clone(),
+        two_daemons: sandbox.two_daemons.values().cloned().collect(),
         // The simulation's own errors come first, then the client's.
         harness_errors: harness
             .into_iter()
