@@ -272,6 +272,7 @@ pub fn cell(
         cancel_requested: seen.cancel_requested,
         output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
         client_stdout: seen.stdout(),
+        client_stderr: seen_stderr(&seen),
         namespace_lost: namespace_lost(scenario, log, spec, outcome.as_ref()),
         shell_state_lost,
         state_not_kept_noted: contains(&seen_stderr(&seen), NOT_KEPT_NOTE.as_bytes()),

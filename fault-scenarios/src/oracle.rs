@@ -25,6 +25,8 @@ pub struct CellObs {
     pub output_ns: Vec<u64>,
     /// Stdout the client delivered, concatenated.
     pub client_stdout: Vec<u8>,
+    /// Stderr the client delivered, concatenated.
+    pub client_stderr: Vec<u8>,
     /// How the client resolved it (the last resolution seen).
     pub outcome: Option<CellOutcome>,
     /// It failed on a name that an earlier cell of its (Python) kernel
@@ -70,6 +72,10 @@ pub struct CellTruth {
     pub executions: u32,
     /// Everything the cell's processes wrote to stdout, over all executions.
     pub stdout: Vec<u8>,
+    /// Everything the cell's processes wrote to stderr, where the host
+    /// knows it (`None`: not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<Vec<u8>>,
     /// The cell's main process exited (rather than being killed or lost).
     pub ran_to_end: bool,
     /// Pids of the cell's processes alive at the end of the script (before
@@ -828,6 +834,9 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             delivered: show(&cell.client_stdout),
         });
     }
+    if let Some(wrote) = &cell.truth.stderr {
+        check_stderr(cell, wrote, v);
+    }
     if cell.outcome.as_ref().is_some_and(completed)
         && !cell.cancel_requested
         && !cell.truth.alive_at_end.is_empty()
@@ -871,6 +880,41 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
         v.push(Violation::CancelSurvivor {
             cell: name,
             pids: cell.truth.alive_at_end.clone(),
+        });
+    }
+}
+
+/// The agent's own notes on a cell's stderr (`tether: …` lines: a lost
+/// shell state, a dead interpreter) are the agent's, not the cell's; the
+/// rest must be what the cell's processes wrote, nothing invented or
+/// repeated, and all of it once the cell ran to its end.
+fn check_stderr(cell: &CellObs, wrote: &[u8], v: &mut Vec<Violation>) {
+    let own = |bytes: &[u8]| -> Vec<u8> {
+        bytes
+            .split_inclusive(|&b| b == b'\n')
+            .filter(|line| !line.starts_with(b"tether: "))
+            .flatten()
+            .copied()
+            .collect()
+    };
+    let (wrote, delivered) = (own(wrote), own(&cell.client_stderr));
+    if !wrote.starts_with(&delivered) {
+        v.push(Violation::DuplicatedOutput {
+            cell: cell.label.clone(),
+            detail: format!(
+                "stderr delivered {:?}, which the cell never wrote (it wrote {:?})",
+                show(&delivered),
+                show(&wrote)
+            ),
+        });
+    } else if cell.outcome.as_ref().is_some_and(completed)
+        && cell.truth.ran_to_end
+        && delivered != wrote
+    {
+        v.push(Violation::LostOutput {
+            cell: cell.label.clone(),
+            wrote: format!("stderr {}", show(&wrote)),
+            delivered: format!("stderr {}", show(&delivered)),
         });
     }
 }
@@ -1105,6 +1149,21 @@ mod tests {
         let mut o = good();
         o.leaked_records = vec!["k".into()];
         assert_eq!(check(&o)[0].kind(), "leak");
+    }
+
+    #[test]
+    fn stderr_is_judged_against_what_the_cells_processes_wrote() {
+        let mut o = good();
+        o.cells[0].truth.stderr = Some(b"warn\n".to_vec());
+        o.cells[0].client_stderr = b"tether: a note of the agent's\nwarn\n".to_vec();
+        assert_eq!(check(&o), vec![]);
+        o.cells[0].client_stderr = b"warn\nwarn\n".to_vec();
+        assert_eq!(check(&o)[0].kind(), "duplicated_output");
+        o.cells[0].client_stderr = b"wa".to_vec();
+        assert_eq!(check(&o)[0].kind(), "lost_output");
+        // Not run to its end: a prefix is all it owes.
+        o.cells[0].truth.ran_to_end = false;
+        assert_eq!(check(&o), vec![]);
     }
 
     #[test]

@@ -517,6 +517,13 @@ impl Sandbox {
         alive
     }
 
+    /// What the processes of cell `seq` of kernel `kernel` wrote to
+    /// stderr.
+    pub fn stderr_of(&self, kernel: &str, seq: u64) -> Vec<u8> {
+        self.os
+            .stderr_written(&format!("{}/kernels/{kernel}", self.root), seq)
+    }
+
     /// Ground truth for the cell `label`.
     pub fn truth(&self, label: &str) -> Truth {
         Truth {

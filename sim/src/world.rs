@@ -489,6 +489,12 @@ fn observe(
         let truth = CellTruth {
             executions: truth.executions,
             stdout: observe::truth_stdout(scenario, spec, truth.executions, flavor),
+            // A shell cell's own processes write its stderr; a Python
+            // cell's is the interpreter's, which serves every cell.
+            stderr: match (&cell_key, spec.lang) {
+                (Some((kernel, seq)), Lang::Shell) => Some(sandbox.stderr_of(kernel, *seq)),
+                _ => None,
+            },
             ran_to_end: truth.executions == 1,
             alive_at_end,
             // Against the final resolution, whose outcome the oracle judges;
