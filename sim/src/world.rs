@@ -447,6 +447,17 @@ fn apply(
     }
 }
 
+/// Two cells the client saw carry `key`.
+fn key_reused(log: &ClientLog, key: Option<&tether_core::client::CellKey>) -> bool {
+    key.is_some_and(|k| {
+        log.cells
+            .values()
+            .filter(|c| c.key.as_ref() == Some(k))
+            .count()
+            > 1
+    })
+}
+
 fn observe(
     scenario: &Scenario,
     log: &ClientLog,
@@ -491,8 +502,13 @@ fn observe(
             stdout: observe::truth_stdout(scenario, spec, truth.executions, flavor),
             // A shell cell's own processes write its stderr; a Python
             // cell's is the interpreter's, which serves every cell.
+            // Not judged when a kernel evicted and opened again by a later
+            // client process gave a second cell the same key (its numbers
+            // start over): what was written under it is both cells'.
             stderr: match (&cell_key, spec.lang) {
-                (Some((kernel, seq)), Lang::Shell) => Some(sandbox.stderr_of(kernel, *seq)),
+                (Some((kernel, seq)), Lang::Shell) if !key_reused(log, seen.key.as_ref()) => {
+                    Some(sandbox.stderr_of(kernel, *seq))
+                }
                 _ => None,
             },
             ran_to_end: truth.executions == 1,
