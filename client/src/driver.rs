@@ -223,6 +223,16 @@ impl Driver {
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(CellKey, CellOutcome), DriverError> {
+        // A kernel still being shut down (the client's reaper evicted it)
+        // is opened again once its shutdown has ended, as the client asks.
+        while self.shutting_down(kernel) {
+            self.flush(on_event, &mut |_| ())?;
+            if !self.shutting_down(kernel) {
+                break;
+            }
+            self.wait_once("an evicted kernel's shutdown to finish")
+                .await?;
+        }
         let now = self.now();
         if self.client.record(kernel).is_none() {
             self.client.open(kernel.clone(), lang, now);
@@ -234,6 +244,11 @@ impl Driver {
         let outcome = outcomes?.pop().map(|(_, o)| o);
         // drive_cells returns only once this cell has resolved.
         Ok((key, outcome.unwrap_or(CellOutcome::Cancelled)))
+    }
+
+    /// The client holds `kernel` only until its shutdown is answered.
+    fn shutting_down(&self, kernel: &KernelName) -> bool {
+        self.client.record(kernel).is_none() && self.client.kernels().any(|k| k == kernel)
     }
 
     /// Hands `record` (from a store) to the client and drives it until
@@ -299,7 +314,8 @@ impl Driver {
     }
 
     /// Shuts `kernel` down (its daemon and every process it owns) and
-    /// drives the client until nothing is in flight.
+    /// drives the client until the kernel is gone (its shutdown answered,
+    /// or given up on after every attempt) and nothing is in flight.
     pub async fn shutdown(
         &mut self,
         kernel: &KernelName,
@@ -307,6 +323,16 @@ impl Driver {
     ) -> Result<(), DriverError> {
         let now = self.now();
         self.client.shutdown(kernel, now);
+        // Until the shutdown is answered or given up on: an attempt that
+        // failed waits on a retry timer, which `settle` leaves alone (a
+        // kernel the reaper evicted was left so, its daemon running on).
+        while self.client.kernels().any(|k| k == kernel) {
+            self.flush(on_event, &mut |_| ())?;
+            if !self.client.kernels().any(|k| k == kernel) {
+                break;
+            }
+            self.wait_once("the kernel's shutdown to finish").await?;
+        }
         self.settle(on_event).await
     }
 

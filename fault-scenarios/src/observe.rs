@@ -81,14 +81,19 @@ pub struct ClientLog {
     pub calls: Vec<(String, u64, Option<u64>)>,
     /// When state lost was reported.
     pub state_lost: Vec<u64>,
-    /// When a daemon was reported ready, and its pid.
-    pub ready: Vec<(u64, u32)>,
+    /// When a daemon was reported ready, its pid and its kernel.
+    pub ready: Vec<(u64, u32, String)>,
     /// Driver errors (and, live, failed observations).
     pub errors: Vec<String>,
     /// The script ran to its end.
     pub finished: bool,
     /// The liveness cell's outcome.
     pub liveness: Option<CellOutcome>,
+    /// When the client's reaper evicted a kernel (ms), and which.
+    pub evictions: Vec<(u64, String)>,
+    /// Kernels whose record the client still kept after the final
+    /// shutdown.
+    pub records_left: Vec<String>,
 }
 
 impl ClientLog {
@@ -98,6 +103,11 @@ impl ClientLog {
         if let Some(l) = self.labels.get(key) {
             return Some(l.clone());
         }
+        self.claim(key)
+    }
+
+    /// Names `key` after the cell being run, if that has no key yet.
+    fn claim(&mut self, key: &CellKey) -> Option<String> {
         let current = self.current.clone()?;
         if self.cells.get(&current).is_some_and(|c| c.key.is_some()) {
             return None;
@@ -111,8 +121,29 @@ impl ClientLog {
     pub fn on_event(&mut self, now_ms: u64, event: &Event) {
         match event {
             Event::StateLost { .. } => self.state_lost.push(now_ms),
-            Event::KernelReady { identity, .. } => self.ready.push((now_ms, identity.pid)),
+            Event::KernelReady {
+                kernel, identity, ..
+            } => self
+                .ready
+                .push((now_ms, identity.pid, kernel.as_str().to_owned())),
+            Event::KernelEvicted { kernel, .. } => {
+                self.evictions.push((now_ms, kernel.as_str().to_owned()))
+            }
             Event::CellAccepted { cell, .. } => {
+                // A kernel evicted and opened again under its name (by a
+                // later client process, which never knew the old one's
+                // numbers) starts over at #1: a key whose cell was
+                // resolved is the cell being run now.
+                let resolved = self.labels.get(cell).is_some_and(|l| {
+                    self.cells.get(l).is_some_and(|c| {
+                        c.resolutions
+                            .iter()
+                            .any(|o| !matches!(o, CellOutcome::Unknown { .. }))
+                    })
+                });
+                if resolved && self.claim(cell).is_some() {
+                    return;
+                }
                 let _ = self.label_of(cell);
             }
             Event::Output {
@@ -241,6 +272,7 @@ pub fn cell(
         cancel_requested: seen.cancel_requested,
         output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
         client_stdout: seen.stdout(),
+        client_stderr: seen_stderr(&seen),
         namespace_lost: namespace_lost(scenario, log, spec, outcome.as_ref()),
         shell_state_lost,
         state_not_kept_noted: contains(&seen_stderr(&seen), NOT_KEPT_NOTE.as_bytes()),
@@ -258,6 +290,7 @@ pub fn cell(
         )
         .unwrap_or(u32::MAX),
         started_ms,
+        resolved_ms: seen.resolved_at,
         ended_ms,
         truth,
     }
@@ -357,10 +390,24 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
         // before hearing of it holds nothing.
         known_kernel_deaths: kernel_deaths
             .iter()
-            .filter(|(at, pid)| log.ready.iter().any(|(t, p)| p == pid && t <= at))
+            .filter(|(at, pid)| log.ready.iter().any(|(t, p, _)| p == pid && t <= at))
             .map(|(at, _)| *at)
             .collect(),
+        // The kernel is the one the client last heard the daemon was
+        // ready for before it died.
+        known_deaths_by_kernel: kernel_deaths
+            .iter()
+            .filter_map(|(at, pid)| {
+                log.ready
+                    .iter()
+                    .rev()
+                    .find(|(t, p, _)| p == pid && t <= at)
+                    .map(|(_, _, k)| (*at, k.clone()))
+            })
+            .collect(),
         liveness: log.liveness.clone(),
+        evictions: log.evictions.clone(),
+        leaked_records: log.records_left.clone(),
         finished: log.finished,
         harness_errors: log.errors.clone(),
         ..Observations::default()

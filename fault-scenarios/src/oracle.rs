@@ -25,6 +25,8 @@ pub struct CellObs {
     pub output_ns: Vec<u64>,
     /// Stdout the client delivered, concatenated.
     pub client_stdout: Vec<u8>,
+    /// Stderr the client delivered, concatenated.
+    pub client_stderr: Vec<u8>,
     /// How the client resolved it (the last resolution seen).
     pub outcome: Option<CellOutcome>,
     /// It failed on a name that an earlier cell of its (Python) kernel
@@ -54,6 +56,9 @@ pub struct CellObs {
     pub resolutions: u32,
     /// When the client started running it (virtual ms).
     pub started_ms: u64,
+    /// When the client first resolved it (virtual ms), if it did (a
+    /// crashed client's call never returns; its successor resolves it).
+    pub resolved_ms: Option<u64>,
     /// When the client's call returned, if it did.
     pub ended_ms: Option<u64>,
     /// Ground truth from the sandbox.
@@ -67,6 +72,10 @@ pub struct CellTruth {
     pub executions: u32,
     /// Everything the cell's processes wrote to stdout, over all executions.
     pub stdout: Vec<u8>,
+    /// Everything the cell's processes wrote to stderr, where the host
+    /// knows it (`None`: not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<Vec<u8>>,
     /// The cell's main process exited (rather than being killed or lost).
     pub ran_to_end: bool,
     /// Pids of the cell's processes alive at the end of the script (before
@@ -112,6 +121,9 @@ pub struct Observations {
     /// The deaths of daemons a client had already heard of (their state
     /// was relied on); a subset of `kernel_deaths`.
     pub known_kernel_deaths: Vec<u64>,
+    /// The same deaths with the kernel whose daemon died: with several
+    /// kernels, a death matters to the cells of its own kernel.
+    pub known_deaths_by_kernel: Vec<(u64, String)>,
     /// Unscripted cells (liveness) that ran more than once, and cells no
     /// script accounts for, by label, with how many times they ran.
     pub extra_executions: BTreeMap<String, u32>,
@@ -136,6 +148,15 @@ pub struct Observations {
     pub self_inflicted: Vec<String>,
     /// Outcome of the liveness cell run after every fault healed.
     pub liveness: Option<CellOutcome>,
+    /// When the client's reaper evicted a kernel (virtual ms), and which:
+    /// the loss of its state is the client's own, reported doing.
+    pub evictions: Vec<(u64, String)>,
+    /// Journals whose entry numbers were not contiguous from 1.
+    pub journal_gaps: Vec<String>,
+    /// Kernels that had two live daemons at once.
+    pub two_daemons: Vec<String>,
+    /// Client records left after the final shutdown.
+    pub leaked_records: Vec<String>,
     /// The script finished (did not hang until the simulation's end).
     pub finished: bool,
     /// Driver errors, stalls, simulation errors.
@@ -348,6 +369,27 @@ pub enum Violation {
         /// The kernel, when, and what still ran.
         detail: String,
     },
+    /// The client's reaper evicted a kernel while a cell of it was in
+    /// flight.
+    ReapedBusyKernel {
+        /// The kernel.
+        kernel: String,
+        /// The cell in flight.
+        cell: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
+    /// A cell's journal numbers were not contiguous from 1 (an entry lost
+    /// or written twice).
+    JournalGap {
+        /// Which journal and its numbers.
+        detail: String,
+    },
+    /// Two daemons owned one kernel at once.
+    TwoDaemons {
+        /// Which kernel, which daemons, when.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -376,6 +418,9 @@ impl Violation {
             Violation::Expectation { .. } => "expectation",
             Violation::Harness { .. } => "harness",
             Violation::StopSurvivor { .. } => "stop_survivor",
+            Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
+            Violation::JournalGap { .. } => "journal_gap",
+            Violation::TwoDaemons { .. } => "two_daemons",
         }
     }
 }
@@ -458,6 +503,16 @@ impl fmt::Display for Violation {
             Violation::StopSurvivor { detail } => {
                 write!(f, "a stopped kernel left processes running: {detail}")
             }
+            Violation::ReapedBusyKernel {
+                kernel,
+                cell,
+                at_ms,
+            } => write!(
+                f,
+                "the client evicted kernel {kernel} at {at_ms} ms while its cell {cell} was in flight"
+            ),
+            Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
+            Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
         }
     }
 }
@@ -542,16 +597,23 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     // A death must be reported before a cell that was started after it
     // passes as ok (it ran on a fresh kernel, or on nothing).
     for cell in &obs.cells {
-        let died_before = obs.known_kernel_deaths.iter().any(|&d| d < cell.started_ms);
+        let end = cell.ended_ms.unwrap_or(u64::MAX);
+        // A death of another kernel's daemon (known by kernel) took
+        // nothing of this cell's.
+        let died_before = match kernel_of(cell) {
+            Some(k) if !obs.known_deaths_by_kernel.is_empty() => obs
+                .known_deaths_by_kernel
+                .iter()
+                .any(|(d, dk)| dk == k && *d < cell.started_ms),
+            _ => obs.known_kernel_deaths.iter().any(|&d| d < cell.started_ms),
+        };
         let reported = |end: u64| {
             obs.state_lost_reports
                 .iter()
                 .any(|&r| first_death.is_some_and(|d| r >= d) && r <= end)
+                || evicted_before(obs, cell, end)
         };
-        if died_before
-            && cell.outcome == Some(CellOutcome::Ok)
-            && !reported(cell.ended_ms.unwrap_or(u64::MAX))
-        {
+        if died_before && cell.outcome == Some(CellOutcome::Ok) && !reported(end) {
             v.push(Violation::MissedStateLost {
                 cell: cell.label.clone(),
             });
@@ -559,6 +621,22 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     check_namespace(obs, &mut v);
     check_shell_state(obs, &mut v);
+    check_evictions(obs, &mut v);
+    for detail in &obs.journal_gaps {
+        v.push(Violation::JournalGap {
+            detail: detail.clone(),
+        });
+    }
+    for detail in &obs.two_daemons {
+        v.push(Violation::TwoDaemons {
+            detail: detail.clone(),
+        });
+    }
+    if !obs.leaked_records.is_empty() {
+        v.push(Violation::Leak {
+            detail: format!("client records {}", obs.leaked_records.join(", ")),
+        });
+    }
     if !obs.leaked_cgroups.is_empty() {
         v.push(Violation::Leak {
             detail: format!("cgroups {}", obs.leaked_cgroups.join(", ")),
@@ -594,6 +672,43 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     v
 }
 
+/// The kernel a cell's key (`kernel#seq`) names.
+fn kernel_of(cell: &CellObs) -> Option<&str> {
+    cell.key
+        .as_deref()
+        .and_then(|k| k.rsplit_once('#'))
+        .map(|(k, _)| k)
+}
+
+/// Was `cell`'s kernel evicted by the client's reaper before `end` (ms)?
+/// Its state went with it, and the client said so.
+fn evicted_before(obs: &Observations, cell: &CellObs, end: u64) -> bool {
+    kernel_of(cell).is_some_and(|k| obs.evictions.iter().any(|(at, e)| e == k && *at <= end))
+}
+
+/// The reaper's promise (`core/src/client/reaper.rs`): a kernel with a
+/// cell in flight is never evicted. A cell is in flight from its call's
+/// start to its resolution; one the eviction itself resolved (cancelled,
+/// though nobody asked, at the eviction's instant) was in flight too.
+fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
+    for (at, kernel) in &obs.evictions {
+        for cell in obs.cells.iter().filter(|c| kernel_of(c) == Some(kernel)) {
+            let end = cell.resolved_ms.or(cell.ended_ms).unwrap_or(u64::MAX);
+            let during = cell.started_ms < *at && *at < end;
+            let by_it = end == *at
+                && !cell.cancel_requested
+                && cell.outcome == Some(CellOutcome::Cancelled);
+            if during || by_it {
+                v.push(Violation::ReapedBusyKernel {
+                    kernel: kernel.clone(),
+                    cell: cell.label.clone(),
+                    at_ms: *at,
+                });
+            }
+        }
+    }
+}
+
 /// The Python kernel's truths: its namespace is lost only when its
 /// interpreter or daemon really died; a loss is reported (the agent's note
 /// in a cell's stderr, or "state lost") before a cell finds it; the note
@@ -612,11 +727,16 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
     for cell in &obs.cells {
         let end = cell.ended_ms.unwrap_or(u64::MAX);
         if cell.namespace_lost {
-            let died = first_py_death
-                .into_iter()
-                .chain(first_death)
-                .any(|d| d <= end);
-            let reported = noted
+            // An eviction by the client's reaper is a death the client
+            // caused and reported (`KernelEvicted`).
+            let evicted = evicted_before(obs, cell, end);
+            let died = evicted
+                || first_py_death
+                    .into_iter()
+                    .chain(first_death)
+                    .any(|d| d <= end);
+            let reported = evicted
+                || noted
                 || notes.iter().any(|&r| r <= end)
                 || obs.state_lost_reports.iter().any(|&r| r <= end);
             if !died {
@@ -690,7 +810,9 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
                 )
                 || (stopped && !c.complete_output)
         });
-        if !(death_reported || noted || unfinished) {
+        // The client's reaper evicted the kernel and said so.
+        let evicted = evicted_before(obs, cell, end);
+        if !(death_reported || noted || unfinished || evicted) {
             v.push(Violation::ShellStateLost {
                 cell: cell.label.clone(),
             });
@@ -730,6 +852,9 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             wrote: show(&cell.truth.stdout),
             delivered: show(&cell.client_stdout),
         });
+    }
+    if let Some(wrote) = &cell.truth.stderr {
+        check_stderr(cell, wrote, v);
     }
     if cell.outcome.as_ref().is_some_and(completed)
         && !cell.cancel_requested
@@ -774,6 +899,41 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
         v.push(Violation::CancelSurvivor {
             cell: name,
             pids: cell.truth.alive_at_end.clone(),
+        });
+    }
+}
+
+/// The agent's own notes on a cell's stderr (`tether: …` lines: a lost
+/// shell state, a dead interpreter) are the agent's, not the cell's; the
+/// rest must be what the cell's processes wrote, nothing invented or
+/// repeated, and all of it once the cell ran to its end.
+fn check_stderr(cell: &CellObs, wrote: &[u8], v: &mut Vec<Violation>) {
+    let own = |bytes: &[u8]| -> Vec<u8> {
+        bytes
+            .split_inclusive(|&b| b == b'\n')
+            .filter(|line| !line.starts_with(b"tether: "))
+            .flatten()
+            .copied()
+            .collect()
+    };
+    let (wrote, delivered) = (own(wrote), own(&cell.client_stderr));
+    if !wrote.starts_with(&delivered) {
+        v.push(Violation::DuplicatedOutput {
+            cell: cell.label.clone(),
+            detail: format!(
+                "stderr delivered {:?}, which the cell never wrote (it wrote {:?})",
+                show(&delivered),
+                show(&wrote)
+            ),
+        });
+    } else if cell.outcome.as_ref().is_some_and(completed)
+        && cell.truth.ran_to_end
+        && delivered != wrote
+    {
+        v.push(Violation::LostOutput {
+            cell: cell.label.clone(),
+            wrote: format!("stderr {}", show(&wrote)),
+            delivered: format!("stderr {}", show(&delivered)),
         });
     }
 }
@@ -936,6 +1096,93 @@ mod tests {
         // ... but one that got that far must have kept its state.
         cut.cells[0].complete_output = true;
         assert_eq!(check(&cut)[0].kind(), "shell_state_lost");
+    }
+
+    #[test]
+    fn a_kernel_evicted_with_a_cell_in_flight_is_a_violation() {
+        let mut o = good();
+        o.cells[0].started_ms = 10;
+        o.cells[0].resolved_ms = Some(20);
+        o.cells[0].ended_ms = Some(20);
+        // After the cell resolved: the reaper may take it.
+        o.evictions = vec![(25, "k".into())];
+        assert!(check(&o).is_empty());
+        // Another kernel, while it ran: nothing of this cell's.
+        o.evictions = vec![(15, "other".into())];
+        assert!(check(&o).is_empty());
+        // Its own kernel, while it ran.
+        o.evictions = vec![(15, "k".into())];
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "reaped_busy_kernel");
+        // Resolved as cancelled by the eviction itself, nobody asked.
+        o.evictions = vec![(20, "k".into())];
+        o.cells[0].outcome = Some(CellOutcome::Cancelled);
+        o.cells[0].truth.ran_to_end = false;
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "reaped_busy_kernel");
+    }
+
+    #[test]
+    fn a_lost_namespace_is_excused_by_a_reported_eviction_of_its_own_kernel() {
+        let mut o = good();
+        o.cells[0].namespace_lost = true;
+        o.cells[0].started_ms = 10;
+        o.cells[0].ended_ms = Some(20);
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "namespace_lost");
+        // Another kernel's eviction is no excuse.
+        o.evictions = vec![(5, "other".into())];
+        assert_eq!(check(&o)[0].kind(), "namespace_lost");
+        o.evictions = vec![(5, "k".into())];
+        assert_eq!(check(&o), vec![]);
+    }
+
+    #[test]
+    fn a_death_matters_to_the_cells_of_its_own_kernel() {
+        let mut o = good();
+        o.kernel_deaths = vec![5];
+        o.known_kernel_deaths = vec![5];
+        o.cells[0].started_ms = 10;
+        o.known_deaths_by_kernel = vec![(5, "other".into())];
+        assert!(check(&o).is_empty());
+        o.known_deaths_by_kernel = vec![(5, "k".into())];
+        let v = check(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "missed_state_lost");
+        // Its eviction, reported, stands for the report of the loss.
+        o.evictions = vec![(7, "k".into())];
+        assert!(check(&o).is_empty());
+    }
+
+    #[test]
+    fn ground_truth_of_the_sandbox_is_judged() {
+        let mut o = good();
+        o.journal_gaps = vec!["journal of k#1: entry numbers [1, 2, 4]".into()];
+        assert_eq!(check(&o)[0].kind(), "journal_gap");
+        let mut o = good();
+        o.two_daemons = vec!["kernel k had daemons [4, 9] alive at once".into()];
+        assert_eq!(check(&o)[0].kind(), "two_daemons");
+        let mut o = good();
+        o.leaked_records = vec!["k".into()];
+        assert_eq!(check(&o)[0].kind(), "leak");
+    }
+
+    #[test]
+    fn stderr_is_judged_against_what_the_cells_processes_wrote() {
+        let mut o = good();
+        o.cells[0].truth.stderr = Some(b"warn\n".to_vec());
+        o.cells[0].client_stderr = b"tether: a note of the agent's\nwarn\n".to_vec();
+        assert_eq!(check(&o), vec![]);
+        o.cells[0].client_stderr = b"warn\nwarn\n".to_vec();
+        assert_eq!(check(&o)[0].kind(), "duplicated_output");
+        o.cells[0].client_stderr = b"wa".to_vec();
+        assert_eq!(check(&o)[0].kind(), "lost_output");
+        // Not run to its end: a prefix is all it owes.
+        o.cells[0].truth.ran_to_end = false;
+        assert_eq!(check(&o), vec![]);
     }
 
     #[test]

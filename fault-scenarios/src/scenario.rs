@@ -185,6 +185,7 @@ impl Scenario {
         };
         let mut all = self.fixed.0.clone();
         all.extend(FaultSchedule::draw(seed, &space).0);
+        all.extend(world.long_outage.clone());
         all.sort();
         FaultSchedule(all)
     }
@@ -756,8 +757,69 @@ pub fn all() -> Vec<Scenario> {
         },
     ]
     .into_iter()
-    .chain(python(all_faults, py_escapes, py_stuck))
+    .chain(python(all_faults.clone(), py_escapes, py_stuck))
+    .chain(client_knobs(all_faults))
     .collect()
+}
+
+/// Scenarios about the client's own timers (after the Python ones in
+/// [`all`]): its reaper, and a cell timeout across a client restart.
+fn client_knobs(all_faults: Vec<Family>) -> Vec<Scenario> {
+    let on = |kernel: &str, c: CellSpec| CellSpec {
+        kernel: Some(kernel.into()),
+        ..c
+    };
+    let mut slow = cell(
+        "slow",
+        vec![print("tick\n"), Step::Sleep { ms: 60_000 }],
+        Expect::TimedOut,
+    );
+    slow.timeout_ms = Some(3_000);
+    vec![
+        Scenario {
+            name: "reaper",
+            about: "three kernels in turn: a kernel cap of 1-2 or a short idle timeout evicts one; its state is gone only with the eviction reported, never while it has a cell in flight",
+            script: vec![
+                Action::Run(on(
+                    "a",
+                    cell("a_set", vec![set_name("A", "kept"), print("a\n")], Expect::Ok),
+                )),
+                Action::Run(on(
+                    "b",
+                    cell(
+                        "b_work",
+                        vec![print("b\n"), Step::Sleep { ms: 2_500 }, print("b done\n")],
+                        Expect::Ok,
+                    ),
+                )),
+                // Evicted (cap or idle) while b worked, or kept: either
+                // way the answer is honest.
+                Action::Run(on(
+                    "a",
+                    CellSpec {
+                        expect: None,
+                        ..cell("a_read", vec![print_name("A")], Expect::Ok)
+                    },
+                )),
+                Action::Idle { ms: 1_000 },
+                Action::Run(on("c", cell("c_run", vec![print("c\n")], Expect::Ok))),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(all_faults),
+            init_reaps: true,
+        },
+        Scenario {
+            name: "timeout_resume",
+            about: "the client crashes while a cell with a timeout runs: the resumed client times it out, never before its timeout",
+            script: vec![
+                Action::Run(slow),
+                Action::Run(cell("next", vec![print("still here\n")], Expect::Ok)),
+            ],
+            fixed: fixed(vec![(1_000, FaultKind::CrashClient { down_ms: 500 })]),
+            space: space(network()),
+            init_reaps: true,
+        },
+    ]
 }
 
 /// The Python scenarios (after the shell ones in [`all`]).

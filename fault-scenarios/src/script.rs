@@ -244,6 +244,12 @@ async fn run_script(
         finish_call(host, "shutdown", start, r.err());
     }
     host.after_shutdown().await;
+    let left: Vec<String> = host
+        .records()
+        .iter()
+        .map(|r| r.kernel.to_string())
+        .collect();
+    host.log().records_left = left;
     host.log().finished = true;
     host.note("script done");
 }

@@ -11,7 +11,7 @@
 //! Race files written before the swarm carry no world and replay in
 //! [`World::classic`], the one world every seed used to run in.
 
-use crate::faults::Family;
+use crate::faults::{Family, Fault, FaultKind};
 use crate::scenario::Scenario;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -51,6 +51,33 @@ pub struct World {
     /// shim's.
     #[serde(default)]
     pub shim_start_ms: u64,
+    /// The client keeps at most this many kernels open (its reaper evicts
+    /// the least recently used idle one beyond it).
+    #[serde(default = "classic_max_kernels")]
+    pub max_kernels: usize,
+    /// The client shuts a kernel down after this much idleness (ms).
+    #[serde(default = "classic_kernel_idle_ms")]
+    pub kernel_idle_ms: u64,
+    /// A partition or hold long enough for the client's give-up timer
+    /// (`unreachable_after`, 15 s) to fire, added to the drawn faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_outage: Option<Fault>,
+}
+
+/// The client's kernel cap in the classic world (its default: never
+/// reached by a scenario).
+const CLASSIC_MAX_KERNELS: usize = 16;
+
+/// The client's kernel idle timeout in the classic world (its default,
+/// 30 min: never reached in a run).
+const CLASSIC_KERNEL_IDLE_MS: u64 = 30 * 60 * 1_000;
+
+fn classic_max_kernels() -> usize {
+    CLASSIC_MAX_KERNELS
+}
+
+fn classic_kernel_idle_ms() -> u64 {
+    CLASSIC_KERNEL_IDLE_MS
 }
 
 /// The longest a daemon idles in the classic world (an hour: never, in a
@@ -75,6 +102,9 @@ impl World {
             window_ms: scenario.space.window_ms,
             families: scenario.space.families.clone(),
             shim_start_ms: 0,
+            max_kernels: CLASSIC_MAX_KERNELS,
+            kernel_idle_ms: CLASSIC_KERNEL_IDLE_MS,
+            long_outage: None,
         }
     }
 
@@ -110,6 +140,27 @@ impl World {
         let shim_start_ms = pick(&mut rng, &[0, 1, 3]);
         let mut families = families;
         families.extend(draw_process_families(&mut rng));
+        // The client's reaper: a cap of 1 or 2 kernels (a scenario with
+        // more evicts one), an idle timeout short enough to fire while
+        // another kernel's cell runs.
+        let max_kernels = [1, 2, CLASSIC_MAX_KERNELS][rng.random_range(0..3)];
+        let kernel_idle_ms = pick(
+            &mut rng,
+            &[CLASSIC_KERNEL_IDLE_MS, CLASSIC_KERNEL_IDLE_MS, 500, 2_000],
+        );
+        // Sometimes an outage longer than the client's give-up timer:
+        // virtual time, so it costs a run nothing in wall time.
+        let long_outage = rng.random_bool(0.15).then(|| {
+            let for_ms = rng.random_range(15_000..40_000);
+            Fault {
+                at_ms: rng.random_range(0..window_ms),
+                kind: if rng.random_bool(0.5) {
+                    FaultKind::PartitionExec { for_ms }
+                } else {
+                    FaultKind::HoldExec { for_ms }
+                },
+            }
+        });
         World {
             cgroups,
             bash,
@@ -125,6 +176,9 @@ impl World {
             window_ms,
             families,
             shim_start_ms,
+            max_kernels,
+            kernel_idle_ms,
+            long_outage,
         }
     }
 
@@ -180,6 +234,10 @@ mod tests {
         for family in Family::PROCESSES {
             assert!(both(&|w| w.families.contains(&family)), "{family:?}");
         }
+        assert!(worlds.iter().any(|w| w.max_kernels == 1));
+        assert!(worlds.iter().any(|w| w.max_kernels == 2));
+        assert!(both(&|w| w.kernel_idle_ms < 5_000));
+        assert!(both(&|w| w.long_outage.is_some()));
     }
 
     #[test]

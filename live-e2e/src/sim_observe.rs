@@ -647,6 +647,8 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         let truth = CellTruth {
             executions,
             stdout: observe::truth_stdout(scenario, spec, executions, SHELL),
+            // Live, only the client's side of stderr is seen.
+            stderr: None,
             ran_to_end: executions == 1,
             alive_at_end: live.survivors.iter().map(|p| p.pid).collect(),
             spawned_after_resolution: ran_after.then_some(end),

@@ -58,6 +58,8 @@ pub fn config_in(world: &World) -> Config {
     c.wait_ms = world.wait_ms;
     c.grace = Duration::from_millis(world.grace_ms);
     c.daemon_idle_timeout = Duration::from_millis(world.daemon_idle_ms);
+    c.max_kernels = world.max_kernels;
+    c.kernel_idle_timeout = Duration::from_millis(world.kernel_idle_ms);
     c
 }
 

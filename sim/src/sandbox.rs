@@ -29,7 +29,7 @@ use tether_core::agent::op::OpRun;
 use tether_core::agent::{Os, Pid};
 use tether_core::bytes::Bytes;
 use tether_core::ids::CellSeq;
-use tether_core::protocol::OpKind;
+use tether_core::protocol::{Envelope, OpKind};
 use tether_core::time::Timestamp;
 
 mod process_faults;
@@ -60,8 +60,13 @@ pub struct Sandbox {
     trace: Trace,
     root: String,
     daemons: BTreeMap<Pid, DaemonRun>,
-    /// A shutdown op was seen (daemon deaths after it are expected).
-    shutdown_seen: bool,
+    /// Kernels (by name) a shutdown op was seen for: the script's final
+    /// shutdown, or the client's reaper evicting one. Their daemons'
+    /// deaths and their processes' signals after it are expected; other
+    /// kernels are still judged.
+    shut_kernels: BTreeSet<String>,
+    /// The kernel (by name) each daemon and interpreter belongs to.
+    kernel_of_pid: BTreeMap<Pid, String>,
     /// Daemons killed by a fault (not the agent's doing).
     fault_killed: BTreeSet<Pid>,
     /// Pid → role of live processes we learned from spawn events.
@@ -95,6 +100,12 @@ pub struct Sandbox {
     pub self_inflicted: Vec<String>,
     /// When a Python interpreter died before any shutdown (virtual ms).
     pub interpreter_deaths: Vec<u64>,
+    /// Journals whose entry numbers are not 1, 2, 3, … (a gap or a
+    /// repeat), read before each shutdown and at the snapshot.
+    pub journal_gaps: Vec<String>,
+    /// Kernels that had two daemons alive at once, neither of them
+    /// exiting (at most one may own a kernel's cells).
+    pub two_daemons: BTreeMap<String, String>,
     /// Cell processes alive when the script's cells were done, by seq.
     /// Keyed by (kernel name, seq).
     pub snapshot: Option<BTreeMap<(String, u64), Vec<Pid>>>,
@@ -130,7 +141,8 @@ impl Sandbox {
             trace,
             root: root.into(),
             daemons: BTreeMap::new(),
-            shutdown_seen: false,
+            shut_kernels: BTreeSet::new(),
+            kernel_of_pid: BTreeMap::new(),
             fault_killed: BTreeSet::new(),
             roles: BTreeMap::new(),
             collateral: Vec::new(),
@@ -148,6 +160,8 @@ impl Sandbox {
             grace_ms: world.grace_ms,
             term_checks: Vec::new(),
             term_survivors: Vec::new(),
+            journal_gaps: Vec::new(),
+            two_daemons: BTreeMap::new(),
         }
     }
 
@@ -172,6 +186,11 @@ impl Sandbox {
                 "sandbox",
                 format!("daemon {} starts for {}", spawn.pid, spawn.kernel_dir),
             );
+            // A kernel opened again after its shutdown (an eviction) is
+            // judged again.
+            let kernel = kernel_name(&spawn.kernel_dir);
+            self.shut_kernels.remove(&kernel);
+            self.kernel_of_pid.insert(spawn.pid, kernel);
             self.daemons.insert(
                 spawn.pid,
                 DaemonRun {
@@ -229,7 +248,7 @@ impl Sandbox {
             }
             if began_exit {
                 self.exiting_daemons.insert(pid);
-                if !self.shutdown_seen
+                if !self.is_shut(&kernel_name(&kernel_dir))
                     && !stopped
                     && self.os.exists(&KernelLayout::new(&kernel_dir).config())
                 {
@@ -247,8 +266,60 @@ impl Sandbox {
             // What the daemon did may wake processes at this instant.
             self.os.advance(now);
         }
+        self.check_one_daemon_per_kernel(now_ms);
         self.flush_events();
         self.check_stopped_kernels(now_ms);
+    }
+
+    /// Records a kernel with two live daemons, neither exiting.
+    fn check_one_daemon_per_kernel(&mut self, now_ms: u64) {
+        let mut by_kernel: BTreeMap<&str, Vec<Pid>> = BTreeMap::new();
+        for (pid, run) in &self.daemons {
+            if !run.exiting && self.os.is_alive(*pid) {
+                by_kernel.entry(&run.kernel_dir).or_default().push(*pid);
+            }
+        }
+        for (dir, pids) in by_kernel.into_iter().filter(|(_, p)| p.len() > 1) {
+            let kernel = kernel_name(dir);
+            let detail =
+                format!("kernel {kernel} had daemons {pids:?} alive at once at {now_ms} ms");
+            self.two_daemons.entry(kernel).or_insert(detail);
+        }
+    }
+
+    /// Reads the journal of every cell of `kernel` (every kernel when
+    /// `None`) and records those whose numbers are not contiguous from 1.
+    /// A trailing partial line is a write in progress, not a gap.
+    pub fn check_journals(&mut self, kernel: Option<&str>) {
+        let kernels_dir = format!("{}/kernels", self.root);
+        let mut names = self.os.list_dir(&kernels_dir).unwrap_or_default();
+        names.sort();
+        for name in names
+            .iter()
+            .filter(|n| kernel.is_none_or(|k| k == n.as_str()))
+        {
+            let layout = KernelLayout::new(&format!("{kernels_dir}/{name}"));
+            let mut seqs: Vec<u64> = self
+                .os
+                .list_dir(&layout.cells_dir())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|s| s.parse().ok())
+                .collect();
+            seqs.sort_unstable();
+            for seq in seqs {
+                let path = layout.cell(CellSeq(seq)).journal();
+                let Ok(bytes) = self.os.read_file(&path) else {
+                    continue;
+                };
+                if let Some(gap) = journal_gap(&bytes) {
+                    let found = format!("journal of {name}#{seq}: {gap}");
+                    if !self.journal_gaps.contains(&found) {
+                        self.journal_gaps.push(found);
+                    }
+                }
+            }
+        }
     }
 
     /// The sandbox clock's reading at virtual time `ms`.
@@ -290,6 +361,7 @@ impl Sandbox {
                     pid, argv, cell, ..
                 } => {
                     if let Some(c) = cell {
+                        self.kernel_of_pid.insert(*pid, kernel_name(&c.kernel_dir));
                         if let Some(seq) = c.seq {
                             let at = self.virtual_ms(e.at);
                             let key = (kernel_name(&c.kernel_dir), seq);
@@ -327,7 +399,7 @@ impl Sandbox {
                         .insert(*pid, format!("{role} {}", argv.join(" ")));
                 }
                 ProcEventKind::Exit { pid, .. }
-                    if !self.shutdown_seen
+                    if !self.pid_shut(*pid)
                         && self
                             .roles
                             .get(pid)
@@ -352,7 +424,7 @@ impl Sandbox {
                     if let Some(c) = self.cell_of.get(to) {
                         // A daemon's exit sweep kills what its kernel owns,
                         // bystanders' leftovers included, as a shutdown does.
-                        if !self.shutdown_seen
+                        if !self.is_shut(&c.0)
                             && !self.exiting_daemons.contains(from)
                             && !self.cancelled_by_its_kernel(*from, c)
                         {
@@ -363,7 +435,7 @@ impl Sandbox {
                     let bystander = victim.starts_with("init")
                         || victim.starts_with("exec")
                         || (victim.starts_with("daemon")
-                            && !self.shutdown_seen
+                            && !self.pid_shut(*to)
                             && matches!(signal, SimSignal::Kill | SimSignal::Term));
                     if bystander && *from != *to {
                         self.collateral.push(format!(
@@ -396,6 +468,26 @@ impl Sandbox {
                         .cancel(),
                 )
         })
+    }
+
+    /// A shutdown of `kernel` was seen.
+    fn is_shut(&self, kernel: &str) -> bool {
+        self.shut_kernels.contains(kernel)
+    }
+
+    /// The kernel `pid` (a daemon, an interpreter, a cell process) belongs
+    /// to was shut down; a pid of no known kernel counts as shut once any
+    /// kernel was (the judgement errs towards no false alarm).
+    fn pid_shut(&self, pid: Pid) -> bool {
+        let kernel = self
+            .daemons
+            .get(&pid)
+            .map(|d| kernel_name(&d.kernel_dir))
+            .or_else(|| self.kernel_of_pid.get(&pid).cloned());
+        match kernel {
+            Some(k) => self.is_shut(&k),
+            None => !self.shut_kernels.is_empty(),
+        }
     }
 
     /// Cells of the kernel at `kernel_dir` that were submitted and whose
@@ -458,8 +550,16 @@ impl Sandbox {
         self.daemons.clear();
         self.roles.clear();
         self.cell_of.clear();
+        self.kernel_of_pid.clear();
         self.flush_events();
         alive
+    }
+
+    /// What the processes of cell `seq` of kernel `kernel` wrote to
+    /// stderr.
+    pub fn stderr_of(&self, kernel: &str, seq: u64) -> Vec<u8> {
+        self.os
+            .stderr_written(&format!("{}/kernels/{kernel}", self.root), seq)
     }
 
     /// Ground truth for the cell `label`.
@@ -471,6 +571,7 @@ impl Sandbox {
 
     /// Records which cell processes are alive now (end of the script).
     pub fn take_snapshot(&mut self) {
+        self.check_journals(None);
         let mut by_cell: BTreeMap<(String, u64), Vec<Pid>> = BTreeMap::new();
         let no_cgroups = self.os.config().cgroup_root.is_none();
         for (pid, cell) in self.os.cell_processes() {
@@ -538,6 +639,18 @@ fn kernel_name(kernel_dir: &str) -> String {
         .next()
         .unwrap_or_default()
         .to_owned()
+}
+
+/// What is wrong with a journal's entry numbers, if anything: they must
+/// run 1, 2, 3, … with no gap and no repeat.
+pub fn journal_gap(bytes: &[u8]) -> Option<String> {
+    let read = tether_core::protocol::parse_journal(bytes);
+    if let Some((line, why)) = read.bad_lines.first() {
+        return Some(format!("line {line} is not an entry ({why})"));
+    }
+    let ns: Vec<u64> = read.entries.iter().map(|e| e.n).collect();
+    let contiguous = ns.iter().enumerate().all(|(i, &n)| n == i as u64 + 1);
+    (!contiguous).then(|| format!("entry numbers {ns:?}"))
 }
 
 /// The install op: `/bin/sh -c <script> tether-install ROOT HASH SIZE ID PATH`.
@@ -643,7 +756,13 @@ async fn handle(
             .await;
     }
     if op == Some(OpKind::Shutdown) {
-        sb.borrow_mut().shutdown_seen = true;
+        let kernel = serde_json::from_slice::<Envelope>(&stdin)
+            .ok()
+            .and_then(|e| e.op.kernel().map(|k| k.as_str().to_owned()))
+            .unwrap_or_default();
+        let mut s = sb.borrow_mut();
+        s.check_journals(Some(&kernel));
+        s.shut_kernels.insert(kernel);
     }
     let root = argv
         .iter()
@@ -756,4 +875,23 @@ pub async fn sandbox_main(
     });
     serve(EXEC_PORT, handler).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::journal_gap;
+
+    #[test]
+    fn a_journal_must_number_its_entries_from_one_without_gaps() {
+        let line = |n: u64| format!("{{\"n\":{n},\"kind\":\"done\"}}\n");
+        let ok = format!("{}{}{}", line(1), line(2), line(3));
+        assert_eq!(journal_gap(ok.as_bytes()), None);
+        // A write in progress is not a gap.
+        assert_eq!(journal_gap(format!("{ok}{{\"n\":4").as_bytes()), None);
+        let gap = format!("{}{}", line(1), line(3));
+        assert!(journal_gap(gap.as_bytes()).unwrap().contains("[1, 3]"));
+        let repeat = format!("{}{}{}", line(1), line(2), line(2));
+        assert!(journal_gap(repeat.as_bytes()).is_some());
+        assert!(journal_gap(format!("{}oops\n", line(1)).as_bytes()).is_some());
+    }
 }

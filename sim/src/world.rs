@@ -489,6 +489,17 @@ fn apply(
     }
 }
 
+/// Two cells the client saw carry `key`.
+fn key_reused(log: &ClientLog, key: Option<&tether_core::client::CellKey>) -> bool {
+    key.is_some_and(|k| {
+        log.cells
+            .values()
+            .filter(|c| c.key.as_ref() == Some(k))
+            .count()
+            > 1
+    })
+}
+
 fn observe(
     scenario: &Scenario,
     log: &ClientLog,
@@ -531,6 +542,17 @@ fn observe(
         let truth = CellTruth {
             executions: truth.executions,
             stdout: observe::truth_stdout(scenario, spec, truth.executions, flavor),
+            // A shell cell's own processes write its stderr; a Python
+            // cell's is the interpreter's, which serves every cell.
+            // Not judged when a kernel evicted and opened again by a later
+            // client process gave a second cell the same key (its numbers
+            // start over): what was written under it is both cells'.
+            stderr: match (&cell_key, spec.lang) {
+                (Some((kernel, seq)), Lang::Shell) if !key_reused(log, seen.key.as_ref()) => {
+                    Some(sandbox.stderr_of(kernel, *seq))
+                }
+                _ => None,
+            },
             ran_to_end: truth.executions == 1,
             alive_at_end,
             // Against the final resolution, whose outcome the oracle judges;
@@ -575,6 +597,8 @@ fn observe(
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
         self_inflicted: sandbox.self_inflicted.clone(),
         stop_survivors: sandbox.term_survivors.clone(),
+        journal_gaps: sandbox.journal_gaps.clone(),
+        two_daemons: sandbox.two_daemons.values().cloned().collect(),
         // The simulation's own errors come first, then the client's.
         harness_errors: harness
             .into_iter()

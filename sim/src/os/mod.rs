@@ -168,6 +168,9 @@ pub struct SimOs {
     /// How many freezes are in force ([`SimOs::freeze`]): while any is,
     /// no process runs.
     frozen: u32,
+    /// What cell processes wrote to their stderr, by (kernel directory,
+    /// cell seq), over every boot: ground truth for the oracle.
+    stderr_written: BTreeMap<(String, u64), Vec<u8>>,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -194,6 +197,7 @@ impl SimOs {
             events: Vec::new(),
             daemon_spawns: Vec::new(),
             frozen: 0,
+            stderr_written: BTreeMap::new(),
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);
@@ -516,6 +520,15 @@ impl SimOs {
                 (p.pid, dir)
             })
             .collect()
+    }
+
+    /// Everything the processes of cell `seq` of the kernel at
+    /// `kernel_dir` wrote to their stderr (the cell's pipe).
+    pub fn stderr_written(&self, kernel_dir: &str, seq: u64) -> Vec<u8> {
+        self.stderr_written
+            .get(&(kernel_dir.to_owned(), seq))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Lines in side-effect file `name` (how many times it was written).

@@ -584,6 +584,24 @@ impl SimOs {
         match self.pipes.get_mut(&id) {
             Some(pipe) if pipe.reader_open => {
                 pipe.buf.extend_from_slice(data);
+                // Ground truth: what a cell's process wrote to its stderr.
+                if let Some(p) = self.procs.get(&pid) {
+                    if let (
+                        Role::Cell,
+                        Some(CellRef {
+                            kernel_dir,
+                            seq: Some(seq),
+                            ..
+                        }),
+                        true,
+                    ) = (&p.role, &p.origin, p.stderr == fd)
+                    {
+                        self.stderr_written
+                            .entry((kernel_dir.clone(), *seq))
+                            .or_default()
+                            .extend_from_slice(data);
+                    }
+                }
                 true
             }
             _ => {
