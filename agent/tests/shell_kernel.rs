@@ -40,18 +40,23 @@ fn cwd_and_exports_persist_and_exit_keeps_the_state_it_reached() {
     );
 }
 
-/// Where the sandbox has no bash, cells run in `/bin/sh` (dash here) and
-/// keep what POSIX sh can list: variables, exports, cwd, umask, `set`
-/// flags (not functions: dash cannot list them).
-#[test]
-fn a_dash_kernel_keeps_what_posix_sh_can() {
-    let mut r = Root::new();
+/// A PATH with dash as `sh` and no bash: the kernel's cells run in dash.
+fn without_bash(r: &mut Root) {
     let bin = r.file("bin");
     std::fs::create_dir(&bin).unwrap();
     for (name, target) in [("sh", "/bin/dash"), ("cat", "/bin/cat")] {
         std::os::unix::fs::symlink(target, bin.join(name)).unwrap();
     }
     r.path_env = Some(bin.into_os_string());
+}
+
+/// Where the sandbox has no bash, cells run in `/bin/sh` (dash here) and
+/// keep what POSIX sh can list: variables, exports, cwd, umask, `set`
+/// flags (not functions: dash cannot list them).
+#[test]
+fn a_dash_kernel_keeps_what_posix_sh_can() {
+    let mut r = Root::new();
+    without_bash(&mut r);
     r.spawn("k");
     let (o, _, _) = r.run("k", 1, "X='a b'; export E=2; cd /tmp; umask 077; set -u");
     assert_eq!(o, json!({"outcome": "ok"}));
@@ -86,12 +91,7 @@ fn a_cell_starts_with_the_previous_status() {
     for dash in [false, true] {
         let mut r = Root::new();
         if dash {
-            let bin = r.file("bin");
-            std::fs::create_dir(&bin).unwrap();
-            for (name, target) in [("sh", "/bin/dash"), ("cat", "/bin/cat")] {
-                std::os::unix::fs::symlink(target, bin.join(name)).unwrap();
-            }
-            r.path_env = Some(bin.into_os_string());
+            without_bash(&mut r);
         }
         r.spawn("k");
         let cells = [
