@@ -389,7 +389,12 @@ fn on_docker_a_killed_or_paused_channel_loses_nothing_and_runs_nothing_twice() {
             let name = name.clone();
             let side = Path::new(root).join(format!("side-{i}"));
             run_interfered_on(&mut driver, &side, read_side, i, move || {
-                docker(&["exec", &name, "kill", "-9", &pids[0].to_string()]);
+                // Only if that pid is still the channel: a stale pid must
+                // not turn into a kill of some other process.
+                let pid = pids[0];
+                let only_the_channel =
+                    format!("grep -q channel /proc/{pid}/cmdline && kill -9 {pid}");
+                docker(&["exec", &name, "sh", "-c", &only_the_channel]);
             })
             .await;
             assert_eq!(channel.status().stats.broken, before.broken + 1);

@@ -80,6 +80,8 @@ live! {
     local_sandbox_replaced: "sandbox_replaced" on "local";
     local_timeout: "timeout" on "local";
     local_two_kernels: "two_kernels" on "local";
+    local_reaper: "reaper" on "local";
+    local_timeout_resume: "timeout_resume" on "local";
     local_leftovers: "leftovers" on "local";
     local_leftovers_no_init: "leftovers_no_init" on "local";
     local_python_state: "python_state" on "local";
