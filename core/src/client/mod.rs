@@ -197,7 +197,11 @@ impl Client {
             return Err(ClientError::KernelShuttingDown(kernel.clone()));
         }
         k.last_used = self.now;
-        if !k.busy() {
+        // The give-up timer measures silence while a cell waits: silence
+        // while none did (a spawn still being retried after its cell was
+        // cancelled, say) must not give this new cell up before its first
+        // exec (two_kernels 500070: given up at once after a 27 s outage).
+        if k.in_flight() == 0 {
             k.last_contact = self.now;
         }
         let phase = k.phase.clone();
