@@ -111,7 +111,11 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             // The exec of an op is the transport's: nothing here can
             // kill the op's own process after its first step.
             Family::ClockJump | Family::KillOp => false,
-            Family::Bounce | Family::Replace | Family::Freeze => backend == "docker",
+            // `docker pause` then `unpause` hung here mid-run (the unpause
+            // never returned, on this cgroup v1 engine): off until that is
+            // understood; the simulation keeps the fault.
+            Family::Freeze => false,
+            Family::Bounce | Family::Replace => backend == "docker",
             _ => true,
         })
         .collect()
@@ -539,13 +543,13 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             tokio::task::spawn_blocking(move || container::pause(&pause))
                 .await
                 .expect("docker pause");
-            // Thawed in the background: the fault loop goes on meanwhile.
+            // Thawed by a thread of its own, not a task of the runtime: a
+            // task can starve behind whatever the paused container keeps
+            // waiting (the container then stayed paused and the run hung).
             let note = ctx.switch.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(for_ms)).await;
-                tokio::task::spawn_blocking(move || container::unpause(&name))
-                    .await
-                    .expect("docker unpause");
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(for_ms));
+                container::unpause(&name);
                 note.note("container unpaused".into());
             });
         }
