@@ -33,6 +33,11 @@ pub struct CellSeen {
     pub resolutions: Vec<CellOutcome>,
     /// When the script started it (ms).
     pub started_at: Option<u64>,
+    /// When the client first said the agent took it (ms): the script's
+    /// cancel counts from here, so a slow install or spawn (a real
+    /// backend's first cell) does not move the cancel before the cell's
+    /// code runs.
+    pub accepted_at: Option<u64>,
     /// When it was first resolved (ms).
     pub resolved_at: Option<u64>,
     /// When it was last resolved (ms): a resumed client resolves a cell
@@ -144,7 +149,10 @@ impl ClientLog {
                 if resolved && self.claim(cell).is_some() {
                     return;
                 }
-                let _ = self.label_of(cell);
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.accepted_at.get_or_insert(now_ms);
+                }
             }
             Event::Output {
                 cell,
@@ -192,18 +200,16 @@ impl ClientLog {
         }
     }
 
-    /// The cell the script was running when its client crashed, and when
-    /// the script means to cancel it (its `cancel_after_ms` after it
-    /// started), for the canceller of a resume.
+    /// The cell the script was running when its client crashed, and how
+    /// long after its acceptance the script means to cancel it (its
+    /// `cancel_after_ms`), for the canceller of a resume.
     pub fn pending_cancel(&self, scenario: &Scenario) -> (String, Option<u64>) {
         let label = self.current.clone().unwrap_or_default();
-        let at = scenario
+        let after = scenario
             .cells()
             .find(|c| c.label == label)
-            .and_then(|c| c.cancel_after_ms)
-            .zip(self.cells.get(&label).and_then(|c| c.started_at))
-            .map(|(ms, started)| started + ms);
-        (label, at)
+            .and_then(|c| c.cancel_after_ms);
+        (label, after)
     }
 }
 

@@ -195,9 +195,9 @@ async fn run_script(
         // A new client process: pick its kernels up from their records.
         for record in host.records() {
             // The script still means to cancel the cell it was running.
-            let (label, cancel_at) = host.log().pending_cancel(scenario);
+            let (label, cancel_after) = host.log().pending_cancel(scenario);
             let start = host.now_ms();
-            let canceller = cancel_watch(host, driver.cancel_handle(), label, cancel_at);
+            let canceller = cancel_watch(host, driver.cancel_handle(), label, cancel_after);
             let r = with_canceller(driver.resume(record, false, &mut on_event), canceller).await;
             finish_call(host, "resume", start, r.err());
             host.after_cell().await;
@@ -277,8 +277,7 @@ async fn run_one(
     host.note(&format!("run_cell {}", cell.label));
     let handle = driver.cancel_handle();
     let timeout = cell.timeout_ms.map(Duration::from_millis);
-    let cancel_at = cell.cancel_after_ms.map(|ms| start + ms);
-    let canceller = cancel_watch(host, handle, cell.label.clone(), cancel_at);
+    let canceller = cancel_watch(host, handle, cell.label.clone(), cell.cancel_after_ms);
     let name = kernel_of(cell);
     let run = driver.run_cell(&name, cell.lang, host.code(cell), timeout, &mut *on_event);
     let result = with_canceller(run, canceller).await;
@@ -337,21 +336,30 @@ pub async fn unless_crashed(
     }
 }
 
-/// Cancels the current cell (`label`) at `at` (ms) and whenever the fault
-/// loop asks for it; never returns.
+/// Cancels the current cell (`label`) `after` ms after the agent took it
+/// (counted from acceptance, not from the call, so that the first cell on
+/// a real backend, which installs and spawns first, is cancelled while its
+/// code runs as it is in the simulation) and whenever the fault loop asks
+/// for it; never returns.
 async fn cancel_watch(
     host: &impl Host,
     handle: tether::CancelHandle,
     label: String,
-    at: Option<u64>,
+    after: Option<u64>,
 ) {
-    let mut scripted = at;
+    let mut scripted = after;
     loop {
         let wait = async {
             match scripted {
-                Some(at) => {
+                Some(after) => {
+                    let accepted =
+                        poll_until(|| host.log().cells.get(&label).and_then(|c| c.accepted_at))
+                            .await;
                     let now = host.now_ms();
-                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await;
+                    tokio::time::sleep(Duration::from_millis(
+                        (accepted + after).saturating_sub(now),
+                    ))
+                    .await;
                 }
                 None => std::future::pending().await,
             }

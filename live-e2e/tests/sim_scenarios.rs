@@ -90,6 +90,8 @@ live! {
     docker_happy: "happy" on "docker";
     docker_reply_lost: "reply_lost" on "docker";
     docker_cancel_escapes: "cancel_escapes" on "docker";
+    docker_cancel_trap: "cancel_trap" on "docker";
+    docker_cancel_ignorer: "cancel_ignorer" on "docker";
     docker_sandbox_bounce: "sandbox_bounce" on "docker";
     docker_sandbox_replaced: "sandbox_replaced" on "docker";
     docker_python_state: "python_state" on "docker";
