@@ -33,7 +33,8 @@ pub struct CellSeen {
     pub resolutions: Vec<CellOutcome>,
     /// When the script started it (ms).
     pub started_at: Option<u64>,
-    /// When the client first said the agent took it (ms): the script's
+    /// When the client first said the agent took it (ms), or when a
+    /// restarted client resumed it without having seen that: the script's
     /// cancel counts from here, so a slow install or spawn (a real
     /// backend's first cell) does not move the cancel before the cell's
     /// code runs.

@@ -197,6 +197,12 @@ async fn run_script(
             // The script still means to cancel the cell it was running.
             let (label, cancel_after) = host.log().pending_cancel(scenario);
             let start = host.now_ms();
+            // A cell submitted before the crash whose acceptance was never
+            // seen (its reply lost) is the agent's, or will be once the
+            // resume resends it: its cancel counts from the resume.
+            if let Some(seen) = host.log().cells.get_mut(&label) {
+                seen.accepted_at.get_or_insert(start);
+            }
             let canceller = cancel_watch(host, driver.cancel_handle(), label, cancel_after);
             let r = with_canceller(driver.resume(record, false, &mut on_event), canceller).await;
             finish_call(host, "resume", start, r.err());

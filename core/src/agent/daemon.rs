@@ -78,11 +78,17 @@ pub enum DaemonStep {
     Exit,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Escalation {
     since: Timestamp,
     term_sent: bool,
     finished: bool,
+    /// Every process this escalation signalled, with its start time: once
+    /// found, a process stays the cell's until it is gone, even when what
+    /// found it is gone (a setsid `env -i` daemon found in the shim's tree
+    /// is reparented to the daemon when the shim is killed, and without a
+    /// cgroup nothing else names it).
+    signalled: BTreeMap<Pid, u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -110,6 +116,9 @@ struct Track {
     /// processes) is looked at again only from then on: the look scans the
     /// whole process table, too much for every tick.
     linger_recheck: Option<Timestamp>,
+    /// The shim's death was handled (the journal closed, or its result
+    /// settled for a cancel's escalation to finish).
+    shim_death_told: bool,
 }
 
 /// The kernel daemon.
@@ -276,6 +285,7 @@ impl Daemon {
                         cgroup: None,
                         cgroup_checked: false,
                         linger_recheck: None,
+                        shim_death_told: false,
                     },
                 );
                 continue;
@@ -397,7 +407,8 @@ impl Daemon {
                     t.shim = None;
                 }
             }
-            if t.shim.is_none() && !t.done {
+            if t.shim.is_none() && !t.done && !t.shim_death_told {
+                t.shim_death_told = true;
                 // The shim died without finishing the journal (killed from
                 // outside: an OOM killer, a `pkill`). What the cell still
                 // runs stays owned (a cancel, reset, shutdown or the idle
@@ -418,15 +429,29 @@ impl Daemon {
                     outcome
                 };
                 // A shim that settled a cancel's result and then saw its
-                // tree empty leaves only `done` to write.
+                // tree empty leaves only `done` to write. A cancelled cell
+                // resolves when its escalation is over, not when its shim
+                // goes: its result is settled here and the escalation
+                // writes `done` once none of its processes is left.
                 if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
                     if t.python && !w.has_result() {
                         let note = python::loss_note(python::SHIM_DIED);
                         let _ = w.output(os, Stream::Stderr, &note);
                     }
-                    let _ = w.close(os, outcome, Vec::new());
+                    if cancel.is_some() {
+                        let result = if w.has_result() {
+                            Vec::new()
+                        } else {
+                            vec![EntryKind::Result { outcome }]
+                        };
+                        let _ = w.settle(os, result);
+                    } else {
+                        let _ = w.close(os, outcome, Vec::new());
+                        t.done = true;
+                    }
+                } else {
+                    t.done = true;
                 }
-                t.done = true;
             }
             if t.cgroup.is_none() && !t.cgroup_checked {
                 t.cgroup = procs::read_cgroup(os, &cell);
@@ -435,16 +460,14 @@ impl Daemon {
             if t.cancel.is_none() && os.exists(&cell.cancel()) {
                 t.cancel = Some(Escalation {
                     since: now,
-                    term_sent: false,
-                    finished: false,
+                    ..Escalation::default()
                 });
             }
             if t.cancel.is_none() && !t.done && t.deadline.is_some_and(|d| now >= d) {
                 let _ = tombstone::write(os, &cell, CancelReason::Timeout);
                 t.cancel = Some(Escalation {
                     since: now,
-                    term_sent: false,
-                    finished: false,
+                    ..Escalation::default()
                 });
             }
             let mut empty = false;
@@ -501,6 +524,18 @@ impl Daemon {
                         && table.get(*pid).is_some_and(|p| !p.zombie)
                         && !others.owns(os, *pid)
                 });
+                set.extend(c.signalled.iter().filter_map(|(&pid, &start)| {
+                    table
+                        .get(pid)
+                        .filter(|p| p.starttime == start && !p.zombie)
+                        .filter(|_| !protected.contains(&pid))
+                        .map(|_| pid)
+                }));
+                for &pid in &set {
+                    if let Some(p) = table.get(pid) {
+                        c.signalled.insert(pid, p.starttime);
+                    }
+                }
                 if !c.term_sent {
                     if let Some(interp) = t.interp.filter(|_| cell_running) {
                         let _ = os.signal(interp, Signal::Int);
@@ -751,6 +786,7 @@ impl Daemon {
             cgroup: None,
             cgroup_checked: false,
             linger_recheck: None,
+            shim_death_told: false,
         })
     }
 
