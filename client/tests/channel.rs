@@ -28,9 +28,19 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A seed no other driver on this machine uses: kernel nonces (and so the
+/// cells' env markers and cgroup names) come from it, and two kernels with
+/// one nonce take each other's cell processes for their own (a local
+/// kernel's marker scan sees a container's processes too).
+fn unique_seed() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (u64::from(std::process::id()) << 16) ^ n
+}
+
 fn driver(root: &Path, agent: &AgentBinary, transport: Arc<dyn Transport>) -> Driver {
     let location = agent.location(root.to_str().unwrap());
-    let client = Client::new(Config::new(location.clone(), agent.size()), 11);
+    let client = Client::new(Config::new(location.clone(), agent.size()), unique_seed());
     Driver::new(
         client,
         transport,
