@@ -1,6 +1,7 @@
 //! `tether bench` (hidden): the numbers in the README, measured on this
 //! machine through the local transport, with and without injected latency,
-//! and through docker when `--docker SPEC` names a container.
+//! through docker when `--docker SPEC` names a container, and through
+//! Modal (or its test stand-in) when `--modal SPEC` names a sandbox.
 //!
 //! - warm `tether run true`: wall time of the whole CLI process (start,
 //!   hash the agent, read the record, one cell, exit), median, with the
@@ -47,6 +48,11 @@ pub struct BenchArgs {
     /// `/tmp/tether-bench` in the container.
     #[arg(long)]
     pub docker: Option<String>,
+    /// Also measure this Modal backend (e.g. `modal:sb-…`, or the test
+    /// stand-in: see the README's Benchmarks); its root is
+    /// `/tmp/tether-bench-modal` in the sandbox.
+    #[arg(long)]
+    pub modal: Option<String>,
 }
 
 fn fail(message: impl std::fmt::Display) -> Failure {
@@ -104,6 +110,20 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
         std::fs::create_dir_all(&dir).map_err(fail)?;
         targets.push((spec.to_string(), spec, "/tmp/tether-bench".into(), dir));
     }
+    if let Some(modal) = &args.modal {
+        let spec = BackendSpec::parse(modal).map_err(fail)?;
+        if !matches!(spec, BackendSpec::Modal(_)) {
+            return Err(fail(format!("--modal {modal}: not a modal backend")));
+        }
+        let dir = scratch.join("modal");
+        std::fs::create_dir_all(&dir).map_err(fail)?;
+        targets.push((
+            spec.to_string(),
+            spec,
+            "/tmp/tether-bench-modal".into(),
+            dir,
+        ));
+    }
     for (title, spec, root, dir) in targets {
         let r = measure(agent, &spec, &root, &dir, args.iterations.max(1)).await?;
         println!("\n== {title}");
@@ -138,6 +158,12 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
         if let Some(cancel) = r.cancel {
             rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
         }
+        if let Some(import) = r.python_import {
+            rows.push((
+                "new python3 + `import modal` (an exec's cost before the bridge)",
+                ms(import),
+            ));
+        }
         if let Some(rss) = r.daemon_rss_kib {
             rows.push(("kernel daemon RSS", format!("{rss} KiB")));
         }
@@ -159,6 +185,7 @@ struct Results {
     cli_execs: String,
     cancel: Option<Duration>,
     daemon_rss_kib: Option<u64>,
+    python_import: Option<Duration>,
 }
 
 fn ms(d: Duration) -> String {
@@ -305,6 +332,28 @@ async fn measure(
         .unwrap_or_else(|| "?".into());
     let _ = cli("off", &["stop"]).stderr(Stdio::null()).status();
 
+    // What every Modal exec paid before the bridge: a new interpreter
+    // importing Modal's client.
+    let python_import = match spec {
+        BackendSpec::Modal(opts) => {
+            let mut samples = Vec::new();
+            for _ in 0..iterations.min(5) {
+                let t0 = Instant::now();
+                let status = Command::new(opts.python())
+                    .args(["-c", "import modal"])
+                    .stdin(Stdio::null())
+                    .status()
+                    .map_err(fail)?;
+                samples.push(t0.elapsed());
+                if !status.success() {
+                    return Err(fail(format!("{} cannot import modal", opts.python())));
+                }
+            }
+            Some(median(samples))
+        }
+        _ => None,
+    };
+
     Ok(Results {
         cli_run_off: median(runs_off),
         cli_run_auto: median(runs_auto),
@@ -316,6 +365,7 @@ async fn measure(
         cli_execs,
         cancel,
         daemon_rss_kib,
+        python_import,
     })
 }
 

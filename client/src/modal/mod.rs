@@ -137,7 +137,8 @@ impl ModalOptions {
         format!("modal-{}", short_hash(&[&key, root]))
     }
 
-    fn python(&self) -> String {
+    /// The interpreter that runs the bridge.
+    pub fn python(&self) -> String {
         self.python
             .clone()
             .or_else(|| std::env::var(PYTHON_ENV).ok().filter(|p| !p.is_empty()))
