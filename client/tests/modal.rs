@@ -451,3 +451,44 @@ fn a_stream_through_the_bridge_has_open_pipes_and_ends_by_eof() {
             .expect("the command saw its stdin end");
     });
 }
+
+/// The client goes away (its runtime, and so its end of the bridge's
+/// pipes, dropped) with a stream open: the bridge ends that command's
+/// stdin — it never kills it — and exits by itself.
+#[test]
+fn a_client_that_goes_away_leaves_the_bridge_to_close_its_streams_and_exit() {
+    if !python3("a_client_that_goes_away_leaves_the_bridge_to_close_its_streams_and_exit") {
+        return;
+    }
+    let standin = StandIn::new();
+    let t = ModalTransport::new(standin.options());
+    let marker = standin.dir.path().join("eof-seen");
+    let runtime = rt();
+    let stream = runtime
+        .block_on(t.open_stream(vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("cat >/dev/null; touch {}", marker.display()),
+        ]))
+        .unwrap();
+    let bridge = t.bridge_pid().expect("a bridge runs");
+    drop(runtime);
+    let start = std::time::Instant::now();
+    while !marker.exists() || common::alive(bridge) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the command saw no EOF ({}) or the bridge {bridge} is still alive ({})",
+            marker.exists(),
+            common::alive(bridge)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Ended by the bridge's write_eof (a killed bridge's pipes would
+    // close too, but on Modal nothing would end the command).
+    assert_eq!(
+        standin.log_lines("eofs.log"),
+        1,
+        "the bridge closed its stdin"
+    );
+    drop((stream, t));
+}

@@ -16,8 +16,11 @@
 //! - a call abandoned by its caller is forgotten here (its late reply is
 //!   dropped); a stream dropped by its owner is closed (its stdin ends)
 //!   — the bridge never terminates anything;
-//! - dropping the transport closes the bridge's stdin: it ends its
-//!   streams' stdin and exits.
+//! - dropping the transport (or its runtime, or this process ending)
+//!   closes the bridge's stdin: it ends its streams' stdin and exits by
+//!   itself within about 2 s. It is never killed from here (but for a
+//!   bridge that prints garbage): on Modal a channel whose stdin never
+//!   ends would stay in the sandbox.
 
 use crate::channel::ChannelStream;
 use crate::transport::{ExecOutput, TransportError, TransportErrorKind};
@@ -185,8 +188,11 @@ impl Bridge {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // A Ctrl-C at the terminal is for tether, not for the bridge.
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
+        // Not killed when dropped (nor when this process dies): it sees
+        // its stdin end, closes its commands' stdin and exits by itself.
+        // Killed, it could not, and on Modal a channel left without EOF
+        // would stay in the sandbox.
         let mut child = command.spawn().map_err(|e| TransportError {
             kind: TransportErrorKind::Unreachable,
             detail: format!("cannot run {} for the Modal bridge: {e}", self.python),
