@@ -492,3 +492,32 @@ fn a_client_that_goes_away_leaves_the_bridge_to_close_its_streams_and_exit() {
     );
     drop((stream, t));
 }
+
+/// The CLI over the stand-in: state persists across `tether run`
+/// processes, and each starts one bridge (one Python process) for all
+/// its execs, however many ops its cell takes.
+#[test]
+fn the_cli_starts_one_bridge_per_process_not_per_exec() {
+    if !python3("the_cli_starts_one_bridge_per_process_not_per_exec") {
+        return;
+    }
+    let standin = StandIn::new();
+    let world = common::World::with_backend(&standin.spec("sb-test"));
+    let out = world.run("k", "cd /tmp; x=7");
+    assert!(out.status.success(), "{}", common::show(&out));
+    assert_eq!(standin.imports(), 1);
+    let execs = standin.execs();
+    // Waits past its submit: more ops (and the channel) on one bridge.
+    let out = world.run("k", "pwd; echo $x; sleep 1; echo done");
+    assert!(out.status.success(), "{}", common::show(&out));
+    assert_eq!(common::text(&out.stdout), "/tmp\n7\ndone\n");
+    assert_eq!(
+        standin.imports(),
+        2,
+        "one Python process for the second run"
+    );
+    assert!(
+        standin.execs() > execs + 1,
+        "several execs on that one bridge"
+    );
+}
