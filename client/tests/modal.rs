@@ -245,6 +245,22 @@ fn a_missing_sandbox_or_modal_package_is_unreachable_with_the_reason() {
             .unwrap_err();
         assert_eq!(err.kind, TransportErrorKind::Unreachable, "{err}");
         assert!(err.detail.contains("pip install modal"), "{err}");
+        // Not a Python at all: it cannot start, or it says nothing the
+        // bridge would.
+        for (python, want) in [
+            ("/nonexistent/python3", "cannot run"),
+            ("/bin/echo", "not a JSON line"),
+            ("/bin/true", "exited"),
+        ] {
+            let spec = BackendSpec::parse(&format!("modal:sb-test?python={python}")).unwrap();
+            let err = spec
+                .transport()
+                .exec(ExecRequest::command(vec!["true".into()]))
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind, TransportErrorKind::Unreachable, "{python}: {err}");
+            assert!(err.detail.contains(want), "{python}: {err}");
+        }
     });
 }
 
