@@ -37,6 +37,9 @@ import threading
 
 _out = sys.stdout.buffer
 _out_lock = threading.Lock()
+# Only protocol lines go to stdout: anything else printed (a library's
+# warning) goes to stderr, which the client quotes when the bridge fails.
+sys.stdout = sys.stderr
 
 
 def send(obj):
