@@ -9,6 +9,8 @@
 //! - bare `sh -c true` through the same transport, median;
 //! - a warm cell `true` in-process, one-shot execs and on an open channel;
 //! - exec round trips a warm short cell costs (counted by the driver);
+//! - output latency: the first byte of a warm cell that prints and then
+//!   sleeps, one-shot and on the channel;
 //! - cancel → last process dead, for a cell whose processes honour TERM;
 //! - the kernel daemon's resident memory (`VmRSS` from /proc);
 //! - the agent binary's size.
@@ -154,6 +156,14 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 r.channel_ops.clone(),
             ),
             ("exec calls per warm `tether run true`", r.cli_execs.clone()),
+            (
+                "first output byte of `echo x; sleep 0.5`, one-shot",
+                ms(r.first_byte_one_shot),
+            ),
+            (
+                "first output byte of `echo x; sleep 0.5`, on the channel",
+                ms(r.first_byte_channel),
+            ),
         ];
         if let Some(cancel) = r.cancel {
             rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
@@ -186,6 +196,8 @@ struct Results {
     cancel: Option<Duration>,
     daemon_rss_kib: Option<u64>,
     python_import: Option<Duration>,
+    first_byte_one_shot: Duration,
+    first_byte_channel: Duration,
 }
 
 fn ms(d: Duration) -> String {
@@ -265,6 +277,12 @@ async fn measure(
             after.total() - before.total(),
             kinds.join(", ")
         ));
+    }
+    // Output latency: the first byte of a cell that prints, then sleeps.
+    let (mut first_one_shot, mut first_channel) = (Vec::new(), Vec::new());
+    for _ in 0..iterations.min(5) {
+        first_channel.push(first_byte(&mut channel_driver, &channel_kernel).await?);
+        first_one_shot.push(first_byte(&mut driver, &kernel).await?);
     }
     let daemon_rss_kib = driver
         .client()
@@ -366,6 +384,8 @@ async fn measure(
         cancel,
         daemon_rss_kib,
         python_import,
+        first_byte_one_shot: median(first_one_shot),
+        first_byte_channel: median(first_channel),
     })
 }
 
@@ -419,6 +439,22 @@ async fn channel_cell(
         after.on_channel - before.on_channel
     );
     Ok((took, ops))
+}
+
+/// From the start of a warm cell that prints and then sleeps to its
+/// first output byte.
+async fn first_byte(driver: &mut Driver, kernel: &KernelName) -> Result<Duration, Failure> {
+    let t0 = Instant::now();
+    let mut first = None;
+    let mut on_event = |e: &tether_core::client::Event| {
+        if first.is_none() && matches!(e, tether_core::client::Event::Output { .. }) {
+            first = Some(t0.elapsed());
+        }
+    };
+    run_ok(driver, kernel, "echo x; sleep 0.5", &mut on_event).await?;
+    let quiet = &mut |_: &tether_core::client::Event| ();
+    driver.settle(quiet).await.map_err(fail)?;
+    first.ok_or_else(|| fail("the cell `echo x; sleep 0.5` printed nothing"))
 }
 
 async fn run_ok(
