@@ -1,6 +1,7 @@
 //! `tether bench` (hidden): the numbers in the README, measured on this
 //! machine through the local transport, with and without injected latency,
-//! and through docker when `--docker SPEC` names a container.
+//! through docker when `--docker SPEC` names a container, and through
+//! Modal (or its test stand-in) when `--modal SPEC` names a sandbox.
 //!
 //! - warm `tether run true`: wall time of the whole CLI process (start,
 //!   hash the agent, read the record, one cell, exit), median, with the
@@ -8,6 +9,8 @@
 //! - bare `sh -c true` through the same transport, median;
 //! - a warm cell `true` in-process, one-shot execs and on an open channel;
 //! - exec round trips a warm short cell costs (counted by the driver);
+//! - output latency: the first byte of a warm cell that prints and then
+//!   sleeps, one-shot and on the channel;
 //! - cancel → last process dead, for a cell whose processes honour TERM;
 //! - the kernel daemon's resident memory (`VmRSS` from /proc);
 //! - the agent binary's size.
@@ -47,6 +50,11 @@ pub struct BenchArgs {
     /// `/tmp/tether-bench` in the container.
     #[arg(long)]
     pub docker: Option<String>,
+    /// Also measure this Modal backend (e.g. `modal:sb-…`, or the test
+    /// stand-in: see the README's Benchmarks); its root is
+    /// `/tmp/tether-bench-modal` in the sandbox.
+    #[arg(long)]
+    pub modal: Option<String>,
 }
 
 fn fail(message: impl std::fmt::Display) -> Failure {
@@ -104,6 +112,20 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
         std::fs::create_dir_all(&dir).map_err(fail)?;
         targets.push((spec.to_string(), spec, "/tmp/tether-bench".into(), dir));
     }
+    if let Some(modal) = &args.modal {
+        let spec = BackendSpec::parse(modal).map_err(fail)?;
+        if !matches!(spec, BackendSpec::Modal(_)) {
+            return Err(fail(format!("--modal {modal}: not a modal backend")));
+        }
+        let dir = scratch.join("modal");
+        std::fs::create_dir_all(&dir).map_err(fail)?;
+        targets.push((
+            spec.to_string(),
+            spec,
+            "/tmp/tether-bench-modal".into(),
+            dir,
+        ));
+    }
     for (title, spec, root, dir) in targets {
         let r = measure(agent, &spec, &root, &dir, args.iterations.max(1)).await?;
         println!("\n== {title}");
@@ -134,9 +156,23 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 r.channel_ops.clone(),
             ),
             ("exec calls per warm `tether run true`", r.cli_execs.clone()),
+            (
+                "first output byte of `echo x; sleep 0.5`, one-shot",
+                ms(r.first_byte_one_shot),
+            ),
+            (
+                "first output byte of `echo x; sleep 0.5`, on the channel",
+                ms(r.first_byte_channel),
+            ),
         ];
         if let Some(cancel) = r.cancel {
             rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
+        }
+        if let Some(import) = r.python_import {
+            rows.push((
+                "new python3 + `import modal` (an exec's cost before the bridge)",
+                ms(import),
+            ));
         }
         if let Some(rss) = r.daemon_rss_kib {
             rows.push(("kernel daemon RSS", format!("{rss} KiB")));
@@ -159,6 +195,9 @@ struct Results {
     cli_execs: String,
     cancel: Option<Duration>,
     daemon_rss_kib: Option<u64>,
+    python_import: Option<Duration>,
+    first_byte_one_shot: Duration,
+    first_byte_channel: Duration,
 }
 
 fn ms(d: Duration) -> String {
@@ -239,6 +278,12 @@ async fn measure(
             kinds.join(", ")
         ));
     }
+    // Output latency: the first byte of a cell that prints, then sleeps.
+    let (mut first_one_shot, mut first_channel) = (Vec::new(), Vec::new());
+    for _ in 0..iterations.min(5) {
+        first_channel.push(first_byte(&mut channel_driver, &channel_kernel).await?);
+        first_one_shot.push(first_byte(&mut driver, &kernel).await?);
+    }
     let daemon_rss_kib = driver
         .client()
         .record(&kernel)
@@ -305,6 +350,28 @@ async fn measure(
         .unwrap_or_else(|| "?".into());
     let _ = cli("off", &["stop"]).stderr(Stdio::null()).status();
 
+    // What every Modal exec paid before the bridge: a new interpreter
+    // importing Modal's client.
+    let python_import = match spec {
+        BackendSpec::Modal(opts) => {
+            let mut samples = Vec::new();
+            for _ in 0..iterations.min(5) {
+                let t0 = Instant::now();
+                let status = Command::new(opts.python())
+                    .args(["-c", "import modal"])
+                    .stdin(Stdio::null())
+                    .status()
+                    .map_err(fail)?;
+                samples.push(t0.elapsed());
+                if !status.success() {
+                    return Err(fail(format!("{} cannot import modal", opts.python())));
+                }
+            }
+            Some(median(samples))
+        }
+        _ => None,
+    };
+
     Ok(Results {
         cli_run_off: median(runs_off),
         cli_run_auto: median(runs_auto),
@@ -316,6 +383,9 @@ async fn measure(
         cli_execs,
         cancel,
         daemon_rss_kib,
+        python_import,
+        first_byte_one_shot: median(first_one_shot),
+        first_byte_channel: median(first_channel),
     })
 }
 
@@ -369,6 +439,22 @@ async fn channel_cell(
         after.on_channel - before.on_channel
     );
     Ok((took, ops))
+}
+
+/// From the start of a warm cell that prints and then sleeps to its
+/// first output byte.
+async fn first_byte(driver: &mut Driver, kernel: &KernelName) -> Result<Duration, Failure> {
+    let t0 = Instant::now();
+    let mut first = None;
+    let mut on_event = |e: &tether_core::client::Event| {
+        if first.is_none() && matches!(e, tether_core::client::Event::Output { .. }) {
+            first = Some(t0.elapsed());
+        }
+    };
+    run_ok(driver, kernel, "echo x; sleep 0.5", &mut on_event).await?;
+    let quiet = &mut |_: &tether_core::client::Event| ();
+    driver.settle(quiet).await.map_err(fail)?;
+    first.ok_or_else(|| fail("the cell `echo x; sleep 0.5` printed nothing"))
 }
 
 async fn run_ok(

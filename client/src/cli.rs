@@ -111,8 +111,8 @@ pub struct Cli {
     #[arg(long, short, global = true)]
     pub verbose: bool,
     /// Agent ops over one long-lived channel to the sandbox (`auto`: on
-    /// the backends that can stream, local and docker), or every op as
-    /// its own exec (`off`).
+    /// the backends that can stream, local, docker and modal), or every
+    /// op as its own exec (`off`).
     #[arg(
         long,
         global = true,

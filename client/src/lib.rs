@@ -7,8 +7,9 @@
 //! - [`transport`]: the [`transport::Transport`] trait — run a command to
 //!   completion on a sandbox;
 //! - [`local`]: the `local` transport (real processes, injected latency);
-//! - [`docker`], [`ssh`], [`modal`]: the remote transports (`docker exec`,
-//!   the ssh client, Modal's Python client), over `subprocess`;
+//! - [`docker`], [`ssh`], [`modal`]: the remote transports (`docker exec`
+//!   and the ssh client over `subprocess`; Modal's Python client through
+//!   one long-lived bridge process per transport);
 //! - [`channel`]: agent ops over one long-lived, multiplexed exec of the
 //!   agent, one-shot execs whenever it is not open;
 //! - [`backend`]: `--backend` specs (`local?latency=50ms`) to transports;

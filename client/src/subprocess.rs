@@ -1,5 +1,5 @@
 //! Running a local helper program to completion for a remote transport:
-//! `docker exec`, `ssh`, the Modal helper. Bytes in on stdin, exact bytes
+//! `docker exec`, `ssh`. Bytes in on stdin, exact bytes
 //! out on stdout and stderr, the exit status — and nothing decided here:
 //! each transport reads the result and tells its own failures apart from
 //! the remote command's.

@@ -28,9 +28,19 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A seed no other driver on this machine uses: kernel nonces (and so the
+/// cells' env markers and cgroup names) come from it, and two kernels with
+/// one nonce take each other's cell processes for their own (a local
+/// kernel's marker scan sees a container's processes too).
+fn unique_seed() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (u64::from(std::process::id()) << 16) ^ n
+}
+
 fn driver(root: &Path, agent: &AgentBinary, transport: Arc<dyn Transport>) -> Driver {
     let location = agent.location(root.to_str().unwrap());
-    let client = Client::new(Config::new(location.clone(), agent.size()), 11);
+    let client = Client::new(Config::new(location.clone(), agent.size()), unique_seed());
     Driver::new(
         client,
         transport,
@@ -350,8 +360,12 @@ impl Drop for Container {
 /// On docker: the channel process in the container killed mid-wait, then
 /// the container paused (the channel stalls) and unpaused; each cell once,
 /// complete, in order; no channel process left behind in the container.
+/// (It failed about 1 run in 5 with "the cell's shell was killed by
+/// signal 9" while every driver here had seed 11: the local tests' kernels
+/// had this kernel's nonce, and their kill by env marker, scanning the
+/// host's /proc, found this container's cell. 15 of 15 runs pass since
+/// each driver has its own seed.)
 #[test]
-#[ignore = "fails about 1 run in 5 on this machine (a cell's shell killed by signal 9; cause not found yet, possibly a product bug, see the session 4 note); run with --ignored"]
 fn on_docker_a_killed_or_paused_channel_loses_nothing_and_runs_nothing_twice() {
     let test = "on_docker_a_killed_or_paused_channel";
     if !tether_require::have(test, tether_require::Need::Docker) {

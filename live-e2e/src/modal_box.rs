@@ -59,3 +59,70 @@ impl Drop for ModalBox {
             .status();
     }
 }
+
+/// The stand-in Modal of the client's tests
+/// (`client/tests/fixtures/modal-standin`: Modal's Python client as far as
+/// the bridge uses it, running local processes): a sandbox directory, an
+/// interpreter wrapper that puts the stand-in on `PYTHONPATH`, and a root
+/// for the agent. Needs python3.
+#[derive(Debug)]
+pub struct ModalStandIn {
+    dir: tempfile::TempDir,
+}
+
+impl ModalStandIn {
+    /// A fresh one with the sandbox `sb-live`.
+    ///
+    /// # Panics
+    ///
+    /// When the temporary files cannot be made.
+    pub fn new() -> ModalStandIn {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("tether-live-modal")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("sandboxes/sb-live")).expect("sandbox dir");
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../client/tests/fixtures/modal-standin");
+        let python = dir.path().join("python");
+        std::fs::write(
+            &python,
+            format!(
+                "#!/bin/sh\nPYTHONPATH='{}' TETHER_MODAL_STANDIN='{}' exec python3 \"$@\"\n",
+                fixtures.display(),
+                dir.path().join("sandboxes").display()
+            ),
+        )
+        .expect("write the python wrapper");
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod the python wrapper");
+        ModalStandIn { dir }
+    }
+
+    /// The backend spec that reaches its sandbox.
+    pub fn spec(&self) -> String {
+        format!(
+            "modal:sb-live?python={}",
+            self.dir.path().join("python").display()
+        )
+    }
+
+    /// A root for the agent (on this machine, as the stand-in's sandbox is).
+    pub fn root(&self) -> String {
+        self.dir.path().join("root").display().to_string()
+    }
+
+    /// Python processes that imported the stand-in (bridges started).
+    pub fn imports(&self) -> usize {
+        std::fs::read_to_string(self.dir.path().join("sandboxes/imports.log"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+impl Default for ModalStandIn {
+    fn default() -> Self {
+        ModalStandIn::new()
+    }
+}

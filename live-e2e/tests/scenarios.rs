@@ -1,6 +1,8 @@
 //! Catalog scenarios against real backends through the real client driver
 //! and agent: local (this machine), docker (a container from
-//! tether-sandbox:latest), ssh (a private sshd on loopback). Observations
+//! tether-sandbox:latest), ssh (a private sshd on loopback), Modal (with
+//! credentials) and the Modal stand-in (Modal's client as the bridge uses
+//! it, on local processes), one-shot and on the channel. Observations
 //! come from the sandbox itself: its `ps`, its side-effect files.
 
 use tether_core::client::Event;
@@ -8,7 +10,7 @@ use tether_core::protocol::{CellOutcome, Lang, Stream};
 use tether_live::backends::{self, skip};
 use tether_live::container::Container;
 use tether_live::harness::{unique, Live};
-use tether_live::modal_box::ModalBox;
+use tether_live::modal_box::{ModalBox, ModalStandIn};
 use tether_live::sshd::Sshd;
 use tether_require::{missing, Need};
 use tether_scenarios::{render_shell, Step, Workload};
@@ -20,6 +22,7 @@ enum Sandbox {
     Docker(Container),
     Ssh(Sshd, tempfile::TempDir),
     Modal(ModalBox),
+    ModalStandIn(ModalStandIn),
 }
 
 fn host_root() -> tempfile::TempDir {
@@ -65,6 +68,28 @@ fn open(backend: &str, test: &str) -> Option<(Sandbox, Live)> {
             let sb = ModalBox::create();
             let live = Live::new(&sb.spec(), "/tmp/tether-live");
             Some((Sandbox::Modal(sb), live))
+        }
+        "modal-standin" | "modal-standin-channel" => {
+            if let Err(why) = Need::Python3.probe() {
+                missing(test, Need::Python3, &why);
+                return None;
+            }
+            let standin = ModalStandIn::new();
+            let (spec, root) = (standin.spec(), standin.root());
+            let live = if backend.ends_with("-channel") {
+                let location = tether_live::harness::agent().location(&root);
+                let parsed = tether::backend::BackendSpec::parse(&spec).expect("a modal spec");
+                let channel = tether::channel::channel_for(
+                    &parsed,
+                    &location,
+                    tether_core::channel::MuxConfig::default(),
+                )
+                .expect("modal carries a channel");
+                Live::with_driver(&spec, &root, move |_| channel, |_| ())
+            } else {
+                Live::new(&spec, &root)
+            };
+            Some((Sandbox::ModalStandIn(standin), live))
         }
         other => panic!("no backend {other}"),
     }
@@ -245,6 +270,12 @@ on_backends! {
     ssh_output_survives_a_client_crash: output_survives_a_client_crash on "ssh";
     modal_state_persists: state_persists_across_cells on "modal";
     modal_cancel_leaves_zero_survivors: cancel_leaves_zero_survivors on "modal";
+    modal_standin_state_persists: state_persists_across_cells on "modal-standin";
+    modal_standin_cancel_leaves_zero_survivors: cancel_leaves_zero_survivors on "modal-standin";
+    modal_standin_output_survives_a_client_crash: output_survives_a_client_crash on "modal-standin";
+    modal_standin_channel_state_persists: state_persists_across_cells on "modal-standin-channel";
+    modal_standin_channel_cancel_leaves_zero_survivors: cancel_leaves_zero_survivors on "modal-standin-channel";
+    modal_standin_channel_output_survives_a_client_crash: output_survives_a_client_crash on "modal-standin-channel";
 }
 
 /// Why the kernel could not start, from the fail-open event (the cell then

@@ -236,3 +236,87 @@ async fn modal_exec_round_trips_bytes() {
     );
     assert_eq!(status.unwrap().exit_code, 255);
 }
+
+/// Warm cells on the channel in a real Modal sandbox: the channel rides on
+/// `Sandbox.exec` through the transport's one bridge, so a warm cell starts
+/// no Python process and no exec. Needs MODAL_TOKEN_ID /
+/// MODAL_TOKEN_SECRET and a python3 with `modal` ($TETHER_MODAL_PYTHON).
+#[tokio::test]
+async fn modal_warm_cells_ride_the_channel_through_one_bridge() {
+    use std::time::{Duration, Instant};
+    use tether::channel::ChannelTransport;
+    use tether::modal::ModalTransport;
+    use tether_core::bytes::Bytes;
+    use tether_core::channel::MuxConfig;
+    use tether_core::client::{Client, Config, Event};
+    use tether_core::ids::KernelName;
+    use tether_core::protocol::{CellOutcome, Lang, Stream};
+
+    let test = "modal_warm_cells_ride_the_channel_through_one_bridge";
+    if let Err(why) = backends::modal() {
+        skip(test, &why);
+        return;
+    }
+    let sb = ModalBox::create();
+    let BackendSpec::Modal(opts) = BackendSpec::parse(&sb.spec()).unwrap() else {
+        panic!("{} is not a modal spec", sb.spec())
+    };
+    let modal = Arc::new(ModalTransport::new(opts));
+    let agent = tether_live::harness::agent();
+    let location = agent.location("/tmp/tether-live-channel");
+    let channel = Arc::new(ChannelTransport::new(
+        modal.clone(),
+        &location,
+        MuxConfig::default(),
+    ));
+    let seed = u64::from(std::process::id()) << 8;
+    let client = Client::new(Config::new(location.clone(), agent.size()), seed);
+    let mut driver = tether::Driver::new(
+        client,
+        channel.clone(),
+        Box::new(tether::MemoryStore::new()),
+        agent.bytes.clone(),
+        location,
+    );
+    let kernel = KernelName::new("k").unwrap();
+    async fn cell(
+        driver: &mut tether::Driver,
+        kernel: &KernelName,
+        code: &str,
+    ) -> (CellOutcome, String) {
+        let mut out = Vec::new();
+        let (_, outcome) = driver
+            .run_cell(kernel, Lang::Shell, Bytes::from(code), None, &mut |e| {
+                if let Event::Output {
+                    stream: Stream::Stdout,
+                    data,
+                    ..
+                } = e
+                {
+                    out.extend_from_slice(data.as_slice());
+                }
+            })
+            .await
+            .unwrap();
+        (outcome, String::from_utf8_lossy(&out).into_owned())
+    }
+    assert_eq!(cell(&mut driver, &kernel, "x=41").await.0, CellOutcome::Ok);
+    assert!(
+        channel.open(Duration::from_secs(120)).await,
+        "{:?}",
+        channel.status()
+    );
+    let before = channel.status().stats;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let got = cell(&mut driver, &kernel, "echo $((x + 1))").await;
+        println!("warm cell on the channel over Modal: {:?}", t0.elapsed());
+        assert_eq!(got, (CellOutcome::Ok, "42\n".to_owned()));
+    }
+    let after = channel.status().stats;
+    assert_eq!(after.one_shot, before.one_shot, "{after:?}");
+    assert!(after.on_channel >= before.on_channel + 5, "{after:?}");
+    assert_eq!(modal.bridges_started(), 1, "one Python process for all");
+    driver.shutdown(&kernel, &mut |_| ()).await.unwrap();
+    drop(sb);
+}

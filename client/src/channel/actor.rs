@@ -54,7 +54,7 @@ enum StreamEvent {
 struct Live {
     writer: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
     pid: Option<u32>,
-    _child: tokio::process::Child,
+    _child: Option<tokio::process::Child>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -241,6 +241,7 @@ impl Actor {
             stdout,
             stderr,
             child,
+            pid,
             send_delay,
         } = stream;
         let said = Arc::new(Mutex::new(Vec::new()));
@@ -269,7 +270,7 @@ impl Actor {
         });
         Live {
             writer,
-            pid: child.id(),
+            pid,
             _child: child,
             tasks: vec![stderr_task, reader, writer_task],
         }

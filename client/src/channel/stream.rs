@@ -7,7 +7,9 @@
 //!   injected latency is slept before it starts and added to every write
 //!   (a frame arrives one round trip after it was sent, as a one-shot
 //!   exec's command starts one round trip after the call);
-//! - `docker`: `docker exec -i CONTAINER argv…`, stdin piped.
+//! - `docker`: `docker exec -i CONTAINER argv…`, stdin piped;
+//! - `modal`: `Sandbox.exec` through the transport's bridge
+//!   (`crate::modal`), its pipes carried as JSON lines.
 //!
 //! The command runs in its own process group (a Ctrl-C at the terminal
 //! is for tether) and is killed when the stream is dropped.
@@ -31,9 +33,14 @@ pub struct ChannelStream {
     pub stdout: Box<dyn AsyncRead + Send + Unpin>,
     /// Its stderr (what it says when it fails to start).
     pub stderr: Box<dyn AsyncRead + Send + Unpin>,
-    /// The process on this machine (the command itself, or the helper
-    /// that runs it remotely); killed on drop.
-    pub child: Child,
+    /// The process on this machine that is the stream (the command
+    /// itself, or the client that runs it remotely), killed on drop; none
+    /// where a shared process carries it (the Modal bridge: dropping the
+    /// stdin ends the stream).
+    pub child: Option<Child>,
+    /// The local process that carries the stream (the child, or the Modal
+    /// bridge).
+    pub pid: Option<u32>,
     /// Added before every write (injected latency).
     pub send_delay: Duration,
 }
@@ -41,7 +48,7 @@ pub struct ChannelStream {
 impl std::fmt::Debug for ChannelStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChannelStream")
-            .field("pid", &self.child.id())
+            .field("pid", &self.pid)
             .field("send_delay", &self.send_delay)
             .finish()
     }
@@ -112,7 +119,8 @@ fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelS
         stdin: Box::new(stdin),
         stdout: Box::new(stdout),
         stderr: Box::new(stderr),
-        child,
+        pid: child.id(),
+        child: Some(child),
         send_delay,
     })
 }
