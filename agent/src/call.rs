@@ -1,5 +1,7 @@
-//! `tether-call NAME JSON` (the agent binary under that name, or
-//! `tether-agent call NAME JSON`): a tool call from inside a cell. The
+//! `tether-call NAME [JSON | -]` (the agent binary under that name, or
+//! `tether-agent call NAME JSON`; `-` reads the JSON from stdin, for
+//! arguments larger than one command-line argument may be): a tool call
+//! from inside a cell. The
 //! request goes into the cell's calls directory (`TETHER_CALL`) with the
 //! cell's credential (`TETHER_CALL_TOKEN`); the cell's shim journals it,
 //! the host answers on the cell's next long-poll, and the answer comes
@@ -53,8 +55,22 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
         args.first().and_then(|a| a.to_str()),
         args.get(1).and_then(|a| a.to_str()).unwrap_or("{}"),
     ) else {
-        eprintln!("usage: tether-call NAME [JSON]   (inside a tether cell)");
+        eprintln!("usage: tether-call NAME [JSON | -]   (inside a tether cell; - reads the JSON from stdin)");
         return 2;
+    };
+    let mut stdin = String::new();
+    let json = if json == "-" {
+        use std::io::Read;
+        if let Err(e) = std::io::stdin().read_to_string(&mut stdin) {
+            return fail(
+                name,
+                &format!("cannot read the arguments from stdin: {e}"),
+                2,
+            );
+        }
+        stdin.as_str()
+    } else {
+        json
     };
     let args: serde_json::Value = match serde_json::from_str(json) {
         Ok(v) => v,

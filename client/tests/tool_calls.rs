@@ -65,6 +65,8 @@ impl Sandbox {
              case \"$TETHER_TOOL\" in\n\
                fail) echo \"no such luck\" >&2; exit 3 ;;\n\
                text) echo \"plain words\" ;;\n\
+               slow) sleep 3; echo late ;;\n\
+               huge) head -c 5000000 /dev/zero | tr '\\0' x ;;\n\
                *) echo \"{{\\\"tool\\\": \\\"$TETHER_TOOL\\\", \\\"call\\\": $call}}\" ;;\n\
              esac\n",
             count = host.path().join("count").display()
@@ -408,6 +410,37 @@ fn local_background_process_of_a_finished_cell_is_refused() {
 #[test]
 fn local_wrong_token_is_refused_and_never_journaled() {
     a_wrong_token_is_refused_and_never_journaled(&Sandbox::local());
+}
+
+/// Each limit is a clear error to the caller: the deadline per call
+/// (`TETHER_CALL_TIMEOUT`), the size of the arguments (refused before the
+/// host sees them) and of the result.
+#[test]
+fn limits_are_clear_errors() {
+    let s = Sandbox::local();
+    let code = "TETHER_CALL_TIMEOUT=1 tether-call slow; echo \"slow=$?\"\n\
+                { printf '{\"a\": \"'; head -c 1100000 /dev/zero | tr '\\0' y; printf '\"}'; } | tether-call big -; echo \"big=$?\"\n\
+                tether-call huge; echo \"huge=$?\"";
+    let out = s
+        .world
+        .tether(&["run", "--kernel", "limits", "--tools", &s.handler(), code]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout, "slow=1\nbig=1\nhuge=1\n", "{}", show(&out));
+    assert!(
+        stderr.contains("tether-call slow: no answer within 1 s"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("tether-call big: the arguments are"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("over the limit of 1048576"), "{stderr}");
+    assert!(
+        stderr.contains("tether-call huge: the tool's result is")
+            && stderr.contains("over the limit of 4194304"),
+        "{stderr}"
+    );
+    assert_eq!(s.runs(), 2, "the oversized call never reached the handler");
 }
 
 /// Without `--tools` a call gets the error "no tools"; the cell goes on.
