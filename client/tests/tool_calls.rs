@@ -514,3 +514,61 @@ fn docker_background_process_refused_and_wrong_token_never_journaled() {
     let s = Sandbox::docker("docker_wrong_token").unwrap();
     a_wrong_token_is_refused_and_never_journaled(&s);
 }
+
+/// A thread an earlier Python cell left running, holding that cell's
+/// context (its credential), calls while a later cell runs: refused, the
+/// handler never runs; the later cell's own call is answered.
+#[test]
+fn local_python_leftover_thread_of_an_earlier_cell_is_refused() {
+    if !tether_require::have(
+        "local_python_leftover_thread_of_an_earlier_cell_is_refused",
+        tether_require::Need::Python3,
+    ) {
+        return;
+    }
+    let s = Sandbox::local();
+    let go = s.path("go-thread").display().to_string();
+    let out_file = s.path("thread-out").display().to_string();
+    let first = format!(
+        "import contextvars, os, threading, time, tether\n\
+         ctx = contextvars.copy_context()\n\
+         def later():\n    \
+             while not os.path.exists({go:?}):\n        time.sleep(0.05)\n    \
+             try:\n        ctx.run(tether.call, 'echo', {{}})\n        res = 'answered'\n    \
+             except tether.ToolError as e:\n        res = 'refused: %s' % e\n    \
+             with open({out_file:?} + '.tmp', 'w') as f:\n        f.write(res)\n    \
+             os.rename({out_file:?} + '.tmp', {out_file:?})\n\
+         threading.Thread(target=later, daemon=True).start()\n"
+    );
+    let args = |code: &str| {
+        s.world.tether(&[
+            "run",
+            "--lang",
+            "python",
+            "--kernel",
+            "thread",
+            "--tools",
+            &s.handler(),
+            code,
+        ])
+    };
+    let out = args(&first);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let second = format!(
+        "import os, time, tether\n\
+         open({go:?}, 'w').close()\n\
+         while not os.path.exists({out_file:?}):\n    time.sleep(0.05)\n\
+         print(open({out_file:?}).read())\n\
+         print(tether.call('text'))\n"
+    );
+    let out = args(&second);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let got = text(&out.stdout);
+    assert!(got.starts_with("refused"), "{got}");
+    assert!(got.ends_with("plain words\n"), "{got}");
+    assert_eq!(
+        s.runs(),
+        1,
+        "only the later cell's own call ran the handler"
+    );
+}

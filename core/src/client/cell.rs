@@ -492,7 +492,11 @@ impl Client {
         if !self.tasks.contains_key(&Task::Cancel(key.clone())) {
             self.start(Task::Cancel(key.clone()));
         }
-        if held {
+        let ready = self
+            .kernels
+            .get(&key.kernel)
+            .is_some_and(|k| k.phase == super::kernel::Phase::Ready);
+        if held && ready {
             // The wait held back for a tool call's answer goes now: the
             // cancel's end comes on it.
             self.wake_wait(key);

@@ -342,7 +342,15 @@ impl Client {
                     reply,
                 });
                 self.persist(&cell.kernel);
-                self.wake_wait(cell);
+                // Not ready (a resumed kernel still being probed): the wait
+                // goes when it is, with the answer.
+                if self
+                    .kernels
+                    .get(&cell.kernel)
+                    .is_some_and(|k| k.phase == Phase::Ready)
+                {
+                    self.wake_wait(cell);
+                }
                 self.arm_give_up(&cell.kernel);
             }
         }
