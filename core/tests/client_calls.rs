@@ -109,6 +109,16 @@ fn a_second_answer_and_an_answer_to_an_unknown_call_change_nothing() {
             .any(|e| matches!(e, Event::ToolAnswered { .. }))
     });
     assert_eq!(fake_cell(&h, &cell).answers["c1"], ok(1.into()));
+    // Delivered: the record no longer carries the answer.
+    h.drain();
+    let rec = h.records[&kname("k")]
+        .cells
+        .iter()
+        .find(|c| c.seq == cell.seq)
+        .unwrap()
+        .calls["c1"]
+        .clone();
+    assert!(rec.delivered && rec.answer.is_none(), "{rec:?}");
 }
 
 #[test]

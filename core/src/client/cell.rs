@@ -89,7 +89,7 @@ impl Cell {
     /// wait is held back until then (it carries the answer), unless a
     /// cancel was asked for.
     pub(crate) fn awaits_answer(&self) -> bool {
-        !self.rec.cancel_requested && self.rec.calls.values().any(|c| c.answer.is_none())
+        !self.rec.cancel_requested && self.rec.calls.values().any(CallRecord::unanswered)
     }
 
     /// Answers kept and not yet known to have reached the sandbox.
@@ -334,6 +334,8 @@ impl Client {
                     if let Some(call) = cell.rec.calls.get_mut(&id) {
                         if !call.delivered {
                             call.delivered = true;
+                            // Not needed again: the record stays small.
+                            call.answer = None;
                             events.push(Event::ToolAnswered { cell: c, id });
                         }
                     }

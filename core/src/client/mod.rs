@@ -262,7 +262,7 @@ impl Client {
             };
             // Calls the frontend was asked about and did not answer before
             // the last client went: ask again (answered ones are re-sent).
-            for (id, call) in rec.calls.iter().filter(|(_, c)| c.answer.is_none()) {
+            for (id, call) in rec.calls.iter().filter(|(_, c)| c.unanswered()) {
                 self.events.push_back(Event::ToolCall {
                     cell: key.clone(),
                     id: id.clone(),
@@ -320,7 +320,7 @@ impl Client {
             Some(None) => Some(format!(
                 "answer to call {id} of {cell} ignored: no such call"
             )),
-            Some(Some(call)) if call.answer.is_some() => Some(format!(
+            Some(Some(call)) if !call.unanswered() => Some(format!(
                 "answer to call {id} of {cell} ignored: it is answered already"
             )),
             Some(Some(call)) => {

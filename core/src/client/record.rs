@@ -60,10 +60,19 @@ pub struct CallRecord {
     pub name: String,
     /// Its arguments.
     pub args: serde_json::Value,
-    /// The frontend's answer, kept before it is sent.
+    /// The frontend's answer, kept before it is sent, until it reached
+    /// the sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<CallReply>,
-    /// The journal says the answer reached the sandbox: not sent again.
+    /// The journal says the answer reached the sandbox: not sent again
+    /// (and no longer kept).
     #[serde(default)]
     pub delivered: bool,
+}
+
+impl CallRecord {
+    /// Nobody answered it yet: the frontend is (or will be) asked.
+    pub fn unanswered(&self) -> bool {
+        self.answer.is_none() && !self.delivered
+    }
 }
