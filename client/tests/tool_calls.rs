@@ -246,14 +246,15 @@ fn killed_after_the_first_call(s: &Sandbox, lang: &str) {
         &s.handler(),
         &code,
     ]);
-    // Read events until call 1's answer is in the sandbox (and R1 printed).
+    // Read events until call 1's answer is in the sandbox (R1 printed,
+    // its whole line: Python's print may write the newline apart).
     let (mut line, mut reader) = first_line(&mut child);
     let mut first = String::new();
     let start = Instant::now();
     loop {
         first.push_str(&line);
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if v["event"] == "output" && v["data"]["text"].as_str().unwrap_or("").contains("R1 ") {
+        let printed = stdout_text(&json_lines(first.as_bytes()));
+        if printed.contains("R1 ") && printed.ends_with('\n') {
             break;
         }
         assert!(start.elapsed() < BOUND, "no R1 within {BOUND:?}: {first}");
