@@ -239,6 +239,11 @@ impl Os for LinuxOs {
         .spawn()
     }
 
+    /// 16 bytes of the kernel's random source, as hex.
+    fn random_token(&mut self) -> String {
+        crate::random_hex(16)
+    }
+
     /// `program` with a `/` is checked as a path; otherwise each `PATH`
     /// entry is tried (default `/usr/local/bin:/usr/bin:/bin`).
     fn has_program(&self, program: &str) -> bool {

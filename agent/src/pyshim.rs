@@ -37,6 +37,7 @@ const REPORTS: usize = 2;
 
 pub(crate) fn run(launch: CellLaunch) -> u8 {
     let mut os = LinuxOs::new();
+    let kernel_dir = launch.kernel_dir.clone();
     let mut shim = InterpShim::new(launch);
     // Where the interpreter goes back to between cells: the shim's own
     // cgroup (none: cells get no cgroup).
@@ -49,7 +50,8 @@ pub(crate) fn run(launch: CellLaunch) -> u8 {
     loop {
         match shim.poll_step(&mut os) {
             InterpStep::StartInterpreter { argv, marker } => {
-                let started = start(&argv, &marker).map(|(pid, f)| {
+                let env = crate::call::cell_env(&kernel_dir, Vec::new());
+                let started = start(&argv, &marker, &env).map(|(pid, f)| {
                     fds = f;
                     (pid, os.process(pid).map_or(0, |p| p.starttime))
                 });
@@ -137,7 +139,11 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
 }
 
 /// Starts the interpreter in a new session, the report pipe on its fd 3.
-fn start(argv: &[String], marker: &(String, String)) -> Result<(Pid, Fds), String> {
+fn start(
+    argv: &[String],
+    marker: &(String, String),
+    env: &[(String, String)],
+) -> Result<(Pid, Fds), String> {
     let (program, rest) = argv.split_first().ok_or("empty argv")?;
     let (in_r, in_w) = pipe()?;
     let (out_r, out_w) = pipe()?;
@@ -147,6 +153,7 @@ fn start(argv: &[String], marker: &(String, String)) -> Result<(Pid, Fds), Strin
     let mut cmd = Command::new(program);
     cmd.args(rest)
         .env(&marker.0, &marker.1)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::from(in_r))
         .stdout(Stdio::from(out_w))
         .stderr(Stdio::from(err_w));

@@ -46,10 +46,11 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
     if launch.lang == tether_core::protocol::Lang::Python {
         return crate::pyshim::run(launch);
     }
-    drive(LinuxOs::new(), CellShim::new(launch))
+    let kernel_dir = launch.kernel_dir.clone();
+    drive(LinuxOs::new(), CellShim::new(launch), kernel_dir)
 }
 
-fn drive(mut os: LinuxOs, mut shim: CellShim) -> u8 {
+fn drive(mut os: LinuxOs, mut shim: CellShim, shim_kernel_dir: String) -> u8 {
     let mut group: Option<CellCgroup> = None;
     let mut pipes: Vec<Pipe> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -66,8 +67,11 @@ fn drive(mut os: LinuxOs, mut shim: CellShim) -> u8 {
                     g.discard();
                 }
             }
-            ShimStep::Start { argv, marker, .. } => {
-                let started = start(&argv, &marker, group.take().as_ref()).map(|(pid, p)| {
+            ShimStep::Start {
+                argv, marker, env, ..
+            } => {
+                let env = crate::call::cell_env(&shim_kernel_dir, env);
+                let started = start(&argv, &marker, &env, group.take().as_ref()).map(|(pid, p)| {
                     pipes = p;
                     (pid, os.process(pid).map_or(0, |p| p.starttime))
                 });
@@ -79,11 +83,10 @@ fn drive(mut os: LinuxOs, mut shim: CellShim) -> u8 {
             ShimStep::Pump => {
                 let main_running = shim.main_pid().is_some();
                 if pipes.iter().all(|p| p.fd.is_none()) && main_running {
-                    // Nothing left to read: sleep until a child exits (the
-                    // main one ends the cell; an orphan is just reaped).
-                    if let Ok(Some((pid, status))) = wait(WaitOptions::empty()) {
-                        shim.handle_exit(os.now(), raw(pid), to_exit(status));
-                    }
+                    // Nothing left to read: look for exits (the main one
+                    // ends the cell; an orphan is just reaped) at the pump's
+                    // pace, so tool calls are still seen.
+                    std::thread::sleep(std::time::Duration::from_millis(PUMP_MS));
                 } else {
                     let ms = shim
                         .poll_timeout(os.now())
@@ -125,6 +128,7 @@ pub(crate) struct Pipe {
 fn start(
     argv: &[String],
     marker: &(String, String),
+    env: &[(String, String)],
     group: Option<&CellCgroup>,
 ) -> Result<(Pid, Vec<Pipe>), String> {
     let pipe = || {
@@ -142,6 +146,7 @@ fn start(
     let main = MainProcess {
         argv,
         marker: (&marker.0, &marker.1),
+        env,
         stdout: out_w,
         stderr: err_w,
     };

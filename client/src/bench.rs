@@ -11,6 +11,9 @@
 //! - exec round trips a warm short cell costs (counted by the driver);
 //! - output latency: the first byte of a warm cell that prints and then
 //!   sleeps, one-shot and on the channel;
+//! - a tool call's round trip: a warm cell making ten `tether-call`s
+//!   (answered at once in-process) less a warm cell `true`, per call, and
+//!   the exec calls each call adds;
 //! - cancel → last process dead, for a cell whose processes honour TERM;
 //! - the kernel daemon's resident memory (`VmRSS` from /proc);
 //! - the agent binary's size.
@@ -165,6 +168,11 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 ms(r.first_byte_channel),
             ),
         ];
+        rows.push((
+            "tool call round trip (10 calls in a cell), per call",
+            ms(r.tool_call),
+        ));
+        rows.push(("exec calls per tool call", r.tool_execs.clone()));
         if let Some(cancel) = r.cancel {
             rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
         }
@@ -193,6 +201,8 @@ struct Results {
     round_trips: String,
     channel_ops: String,
     cli_execs: String,
+    tool_call: Duration,
+    tool_execs: String,
     cancel: Option<Duration>,
     daemon_rss_kib: Option<u64>,
     python_import: Option<Duration>,
@@ -284,6 +294,7 @@ async fn measure(
         first_channel.push(first_byte(&mut channel_driver, &channel_kernel).await?);
         first_one_shot.push(first_byte(&mut driver, &kernel).await?);
     }
+    let (tool_call, tool_execs) = tool_latency(&mut driver, &kernel, iterations).await?;
     let daemon_rss_kib = driver
         .client()
         .record(&kernel)
@@ -381,12 +392,56 @@ async fn measure(
         round_trips: per_cell.unwrap_or_default(),
         channel_ops,
         cli_execs,
+        tool_call,
+        tool_execs,
         cancel,
         daemon_rss_kib,
         python_import,
         first_byte_one_shot: median(first_one_shot),
         first_byte_channel: median(first_channel),
     })
+}
+
+/// Calls per cell in [`tool_latency`].
+const TOOL_CALLS: u32 = 10;
+
+/// A warm cell making [`TOOL_CALLS`] calls (answered at once by an
+/// in-process handler, no output between them) against a warm cell
+/// `true`, interleaved: the median difference per call, and the exec
+/// calls each call added.
+async fn tool_latency(
+    driver: &mut Driver,
+    kernel: &KernelName,
+    iterations: usize,
+) -> Result<(Duration, String), Failure> {
+    driver.set_tools(Some(Arc::new(|call: crate::driver::ToolCall| {
+        Box::pin(async move { tether_core::protocol::CallReply::Ok { value: call.args } })
+            as crate::driver::ToolFuture
+    })));
+    let quiet = &mut |_: &tether_core::client::Event| ();
+    let code = format!(
+        "i=0; while [ $i -lt {TOOL_CALLS} ]; do r=$(tether-call ping '{{}}') || exit 9; i=$((i+1)); done"
+    );
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let mut execs = 0;
+    for _ in 0..iterations {
+        let t0 = Instant::now();
+        run_ok(driver, kernel, "true", quiet).await?;
+        without.push(t0.elapsed());
+        driver.settle(quiet).await.map_err(fail)?;
+        let before = driver.stats().total();
+        let t0 = Instant::now();
+        run_ok(driver, kernel, &code, quiet).await?;
+        with.push(t0.elapsed());
+        driver.settle(quiet).await.map_err(fail)?;
+        execs = driver.stats().total() - before;
+    }
+    driver.set_tools(None);
+    let per_call = median(with).saturating_sub(median(without)) / TOOL_CALLS;
+    // The cell's own submit, then one wait per call.
+    let added = f64::from(u32::try_from(execs.saturating_sub(1)).unwrap_or(u32::MAX))
+        / f64::from(TOOL_CALLS);
+    Ok((per_call, format!("{added:.1} ({execs} for the cell)")))
 }
 
 /// A driver whose transport is an open channel over `spec`, its kernel

@@ -195,6 +195,14 @@ pub struct RunArgs {
     /// kernel (which keeps no state, no journal and cannot be resumed).
     #[arg(long)]
     pub no_fallback: bool,
+    /// Answer the cells' tool calls (`tether-call NAME JSON` in a shell
+    /// cell, `tether.call(name, args)` in Python) by running `sh -c CMD` on
+    /// this host for each, the call as JSON on stdin
+    /// (`{"cell","id","name","args"}`): its stdout is the result (JSON, or
+    /// text), a non-zero exit an error with its stderr. Without it every
+    /// call gets the error "no tools".
+    #[arg(long, value_name = "CMD")]
+    pub tools: Option<String>,
 }
 
 /// `tether resume`.
@@ -206,6 +214,14 @@ pub struct ResumeArgs {
     /// Print the cell's output from its start, not only what is new.
     #[arg(long)]
     pub replay: bool,
+    /// Answer the cells' tool calls (`tether-call NAME JSON` in a shell
+    /// cell, `tether.call(name, args)` in Python) by running `sh -c CMD` on
+    /// this host for each, the call as JSON on stdin
+    /// (`{"cell","id","name","args"}`): its stdout is the result (JSON, or
+    /// text), a non-zero exit an error with its stderr. Without it every
+    /// call gets the error "no tools".
+    #[arg(long, value_name = "CMD")]
+    pub tools: Option<String>,
 }
 
 /// A subcommand about one kernel.
@@ -520,6 +536,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
     };
     let _lock = lock_kernel(&ctx.store()?, &kernel, args.wait).await?;
     let mut driver = ctx.driver_with(|config| config.fallback = !args.no_fallback)?;
+    driver.set_tools(args.tools.map(crate::tools::command_handler));
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     let record = driver.store().load(&kernel)?;
     let lang = match (&record, args.lang) {
@@ -590,6 +607,7 @@ async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
     let _lock = lock_kernel(&ctx.store()?, &kernel, false).await?;
     let mut driver = ctx.driver()?;
+    driver.set_tools(args.tools.map(crate::tools::command_handler));
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     let Some(record) = driver.store().load(&kernel)? else {
         printer.note(&format!("no record of kernel {kernel}: nothing to resume"));

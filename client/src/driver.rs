@@ -15,7 +15,10 @@
 //! - timers → `tokio::time::sleep_until(poll_timeout)`, then
 //!   `handle_timeout`;
 //! - cancels from a [`CancelHandle`] (Ctrl-C, a test, the simulation) →
-//!   `Client::cancel`.
+//!   `Client::cancel`;
+//! - [`Event::ToolCall`] → the embedder's [`ToolHandler`] in a task (set
+//!   with [`Driver::set_tools`]; without one, an error answer "no tools"),
+//!   whose answer goes to `Client::answer_call`.
 //!
 //! Time is `tokio::time::Instant` measured from the driver's epoch, so the
 //! same driver runs on turmoil's virtual clock. Every `select!` is
@@ -26,14 +29,16 @@ use crate::records::{RecordError, RecordStore};
 use crate::transport::{ExecOp, ExecRequest, Transport, TransportError, TransportErrorKind};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tether_core::bytes::Bytes;
 use tether_core::client::{CellKey, Client, ClientError, Effect, Event, KernelRecord};
 use tether_core::ids::{ExecId, KernelName};
 use tether_core::protocol::{
-    parse_reply, render, AgentLocation, CellOutcome, ExecOutput, Lang, Op, OpKind, Reply,
-    StdinSource,
+    parse_reply, render, AgentLocation, CallReply, CellOutcome, ExecOutput, Lang, Op, OpKind,
+    Reply, StdinSource,
 };
 use tether_core::time::Timestamp;
 use tokio::sync::mpsc;
@@ -141,6 +146,29 @@ impl DriverStats {
 
 type ExecResult = (ExecId, Result<ExecOutput, TransportError>);
 
+/// One tool call from a cell, for a [`ToolHandler`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The cell that made it.
+    pub cell: CellKey,
+    /// Its id in the cell.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// Its arguments.
+    pub args: serde_json::Value,
+}
+
+/// What a [`ToolHandler`] returns: the answer, later.
+pub type ToolFuture = Pin<Box<dyn Future<Output = CallReply> + Send>>;
+
+/// Answers the tool calls of cells: called once per call (again for a
+/// call a resumed client has no answer for), in a task of its own; its
+/// answer is kept in the kernel's record before it is sent.
+pub type ToolHandler = Arc<dyn Fn(ToolCall) -> ToolFuture + Send + Sync>;
+
+type ToolResult = (CellKey, String, CallReply);
+
 /// The tokio loop around a [`Client`].
 pub struct Driver {
     client: Client,
@@ -155,6 +183,8 @@ pub struct Driver {
     /// Cells the caller is waiting on, oldest first.
     current: Vec<CellKey>,
     stats: DriverStats,
+    tools: Option<ToolHandler>,
+    tool_tasks: JoinSet<ToolResult>,
 }
 
 impl Driver {
@@ -181,7 +211,54 @@ impl Driver {
             cancel_rx,
             current: Vec::new(),
             stats: DriverStats::default(),
+            tools: None,
+            tool_tasks: JoinSet::new(),
         }
+    }
+
+    /// Who answers the cells' tool calls (`None`: every call gets the
+    /// error "no tools").
+    pub fn set_tools(&mut self, handler: Option<ToolHandler>) {
+        self.tools = handler;
+    }
+
+    /// Starts answering a tool call.
+    fn on_tool_call(&mut self, event: &Event) {
+        let Event::ToolCall {
+            cell,
+            id,
+            name,
+            args,
+        } = event
+        else {
+            return;
+        };
+        let call = ToolCall {
+            cell: cell.clone(),
+            id: id.clone(),
+            name: name.clone(),
+            args: args.clone(),
+        };
+        let handler = self.tools.clone();
+        self.tool_tasks.spawn(async move {
+            let reply = match handler {
+                // In a task of its own, so a handler that panics gives an
+                // error answer instead of a call that waits forever.
+                Some(h) => match tokio::spawn(h(call.clone())).await {
+                    Ok(reply) => reply,
+                    Err(e) => CallReply::Error {
+                        message: format!("the host's tool handler failed: {e}"),
+                    },
+                },
+                None => CallReply::Error {
+                    message: format!(
+                        "no tools: the host runs no tool handler (tool {:?} was called)",
+                        call.name
+                    ),
+                },
+            };
+            (call.cell, call.id, reply)
+        });
     }
 
     /// A handle that cancels cells while this driver runs them.
@@ -424,6 +501,7 @@ impl Driver {
                         while let Some(event) = self.client.poll_event() {
                             on_event(&event);
                             watch(&event);
+                            self.on_tool_call(&event);
                         }
                         self.store.save(&record)?
                     }
@@ -434,6 +512,7 @@ impl Driver {
                 progressed = true;
                 on_event(&event);
                 watch(&event);
+                self.on_tool_call(&event);
             }
             if !progressed {
                 return Ok(());
@@ -446,7 +525,8 @@ impl Driver {
     async fn wait_once(&mut self, waiting_for: &str) -> Result<(), DriverError> {
         let timer = self.client.poll_timeout();
         let has_tasks = !self.tasks.is_empty();
-        if !has_tasks && timer.is_none() && self.cancel_rx.is_empty() {
+        let has_tools = !self.tool_tasks.is_empty();
+        if !has_tasks && !has_tools && timer.is_none() && self.cancel_rx.is_empty() {
             return Err(DriverError::Stalled {
                 waiting_for: waiting_for.to_owned(),
             });
@@ -472,6 +552,15 @@ impl Driver {
                     let now = self.now();
                     self.client.handle_exec(id, result, now);
                 }
+            }
+            Some(joined) = self.tool_tasks.join_next(), if has_tools => {
+                // Tool tasks do not panic (the handler runs in a task of
+                // its own); a join error means the runtime is shutting down.
+                let Ok((cell, id, reply)) = joined else {
+                    return Ok(());
+                };
+                let now = self.now();
+                self.client.answer_call(&cell, &id, reply, now);
             }
             () = sleep_until_opt(wake) => {
                 let now = self.now();

@@ -39,6 +39,24 @@ pub fn to_json(event: &Event) -> Value {
         } => json!({
             "event": "output", "cell": cell(key), "n": n, "stream": stream, "data": data,
         }),
+        Event::ToolCall {
+            cell: key,
+            id,
+            name,
+            args,
+        } => json!({
+            "event": "tool_call", "cell": cell(key), "id": id, "name": name, "args": args,
+        }),
+        Event::ToolReplied {
+            cell: key,
+            id,
+            reply,
+        } => json!({
+            "event": "tool_replied", "cell": cell(key), "id": id, "reply": reply,
+        }),
+        Event::ToolAnswered { cell: key, id } => json!({
+            "event": "tool_answered", "cell": cell(key), "id": id,
+        }),
         Event::Clipped { cell: key, dropped } => json!({
             "event": "clipped", "cell": cell(key), "dropped": dropped,
         }),
@@ -106,6 +124,9 @@ pub fn describe(event: &Event) -> Option<String> {
             None => text.clone(),
         }),
         Event::KernelReady { .. }
+        | Event::ToolCall { .. }
+        | Event::ToolReplied { .. }
+        | Event::ToolAnswered { .. }
         | Event::CellAccepted { .. }
         | Event::Output { .. }
         | Event::CellResolved { .. } => None,

@@ -19,6 +19,7 @@
 //! - [`duration`]: `500ms` / `30s` / `2m` on the command line;
 //! - [`events`]: events as JSON lines and as messages for a person;
 //! - [`cli`]: the `tether` command line and its exit codes;
+//! - [`tools`]: the CLI's tool handler (`--tools CMD`);
 //! - [`bench`]: the hidden `tether bench` measurements.
 
 pub mod agent_bin;
@@ -35,8 +36,9 @@ pub mod modal;
 pub mod records;
 pub mod ssh;
 mod subprocess;
+pub mod tools;
 pub mod transport;
 
-pub use driver::{CancelHandle, Driver, DriverError};
+pub use driver::{CancelHandle, Driver, DriverError, ToolCall, ToolFuture, ToolHandler};
 pub use records::{FileStore, MemoryStore, RecordStore};
 pub use transport::{ExecRequest, Transport};

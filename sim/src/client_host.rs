@@ -203,6 +203,9 @@ fn describe(event: &Event) -> String {
             format!("event RAN WITHOUT KERNEL {cell}: {reason}")
         }
         Event::Note { text, .. } => format!("event note: {text}"),
+        Event::ToolCall { cell, id, name, .. } => format!("event tool call {cell} {id} {name}"),
+        Event::ToolReplied { cell, id, .. } => format!("event tool replied {cell} {id}"),
+        Event::ToolAnswered { cell, id } => format!("event tool answered {cell} {id}"),
     }
 }
 

@@ -73,6 +73,8 @@ pub(crate) struct MainProcess<'a> {
     pub(crate) argv: &'a [String],
     /// The cell's env marker `(name, value)`, added to our environment.
     pub(crate) marker: (&'a str, &'a str),
+    /// More `(name, value)` pairs that replace ours (tool calls, PATH).
+    pub(crate) env: &'a [(String, String)],
     /// Becomes the child's stdout.
     pub(crate) stdout: OwnedFd,
     /// Becomes the child's stderr.
@@ -150,11 +152,18 @@ fn prepare(main: MainProcess<'_>) -> io::Result<Prepared> {
     let (key, value) = main.marker;
     let mut envp = Vec::new();
     for (k, v) in std::env::vars_os() {
-        if k.as_bytes() != key.as_bytes() {
+        let replaced = main
+            .env
+            .iter()
+            .any(|(name, _)| name.as_bytes() == k.as_bytes());
+        if k.as_bytes() != key.as_bytes() && !replaced {
             envp.push(cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat())?);
         }
     }
     envp.push(cstring(format!("{key}={value}").as_bytes())?);
+    for (name, value) in main.env {
+        envp.push(cstring(format!("{name}={value}").as_bytes())?);
+    }
     for (name, value) in no_tty::missing_defaults(|name| std::env::var_os(name).is_some()) {
         envp.push(cstring(format!("{name}={value}").as_bytes())?);
     }
@@ -349,6 +358,7 @@ mod tests {
         let main = MainProcess {
             argv: &argv,
             marker: ("TETHER_SPAWN_TEST", "m-1"),
+            env: &[],
             stdout: out_w,
             stderr: err_w,
         };
@@ -489,6 +499,7 @@ mod tests {
             let main = MainProcess {
                 argv: &argv,
                 marker: ("TETHER_SPAWN_TEST", "x"),
+                env: &[],
                 stdout: w,
                 stderr: w2,
             };

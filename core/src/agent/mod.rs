@@ -2,6 +2,7 @@
 //! the kernel daemon and the cell shim decide, independent of how the
 //! operating system is reached.
 //!
+//! - [`calls`]: tool calls (the shim's desk, answers written by an op);
 //! - [`layout`]: paths of kernel and cell directories;
 //! - [`journal`]: the journal writer (contiguous `n`, output cap);
 //! - [`kernel`]: config, launch record, the identity check (probe);
@@ -16,6 +17,7 @@
 //! - [`no_tty`]: what a cell gets instead of a terminal.
 
 pub mod background;
+pub mod calls;
 pub mod daemon;
 pub mod journal;
 pub mod kernel;

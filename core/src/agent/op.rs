@@ -285,6 +285,7 @@ impl OpRun {
                 seq,
                 cursor,
                 wait_ms,
+                answers,
             } => {
                 let k = self.kernel_dir(os, &kernel)?;
                 let cell = k.cell(seq);
@@ -306,6 +307,8 @@ impl OpRun {
                         ),
                     ));
                 }
+                super::calls::deliver(os, &cell, &answers)
+                    .map_err(|e| io("writing a tool call's answer", e))?;
                 self.wait_step(
                     os,
                     Waiting {
@@ -368,16 +371,24 @@ impl OpRun {
             .filter(|e| e.n > w.cursor)
             .collect();
         let done = entries.iter().any(|e| matches!(e.kind, EntryKind::Done));
+        // `tool_answered` is no news: the wait that carried the answer
+        // goes on to the cell's next output, call or end.
         let news = entries.iter().any(|e| {
             !matches!(
                 e.kind,
-                EntryKind::Accepted { .. } | EntryKind::Started { .. }
+                EntryKind::Accepted { .. }
+                    | EntryKind::Started { .. }
+                    | EntryKind::ToolAnswered { .. }
             )
         });
         if news && w.news_at.is_none() {
             w.news_at = Some(now);
         }
-        let linger_over = w.news_at.is_some_and(|t| now >= t + LINGER);
+        // A tool call blocks its caller until the host answers: no linger.
+        let call = entries
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::ToolCall { .. }));
+        let linger_over = call || w.news_at.is_some_and(|t| now >= t + LINGER);
         if done || linger_over || now >= w.deadline {
             let batch = JournalBatch { entries, done };
             return match w.acceptance {

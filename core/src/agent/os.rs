@@ -142,6 +142,10 @@ pub trait Os {
     fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError>;
     /// Starts a cell's shim. Returns the shim's pid.
     fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError>;
+    /// A fresh credential for a cell's tool calls: unguessable by another
+    /// process (the real system's random source; the simulation's seeded
+    /// state). Hex or other file-name-safe characters.
+    fn random_token(&mut self) -> String;
     /// True when `program` can be found on PATH (e.g. `python3`).
     fn has_program(&self, program: &str) -> bool;
     /// Nudges whoever sleeps on the wake channel at `path` (the kernel

@@ -2,10 +2,13 @@
 //! long-lived shim (the "interpreter shim", launched like a cell with the
 //! pseudo cell directory `{kernel}/py`). The daemon hands it one cell at a
 //! time by writing the cell's sequence number to `{kernel}/py/run`; the
-//! shim passes `seq cell_dir marker` on the interpreter's stdin; the
+//! shim passes `seq cell_dir marker token` on the interpreter's stdin; the
 //! bootstrap runs the cell in the kernel's one namespace (the value of a
 //! final expression is printed), sets the cell's env marker so subprocesses
-//! carry it, and reports the outcome as one JSON line on fd 3.
+//! carry it, and reports the outcome as one JSON line on fd 3. It also
+//! provides the module `tether` (`tether.call(name, args)`, stdlib only):
+//! the cell's tool-call credential (`token`) lives in a context variable
+//! while the cell runs.
 //!
 //! Cells have no stdin: the bootstrap keeps its command pipe on a private
 //! close-on-exec descriptor and puts `/dev/null` on fd 0, so `input()`
@@ -53,9 +56,72 @@ def _on_int(signum, frame):
     if _busy[0]:
         raise KeyboardInterrupt
 signal.signal(signal.SIGINT, _on_int)
+import contextvars, time, types
+# Tool calls: the running cell's calls directory and credential, in a
+# context variable (a thread or task left by an earlier cell does not
+# carry the current cell's credential).
+_cred = contextvars.ContextVar("tether_call", default=None)
+class _ToolError(Exception):
+    """A tool call failed: the host's error, a refusal, a limit or the deadline."""
+_ToolError.__name__ = _ToolError.__qualname__ = "ToolError"
+_ToolError.__module__ = "tether"
+def _call(name, args=None):
+    """Calls the host tool `name` with `args` (JSON-able); returns its result."""
+    c = _cred.get()
+    if c is None:
+        raise _ToolError("tether.call: no cell credential here (calls work in a cell's own "
+                        "code and its asyncio tasks; run a thread with contextvars.copy_context().run)")
+    d, tok = c
+    ended = lambda: os.path.exists(os.path.join(os.path.dirname(d), "journal.done")) or not os.path.isdir(d)
+    if ended():
+        raise _ToolError("refused: the cell this call belongs to has ended")
+    if not isinstance(name, str) or not name:
+        raise _ToolError("a tool's name is a non-empty string")
+    body = json.dumps({"id": "", "token": tok, "name": name, "args": {} if args is None else args})
+    if len(body) > @MAX_ARGS@:
+        raise _ToolError("the call's arguments are %d bytes, over the limit of @MAX_ARGS@" % len(body))
+    cid = os.urandom(12).hex()
+    body = json.dumps({"id": cid, "token": tok, "name": name, "args": {} if args is None else args})
+    tmp = os.path.join(d, "." + cid + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(body)
+    os.rename(tmp, os.path.join(d, cid + ".req"))
+    try:
+        limit = float(os.environ.get("TETHER_CALL_TIMEOUT", "@TIMEOUT@"))
+    except ValueError:
+        limit = @TIMEOUT@
+    ans = os.path.join(d, cid + ".ans")
+    start = time.monotonic()
+    while True:
+        try:
+            with open(ans) as f:
+                reply = json.load(f)
+            if reply.get("status") == "ok":
+                return reply.get("value")
+            raise _ToolError("%s: %s" % (name, reply.get("message")))
+        except (FileNotFoundError, ValueError):
+            pass
+        if ended() and not os.path.exists(ans):
+            raise _ToolError("refused: the cell ended before the host answered")
+        if time.monotonic() - start >= limit:
+            raise _ToolError("%s: no answer within %g s (the deadline per call; "
+                            "TETHER_CALL_TIMEOUT sets it in seconds)" % (name, limit))
+        time.sleep(@POLL@)
+_tether = types.ModuleType("tether", "Calls to the host's tools from a tether cell.")
+_tether.call = _call
+_tether.ToolError = _ToolError
+sys.modules["tether"] = _tether
 for _line in _cmds:
-    _seq, _dir, _marker = _line.rstrip("\n").split(" ", 2)
+    _seq, _dir, _marker, _token = _line.rstrip("\n").split(" ", 3)
     os.environ["TETHER_CELL"] = _marker
+    if _token == "-":
+        _ctok = _cred.set(None)
+        os.environ.pop("TETHER_CALL", None)
+        os.environ.pop("TETHER_CALL_TOKEN", None)
+    else:
+        _ctok = _cred.set((os.path.join(_dir, "calls"), _token))
+        os.environ["TETHER_CALL"] = os.path.join(_dir, "calls")
+        os.environ["TETHER_CALL_TOKEN"] = _token
     _out = {"outcome": "ok"}
     _busy[0] = True
     try:
@@ -91,6 +157,7 @@ for _line in _cmds:
         _out = {"outcome": "error", "message": "%s: %s" % (type(_e).__name__, _e)}
     finally:
         _busy[0] = False
+        _cred.reset(_ctok)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -120,7 +187,12 @@ pub fn launch_file(kernel: &KernelLayout) -> String {
 /// Argv of the interpreter: the bootstrap after the environment
 /// defaults of [`super::no_tty`].
 pub fn argv() -> Vec<String> {
-    let code = format!("import os\n{}{BOOTSTRAP}", super::no_tty::python_prelude());
+    use crate::protocol::calls::{CALLER_POLL, DEFAULT_CALL_TIMEOUT, MAX_ARGS};
+    let bootstrap = BOOTSTRAP
+        .replace("@MAX_ARGS@", &MAX_ARGS.to_string())
+        .replace("@TIMEOUT@", &DEFAULT_CALL_TIMEOUT.as_secs().to_string())
+        .replace("@POLL@", &format!("{}", CALLER_POLL.as_secs_f64()));
+    let code = format!("import os\n{}{bootstrap}", super::no_tty::python_prelude());
     vec!["python3".into(), "-u".into(), "-c".into(), code]
 }
 

@@ -14,6 +14,7 @@
 pub mod cell;
 pub mod interp;
 
+use super::calls::CallDesk;
 use super::journal::{JournalWriter, DEFAULT_CAP};
 use super::layout::CellLayout;
 use super::os::{CellLaunch, Os, OsError, Pid};
@@ -88,6 +89,7 @@ pub struct ShimCore {
     launch: CellLaunch,
     cell: CellLayout,
     journal: JournalWriter,
+    calls: Option<CallDesk>,
 }
 
 impl ShimCore {
@@ -95,11 +97,30 @@ impl ShimCore {
     pub fn new(os: &mut dyn Os, launch: CellLaunch) -> Result<ShimCore, OsError> {
         let cell = CellLayout::from_dir(&launch.cell_dir);
         let journal = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP)?;
+        // A cell whose calls directory cannot be made runs without tool
+        // calls (its callers find no directory and say so).
+        let calls = CallDesk::open(os, &cell).ok();
         Ok(ShimCore {
             launch,
             cell,
             journal,
+            calls,
         })
+    }
+
+    /// What the cell's processes carry for tool calls (the calls
+    /// directory and the cell's credential); empty without a desk.
+    pub fn calls_env(&self) -> Vec<(String, String)> {
+        self.calls.as_ref().map(CallDesk::env).unwrap_or_default()
+    }
+
+    /// One look at the cell's tool calls (each pump tick while it runs),
+    /// see [`CallDesk::tick`].
+    pub fn tick_calls(&mut self, os: &mut dyn Os) -> Result<(), OsError> {
+        match self.calls.as_mut() {
+            Some(desk) => desk.tick(os, &mut self.journal),
+            None => Ok(()),
+        }
     }
 
     /// The cell's paths.

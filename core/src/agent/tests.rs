@@ -171,6 +171,9 @@ impl Os for FakeOs {
     fn has_program(&self, _program: &str) -> bool {
         true
     }
+    fn random_token(&mut self) -> String {
+        format!("token{}", self.files.len())
+    }
 }
 
 fn identity() -> Identity {
@@ -878,4 +881,133 @@ fn only_a_complete_snapshot_of_the_current_daemon_becomes_the_state() {
     assert_eq!(promote_state(&mut os, &launch("n0"), None), Ok(false));
     assert_eq!(os.files[&k.snapshot()], b"X=1\n#tether-end\n");
     assert!(!os.files.contains_key(&k.note()));
+}
+
+/// Writes a tool-call request file as a caller does.
+fn request(os: &mut FakeOs, dir: &str, file_id: &str, id: &str, token: &str, args: &str) {
+    let body = format!(r#"{{"id":"{id}","token":"{token}","name":"t","args":{args}}}"#);
+    os.files
+        .insert(format!("{dir}/{file_id}.req"), body.into_bytes());
+}
+
+#[test]
+fn the_shim_journals_calls_with_the_cells_credential_and_refuses_the_rest_unjournaled() {
+    use super::calls::{self, answer_path};
+    use super::shim::cell::{CellShim, ShimStep};
+    use crate::protocol::{CallAnswer, CallReply};
+    let mut os = FakeOs::new();
+    let mut shim = CellShim::new(shell_launch(&mut os));
+    let _ = shim.poll_step(&mut os);
+    let _ = shim.handle_cgroup(&mut os, None);
+    let ShimStep::Start { env, .. } = shim.poll_step(&mut os) else {
+        panic!("the main process starts")
+    };
+    let env: BTreeMap<String, String> = env.into_iter().collect();
+    let dir = env["TETHER_CALL"].clone();
+    let token = env["TETHER_CALL_TOKEN"].clone();
+    assert_eq!(dir, "/k/cells/1/calls");
+    assert!(!token.is_empty());
+    os.add(proc_(70, 10, 70));
+    shim.handle_started(&mut os, Ok((70, 170)));
+    request(&mut os, &dir, "good", "good", &token, r#"{"q":1}"#);
+    request(
+        &mut os,
+        &dir,
+        "stale",
+        "stale",
+        "a-finished-cells-token",
+        "{}",
+    );
+    request(&mut os, &dir, "other", "not-its-name", &token, "{}");
+    os.files.insert(format!("{dir}/.half.tmp"), b"{".to_vec());
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Pump);
+    let kinds = journal_kinds(&os, "/k/cells/1/journal");
+    let journaled: Vec<&EntryKind> = kinds
+        .iter()
+        .filter(|k| matches!(k, EntryKind::ToolCall { .. }))
+        .collect();
+    assert_eq!(
+        journaled,
+        vec![&EntryKind::ToolCall {
+            id: "good".into(),
+            name: "t".into(),
+            args: serde_json::json!({"q": 1}),
+        }],
+        "only the call with the credential reaches the journal"
+    );
+    let refusal = |os: &FakeOs, id: &str| -> CallReply {
+        serde_json::from_slice(&os.files[&answer_path(&dir, id)]).unwrap()
+    };
+    assert!(
+        matches!(refusal(&os, "stale"), CallReply::Error { message } if message.contains("credential"))
+    );
+    assert!(matches!(refusal(&os, "other"), CallReply::Error { .. }));
+    assert!(!os.files.contains_key(&answer_path(&dir, "good")));
+    // The host's answer: only for a journaled call, once.
+    let cell = super::layout::CellLayout::from_dir("/k/cells/1");
+    let answer = |id: &str, v: i64| CallAnswer {
+        id: id.into(),
+        reply: CallReply::Ok { value: v.into() },
+    };
+    assert_eq!(
+        calls::deliver(&mut os, &cell, &[answer("good", 7), answer("stale", 8)]).unwrap(),
+        1
+    );
+    assert_eq!(
+        calls::deliver(&mut os, &cell, &[answer("good", 9)]).unwrap(),
+        0
+    );
+    assert_eq!(
+        refusal(&os, "good"),
+        CallReply::Ok { value: 7.into() },
+        "the first answer wins"
+    );
+    assert!(matches!(refusal(&os, "stale"), CallReply::Error { .. }));
+    // The answer appeared: journaled as answered, on the next tick.
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Pump);
+    let kinds = journal_kinds(&os, "/k/cells/1/journal");
+    assert_eq!(
+        kinds.last(),
+        Some(&EntryKind::ToolAnswered { id: "good".into() })
+    );
+    // A second look journals nothing new.
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Pump);
+    assert_eq!(journal_kinds(&os, "/k/cells/1/journal").len(), kinds.len());
+    // Once the cell resolved, no answer is written.
+    request(&mut os, &dir, "late", "late", &token, "{}");
+    os.procs.remove(&70);
+    shim.handle_exit(Timestamp(0), 70, super::ExitStatus::Code(0));
+    shim.handle_eof(Stream::Stdout);
+    shim.handle_eof(Stream::Stderr);
+    assert_eq!(shim.poll_step(&mut os), ShimStep::FinalRead);
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Linger);
+    assert!(!journal_kinds(&os, "/k/cells/1/journal")
+        .iter()
+        .any(|k| matches!(k, EntryKind::ToolCall { id, .. } if id == "late")));
+    assert_eq!(
+        calls::deliver(&mut os, &cell, &[answer("late", 1)]).unwrap(),
+        0
+    );
+}
+
+#[test]
+fn call_limits_are_refusals_that_say_which() {
+    use super::calls::check;
+    use crate::protocol::calls::{CallRequest, MAX_ARGS, MAX_CALLS};
+    let req = |args: serde_json::Value| CallRequest {
+        id: "a".into(),
+        token: "t".into(),
+        name: "n".into(),
+        args,
+    };
+    assert_eq!(check("a", &req(1.into()), "t", 0), None);
+    assert!(
+        check("a", &req(1.into()), "t", MAX_CALLS).is_some_and(|m| m.contains("limit per cell"))
+    );
+    let big = serde_json::Value::String("x".repeat(MAX_ARGS));
+    assert!(check("a", &req(big), "t", 0).is_some_and(|m| m.contains("over the limit")));
+    assert!(check("a", &req(1.into()), "u", 0).is_some_and(|m| m.contains("credential")));
+    let mut nameless = req(1.into());
+    nameless.name.clear();
+    assert!(check("a", &nameless, "t", 0).is_some());
 }

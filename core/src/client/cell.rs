@@ -4,13 +4,16 @@
 //! and the journal is read again from the cursor.
 
 use super::event::{CellKey, Effect, Event};
+use super::record::CallRecord;
 use super::record::CellRecord;
 use super::retry::Task;
 use super::timer::Timer;
 use super::Client;
 use crate::bytes::Bytes;
 use crate::ids::{CellSeq, KernelName, RequestId};
-use crate::protocol::{Acceptance, CellOutcome, EntryKind, JournalBatch, Op, Submission};
+use crate::protocol::{
+    Acceptance, CallAnswer, CellOutcome, EntryKind, JournalBatch, Op, Submission,
+};
 use std::time::Duration;
 
 /// A cell as the client tracks it.
@@ -53,6 +56,7 @@ impl Cell {
                 cursor: 0,
                 cancel_requested: false,
                 submitted: false,
+                calls: Default::default(),
             },
             accepted: false,
             resumed: false,
@@ -79,6 +83,28 @@ impl Cell {
             gaps: 0,
             fallback: false,
         }
+    }
+
+    /// Does the cell wait for the frontend to answer a tool call? Its next
+    /// wait is held back until then (it carries the answer), unless a
+    /// cancel was asked for.
+    pub(crate) fn awaits_answer(&self) -> bool {
+        !self.rec.cancel_requested && self.rec.calls.values().any(CallRecord::unanswered)
+    }
+
+    /// Answers kept and not yet known to have reached the sandbox.
+    pub(crate) fn answers(&self) -> Vec<CallAnswer> {
+        self.rec
+            .calls
+            .iter()
+            .filter(|(_, c)| !c.delivered)
+            .filter_map(|(id, c)| {
+                c.answer.clone().map(|reply| CallAnswer {
+                    id: id.clone(),
+                    reply,
+                })
+            })
+            .collect()
     }
 
     /// What the agent is sent to submit it.
@@ -146,16 +172,17 @@ impl Client {
         {
             return;
         }
-        let (submitted, known, cancel) = (
+        let (submitted, known, cancel, holding) = (
             cell.rec.submitted,
             cell.accepted || cell.resumed,
             cell.rec.cancel_requested,
+            cell.awaits_answer(),
         );
         if !submitted || !known {
             // Never sent, or sent by this process without an answer yet:
             // (re)submitting under the same request id is idempotent.
             self.submit_cell(key);
-        } else {
+        } else if !holding {
             self.start(Task::Wait(key.clone()));
         }
         if cancel && submitted && !self.tasks.contains_key(&Task::Cancel(key.clone())) {
@@ -187,6 +214,7 @@ impl Client {
                     seq,
                     cursor: cell.rec.cursor,
                     wait_ms: self.config.wait_ms,
+                    answers: cell.answers(),
                 })
             }
             Task::Cancel(_) => Some(Op::Cancel { kernel, seq }),
@@ -224,7 +252,7 @@ impl Client {
                 let outcome = self.cancelled_outcome(key);
                 self.finish_cell(key, outcome);
             }
-            Absorbed::More => self.start(Task::Wait(key.clone())),
+            Absorbed::More => self.wake_wait(key),
             Absorbed::Gap { cursor, got } => {
                 let text = format!(
                     "journal gap: expected entry {} but got {got}; reading again from {cursor}",
@@ -234,6 +262,22 @@ impl Client {
                 self.retry_later(Task::Wait(key.clone()), text);
             }
         }
+    }
+
+    /// Starts the cell's next wait, unless one is in flight, the cell is
+    /// resolved or it waits for the frontend's answer to a tool call.
+    pub(crate) fn wake_wait(&mut self, key: &CellKey) {
+        let Some(cell) = self.cell(key) else {
+            return;
+        };
+        if cell.resolved
+            || cell.awaits_answer()
+            || self.tasks.contains_key(&Task::Submit(key.clone()))
+            || self.tasks.contains_key(&Task::Wait(key.clone()))
+        {
+            return;
+        }
+        self.start(Task::Wait(key.clone()));
     }
 
     /// Delivers the batch's new entries in order; persists a moved cursor.
@@ -267,6 +311,35 @@ impl Client {
                 EntryKind::Unkillable { pids } => events.push(Event::Unkillable { cell: c, pids }),
                 EntryKind::Result { outcome } => cell.outcome = Some(outcome),
                 EntryKind::Done => done = true,
+                EntryKind::ToolCall { id, name, args } => {
+                    if !cell.rec.calls.contains_key(&id) {
+                        cell.rec.calls.insert(
+                            id.clone(),
+                            CallRecord {
+                                name: name.clone(),
+                                args: args.clone(),
+                                answer: None,
+                                delivered: false,
+                            },
+                        );
+                        events.push(Event::ToolCall {
+                            cell: c,
+                            id,
+                            name,
+                            args,
+                        });
+                    }
+                }
+                EntryKind::ToolAnswered { id } => {
+                    if let Some(call) = cell.rec.calls.get_mut(&id) {
+                        if !call.delivered {
+                            call.delivered = true;
+                            // Not needed again: the record stays small.
+                            call.answer = None;
+                            events.push(Event::ToolAnswered { cell: c, id });
+                        }
+                    }
+                }
                 EntryKind::Accepted { .. } | EntryKind::Started { .. } => {}
             }
         }
@@ -413,12 +486,22 @@ impl Client {
             self.resolve(key, outcome, false);
             return;
         }
+        let held = cell.awaits_answer();
         if !cell.rec.cancel_requested {
             cell.rec.cancel_requested = true;
             self.persist(&key.kernel);
         }
         if !self.tasks.contains_key(&Task::Cancel(key.clone())) {
             self.start(Task::Cancel(key.clone()));
+        }
+        let ready = self
+            .kernels
+            .get(&key.kernel)
+            .is_some_and(|k| k.phase == super::kernel::Phase::Ready);
+        if held && ready {
+            // The wait held back for a tool call's answer goes now: the
+            // cancel's end comes on it.
+            self.wake_wait(key);
         }
     }
 

@@ -4,6 +4,7 @@
 use super::record::KernelRecord;
 use crate::bytes::Bytes;
 use crate::ids::{CellSeq, ExecId, KernelName};
+pub use crate::protocol::CallReply;
 use crate::protocol::{Acceptance, CellOutcome, Identity, Op, Stream};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -97,6 +98,36 @@ pub enum Event {
         cell: CellKey,
         /// Bytes dropped.
         dropped: u64,
+    },
+    /// Code in the cell called a host tool and waits for the answer: give
+    /// it with [`super::Client::answer_call`]. Emitted once per call and
+    /// client (again by a resumed client for a call it has no answer for).
+    ToolCall {
+        /// The cell.
+        cell: CellKey,
+        /// The call's id in the cell.
+        id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        args: serde_json::Value,
+    },
+    /// The frontend's answer to a tool call, as kept (before it is sent).
+    ToolReplied {
+        /// The cell.
+        cell: CellKey,
+        /// The call.
+        id: String,
+        /// The answer.
+        reply: CallReply,
+    },
+    /// The answer to a tool call reached the sandbox (its caller can
+    /// read it).
+    ToolAnswered {
+        /// The cell.
+        cell: CellKey,
+        /// The call.
+        id: String,
     },
     /// Processes of the cell still running when it resolved.
     Leftovers {

@@ -81,9 +81,14 @@ impl Kernel {
         self.cells.values().filter(|c| !c.resolved).count()
     }
 
-    /// Work is under way that needs the sandbox to answer.
+    /// Work is under way that needs the sandbox to answer (a cell that
+    /// waits for the frontend's answer to a tool call does not).
     pub(crate) fn busy(&self) -> bool {
-        matches!(self.phase, Phase::Probing | Phase::Spawning { .. }) || self.in_flight() > 0
+        matches!(self.phase, Phase::Probing | Phase::Spawning { .. })
+            || self
+                .cells
+                .values()
+                .any(|c| !c.resolved && !c.awaits_answer())
     }
 
     /// The persisted form.

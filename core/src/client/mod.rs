@@ -31,12 +31,12 @@ mod timer;
 
 pub use config::Config;
 pub use event::{CellKey, ClientError, Effect, Event, TransportError, TransportErrorKind};
-pub use record::{CellRecord, KernelRecord};
+pub use record::{CallRecord, CellRecord, KernelRecord};
 pub use retry::backoff;
 
 use crate::bytes::Bytes;
 use crate::ids::{ExecId, KernelName, RequestId};
-use crate::protocol::{ExecOutput, Lang};
+use crate::protocol::{CallReply, ExecOutput, Lang};
 use crate::time::Timestamp;
 use cell::Cell;
 use exec::InstallState;
@@ -260,6 +260,16 @@ impl Client {
                 kernel: name.clone(),
                 seq: rec.seq,
             };
+            // Calls the frontend was asked about and did not answer before
+            // the last client went: ask again (answered ones are re-sent).
+            for (id, call) in rec.calls.iter().filter(|(_, c)| c.unanswered()) {
+                self.events.push_back(Event::ToolCall {
+                    cell: key.clone(),
+                    id: id.clone(),
+                    name: call.name.clone(),
+                    args: call.args.clone(),
+                });
+            }
             k.cells.insert(rec.seq, Cell::resumed(rec, replay));
             if let Some(t) = timeout {
                 self.timers.set(Timer::CellTimeout(key), self.now + t);
@@ -285,6 +295,64 @@ impl Client {
             self.connect(&name);
         } else {
             self.assume_ready(&name);
+        }
+        self.arm_reap();
+    }
+
+    /// The frontend's answer to the tool call `id` of `cell` (an
+    /// [`Event::ToolCall`]): kept in the cell's record
+    /// ([`Effect::Persist`]) before it is sent, on the cell's next wait.
+    /// A result over [`crate::protocol::calls::MAX_RESULT`] becomes an
+    /// error that says so. A second answer for a call, or one for a call
+    /// or cell the client does not know, changes nothing (a note says so).
+    pub fn answer_call(&mut self, cell: &CellKey, id: &str, reply: CallReply, now: Timestamp) {
+        self.advance(now);
+        let reply = crate::protocol::calls::bounded(reply);
+        let was_idle = self.kernels.get(&cell.kernel).is_some_and(|k| !k.busy());
+        let problem = match self
+            .cell_mut(cell)
+            .filter(|c| !c.resolved)
+            .map(|c| c.rec.calls.get_mut(id))
+        {
+            None => Some(format!(
+                "answer to call {id} of {cell} ignored: the cell is not in flight"
+            )),
+            Some(None) => Some(format!(
+                "answer to call {id} of {cell} ignored: no such call"
+            )),
+            Some(Some(call)) if !call.unanswered() => Some(format!(
+                "answer to call {id} of {cell} ignored: it is answered already"
+            )),
+            Some(Some(call)) => {
+                call.answer = Some(reply.clone());
+                None
+            }
+        };
+        match problem {
+            Some(text) => self.note(Some(cell.kernel.clone()), text),
+            None => {
+                // The sandbox was not needed while the frontend worked on
+                // the answer: its silence counts from now.
+                if let Some(k) = self.kernels.get_mut(&cell.kernel).filter(|_| was_idle) {
+                    k.last_contact = self.now;
+                }
+                self.events.push_back(Event::ToolReplied {
+                    cell: cell.clone(),
+                    id: id.to_owned(),
+                    reply,
+                });
+                self.persist(&cell.kernel);
+                // Not ready (a resumed kernel still being probed): the wait
+                // goes when it is, with the answer.
+                if self
+                    .kernels
+                    .get(&cell.kernel)
+                    .is_some_and(|k| k.phase == Phase::Ready)
+                {
+                    self.wake_wait(cell);
+                }
+                self.arm_give_up(&cell.kernel);
+            }
         }
         self.arm_reap();
     }

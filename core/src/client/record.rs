@@ -3,8 +3,9 @@
 
 use crate::bytes::Bytes;
 use crate::ids::{CellSeq, KernelName, RequestId};
-use crate::protocol::{Identity, Lang};
+use crate::protocol::{CallReply, Identity, Lang};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A kernel as persisted: written (via [`super::Effect::Persist`]) before
 /// the first submit of each cell, whenever a cell's cursor moves and when
@@ -45,4 +46,33 @@ pub struct CellRecord {
     pub cancel_requested: bool,
     /// A submit may have been sent: resume waits, it never submits again.
     pub submitted: bool,
+    /// The cell's tool calls seen so far, by id: a resumed client emits
+    /// the unanswered ones again and re-sends stored answers instead of
+    /// asking the frontend twice.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub calls: BTreeMap<String, CallRecord>,
+}
+
+/// One tool call of a cell as persisted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The tool.
+    pub name: String,
+    /// Its arguments.
+    pub args: serde_json::Value,
+    /// The frontend's answer, kept before it is sent, until it reached
+    /// the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<CallReply>,
+    /// The journal says the answer reached the sandbox: not sent again
+    /// (and no longer kept).
+    #[serde(default)]
+    pub delivered: bool,
+}
+
+impl CallRecord {
+    /// Nobody answered it yet: the frontend is (or will be) asked.
+    pub fn unanswered(&self) -> bool {
+        self.answer.is_none() && !self.delivered
+    }
 }

@@ -61,6 +61,22 @@ pub enum EntryKind {
         /// Their pids.
         pids: Vec<u32>,
     },
+    /// Code in the cell called a host tool (see [`super::calls`]); the
+    /// shim checked the caller's credential and the limits.
+    ToolCall {
+        /// The call's id, unique in the cell.
+        id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        args: serde_json::Value,
+    },
+    /// The call's answer reached the sandbox (the caller can read it): a
+    /// resumed client does not answer it again.
+    ToolAnswered {
+        /// The call.
+        id: String,
+    },
     /// How the cell ended.
     Result {
         /// The outcome.

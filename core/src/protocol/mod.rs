@@ -2,18 +2,21 @@
 //! per exec call, its reply as one JSON line on stdout, and the per-cell
 //! journal those replies carry.
 //!
+//! - [`calls`]: tool calls from a cell (requests, answers, limits);
 //! - [`ops`]: the operations and what they carry;
 //! - [`reply`]: replies, agent errors, probe results, cell outcomes;
 //! - [`journal`]: journal entries and the tolerant journal reader;
 //! - [`render`]: an op to argv + stdin bytes (pure);
 //! - [`parse`]: exec output to a typed reply or a typed error (total).
 
+pub mod calls;
 pub mod journal;
 pub mod ops;
 pub mod parse;
 pub mod render;
 pub mod reply;
 
+pub use calls::{CallAnswer, CallReply, CallRequest};
 pub use journal::{parse_journal, EntryKind, JournalEntry, JournalRead, Stream};
 pub use ops::{Envelope, Identity, Lang, Op, OpKind, Submission};
 pub use parse::{parse_reply, ExecOutput, ReplyError};

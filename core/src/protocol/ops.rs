@@ -118,6 +118,10 @@ pub enum Op {
         cursor: u64,
         /// Long-poll bound.
         wait_ms: u64,
+        /// Answers to the cell's tool calls, written before the wait (each
+        /// once, and only while the cell runs and the call is journaled).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        answers: Vec<super::calls::CallAnswer>,
     },
     /// Cancel a cell: a tombstone if it has not started, escalation if it has.
     Cancel {

@@ -46,6 +46,12 @@ pub struct FakeCell {
     pub pc: usize,
     pub journal: Vec<JournalEntry>,
     pub done: bool,
+    /// The tool call the cell waits for (`call NAME` steps).
+    pub waiting_call: Option<String>,
+    /// Answers written, by call id (the first one wins, as on disk).
+    pub answers: BTreeMap<String, tether_core::protocol::CallReply>,
+    /// Answers that arrived for a call already answered.
+    pub answers_refused: usize,
 }
 
 impl FakeCell {
@@ -62,9 +68,13 @@ impl FakeCell {
         }
     }
 
-    /// Runs steps until a `tick`, a `hang` or the end.
+    /// Runs steps until a `tick`, a `hang`, a `call` not yet answered or
+    /// the end.
     fn run(&mut self) {
         while !self.done {
+            if self.waiting_call.is_some() {
+                return;
+            }
             let Some(step) = self.steps.get(self.pc).cloned() else {
                 self.finish(CellOutcome::Ok);
                 return;
@@ -92,6 +102,16 @@ impl FakeCell {
                 "leftover" => self.push(EntryKind::Leftovers {
                     pids: rest.split(',').filter_map(|p| p.parse().ok()).collect(),
                 }),
+                "call" => {
+                    let id = format!("c{}", self.pc);
+                    self.push(EntryKind::ToolCall {
+                        id: id.clone(),
+                        name: rest.into(),
+                        args: serde_json::json!({ "step": self.pc }),
+                    });
+                    self.waiting_call = Some(id);
+                    return;
+                }
                 "tick" => return,
                 "hang" => {
                     self.pc -= 1;
@@ -250,6 +270,9 @@ impl FakeAgent {
             pc: 0,
             journal: Vec::new(),
             done: false,
+            waiting_call: None,
+            answers: BTreeMap::new(),
+            answers_refused: 0,
         };
         cell.push(EntryKind::Accepted {
             request_id: submission.request_id.clone(),
@@ -340,6 +363,7 @@ impl FakeAgent {
                 kernel,
                 seq,
                 cursor,
+                answers,
                 ..
             } => {
                 let Some(k) = self.kernels.get_mut(kernel) else {
@@ -348,6 +372,27 @@ impl FakeAgent {
                 let Some(c) = k.cells.get_mut(&seq.0) else {
                     return err(ErrorKind::NoSuchCell, "no such cell");
                 };
+                // As the agent: an answer only while the cell runs, for a
+                // journaled call, once.
+                for a in answers {
+                    let journaled = c
+                        .journal
+                        .iter()
+                        .any(|e| matches!(&e.kind, EntryKind::ToolCall { id, .. } if *id == a.id));
+                    if c.done || !journaled {
+                        continue;
+                    }
+                    if c.answers.contains_key(&a.id) {
+                        c.answers_refused += 1;
+                        continue;
+                    }
+                    c.answers.insert(a.id.clone(), a.reply.clone());
+                    if c.waiting_call.as_deref() == Some(a.id.as_str()) {
+                        c.waiting_call = None;
+                        c.push(EntryKind::ToolAnswered { id: a.id.clone() });
+                        c.run();
+                    }
+                }
                 if c.after(*cursor).entries.is_empty() {
                     c.run();
                 }
@@ -765,6 +810,9 @@ pub fn describe_event(e: &Event) -> String {
             stream,
             data,
         } => format!("output {cell} n={n} {stream:?} {data:?}"),
+        Event::ToolCall { cell, id, name, .. } => format!("tool-call {cell} {id} {name}"),
+        Event::ToolReplied { cell, id, .. } => format!("tool-replied {cell} {id}"),
+        Event::ToolAnswered { cell, id } => format!("tool-answered {cell} {id}"),
         Event::Clipped { cell, dropped } => format!("clipped {cell} {dropped}"),
         Event::Leftovers { cell, pids } => format!("leftovers {cell} {pids:?}"),
         Event::Unkillable { cell, pids } => format!("unkillable {cell} {pids:?}"),

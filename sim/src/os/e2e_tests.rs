@@ -185,6 +185,7 @@ impl Harness {
             seq: CellSeq(seq),
             cursor: 0,
             wait_ms: 5_000,
+            answers: Vec::new(),
         }) {
             Ok(Reply::Waited { batch }) => batch.entries,
             other => panic!("wait: {other:?}"),

@@ -171,6 +171,8 @@ pub struct SimOs {
     /// What cell processes wrote to their stderr, by (kernel directory,
     /// cell seq), over every boot: ground truth for the oracle.
     stderr_written: BTreeMap<(String, u64), Vec<u8>>,
+    /// Tool-call credentials handed out ([`Os::random_token`]).
+    tokens: u64,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -198,6 +200,7 @@ impl SimOs {
             daemon_spawns: Vec::new(),
             frozen: 0,
             stderr_written: BTreeMap::new(),
+            tokens: 0,
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);
@@ -768,6 +771,12 @@ impl Os for SimOs {
             p.hup = process::Disposition::Default;
         }
         Ok(pid)
+    }
+
+    fn random_token(&mut self) -> String {
+        // Deterministic (a seed replays); no simulated process guesses it.
+        self.tokens += 1;
+        format!("{:016x}{:08x}", self.config.seed, self.tokens)
     }
 
     fn has_program(&self, program: &str) -> bool {

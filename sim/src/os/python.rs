@@ -163,11 +163,13 @@ impl SimOs {
         shell.stop();
     }
 
-    /// The bootstrap's loop body for one stdin line: `seq dir marker`.
+    /// The bootstrap's loop body for one stdin line: `seq dir marker
+    /// token` (the tool-call credential is not modelled).
     fn start_py_cell(&mut self, pid: Pid, py: &mut PyInterp, line: &[u8]) {
         let text = String::from_utf8_lossy(line);
-        let mut parts = text.trim_end_matches('\n').splitn(3, ' ');
-        let (Some(seq), Some(dir), Some(marker)) = (parts.next(), parts.next(), parts.next())
+        let mut parts = text.trim_end_matches('\n').splitn(4, ' ');
+        let (Some(seq), Some(dir), Some(marker), Some(_token)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             // The bootstrap's unpacking fails: ValueError ends the loop.
             self.exit_proc(pid, ExitStatus::Code(1));

@@ -115,10 +115,13 @@ impl SimOs {
                         }
                     }
                 }
+                // Tool calls are not modelled: their environment is not
+                // given to the simulated main process.
                 ShimStep::Start {
                     argv,
                     marker,
                     cgroup,
+                    env: _,
                 } => {
                     let started = self.start_main(pid, shim, &argv, &marker, cgroup.as_deref());
                     shim.machine.handle_started(self, started);

@@ -33,7 +33,7 @@ __tether_begin() {
 # pattern (the user's options are saved before and restored after).
 __tether_user_vars() {
   shopt -s extglob
-  compgen -v -X '@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|__tether_*)' \
+  compgen -v -X '@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|TETHER_CALL|TETHER_CALL_TOKEN|__tether_*)' \
     >| "$__tether_cell/scratch.tmp"
   mapfile -t __tether_names < "$__tether_cell/scratch.tmp"
 }

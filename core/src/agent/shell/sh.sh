@@ -64,7 +64,7 @@ __tether_save() {
   set +euvx
   trap >| "$__tether_cell/shell.new" || return
   trap '' TERM
-  unset @MARKER@ __tether_code __tether_o
+  unset @MARKER@ TETHER_CALL TETHER_CALL_TOKEN __tether_code __tether_o
   __tether_pwd=$PWD
   {
     set

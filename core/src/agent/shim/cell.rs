@@ -43,8 +43,9 @@ pub enum ShimStep {
         /// Its name ([`procs::cgroup_name`] of the cell's marker).
         name: String,
     },
-    /// Start the main process: `argv` in a new session, `marker` in its
-    /// environment, stdout and stderr on two pipes the driver reads, born
+    /// Start the main process: `argv` in a new session, `marker` and
+    /// `env` in its environment (and the kernel's `bin` directory, with
+    /// `tether-call`, at the end of its PATH), stdout and stderr on two pipes the driver reads, born
     /// in `cgroup` when there is one. Then call
     /// [`CellShim::handle_started`].
     Start {
@@ -52,6 +53,8 @@ pub enum ShimStep {
         argv: Vec<String>,
         /// The env marker `(name, value)`.
         marker: (String, String),
+        /// More environment: the tool-call directory and credential.
+        env: Vec<(String, String)>,
         /// The cgroup given to [`CellShim::handle_cgroup`], if kept.
         cgroup: Option<String>,
     },
@@ -176,15 +179,26 @@ impl CellShim {
                 }
                 Phase::Start => {
                     self.phase = Phase::Pump;
+                    let env = self
+                        .core
+                        .as_ref()
+                        .map(ShimCore::calls_env)
+                        .unwrap_or_default();
                     return ShimStep::Start {
                         argv: self.launch.argv.clone(),
                         marker: self.launch.marker.clone(),
+                        env,
                         cgroup: self.cgroup.clone(),
                     };
                 }
                 Phase::Pump => {
                     let exited_at = self.exited.map(|(at, _)| at);
                     if !complete(exited_at, self.eof == [true; 2], os.now(), self.drain) {
+                        if let Some(core) = self.core.as_mut() {
+                            // A journal that cannot be written fails the
+                            // call's caller at its deadline; the cell goes on.
+                            let _ = core.tick_calls(os);
+                        }
                         return ShimStep::Pump;
                     }
                     self.phase = Phase::FinalRead;

@@ -58,7 +58,8 @@ pub enum InterpStep {
     /// Write `line` to the interpreter's stdin, then call
     /// [`InterpShim::handle_sent`].
     Send {
-        /// `seq cell_dir marker\n`.
+        /// `seq cell_dir marker token\n` (`token`: the cell's tool-call
+        /// credential, `-` when it has none).
         line: Vec<u8>,
     },
     /// Read stdout, stderr and the reports and reap children until
@@ -313,13 +314,22 @@ impl InterpShim {
             CellPhase::Send => {
                 let _ = c.core.started(os, py_pid, py_pid, py_start);
                 c.phase = CellPhase::Sent;
-                let line = format!("{} {} {}\n", c.seq.0, c.core.cell().dir(), c.marker);
+                let token = c
+                    .core
+                    .calls_env()
+                    .into_iter()
+                    .find(|(name, _)| name == crate::protocol::calls::ENV_TOKEN)
+                    .map_or_else(|| "-".to_owned(), |(_, token)| token);
+                let line = format!("{} {} {} {token}\n", c.seq.0, c.core.cell().dir(), c.marker);
                 Some(InterpStep::Send {
                     line: line.into_bytes(),
                 })
             }
             // The driver reports the write before it polls again.
             CellPhase::Sent | CellPhase::Running => {
+                // A journal that cannot be written fails the call's caller
+                // at its deadline; the cell goes on.
+                let _ = c.core.tick_calls(os);
                 let seq = c.seq.0;
                 if let Some(outcome) = self.take_report(seq) {
                     self.end_cell(Ok(outcome));

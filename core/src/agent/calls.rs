@@ -1,0 +1,241 @@
+//! The sandbox's side of tool calls (see [`crate::protocol::calls`]): the
+//! shim's [`CallDesk`], which checks each request a caller wrote into the
+//! cell's calls directory and journals it or refuses it, and
+//! [`deliver`], which an op runs to write the host's answers.
+//!
+//! Authority lasts exactly as long as the cell: a request is honoured only
+//! with the cell's credential (a random token the shim made for this cell
+//! and put in its environment), only while the shim pumps the running
+//! cell, and an answer is written only while the cell's journal has no
+//! result. A refused request is never journaled, so it never reaches the
+//! host.
+
+use super::journal::{read_journal, JournalWriter};
+use super::layout::CellLayout;
+use super::os::{Os, OsError};
+use crate::protocol::calls::{
+    valid_id, CallAnswer, CallReply, CallRequest, ENV_DIR, ENV_TOKEN, MAX_ARGS, MAX_CALLS, MAX_NAME,
+};
+use crate::protocol::EntryKind;
+use std::collections::BTreeMap;
+
+/// `{cell}/calls`: where callers write requests and read answers.
+pub fn calls_dir(cell: &CellLayout) -> String {
+    format!("{}/calls", cell.dir())
+}
+
+/// `{dir}/ID.req`.
+pub fn request_path(dir: &str, id: &str) -> String {
+    format!("{dir}/{id}.req")
+}
+
+/// `{dir}/ID.ans`.
+pub fn answer_path(dir: &str, id: &str) -> String {
+    format!("{dir}/{id}.ans")
+}
+
+/// `{kernel}/bin`: where `tether-call` is found (on the cells' PATH).
+pub fn bin_dir(kernel_dir: &str) -> String {
+    format!("{}/bin", kernel_dir.trim_end_matches('/'))
+}
+
+/// What became of a request the desk has seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    Refused,
+    Journaled,
+    Answered,
+}
+
+/// Why a request is refused, or `None` when it may go to the host.
+/// `journaled` is how many calls of the cell were journaled before.
+pub fn check(
+    file_id: &str,
+    request: &CallRequest,
+    token: &str,
+    journaled: usize,
+) -> Option<String> {
+    if request.id != file_id {
+        return Some(format!(
+            "the request's id {:?} is not its file's ({file_id})",
+            request.id
+        ));
+    }
+    if request.token != token {
+        return Some(
+            "refused: the call does not carry the running cell's credential \
+             (a process of another cell, or of a cell that has ended)"
+                .into(),
+        );
+    }
+    if request.name.is_empty() || request.name.len() > MAX_NAME {
+        return Some(format!(
+            "a tool's name must have 1 to {MAX_NAME} bytes, not {}",
+            request.name.len()
+        ));
+    }
+    let size = serde_json::to_vec(&request.args).map_or(usize::MAX, |v| v.len());
+    if size > MAX_ARGS {
+        return Some(format!(
+            "the call's arguments are {size} bytes, over the limit of {MAX_ARGS}"
+        ));
+    }
+    if journaled >= MAX_CALLS {
+        return Some(format!(
+            "this cell made {MAX_CALLS} tool calls already, the limit per cell"
+        ));
+    }
+    None
+}
+
+/// One cell's calls, as its shim sees them.
+#[derive(Clone, Debug)]
+pub struct CallDesk {
+    dir: String,
+    token: String,
+    seen: BTreeMap<String, Seen>,
+    journaled: usize,
+}
+
+impl CallDesk {
+    /// Makes the cell's calls directory and its credential.
+    pub fn open(os: &mut dyn Os, cell: &CellLayout) -> Result<CallDesk, OsError> {
+        let dir = calls_dir(cell);
+        os.create_dir_all(&dir)?;
+        Ok(CallDesk {
+            dir,
+            token: os.random_token(),
+            seen: BTreeMap::new(),
+            journaled: 0,
+        })
+    }
+
+    /// The calls directory.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    /// The cell's credential.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// What the cell's processes carry in their environment.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (ENV_DIR.to_owned(), self.dir.clone()),
+            (ENV_TOKEN.to_owned(), self.token.clone()),
+        ]
+    }
+
+    /// One look at the calls directory (each pump tick while the cell
+    /// runs): new requests are journaled or refused; answers that appeared
+    /// for journaled calls are journaled as `tool_answered`.
+    pub fn tick(&mut self, os: &mut dyn Os, journal: &mut JournalWriter) -> Result<(), OsError> {
+        if journal.has_result() {
+            return Ok(());
+        }
+        let names = match os.list_dir(&self.dir) {
+            Ok(names) => names,
+            Err(OsError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for name in names {
+            let Some(id) = name.strip_suffix(".req") else {
+                continue;
+            };
+            if !valid_id(id) || self.seen.contains_key(id) {
+                continue;
+            }
+            let request = os
+                .read_file(&request_path(&self.dir, id))
+                .map_err(|e| e.to_string())
+                .and_then(|b| {
+                    serde_json::from_slice::<CallRequest>(&b)
+                        .map_err(|e| format!("the request is not a tool call: {e}"))
+                });
+            let refusal = match &request {
+                Ok(r) => check(id, r, &self.token, self.journaled),
+                Err(e) => Some(e.clone()),
+            };
+            match (refusal, request) {
+                (None, Ok(r)) => {
+                    journal.push(
+                        os,
+                        EntryKind::ToolCall {
+                            id: r.id,
+                            name: r.name,
+                            args: r.args,
+                        },
+                    )?;
+                    self.journaled += 1;
+                    self.seen.insert(id.to_owned(), Seen::Journaled);
+                }
+                (refusal, _) => {
+                    let message = refusal.unwrap_or_default();
+                    let reply =
+                        serde_json::to_vec(&CallReply::Error { message }).unwrap_or_default();
+                    match os.create_new(&answer_path(&self.dir, id), &reply) {
+                        Ok(()) | Err(OsError::AlreadyExists) => {}
+                        Err(e) => return Err(e),
+                    }
+                    self.seen.insert(id.to_owned(), Seen::Refused);
+                }
+            }
+        }
+        let waiting: Vec<String> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| **s == Seen::Journaled)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in waiting {
+            if os.exists(&answer_path(&self.dir, &id)) {
+                journal.push(os, EntryKind::ToolAnswered { id: id.clone() })?;
+                self.seen.insert(id, Seen::Answered);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes the host's answers for `cell` (an op, before it waits). Each is
+/// written only if the cell's journal has journaled that call and holds no
+/// result yet; the first answer for a call wins (a resent one is a no-op).
+/// Returns how many were written now.
+pub fn deliver(
+    os: &mut dyn Os,
+    cell: &CellLayout,
+    answers: &[CallAnswer],
+) -> Result<usize, OsError> {
+    if answers.is_empty() {
+        return Ok(0);
+    }
+    let read = read_journal(os, &cell.journal())?;
+    if read
+        .entries
+        .iter()
+        .any(|e| matches!(e.kind, EntryKind::Result { .. } | EntryKind::Done))
+    {
+        return Ok(0);
+    }
+    let dir = calls_dir(cell);
+    let mut written = 0;
+    for answer in answers {
+        let journaled = read
+            .entries
+            .iter()
+            .any(|e| matches!(&e.kind, EntryKind::ToolCall { id, .. } if *id == answer.id));
+        if !valid_id(&answer.id) || !journaled {
+            continue;
+        }
+        let reply = crate::protocol::calls::bounded(answer.reply.clone());
+        let bytes = serde_json::to_vec(&reply).unwrap_or_default();
+        match os.create_new(&answer_path(&dir, &answer.id), &bytes) {
+            Ok(()) => written += 1,
+            Err(OsError::AlreadyExists) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(written)
+}
