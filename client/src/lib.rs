@@ -8,7 +8,8 @@
 //!   completion on a sandbox;
 //! - [`local`]: the `local` transport (real processes, injected latency);
 //! - [`docker`], [`ssh`], [`modal`]: the remote transports (`docker exec`,
-//!   the ssh client, Modal's Python client), over `subprocess`;
+//!   sessions on one OpenSSH connection per host (`ssh_master`), Modal's
+//!   Python client);
 //! - [`channel`]: agent ops over one long-lived, multiplexed exec of the
 //!   agent, one-shot execs whenever it is not open;
 //! - [`backend`]: `--backend` specs (`local?latency=50ms`) to transports;
@@ -33,6 +34,7 @@ pub mod local;
 pub mod modal;
 pub mod records;
 pub mod ssh;
+mod ssh_master;
 mod subprocess;
 pub mod transport;
 

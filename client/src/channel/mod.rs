@@ -22,6 +22,7 @@ pub mod stream;
 use crate::backend::BackendSpec;
 use crate::docker::DockerTransport;
 use crate::local::LocalTransport;
+use crate::ssh::SshTransport;
 use crate::transport::{ExecFuture, ExecOutput, ExecRequest, Transport, TransportError};
 use actor::{Command, Routed};
 use std::sync::{Arc, Mutex};
@@ -36,8 +37,8 @@ pub use tether_core::channel::mux::MuxStats;
 /// Whether cells use the channel (`--channel`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ChannelMode {
-    /// On the backends that can stream (local, docker); one-shot execs on
-    /// the others.
+    /// On the backends that can stream (local, docker, ssh); one-shot
+    /// execs on the others.
     #[default]
     Auto,
     /// Every op as a one-shot exec.
@@ -50,7 +51,7 @@ pub struct ChannelStatus {
     /// Ops go on the channel now.
     pub open: bool,
     /// The local process of the current stream (the agent itself on the
-    /// local backend, the `docker` client on docker).
+    /// local backend, the `docker` client on docker; none on ssh).
     pub pid: Option<u32>,
     /// Counters.
     pub stats: MuxStats,
@@ -95,7 +96,12 @@ pub fn channel_for(
             location,
             config,
         ))),
-        BackendSpec::Ssh(_) | BackendSpec::Modal(_) => None,
+        BackendSpec::Ssh(opts) => Some(Arc::new(ChannelTransport::new(
+            Arc::new(SshTransport::new(opts.clone())),
+            location,
+            config,
+        ))),
+        BackendSpec::Modal(_) => None,
     }
 }
 

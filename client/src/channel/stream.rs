@@ -7,13 +7,17 @@
 //!   injected latency is slept before it starts and added to every write
 //!   (a frame arrives one round trip after it was sent, as a one-shot
 //!   exec's command starts one round trip after the call);
-//! - `docker`: `docker exec -i CONTAINER argv…`, stdin piped.
+//! - `docker`: `docker exec -i CONTAINER argv…`, stdin piped;
+//! - `ssh`: a session on the host's one multiplexed connection
+//!   ([`crate::ssh`]): no process on this machine per stream.
 //!
-//! The command runs in its own process group (a Ctrl-C at the terminal
-//! is for tether) and is killed when the stream is dropped.
+//! A local command runs in its own process group (a Ctrl-C at the
+//! terminal is for tether) and is killed when the stream is dropped; an
+//! ssh session is closed (the remote command sees its stdin end).
 
 use crate::docker::DockerTransport;
 use crate::local::LocalTransport;
+use crate::ssh::SshTransport;
 use crate::transport::{TransportError, TransportErrorKind};
 use std::future::Future;
 use std::io::ErrorKind;
@@ -31,9 +35,13 @@ pub struct ChannelStream {
     pub stdout: Box<dyn AsyncRead + Send + Unpin>,
     /// Its stderr (what it says when it fails to start).
     pub stderr: Box<dyn AsyncRead + Send + Unpin>,
-    /// The process on this machine (the command itself, or the helper
-    /// that runs it remotely); killed on drop.
-    pub child: Child,
+    /// The process on this machine that is the stream (the command
+    /// itself, or the `docker` client that runs it); none over ssh, whose
+    /// sessions share one connection.
+    pub pid: Option<u32>,
+    /// Owns the stream: dropping it kills the local process or closes
+    /// the ssh session.
+    pub keep: Box<dyn std::any::Any + Send>,
     /// Added before every write (injected latency).
     pub send_delay: Duration,
 }
@@ -41,7 +49,7 @@ pub struct ChannelStream {
 impl std::fmt::Debug for ChannelStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChannelStream")
-            .field("pid", &self.child.id())
+            .field("pid", &self.pid)
             .field("send_delay", &self.send_delay)
             .finish()
     }
@@ -96,6 +104,26 @@ impl StreamExec for DockerTransport {
     }
 }
 
+impl StreamExec for SshTransport {
+    fn open_stream(&self, argv: Vec<String>) -> OpenFuture<'_> {
+        Box::pin(async move {
+            let mut session = self.start(&argv).await?;
+            let missing = || io_error("a pipe of the channel's ssh session is missing".into());
+            let stdin = session.stdin().take().ok_or_else(missing)?;
+            let stdout = session.stdout().take().ok_or_else(missing)?;
+            let stderr = session.stderr().take().ok_or_else(missing)?;
+            Ok(ChannelStream {
+                stdin: Box::new(stdin),
+                stdout: Box::new(stdout),
+                stderr: Box::new(stderr),
+                pid: None,
+                keep: Box::new(session),
+                send_delay: Duration::ZERO,
+            })
+        })
+    }
+}
+
 fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelStream> {
     command
         .stdin(Stdio::piped())
@@ -103,7 +131,7 @@ fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelS
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command.spawn()?;
+    let mut child: Child = command.spawn()?;
     let missing = || std::io::Error::other("a pipe of the channel's command is missing");
     let stdin = child.stdin.take().ok_or_else(missing)?;
     let stdout = child.stdout.take().ok_or_else(missing)?;
@@ -112,7 +140,8 @@ fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelS
         stdin: Box::new(stdin),
         stdout: Box::new(stdout),
         stderr: Box::new(stderr),
-        child,
+        pid: child.id(),
+        keep: Box::new(child),
         send_delay,
     })
 }
