@@ -1,12 +1,17 @@
 //! `tether bench` (hidden): the numbers in the README, measured on this
 //! machine through the local transport, with and without injected latency,
-//! and through docker when `--docker SPEC` names a container.
+//! through docker when `--docker SPEC` names a container, and through ssh
+//! when `--ssh SPEC` names a host.
 //!
 //! - warm `tether run true`: wall time of the whole CLI process (start,
 //!   hash the agent, read the record, one cell, exit), median, with the
 //!   channel off and on (`--channel`);
-//! - bare `sh -c true` through the same transport, median;
+//! - bare `sh -c true` through the same transport, median; on ssh also
+//!   `ssh host true` on a new connection each time, and through the
+//!   transport's master with one `ssh` process per exec (process-mux);
 //! - a warm cell `true` in-process, one-shot execs and on an open channel;
+//! - output latency: the first byte of a cell that prints then sleeps,
+//!   in-process, one-shot and on the channel;
 //! - exec round trips a warm short cell costs (counted by the driver);
 //! - cancel → last process dead, for a cell whose processes honour TERM;
 //! - the kernel daemon's resident memory (`VmRSS` from /proc);
@@ -47,6 +52,11 @@ pub struct BenchArgs {
     /// `/tmp/tether-bench` in the container.
     #[arg(long)]
     pub docker: Option<String>,
+    /// Also measure this ssh backend (e.g.
+    /// `ssh:me@127.0.0.1:2222?key=…&known_hosts=…`); its root is
+    /// `/tmp/tether-bench-ssh` on the host.
+    #[arg(long)]
+    pub ssh: Option<String>,
 }
 
 fn fail(message: impl std::fmt::Display) -> Failure {
@@ -104,6 +114,15 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
         std::fs::create_dir_all(&dir).map_err(fail)?;
         targets.push((spec.to_string(), spec, "/tmp/tether-bench".into(), dir));
     }
+    if let Some(ssh) = &args.ssh {
+        let spec = BackendSpec::parse(ssh).map_err(fail)?;
+        if !matches!(spec, BackendSpec::Ssh(_)) {
+            return Err(fail(format!("--ssh {ssh}: not an ssh backend")));
+        }
+        let dir = scratch.join("ssh");
+        std::fs::create_dir_all(&dir).map_err(fail)?;
+        targets.push((spec.to_string(), spec, "/tmp/tether-bench-ssh".into(), dir));
+    }
     for (title, spec, root, dir) in targets {
         let r = measure(agent, &spec, &root, &dir, args.iterations.max(1)).await?;
         println!("\n== {title}");
@@ -126,6 +145,14 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 ms(r.channel_cell),
             ),
             (
+                "first output byte in-process, one-shot, median",
+                ms(r.first_byte),
+            ),
+            (
+                "first output byte in-process, on the channel, median",
+                ms(r.channel_first_byte),
+            ),
+            (
                 "exec calls per warm cell, in-process",
                 r.round_trips.clone(),
             ),
@@ -135,6 +162,13 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
             ),
             ("exec calls per warm `tether run true`", r.cli_execs.clone()),
         ];
+        if let Some((fresh, process_mux)) = r.ssh_client {
+            rows.push(("`ssh host true`, a new connection each, median", ms(fresh)));
+            rows.push((
+                "`ssh -o ControlPath=… host true` (process-mux)",
+                ms(process_mux),
+            ));
+        }
         if let Some(cancel) = r.cancel {
             rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
         }
@@ -154,6 +188,11 @@ struct Results {
     bare_exec: Duration,
     cell: Duration,
     channel_cell: Duration,
+    first_byte: Duration,
+    channel_first_byte: Duration,
+    /// On ssh: `ssh host true` on a new connection, and through the master
+    /// with an `ssh` process per exec.
+    ssh_client: Option<(Duration, Duration)>,
     round_trips: String,
     channel_ops: String,
     cli_execs: String,
@@ -191,6 +230,10 @@ async fn measure(
             .map_err(|e| fail(format!("{e:?}")))?;
         bare.push(t0.elapsed());
     }
+    let ssh_client = match spec {
+        BackendSpec::Ssh(opts) => Some(ssh_client_times(opts, iterations)?),
+        _ => None,
+    };
 
     // In-process driver: round trips, cell time, cancel latency, RSS.
     let location = agent.location(root_str);
@@ -238,6 +281,11 @@ async fn measure(
             after.total() - before.total(),
             kinds.join(", ")
         ));
+    }
+    let (mut first_bytes, mut channel_first_bytes) = (Vec::new(), Vec::new());
+    for _ in 0..iterations {
+        channel_first_bytes.push(first_byte(&mut channel_driver, &channel_kernel).await?);
+        first_bytes.push(first_byte(&mut driver, &kernel).await?);
     }
     let daemon_rss_kib = driver
         .client()
@@ -311,6 +359,9 @@ async fn measure(
         bare_exec: median(bare),
         cell: median(cells),
         channel_cell: median(channel_cells),
+        first_byte: median(first_bytes),
+        channel_first_byte: median(channel_first_bytes),
+        ssh_client,
         round_trips: per_cell.unwrap_or_default(),
         channel_ops,
         cli_execs,
@@ -369,6 +420,49 @@ async fn channel_cell(
         after.on_channel - before.on_channel
     );
     Ok((took, ops))
+}
+
+/// `ssh host true` on a new connection each time, then through the
+/// transport's master with an `ssh` process per exec: medians.
+fn ssh_client_times(
+    opts: &crate::ssh::SshOptions,
+    iterations: usize,
+) -> Result<(Duration, Duration), Failure> {
+    let ctl = crate::ssh::SshTransport::new(opts.clone())
+        .control_path()
+        .map_err(fail)?;
+    let time = |master: Option<&Path>| -> Result<Duration, Failure> {
+        let mut samples = Vec::new();
+        for _ in 0..iterations {
+            let t0 = Instant::now();
+            let status = opts
+                .client_command(master, &["true"])
+                .stdin(Stdio::null())
+                .status()
+                .map_err(fail)?;
+            samples.push(t0.elapsed());
+            if !status.success() {
+                return Err(fail(format!("ssh ... true failed: {status}")));
+            }
+        }
+        Ok(median(samples))
+    };
+    Ok((time(None)?, time(Some(&ctl))?))
+}
+
+/// A warm cell that prints a line then sleeps 0.2 s: the time from the
+/// call to its first output event.
+async fn first_byte(driver: &mut Driver, kernel: &KernelName) -> Result<Duration, Failure> {
+    let t0 = Instant::now();
+    let mut first = None;
+    let mut on_event = |e: &tether_core::client::Event| {
+        if first.is_none() && matches!(e, tether_core::client::Event::Output { .. }) {
+            first = Some(t0.elapsed());
+        }
+    };
+    run_ok(driver, kernel, "echo x; sleep 0.2", &mut on_event).await?;
+    driver.settle(&mut |_| ()).await.map_err(fail)?;
+    first.ok_or_else(|| fail("the first-byte cell printed nothing"))
 }
 
 async fn run_ok(

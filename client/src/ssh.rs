@@ -31,6 +31,7 @@ use crate::transport::{
 };
 use std::fmt;
 use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -209,6 +210,26 @@ impl SshOptions {
             args.extend(["-l".into(), user.clone()]);
         }
         args
+    }
+}
+
+impl SshOptions {
+    /// The OpenSSH client command that runs `argv` on the host (for
+    /// comparisons): on a connection of its own when `master` is `None`,
+    /// else as a session of the master listening on that control socket
+    /// (one `ssh` process per command, as the `openssh` crate's
+    /// process-mux does it).
+    pub fn client_command(&self, master: Option<&std::path::Path>, argv: &[&str]) -> Command {
+        let mut cmd = Command::new("ssh");
+        cmd.args(self.connect_args());
+        match master {
+            None => cmd.args(["-o", "ControlMaster=no", "-o", "ControlPath=none"]),
+            Some(ctl) => cmd
+                .args(["-o", "ControlMaster=no", "-o"])
+                .arg(format!("ControlPath={}", ctl.display())),
+        };
+        cmd.args(["--", &self.host]).args(argv);
+        cmd
     }
 }
 
