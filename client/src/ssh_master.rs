@@ -225,3 +225,45 @@ fn control_dir(explicit: Option<&Path>) -> Result<PathBuf, String> {
     }
     Ok(dir)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn opts(dir: &Path) -> SshOptions {
+        let mut o = SshOptions::parse("u@h:22", "").unwrap();
+        o.control_dir = Some(dir.to_owned());
+        o
+    }
+
+    #[test]
+    fn the_control_directory_is_created_private_and_a_shared_one_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ctl");
+        let m = Master::new(&opts(&dir), vec!["-p".into(), "22".into()]);
+        let ctl = m.control_path().unwrap();
+        assert!(ctl.starts_with(&dir));
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let m = Master::new(&opts(&dir), Vec::new());
+        let e = m.control_path().unwrap_err();
+        assert_eq!(e.kind, TransportErrorKind::Unreachable);
+        assert!(e.detail.contains("not a private directory"), "{e}");
+    }
+
+    #[test]
+    fn specs_that_pick_another_connection_get_another_socket_and_long_paths_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ctl");
+        let a = Master::new(&opts(&dir), vec!["-p".into(), "22".into()]);
+        let b = Master::new(&opts(&dir), vec!["-p".into(), "23".into()]);
+        assert_ne!(a.control_path().unwrap(), b.control_path().unwrap());
+        let deep = tmp.path().join("d".repeat(100));
+        let e = Master::new(&opts(&deep), Vec::new())
+            .control_path()
+            .unwrap_err();
+        assert!(e.detail.contains("control_dir=PATH"), "{e}");
+    }
+}
