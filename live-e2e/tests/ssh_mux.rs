@@ -199,17 +199,27 @@ fn cells_over_ssh_share_one_connection_in_process_and_across_tether_processes() 
     );
     // Whole `tether` processes find the same master (ControlPersist).
     let state = tempfile::tempdir().unwrap();
+    // The last one waits past its submit: its channel opens (a session on
+    // the same connection) and carries the wait.
     for i in 0..3 {
+        let code = match i {
+            2 => format!("echo cli {i}; sleep 1; echo waited"),
+            _ => format!("echo cli {i}"),
+        };
         let out = std::process::Command::new(tether_cli())
             .args(["--backend", &sshd.spec(), "--root"])
             .arg(root.path().join("cli"))
-            .args(["run", &format!("echo cli {i}")])
+            .args(["run", &code])
             .env("XDG_STATE_HOME", state.path())
             .env("TETHER_AGENT_BIN", &agent().path)
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("cli {i}\n"));
+        let waited = if i == 2 { "waited\n" } else { "" };
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("cli {i}\n{waited}")
+        );
     }
     assert_eq!(
         sshd.connections() - before,
