@@ -174,6 +174,30 @@ impl Sshd {
             .count()
     }
 
+    /// Pids of its processes that each serve one connection (its
+    /// listener's children).
+    pub fn connection_pids(&self) -> Vec<u32> {
+        let listener = self.child.id();
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // Fields after the last `)`: state, ppid, …
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(listener) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
     /// The pid of the multiplexing master listening on each control
     /// socket in [`Sshd::control_dir`] (as `ssh -O check` reports it).
     pub fn masters(&self) -> Vec<u32> {

@@ -229,29 +229,49 @@ fn cells_over_ssh_share_one_connection_in_process_and_across_tether_processes() 
     );
 }
 
+/// What is killed under a waiting cell.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// The ssh master on the client (`kill -9`).
+    Master,
+    /// The server's process for the connection (`kill -9`): the
+    /// connection drops and the master exits by itself.
+    ServerSide,
+}
+
 #[test]
-fn the_ssh_master_killed_mid_wait_loses_nothing_and_runs_nothing_twice() {
+fn the_ssh_master_killed_or_its_connection_dropped_mid_wait_loses_nothing() {
     let Some(sshd) = sshd("the_ssh_master_killed_mid_wait") else {
         return;
     };
-    for channel in [true, false] {
+    for (channel, cut) in [
+        (true, Cut::Master),
+        (false, Cut::Master),
+        (true, Cut::ServerSide),
+        (false, Cut::ServerSide),
+    ] {
         let root = host_root();
         let (mut live, ch) = session(&sshd, root.path(), channel);
         rt().block_on(async {
             warm(&mut live).await;
-            for i in 1..=3 {
+            for i in 1..=2 {
                 if let Some(ch) = &ch {
                     assert!(ch.open(Duration::from_secs(20)).await, "{:?}", ch.status());
                 }
                 let masters = sshd.masters();
                 assert_eq!(masters.len(), 1, "one master: {masters:?}");
+                let victims = match cut {
+                    Cut::Master => masters,
+                    Cut::ServerSide => sshd.connection_pids(),
+                };
+                assert_eq!(victims.len(), 1, "{cut:?}: one to kill: {victims:?}");
                 let connections = sshd.connections();
                 let broken = ch.as_ref().map(|ch| ch.status().stats.broken);
-                run_interfered(&mut live, root.path(), i, || kill9(masters[0])).await;
+                run_interfered(&mut live, root.path(), i, || kill9(victims[0])).await;
                 assert_eq!(
                     sshd.connections(),
                     connections + 1,
-                    "channel {channel}: one new connection after the kill"
+                    "channel {channel}, {cut:?}: one new connection after the kill"
                 );
                 if let (Some(ch), Some(broken)) = (&ch, broken) {
                     assert_eq!(ch.status().stats.broken, broken + 1, "{:?}", ch.status());
