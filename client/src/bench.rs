@@ -1,13 +1,18 @@
 //! `tether bench` (hidden): the numbers in the README, measured on this
 //! machine through the local transport, with and without injected latency,
-//! through docker when `--docker SPEC` names a container, and through
-//! Modal (or its test stand-in) when `--modal SPEC` names a sandbox.
+//! through docker when `--docker SPEC` names a container, through ssh
+//! when `--ssh SPEC` names a host, and through Modal (or its test
+//! stand-in) when `--modal SPEC` names a sandbox.
 //!
 //! - warm `tether run true`: wall time of the whole CLI process (start,
 //!   hash the agent, read the record, one cell, exit), median, with the
 //!   channel off and on (`--channel`);
-//! - bare `sh -c true` through the same transport, median;
+//! - bare `sh -c true` through the same transport, median; on ssh also
+//!   `ssh host true` on a new connection each time, and through the
+//!   transport's master with one `ssh` process per exec (process-mux);
 //! - a warm cell `true` in-process, one-shot execs and on an open channel;
+//! - output latency: the first byte of a cell that prints then sleeps,
+//!   in-process, one-shot and on the channel;
 //! - exec round trips a warm short cell costs (counted by the driver);
 //! - output latency: the first byte of a warm cell that prints and then
 //!   sleeps, one-shot and on the channel;
@@ -53,6 +58,11 @@ pub struct BenchArgs {
     /// `/tmp/tether-bench` in the container.
     #[arg(long)]
     pub docker: Option<String>,
+    /// Also measure this ssh backend (e.g.
+    /// `ssh:me@127.0.0.1:2222?key=…&known_hosts=…`); its root is
+    /// `/tmp/tether-bench-ssh` on the host.
+    #[arg(long)]
+    pub ssh: Option<String>,
     /// Also measure this Modal backend (e.g. `modal:sb-…`, or the test
     /// stand-in: see the README's Benchmarks); its root is
     /// `/tmp/tether-bench-modal` in the sandbox.
@@ -115,6 +125,15 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
         std::fs::create_dir_all(&dir).map_err(fail)?;
         targets.push((spec.to_string(), spec, "/tmp/tether-bench".into(), dir));
     }
+    if let Some(ssh) = &args.ssh {
+        let spec = BackendSpec::parse(ssh).map_err(fail)?;
+        if !matches!(spec, BackendSpec::Ssh(_)) {
+            return Err(fail(format!("--ssh {ssh}: not an ssh backend")));
+        }
+        let dir = scratch.join("ssh");
+        std::fs::create_dir_all(&dir).map_err(fail)?;
+        targets.push((spec.to_string(), spec, "/tmp/tether-bench-ssh".into(), dir));
+    }
     if let Some(modal) = &args.modal {
         let spec = BackendSpec::parse(modal).map_err(fail)?;
         if !matches!(spec, BackendSpec::Modal(_)) {
@@ -173,6 +192,13 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
             ms(r.tool_call),
         ));
         rows.push(("exec calls per tool call", r.tool_execs.clone()));
+        if let Some((fresh, process_mux)) = r.ssh_client {
+            rows.push(("`ssh host true`, a new connection each, median", ms(fresh)));
+            rows.push((
+                "`ssh -o ControlPath=… host true` (process-mux)",
+                ms(process_mux),
+            ));
+        }
         if let Some(cancel) = r.cancel {
             rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
         }
@@ -198,6 +224,9 @@ struct Results {
     bare_exec: Duration,
     cell: Duration,
     channel_cell: Duration,
+    /// On ssh: `ssh host true` on a new connection, and through the master
+    /// with an `ssh` process per exec.
+    ssh_client: Option<(Duration, Duration)>,
     round_trips: String,
     channel_ops: String,
     cli_execs: String,
@@ -240,6 +269,10 @@ async fn measure(
             .map_err(|e| fail(format!("{e:?}")))?;
         bare.push(t0.elapsed());
     }
+    let ssh_client = match spec {
+        BackendSpec::Ssh(opts) => Some(ssh_client_times(opts, iterations)?),
+        _ => None,
+    };
 
     // In-process driver: round trips, cell time, cancel latency, RSS.
     let location = agent.location(root_str);
@@ -389,6 +422,7 @@ async fn measure(
         bare_exec: median(bare),
         cell: median(cells),
         channel_cell: median(channel_cells),
+        ssh_client,
         round_trips: per_cell.unwrap_or_default(),
         channel_ops,
         cli_execs,
@@ -494,6 +528,34 @@ async fn channel_cell(
         after.on_channel - before.on_channel
     );
     Ok((took, ops))
+}
+
+/// `ssh host true` on a new connection each time, then through the
+/// transport's master with an `ssh` process per exec: medians.
+fn ssh_client_times(
+    opts: &crate::ssh::SshOptions,
+    iterations: usize,
+) -> Result<(Duration, Duration), Failure> {
+    let ctl = crate::ssh::SshTransport::new(opts.clone())
+        .control_path()
+        .map_err(fail)?;
+    let time = |master: Option<&Path>| -> Result<Duration, Failure> {
+        let mut samples = Vec::new();
+        for _ in 0..iterations {
+            let t0 = Instant::now();
+            let status = opts
+                .client_command(master, &["true"])
+                .stdin(Stdio::null())
+                .status()
+                .map_err(fail)?;
+            samples.push(t0.elapsed());
+            if !status.success() {
+                return Err(fail(format!("ssh ... true failed: {status}")));
+            }
+        }
+        Ok(median(samples))
+    };
+    Ok((time(None)?, time(Some(&ctl))?))
 }
 
 /// From the start of a warm cell that prints and then sleeps to its

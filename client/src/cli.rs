@@ -111,7 +111,7 @@ pub struct Cli {
     #[arg(long, short, global = true)]
     pub verbose: bool,
     /// Agent ops over one long-lived channel to the sandbox (`auto`: on
-    /// the backends that can stream, local, docker and modal), or every
+    /// the backends that can stream: local, docker, ssh, modal), or every
     /// op as its own exec (`off`).
     #[arg(
         long,

@@ -7,9 +7,9 @@
 //! - [`transport`]: the [`transport::Transport`] trait — run a command to
 //!   completion on a sandbox;
 //! - [`local`]: the `local` transport (real processes, injected latency);
-//! - [`docker`], [`ssh`], [`modal`]: the remote transports (`docker exec`
-//!   and the ssh client over `subprocess`; Modal's Python client through
-//!   one long-lived bridge process per transport);
+//! - [`docker`], [`ssh`], [`modal`]: the remote transports (`docker exec`,
+//!   sessions on one OpenSSH connection per host (`ssh_master`), Modal's
+//!   Python client through one long-lived bridge process per transport);
 //! - [`channel`]: agent ops over one long-lived, multiplexed exec of the
 //!   agent, one-shot execs whenever it is not open;
 //! - [`backend`]: `--backend` specs (`local?latency=50ms`) to transports;
@@ -35,6 +35,7 @@ pub mod local;
 pub mod modal;
 pub mod records;
 pub mod ssh;
+mod ssh_master;
 mod subprocess;
 pub mod tools;
 pub mod transport;

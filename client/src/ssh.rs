@@ -1,34 +1,43 @@
 //! The `ssh` transport: the sandbox is a host reached with the OpenSSH
-//! client, an exec is one `ssh` run (`BatchMode`: never a prompt).
+//! client (`BatchMode`: never a prompt) over one multiplexed connection
+//! per host ([`crate::ssh_master`]): an exec is a session on it, not a
+//! new connection, and the channel's stream is one more.
 //!
 //! Spec: `ssh:[USER@]HOST[:PORT]` (`[ADDR]:PORT` for IPv6) with optional
 //! `key=PATH` (identity file, and only it), `known_hosts=PATH` (host keys
-//! checked strictly against that file) and `connect_timeout=DUR`.
+//! checked strictly against that file), `connect_timeout=DUR`,
+//! `persist=DUR` (how long the connection outlives its last session,
+//! default 10m) and `control_dir=PATH` (where its control socket lives).
 //! Without them, ssh's own configuration decides.
 //!
-//! ssh joins its arguments into one string for the remote login shell
+//! A session's command is one string for the remote login shell
 //! (which must be POSIX: sh, dash, bash, zsh), so every argv element is
 //! single-quoted. The command is followed, in the same remote shell, by a
 //! trailer on stderr carrying its exit status and a per-call nonce; the
 //! trailer is removed before the output is returned. It tells the remote
-//! command's own status (even 255) from ssh's: with the trailer the
-//! command ran and that is its status; without it, exit 255 before any
-//! output with a connection-phase message is
-//! [`TransportErrorKind::Unreachable`] (the command did not run), and
-//! anything else is [`TransportErrorKind::Io`] (the command may have run).
+//! command's own status (even 255 or 127) from the connection's: with the
+//! trailer the command ran and that is its status; a connection that
+//! could not be made is [`TransportErrorKind::Unreachable`] (the command
+//! did not run), and anything else is [`TransportErrorKind::Io`] (the
+//! command may have run).
 
 use crate::backend::BackendError;
 use crate::docker::short_hash;
 use crate::duration::{format_duration, parse_duration};
-use crate::subprocess::{nonce, run_helper, sh_quote, HelperOutput};
+use crate::ssh_master::{Master, RemoteChild};
+use crate::subprocess::{nonce, sh_quote, HelperOutput};
 use crate::transport::{
     ExecFuture, ExecOutput, ExecRequest, Transport, TransportError, TransportErrorKind,
 };
 use std::fmt;
-use std::io::ErrorKind;
 use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::process::Command;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// How long the connection outlives its last session by default.
+const DEFAULT_PERSIST: Duration = Duration::from_secs(600);
 
 /// Options of the `ssh` backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +54,11 @@ pub struct SshOptions {
     pub known_hosts: Option<PathBuf>,
     /// How long to wait for the connection.
     pub connect_timeout: Duration,
+    /// How long the connection outlives its last session.
+    pub persist: Duration,
+    /// Where the connection's control socket lives (a private directory;
+    /// see [`crate::ssh_master`] for the default).
+    pub control_dir: Option<PathBuf>,
 }
 
 impl SshOptions {
@@ -110,6 +124,8 @@ impl SshOptions {
             key: None,
             known_hosts: None,
             connect_timeout: Duration::from_secs(10),
+            persist: DEFAULT_PERSIST,
+            control_dir: None,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair
@@ -122,6 +138,18 @@ impl SshOptions {
                     opts.connect_timeout = parse_duration(value)
                         .map_err(|e| bad(key, e.to_string()))?
                         .max(Duration::from_secs(1));
+                }
+                "persist" => {
+                    opts.persist = parse_duration(value)
+                        .map_err(|e| bad(key, e.to_string()))?
+                        .max(Duration::from_secs(1));
+                }
+                "control_dir" => {
+                    let dir = PathBuf::from(value);
+                    if !dir.is_absolute() {
+                        return Err(bad(key, format!("{value:?} is not an absolute path")));
+                    }
+                    opts.control_dir = Some(dir);
                 }
                 _ => {
                     return Err(BackendError::UnknownParam {
@@ -141,8 +169,9 @@ impl SshOptions {
         format!("ssh-{}", short_hash(&[user, &self.host, &port, root]))
     }
 
-    /// The `ssh` argv (without the remote command).
-    fn ssh_args(&self) -> Vec<String> {
+    /// The `ssh` options that make the connection (no control options,
+    /// no host).
+    fn connect_args(&self) -> Vec<String> {
         let mut args: Vec<String> = vec![
             "-T".into(),
             "-o".into(),
@@ -180,9 +209,27 @@ impl SshOptions {
         if let Some(user) = &self.user {
             args.extend(["-l".into(), user.clone()]);
         }
-        args.push("--".into());
-        args.push(self.host.clone());
         args
+    }
+}
+
+impl SshOptions {
+    /// The OpenSSH client command that runs `argv` on the host (for
+    /// comparisons): on a connection of its own when `master` is `None`,
+    /// else as a session of the master listening on that control socket
+    /// (one `ssh` process per command, as the `openssh` crate's
+    /// process-mux does it).
+    pub fn client_command(&self, master: Option<&std::path::Path>, argv: &[&str]) -> Command {
+        let mut cmd = Command::new("ssh");
+        cmd.args(self.connect_args());
+        match master {
+            None => cmd.args(["-o", "ControlMaster=no", "-o", "ControlPath=none"]),
+            Some(ctl) => cmd
+                .args(["-o", "ControlMaster=no", "-o"])
+                .arg(format!("ControlPath={}", ctl.display())),
+        };
+        cmd.args(["--", &self.host]).args(argv);
+        cmd
     }
 }
 
@@ -215,49 +262,103 @@ impl fmt::Display for SshOptions {
                 "{sep}connect_timeout={}",
                 format_duration(self.connect_timeout)
             )?;
+            sep = '&';
+        }
+        if self.persist != DEFAULT_PERSIST {
+            write!(f, "{sep}persist={}", format_duration(self.persist))?;
+            sep = '&';
+        }
+        if let Some(dir) = &self.control_dir {
+            write!(f, "{sep}control_dir={}", dir.display())?;
         }
         Ok(())
     }
 }
 
-/// Runs execs on a host over ssh.
+/// Runs execs on a host over ssh, all on one connection.
 #[derive(Clone, Debug)]
 pub struct SshTransport {
     opts: SshOptions,
+    master: Arc<Master>,
 }
 
 impl SshTransport {
-    /// A transport to the host `opts` names.
+    /// A transport to the host `opts` names (nothing connects yet).
     pub fn new(opts: SshOptions) -> SshTransport {
-        SshTransport { opts }
+        let master = Arc::new(Master::new(&opts, opts.connect_args()));
+        SshTransport { opts, master }
     }
+
+    /// Where the connection's control socket is (or why there is none).
+    pub fn control_path(&self) -> Result<PathBuf, TransportError> {
+        self.master.control_path().map(PathBuf::from)
+    }
+
+    /// Starts `argv` in a session on the connection, pipes open (the
+    /// channel's stream).
+    pub(crate) async fn start(&self, argv: &[String]) -> Result<RemoteChild, TransportError> {
+        if argv.is_empty() {
+            return Err(TransportError {
+                kind: TransportErrorKind::Io,
+                detail: "empty argv".into(),
+            });
+        }
+        let quoted: Vec<String> = argv.iter().map(|a| sh_quote(a)).collect();
+        self.master.spawn(&quoted.join(" ")).await
+    }
+
+    async fn run(&self, req: ExecRequest) -> Result<ExecOutput, TransportError> {
+        if req.argv.is_empty() {
+            return Err(TransportError {
+                kind: TransportErrorKind::Io,
+                detail: "empty argv".into(),
+            });
+        }
+        let marker = format!("tether-exit-{}", nonce());
+        let mut child = self
+            .master
+            .spawn(&remote_command(&req.argv, &marker))
+            .await?;
+        let stdin = child.stdin().take();
+        let write = async move {
+            if let Some(mut pipe) = stdin {
+                // A command that stops reading closes the pipe: its exit
+                // status says what happened, not this write.
+                let _ = pipe.write_all(&req.stdin).await;
+                let _ = pipe.shutdown().await;
+            }
+        };
+        let stdout = child.stdout().take();
+        let stderr = child.stderr().take();
+        let ((), stdout, stderr) = tokio::join!(write, read_all(stdout), read_all(stderr));
+        let code = match child.wait().await {
+            Ok(status) => status.code().unwrap_or(255),
+            Err(_) => 255,
+        };
+        classify(
+            &self.opts.host,
+            &marker,
+            HelperOutput {
+                stdout,
+                stderr,
+                code,
+            },
+        )
+    }
+}
+
+async fn read_all<R: AsyncRead + Unpin>(pipe: Option<R>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    if let Some(mut pipe) = pipe {
+        // A cut connection ends the pipe early: the missing trailer says so.
+        let _ = pipe.read_to_end(&mut buf).await;
+    }
+    buf
 }
 
 impl Transport for SshTransport {
     fn exec(&self, req: ExecRequest) -> ExecFuture<'_> {
-        Box::pin(async move {
-            if req.argv.is_empty() {
-                return Err(TransportError {
-                    kind: TransportErrorKind::Io,
-                    detail: "empty argv".into(),
-                });
-            }
-            let marker = format!("tether-exit-{}", nonce());
-            let mut cmd = Command::new("ssh");
-            cmd.args(self.opts.ssh_args())
-                .arg(remote_command(&req.argv, &marker));
-            let out = run_helper(cmd, req.stdin)
-                .await
-                .map_err(|e| TransportError {
-                    kind: if e.kind() == ErrorKind::NotFound {
-                        TransportErrorKind::Unreachable
-                    } else {
-                        TransportErrorKind::Io
-                    },
-                    detail: format!("cannot run the ssh client: {e}"),
-                })?;
-            classify(&self.opts.host, &marker, out)
-        })
+        Box::pin(self.run(req))
     }
 
     fn describe(&self) -> String {
@@ -265,7 +366,7 @@ impl Transport for SshTransport {
     }
 }
 
-/// The one string ssh hands to the remote shell: the quoted argv, then the
+/// The one string for the remote shell: the quoted argv, then the
 /// trailer with its exit status on stderr.
 fn remote_command(argv: &[String], marker: &str) -> String {
     let quoted: Vec<String> = argv.iter().map(|a| sh_quote(a)).collect();
@@ -275,19 +376,6 @@ fn remote_command(argv: &[String], marker: &str) -> String {
         sh_quote(marker)
     )
 }
-
-/// Messages with which ssh says it never got to run the command.
-const NOT_CONNECTED: [&str; 9] = [
-    "Connection refused",
-    "Could not resolve hostname",
-    "Permission denied",
-    "Host key verification failed",
-    "Connection timed out",
-    "No route to host",
-    "kex_exchange_identification",
-    "Network is unreachable",
-    "banner exchange",
-];
 
 fn classify(host: &str, marker: &str, out: HelperOutput) -> Result<ExecOutput, TransportError> {
     let needle = format!("{marker}:");
@@ -307,18 +395,13 @@ fn classify(host: &str, marker: &str, out: HelperOutput) -> Result<ExecOutput, T
             });
         }
     }
-    let err = out.stderr_text();
-    if out.code == 255 && out.stdout.is_empty() && NOT_CONNECTED.iter().any(|m| err.contains(m)) {
-        return Err(TransportError {
-            kind: TransportErrorKind::Unreachable,
-            detail: format!("ssh {host}: {err}"),
-        });
-    }
+    // The session was established, so the command may have run.
     Err(TransportError {
         kind: TransportErrorKind::Io,
         detail: format!(
-            "ssh {host}: the remote shell gave no exit status (ssh exit {}): {err}",
-            out.code
+            "ssh {host}: the remote shell gave no exit status (the session ended with {}): {}",
+            out.code,
+            out.stderr_text()
         ),
     })
 }
@@ -349,6 +432,9 @@ mod tests {
         let o = SshOptions::parse("[::1]:22", "").unwrap();
         assert_eq!(o.host, "::1");
         assert_eq!(o.to_string(), "ssh:[::1]:22");
+        let o = SshOptions::parse("h", "persist=30s&control_dir=/run/t").unwrap();
+        assert_eq!(o.persist, Duration::from_secs(30));
+        assert_eq!(o.to_string(), "ssh:h?persist=30s&control_dir=/run/t");
         let o = SshOptions::parse("h", "connect_timeout=3s").unwrap();
         assert_eq!(o.port, None);
         assert_eq!(o.connect_timeout, Duration::from_secs(3));
@@ -372,6 +458,7 @@ mod tests {
             ("[::1", ""),
             ("h", "proxy=x"),
             ("h", "connect_timeout=soon"),
+            ("h", "control_dir=relative"),
         ] {
             assert!(
                 SshOptions::parse(target, query).is_err(),
@@ -390,13 +477,6 @@ mod tests {
         let got = classify("h", "tether-exit-n", out).unwrap();
         assert_eq!(got.exit_code, 255);
         assert_eq!(got.stderr, b"err\n");
-        let refused = HelperOutput {
-            stdout: Vec::new(),
-            stderr: b"ssh: connect to host h port 1: Connection refused\n".to_vec(),
-            code: 255,
-        };
-        let e = classify("h", "tether-exit-n", refused).unwrap_err();
-        assert_eq!(e.kind, TransportErrorKind::Unreachable);
         let cut = HelperOutput {
             stdout: b"partial".to_vec(),
             stderr: b"Connection to h closed by remote host.\n".to_vec(),

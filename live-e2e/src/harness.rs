@@ -62,6 +62,43 @@ pub fn agent() -> &'static AgentBinary {
     })
 }
 
+/// The `tether` command line program, built now in the debug profile
+/// (`cargo build -p tether --bin tether`, a no-op when fresh), for tests
+/// that run whole `tether` processes.
+///
+/// # Panics
+///
+/// When the build fails.
+pub fn tether_cli() -> &'static Path {
+    static CLI: OnceLock<PathBuf> = OnceLock::new();
+    CLI.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args([
+                "build",
+                "-p",
+                "tether",
+                "--bin",
+                "tether",
+                "--message-format=short",
+            ])
+            .current_dir(&workspace)
+            .output()
+            .expect("run cargo build -p tether");
+        assert!(
+            out.status.success(),
+            "cargo build -p tether failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace.join("target"))
+            .join("debug")
+            .join("tether")
+    })
+}
+
 /// A number no other test of this process uses (for sleep tags, names).
 pub fn unique() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);

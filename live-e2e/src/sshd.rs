@@ -84,7 +84,7 @@ impl Sshd {
                      StrictModes no\n\
                      MaxStartups 64\n\
                      MaxSessions 64\n\
-                     LogLevel ERROR\n",
+                     LogLevel VERBOSE\n",
                     host = host_key.display(),
                     keys = dir.path().join("authorized_keys").display(),
                     dir = dir.path().display(),
@@ -146,15 +146,88 @@ impl Sshd {
         self.dir.path().join("known_hosts")
     }
 
-    /// The backend spec that reaches it.
+    /// The backend spec that reaches it (its masters' control sockets in
+    /// [`Sshd::control_dir`]).
     pub fn spec(&self) -> String {
         format!(
-            "ssh:{}@127.0.0.1:{}?key={}&known_hosts={}",
+            "ssh:{}@127.0.0.1:{}?key={}&known_hosts={}&control_dir={}",
             self.user,
             self.port,
             self.key().display(),
-            self.known_hosts().display()
+            self.known_hosts().display(),
+            self.control_dir().display()
         )
+    }
+
+    /// Where the masters of [`Sshd::spec`] keep their control sockets.
+    pub fn control_dir(&self) -> PathBuf {
+        self.dir.path().join("ctl")
+    }
+
+    /// How many ssh connections it authenticated so far (sessions on a
+    /// connection are not counted, nor is the readiness probe's bare TCP
+    /// connection).
+    pub fn connections(&self) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| l.starts_with("Accepted publickey for "))
+            .count()
+    }
+
+    /// Pids of its processes that each serve one connection (its
+    /// listener's children).
+    pub fn connection_pids(&self) -> Vec<u32> {
+        let listener = self.child.id();
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // Fields after the last `)`: state, ppid, …
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(listener) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// The pid of the multiplexing master listening on each control
+    /// socket in [`Sshd::control_dir`] (as `ssh -O check` reports it).
+    pub fn masters(&self) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir(self.control_dir()) else {
+            return Vec::new();
+        };
+        let mut pids = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some() {
+                continue; // its lock and log
+            }
+            let out = Command::new("ssh")
+                .arg("-S")
+                .arg(&path)
+                .args(["-O", "check", "tether-master"])
+                .stdin(Stdio::null())
+                .output();
+            let Ok(out) = out else { continue };
+            let said = String::from_utf8_lossy(&out.stderr).into_owned();
+            if let Some(pid) = said
+                .split("pid=")
+                .nth(1)
+                .and_then(|rest| rest.split(')').next())
+                .and_then(|p| p.parse().ok())
+            {
+                pids.push(pid);
+            }
+        }
+        pids
     }
 
     /// What sshd logged so far (for failure messages).
@@ -165,6 +238,9 @@ impl Sshd {
 
 impl Drop for Sshd {
     fn drop(&mut self) {
+        for pid in self.masters() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,5 +1,5 @@
 //! The task behind a [`super::ChannelTransport`]: it owns the
-//! [`Mux`], the stream (a child process, its reader and writer tasks) and
+//! [`Mux`], the stream (its owner, its reader and writer tasks) and
 //! the callers waiting for replies, and moves bytes and time between them.
 //! It ends, killing the stream, when the transport is dropped.
 
@@ -54,7 +54,7 @@ enum StreamEvent {
 struct Live {
     writer: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
     pid: Option<u32>,
-    _child: Option<tokio::process::Child>,
+    _keep: Box<dyn std::any::Any + Send>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -240,8 +240,8 @@ impl Actor {
             mut stdin,
             stdout,
             stderr,
-            child,
             pid,
+            keep,
             send_delay,
         } = stream;
         let said = Arc::new(Mutex::new(Vec::new()));
@@ -271,7 +271,7 @@ impl Actor {
         Live {
             writer,
             pid,
-            _child: child,
+            _keep: keep,
             tasks: vec![stderr_task, reader, writer_task],
         }
     }

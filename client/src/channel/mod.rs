@@ -23,6 +23,7 @@ use crate::backend::BackendSpec;
 use crate::docker::DockerTransport;
 use crate::local::LocalTransport;
 use crate::modal::ModalTransport;
+use crate::ssh::SshTransport;
 use crate::transport::{ExecFuture, ExecOutput, ExecRequest, Transport, TransportError};
 use actor::{Command, Routed};
 use std::sync::{Arc, Mutex};
@@ -37,7 +38,7 @@ pub use tether_core::channel::mux::MuxStats;
 /// Whether cells use the channel (`--channel`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ChannelMode {
-    /// On the backends that can stream (local, docker, modal); one-shot
+    /// On the backends that can stream (local, docker, ssh, modal); one-shot
     /// execs on the others.
     #[default]
     Auto,
@@ -51,7 +52,8 @@ pub struct ChannelStatus {
     /// Ops go on the channel now.
     pub open: bool,
     /// The local process of the current stream (the agent itself on the
-    /// local backend, the `docker` client on docker, the bridge on modal).
+    /// local backend, the `docker` client on docker, the bridge on modal;
+    /// none on ssh).
     pub pid: Option<u32>,
     /// Counters.
     pub stats: MuxStats,
@@ -96,12 +98,16 @@ pub fn channel_for(
             location,
             config,
         ))),
+        BackendSpec::Ssh(opts) => Some(Arc::new(ChannelTransport::new(
+            Arc::new(SshTransport::new(opts.clone())),
+            location,
+            config,
+        ))),
         BackendSpec::Modal(opts) => Some(Arc::new(ChannelTransport::new(
             Arc::new(ModalTransport::new(opts.clone())),
             location,
             config,
         ))),
-        BackendSpec::Ssh(_) => None,
     }
 }
 

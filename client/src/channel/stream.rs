@@ -8,14 +8,18 @@
 //!   (a frame arrives one round trip after it was sent, as a one-shot
 //!   exec's command starts one round trip after the call);
 //! - `docker`: `docker exec -i CONTAINER argv…`, stdin piped;
+//! - `ssh`: a session on the host's one multiplexed connection
+//!   ([`crate::ssh`]): no process on this machine per stream;
 //! - `modal`: `Sandbox.exec` through the transport's bridge
 //!   (`crate::modal`), its pipes carried as JSON lines.
 //!
-//! The command runs in its own process group (a Ctrl-C at the terminal
-//! is for tether) and is killed when the stream is dropped.
+//! A local command runs in its own process group (a Ctrl-C at the
+//! terminal is for tether) and is killed when the stream is dropped; an
+//! ssh session is closed (the remote command sees its stdin end).
 
 use crate::docker::DockerTransport;
 use crate::local::LocalTransport;
+use crate::ssh::SshTransport;
 use crate::transport::{TransportError, TransportErrorKind};
 use std::future::Future;
 use std::io::ErrorKind;
@@ -34,13 +38,14 @@ pub struct ChannelStream {
     /// Its stderr (what it says when it fails to start).
     pub stderr: Box<dyn AsyncRead + Send + Unpin>,
     /// The process on this machine that is the stream (the command
-    /// itself, or the client that runs it remotely), killed on drop; none
-    /// where a shared process carries it (the Modal bridge: dropping the
-    /// stdin ends the stream).
-    pub child: Option<Child>,
-    /// The local process that carries the stream (the child, or the Modal
-    /// bridge).
+    /// itself, or the `docker` client that runs it, or the Modal bridge
+    /// that carries it); none over ssh, whose sessions share one
+    /// connection.
     pub pid: Option<u32>,
+    /// Owns the stream: dropping it kills the local process or closes
+    /// the ssh session (nothing for a Modal stream: dropping its stdin
+    /// ends it, and the bridge is shared).
+    pub keep: Box<dyn std::any::Any + Send>,
     /// Added before every write (injected latency).
     pub send_delay: Duration,
 }
@@ -103,6 +108,26 @@ impl StreamExec for DockerTransport {
     }
 }
 
+impl StreamExec for SshTransport {
+    fn open_stream(&self, argv: Vec<String>) -> OpenFuture<'_> {
+        Box::pin(async move {
+            let mut session = self.start(&argv).await?;
+            let missing = || io_error("a pipe of the channel's ssh session is missing".into());
+            let stdin = session.stdin().take().ok_or_else(missing)?;
+            let stdout = session.stdout().take().ok_or_else(missing)?;
+            let stderr = session.stderr().take().ok_or_else(missing)?;
+            Ok(ChannelStream {
+                stdin: Box::new(stdin),
+                stdout: Box::new(stdout),
+                stderr: Box::new(stderr),
+                pid: None,
+                keep: Box::new(session),
+                send_delay: Duration::ZERO,
+            })
+        })
+    }
+}
+
 fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelStream> {
     command
         .stdin(Stdio::piped())
@@ -110,7 +135,7 @@ fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelS
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command.spawn()?;
+    let mut child: Child = command.spawn()?;
     let missing = || std::io::Error::other("a pipe of the channel's command is missing");
     let stdin = child.stdin.take().ok_or_else(missing)?;
     let stdout = child.stdout.take().ok_or_else(missing)?;
@@ -120,7 +145,7 @@ fn spawn(mut command: Command, send_delay: Duration) -> std::io::Result<ChannelS
         stdout: Box::new(stdout),
         stderr: Box::new(stderr),
         pid: child.id(),
-        child: Some(child),
+        keep: Box::new(child),
         send_delay,
     })
 }

@@ -274,7 +274,7 @@ impl Bridge {
             stdin: Box::new(writer),
             stdout: Box::new(ChunkReader::new(out_rx)),
             stderr: Box::new(ChunkReader::new(err_rx)),
-            child: None,
+            keep: Box::new(()),
             pid: live.pid,
             send_delay: Duration::ZERO,
         })
