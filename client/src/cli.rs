@@ -1,7 +1,7 @@
 //! The `tether` command line: argument parsing, what each subcommand does
 //! with a [`Driver`], how events are shown, and exit codes.
 
-use crate::agent_bin::AgentBinary;
+use crate::agent_bin::{AgentBinary, AgentRef};
 use crate::backend::BackendSpec;
 use crate::channel::{can_stream, channel_for, transport_for, ChannelMode};
 use crate::driver::{Driver, DriverError, DriverStats};
@@ -92,6 +92,8 @@ or event `failure` naming tether's own condition (busy, usage, unavailable).
 Cells have no stdin (it is /dev/null; Python's input() raises EOFError).
 
 Records of kernels live in $XDG_STATE_HOME/tether (default ~/.local/state/tether).
+A background process per sandbox (`tether mux`, socket in $XDG_RUNTIME_DIR/tether)
+keeps the channel open between commands; it exits after --persist unused.
 The agent binary is $TETHER_AGENT_BIN, or tether-agent next to this program,
 or the workspace build (scripts/build-agent).";
 
@@ -402,16 +404,16 @@ impl Context {
         tune: impl FnOnce(&mut Config),
         start_mux: bool,
     ) -> Result<Driver, Failure> {
-        let agent = AgentBinary::find().map_err(Failure::other)?;
+        let agent = self.agent()?;
         let location = agent.location(&self.root);
-        let mut config = Config::new(location.clone(), agent.size());
+        let mut config = Config::new(location.clone(), agent.size);
         tune(&mut config);
         let client = Client::new(config, os_seed());
         Ok(Driver::new(
             client,
-            self.transport(&agent, &location, start_mux),
+            self.transport(&agent.hash, &location, start_mux),
             Box::new(self.store()?),
-            agent.bytes.clone(),
+            agent.source.clone(),
             location,
         ))
     }
@@ -421,9 +423,24 @@ impl Context {
     /// The transport of a command: through the sandbox's background
     /// process when one answers; else this process's own (starting a
     /// background process for the next command).
+    /// The agent binary, its hash remembered beside the background
+    /// processes' sockets (a warm command neither reads nor hashes it).
+    fn agent(&self) -> Result<AgentRef, Failure> {
+        let found = match persist::dir() {
+            Ok(dir) => AgentBinary::find_cached(&dir.join("agent-hashes")),
+            Err(_) => AgentBinary::find().map(|agent| AgentRef {
+                path: agent.path.clone(),
+                hash: agent.hash.clone(),
+                size: agent.size(),
+                source: agent.bytes.clone().into(),
+            }),
+        };
+        found.map_err(Failure::other)
+    }
+
     fn transport(
         &self,
-        agent: &AgentBinary,
+        agent_hash: &str,
         location: &AgentLocation,
         start_mux: bool,
     ) -> Arc<dyn Transport> {
@@ -434,7 +451,7 @@ impl Context {
         if self.channel == ChannelMode::Off || !can_stream(&self.backend) {
             return own;
         }
-        let paths = match self.mux_paths(agent) {
+        let paths = match self.mux_paths(agent_hash) {
             Ok(paths) => paths,
             Err(note) => {
                 self.note(&format!("not using a background process: {note}"));
@@ -467,8 +484,8 @@ impl Context {
         }
     }
 
-    fn mux_paths(&self, agent: &AgentBinary) -> Result<MuxPaths, String> {
-        MuxPaths::new(&self.backend_raw, &self.root, &agent.hash)
+    fn mux_paths(&self, agent_hash: &str) -> Result<MuxPaths, String> {
+        MuxPaths::new(&self.backend_raw, &self.root, agent_hash)
     }
 
     /// A message for the user outside any driver (stderr, or a JSON
@@ -620,8 +637,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
 
 /// `tether mux`: serve until idle, or (`--status`) show the running one.
 async fn mux(ctx: &Context, args: MuxArgs) -> Result<i32, Failure> {
-    let agent = AgentBinary::find().map_err(Failure::other)?;
-    let paths = ctx.mux_paths(&agent).map_err(Failure::other)?;
+    let agent = ctx.agent()?;
+    let paths = ctx.mux_paths(&agent.hash).map_err(Failure::other)?;
     if args.status {
         let status = persist::status(&paths.socket).await.map_err(|e| Failure {
             code: exit::CELL_ERROR,

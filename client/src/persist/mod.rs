@@ -47,7 +47,7 @@ impl MuxPaths {
     /// root `root` and the agent whose hash is `agent_hash`: a new agent or
     /// another latency gets its own.
     pub fn new(spec: &str, root: &str, agent_hash: &str) -> Result<MuxPaths, String> {
-        let dir = mux_dir()?;
+        let dir = dir()?;
         let mut digest = Sha256::new();
         for part in [spec, root, agent_hash] {
             digest.update(part.as_bytes());
@@ -89,7 +89,9 @@ impl MuxPaths {
     }
 }
 
-fn mux_dir() -> Result<PathBuf, String> {
+/// The directory of the background processes' sockets:
+/// `$XDG_RUNTIME_DIR/tether`, else the state dir's `tether/mux`.
+pub fn dir() -> Result<PathBuf, String> {
     if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
