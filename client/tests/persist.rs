@@ -2,8 +2,8 @@
 //! open between `tether` commands, end to end with real processes on the
 //! local backend and on docker: warm runs go through it (no new exec),
 //! its death by `kill -9` mid-cell loses nothing and runs nothing twice,
-//! it exits when idle, and a stale or bad socket costs a note, never a
-//! hang or a failed cell.
+//! a stopped one costs a bounded wait, it exits when idle, and a stale or
+//! bad socket costs a note, never a hang or a failed cell.
 
 mod common;
 
@@ -209,6 +209,22 @@ fn bad_socket_and_bad_dir(w: &World) {
     set_mode(&dir, 0o700);
 }
 
+/// A background process that is stopped (`SIGSTOP`) accepts connections
+/// and never answers: the `tether` gives up on it within its ack bound and
+/// runs the cell on its own transport, once.
+fn stopped_mux(w: &World, sandbox: &Sandbox) {
+    let side = format!("{}/stopped-side", sandbox.dir);
+    ok(&w.run("k", "true"));
+    let pid = num(&open_mux(w), &["pid"]) as u32;
+    kill("STOP", pid);
+    let out = w.run("k", &format!("echo ran >> {side}; echo done"));
+    kill("CONT", pid);
+    ok(&out);
+    assert_eq!(text(&out.stdout), "done\n", "{}", show(&out));
+    assert_eq!((sandbox.sh)(&format!("cat {side}")), "ran\n", "ran once");
+    stop_muxes(w);
+}
+
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -244,6 +260,17 @@ fn local_background_process_killed_mid_cell_loses_nothing() {
         sh: &local_sh,
     };
     killed_mid_cell(&w, &sandbox);
+}
+
+#[test]
+fn local_stopped_background_process_costs_a_bounded_wait() {
+    let w = World::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox {
+        dir: scratch.path().to_string_lossy().into_owned(),
+        sh: &local_sh,
+    };
+    stopped_mux(&w, &sandbox);
 }
 
 #[test]
@@ -290,6 +317,7 @@ fn on_docker_the_background_process_keeps_the_channel() {
         sh: &sh,
     };
     killed_mid_cell(&w, &sandbox);
+    stopped_mux(&w, &sandbox);
     idle_exit(&w);
     bad_socket_and_bad_dir(&w);
     drop(w);

@@ -4,7 +4,8 @@
 //! connection. This module holds its decisions, sans-IO:
 //!
 //! - [`wire`]: what a `tether` process and the multiplexer say over the
-//!   unix socket (one exec call per connection);
+//!   unix socket (one exec call per connection), acknowledged within
+//!   [`ACK_WITHIN`];
 //! - [`Idle`]: when the multiplexer exits (no connection for its idle
 //!   period);
 //! - [`on_connect`]: what a `tether` does with the outcome of connecting
@@ -24,6 +25,13 @@ use std::time::Duration;
 
 /// How long an unused multiplexer lives by default.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
+
+/// How long a `tether` waits for the multiplexer to acknowledge a request
+/// ([`wire::ACK`], sent once the request is read) before it counts as hung
+/// (stopped, wedged): the call is then a transport error (it may have
+/// been read) and the `tether` goes on over its own transport, so a hung
+/// multiplexer costs at most this, never the op's whole deadline.
+pub const ACK_WITHIN: Duration = Duration::from_secs(3);
 
 /// The multiplexer's idle clock: it exits once no connection was open for
 /// `idle_after`.

@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tether_core::persist::wire::{Request, Response};
-use tether_core::persist::{on_connect, Attach};
+use tether_core::persist::wire::{Request, Response, ACK};
+use tether_core::persist::{on_connect, Attach, ACK_WITHIN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -212,6 +212,23 @@ async fn call(socket: &Path, request: &Request) -> Result<Response, CallError> {
         .write_all(&request.encode())
         .await
         .map_err(|e| lost(format!("cannot write to the background process: {e}")))?;
+    let mut ack = [0u8; 1];
+    match tokio::time::timeout(ACK_WITHIN, stream.read_exact(&mut ack)).await {
+        Ok(Ok(_)) if ack[0] == ACK => {}
+        Ok(Ok(_)) => return Err(lost("the background process sent garbage".into())),
+        Ok(Err(e)) => {
+            return Err(lost(format!(
+                "the background process (tether mux) went away: {e}"
+            )))
+        }
+        Err(_) => {
+            return Err(lost(format!(
+                "the background process (tether mux) did not answer within {} s (stopped or \
+                 hung?); going on without it",
+                ACK_WITHIN.as_secs()
+            )))
+        }
+    }
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {

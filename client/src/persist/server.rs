@@ -13,7 +13,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tether_core::persist::wire::{Request, Response};
+use tether_core::persist::wire::{Request, Response, ACK};
 use tether_core::persist::Idle;
 use tether_core::time::Timestamp;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -198,6 +198,9 @@ async fn serve_one(
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     };
+    if writer.write_all(&[ACK]).await.is_err() {
+        return;
+    }
     let response = match request {
         Request::Status => Response::Status(status()),
         Request::Exec { argv, stdin, op } => {
@@ -216,10 +219,12 @@ async fn serve_one(
                     }
                 }
             };
+            // A `tether` that already left (it gave up waiting for the
+            // ack) is noticed before its call starts.
             tokio::select! {
                 biased;
-                result = transport.exec(req) => Response::Exec(result),
                 () = hung_up => return,
+                result = transport.exec(req) => Response::Exec(result),
             }
         }
     };

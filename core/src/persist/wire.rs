@@ -1,6 +1,7 @@
 //! What goes over the multiplexer's unix socket: one [`Request`] from the
-//! `tether` process, one [`Response`] back, then the connection closes (a
-//! `tether` that closes it early abandons the call). Each message is one
+//! `tether` process, the byte [`ACK`] once the multiplexer has read it,
+//! one [`Response`], then the connection closes (a `tether` that closes it
+//! early abandons the call). Each message is one
 //! JSON header line naming the lengths of the raw byte sections that
 //! follow it, so stdin and stdout pass exactly, whatever they hold.
 
@@ -8,6 +9,9 @@ use crate::client::{TransportError, TransportErrorKind};
 use crate::protocol::{ExecOutput, OpKind};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+/// The multiplexer's first byte on a connection: the request was read.
+pub const ACK: u8 = b'+';
 
 /// The longest header line either side accepts.
 const MAX_HEADER: usize = 1 << 20;
