@@ -134,10 +134,28 @@ fn killed_mid_cell(w: &World, sandbox: &Sandbox) {
     assert!(notes.contains("stale socket"), "{notes}");
     let after = open_mux(w);
     assert_ne!(after["pid"], before["pid"]);
+    // The dead one's channel ended with its stdin: only the new one's is left.
+    let root = w.root.path().to_string_lossy().into_owned();
+    wait_until("one channel process is left on the sandbox", || {
+        channel_processes(sandbox, &root) == 1
+    });
     let out = w.run("k", "echo again");
     ok(&out);
     assert_eq!(text(&out.stdout), "again\n");
     assert_eq!(text(&out.stderr), "", "no note with a live one");
+}
+
+/// How many `tether-agent channel --root ROOT` processes run on the sandbox.
+fn channel_processes(sandbox: &Sandbox, root: &str) -> usize {
+    // argv[1] and argv[3] (the scan's own shell only mentions them).
+    (sandbox.sh)(&format!(
+        "for p in /proc/[0-9]*; do \
+           a=$(tr '\\000' '\\n' < $p/cmdline 2>/dev/null | sed -n '2p;4p' | tr '\\n' ' '); \
+           [ \"$a\" = 'channel {root} ' ] && echo x; \
+         done"
+    ))
+    .lines()
+    .count()
 }
 
 /// With `--persist 1s`, the background process exits a second after the
@@ -225,6 +243,41 @@ fn stopped_mux(w: &World, sandbox: &Sandbox) {
     stop_muxes(w);
 }
 
+/// Three `tether mux` for one sandbox started at once: one serves, the
+/// other two see its lock and exit at once.
+fn one_per_sandbox(w: &World) {
+    stop_muxes(w);
+    let mut muxes: Vec<_> = (0..3)
+        .map(|_| {
+            w.cmd()
+                .args(["mux", "--idle", "60s"])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut exited = Vec::new();
+    wait_until("two of the three exit", || {
+        for (i, mux) in muxes.iter_mut().enumerate() {
+            if !exited.contains(&i) && mux.try_wait().unwrap().is_some() {
+                exited.push(i);
+            }
+        }
+        exited.len() >= 2
+    });
+    assert_eq!(exited.len(), 2, "one keeps serving");
+    let serving = (0..3).find(|i| !exited.contains(i)).unwrap();
+    let status = status(w).expect("the third serves");
+    assert_eq!(num(&status, &["pid"]), u64::from(muxes[serving].id()));
+    stop_muxes(w);
+    let refused = muxes
+        .into_iter()
+        .map(|mux| text(&finish(mux, "tether mux").stderr))
+        .filter(|said| said.contains("AlreadyRunning"))
+        .count();
+    assert_eq!(refused, 2, "two saw the lock held");
+}
+
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -274,6 +327,11 @@ fn local_stopped_background_process_costs_a_bounded_wait() {
 }
 
 #[test]
+fn local_one_background_process_per_sandbox() {
+    one_per_sandbox(&World::new());
+}
+
+#[test]
 fn local_background_process_exits_when_idle() {
     idle_exit(&World::new());
 }
@@ -318,6 +376,7 @@ fn on_docker_the_background_process_keeps_the_channel() {
     };
     killed_mid_cell(&w, &sandbox);
     stopped_mux(&w, &sandbox);
+    one_per_sandbox(&w);
     idle_exit(&w);
     bad_socket_and_bad_dir(&w);
     drop(w);
