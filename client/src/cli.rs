@@ -484,6 +484,22 @@ impl Context {
         }
     }
 
+    /// Removes the socket of the sandbox's background process, if one
+    /// is there: the process sees it gone within a second and exits; the
+    /// next `tether run` starts a new one.
+    fn retire_mux(&self) {
+        use std::os::unix::fs::FileTypeExt;
+        let Ok(agent) = self.agent() else { return };
+        let Ok(paths) = self.mux_paths(&agent.hash) else {
+            return;
+        };
+        let is_socket =
+            std::fs::symlink_metadata(&paths.socket).is_ok_and(|meta| meta.file_type().is_socket());
+        if is_socket {
+            let _ = std::fs::remove_file(&paths.socket);
+        }
+    }
+
     fn mux_paths(&self, agent_hash: &str) -> Result<MuxPaths, String> {
         MuxPaths::new(&self.backend_raw, &self.root, agent_hash)
     }
@@ -992,6 +1008,9 @@ async fn stop(ctx: &Context) -> Result<i32, Failure> {
     }
     printer.note(&format!("{} kernel(s) stopped", kernels.len() - busy.len()));
     if busy.is_empty() {
+        // Nothing left to keep the channel for (a busy kernel's tether
+        // may still be using it).
+        ctx.retire_mux();
         Ok(exit::OK)
     } else {
         Err(Failure::busy(format!(

@@ -190,6 +190,16 @@ fn idle_exit(w: &World) {
     assert_eq!(text(&out.stderr), "", "{}", show(&out));
 }
 
+/// `tether stop` stops the kernels and retires the background process.
+fn stop_retires_it(w: &World) {
+    ok(&w.run("k", "true"));
+    let pid = num(&open_mux(w), &["pid"]) as u32;
+    ok(&w.tether(&["stop"]));
+    wait_until("the background process exits after `tether stop`", || {
+        !alive(pid)
+    });
+}
+
 /// A socket path that holds a plain file: the run works, with a note, and
 /// a new background process replaces the file. A socket directory others
 /// may read: the run works, with a note, and starts none.
@@ -337,6 +347,11 @@ fn local_background_process_exits_when_idle() {
 }
 
 #[test]
+fn local_stop_retires_the_background_process() {
+    stop_retires_it(&World::new());
+}
+
+#[test]
 fn local_bad_socket_or_directory_falls_back_with_a_note() {
     bad_socket_and_bad_dir(&World::new());
 }
@@ -377,6 +392,7 @@ fn on_docker_the_background_process_keeps_the_channel() {
     killed_mid_cell(&w, &sandbox);
     stopped_mux(&w, &sandbox);
     one_per_sandbox(&w);
+    stop_retires_it(&w);
     idle_exit(&w);
     bad_socket_and_bad_dir(&w);
     drop(w);
