@@ -382,8 +382,9 @@ impl Context {
 
     /// A driver with a fresh client (seeded from the OS: request ids and
     /// nonces must differ between `tether` processes).
-    /// Uses the sandbox's background process if one runs, never starts
-    /// one (`tether stop` should not leave one behind).
+    ///
+    /// It uses the sandbox's background process if one runs, and never
+    /// starts one (`tether stop` should not leave one behind).
     pub fn driver(&self) -> Result<Driver, Failure> {
         self.build_driver(|_| {}, false)
     }
@@ -420,9 +421,6 @@ impl Context {
 }
 
 impl Context {
-    /// The transport of a command: through the sandbox's background
-    /// process when one answers; else this process's own (starting a
-    /// background process for the next command).
     /// The agent binary, its hash remembered beside the background
     /// processes' sockets (a warm command neither reads nor hashes it).
     fn agent(&self) -> Result<AgentRef, Failure> {
@@ -438,6 +436,9 @@ impl Context {
         found.map_err(Failure::other)
     }
 
+    /// The transport of a command: through the sandbox's background
+    /// process when one answers; else this process's own (starting a
+    /// background process for the next command if `start_mux`).
     fn transport(
         &self,
         agent_hash: &str,
