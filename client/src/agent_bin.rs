@@ -9,6 +9,7 @@
 //! `scripts/build-agent`); the workspace's debug build
 //! (`target/debug/tether-agent`).
 
+use crate::driver::AgentSource;
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -87,17 +88,81 @@ impl std::error::Error for AgentBinError {}
 impl AgentBinary {
     /// Finds and loads the agent binary (see the module docs for the order).
     pub fn find() -> Result<AgentBinary, AgentBinError> {
-        if let Some(path) = std::env::var_os(AGENT_ENV).filter(|p| !p.is_empty()) {
-            return AgentBinary::load(Path::new(&path));
-        }
-        let candidates = candidates();
-        for path in &candidates {
-            if path.is_file() {
-                return AgentBinary::load(path);
+        AgentBinary::load(&locate()?)
+    }
+
+    /// Finds the agent binary; its hash is remembered in the file `cache`
+    /// under the file's identity (device, inode, size, modification and
+    /// change times, path), so a later call with the same file neither
+    /// reads nor hashes it, and its bytes are read only if an install
+    /// needs them. A cache that cannot be read or written only costs the
+    /// hashing.
+    pub fn find_cached(cache: &Path) -> Result<AgentRef, AgentBinError> {
+        AgentBinary::cached(locate()?, cache)
+    }
+
+    /// [`AgentBinary::find_cached`] for the binary at `path`.
+    pub fn cached(path: PathBuf, cache: &Path) -> Result<AgentRef, AgentBinError> {
+        let key = std::fs::metadata(&path).ok().map(|meta| {
+            use std::os::unix::fs::MetadataExt;
+            format!(
+                "{}:{}:{}:{}.{}:{}.{}:{}",
+                meta.dev(),
+                meta.ino(),
+                meta.size(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime(),
+                meta.ctime_nsec(),
+                path.display()
+            )
+        });
+        let known = std::fs::read_to_string(cache).unwrap_or_default();
+        if let Some(key) = &key {
+            let size = key.split(':').nth(2).and_then(|s| s.parse().ok());
+            let hash = known
+                .lines()
+                .find_map(|line| line.strip_prefix(key.as_str())?.strip_prefix(' '))
+                .filter(|hash| !hash.contains(' '));
+            if let (Some(hash), Some(size)) = (hash, size) {
+                return Ok(AgentRef {
+                    hash: hash.to_owned(),
+                    size,
+                    source: AgentSource::File(path.clone()),
+                    path,
+                });
             }
         }
-        Err(AgentBinError::NotFound {
-            searched: candidates,
+        let agent = AgentBinary::load(&path)?;
+        if let Some(key) = key {
+            // The newest entries, this one last; written whole, then
+            // renamed into place.
+            let mut lines: Vec<&str> = known.lines().collect();
+            let keep = lines.len().saturating_sub(15);
+            lines.drain(..keep);
+            let entry = format!("{key} {}", agent.hash);
+            lines.push(&entry);
+            let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+            let written = cache
+                .parent()
+                .map_or(Ok(()), |dir| {
+                    use std::os::unix::fs::DirBuilderExt;
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(dir)
+                })
+                .and_then(|()| std::fs::write(&tmp, lines.join("\n") + "\n"))
+                .and_then(|()| std::fs::rename(&tmp, cache));
+            if written.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+        Ok(AgentRef {
+            hash: agent.hash.clone(),
+            size: agent.size(),
+            source: AgentSource::Bytes(agent.bytes.clone()),
+            path: agent.path,
         })
     }
 
@@ -126,6 +191,44 @@ impl AgentBinary {
     /// Its size in bytes.
     pub fn size(&self) -> u64 {
         self.bytes.len() as u64
+    }
+}
+
+/// The agent binary, found, its bytes perhaps not read yet
+/// ([`AgentBinary::find_cached`]).
+#[derive(Clone, Debug)]
+pub struct AgentRef {
+    /// Where it was found.
+    pub path: PathBuf,
+    /// Hex SHA-256 of its bytes.
+    pub hash: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// What an install ships.
+    pub source: AgentSource,
+}
+
+impl AgentRef {
+    /// Where this agent lives on a sandbox whose root is `root`.
+    pub fn location(&self, root: &str) -> AgentLocation {
+        AgentLocation {
+            root: root.to_owned(),
+            hash: self.hash.clone(),
+        }
+    }
+}
+
+/// Where the agent binary is (see the module docs for the order).
+fn locate() -> Result<PathBuf, AgentBinError> {
+    if let Some(path) = std::env::var_os(AGENT_ENV).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let candidates = candidates();
+    match candidates.iter().find(|path| path.is_file()) {
+        Some(path) => Ok(path.clone()),
+        None => Err(AgentBinError::NotFound {
+            searched: candidates,
+        }),
     }
 }
 
@@ -178,6 +281,22 @@ mod tests {
             hex_sha256(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn a_cached_hash_is_used_until_the_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, cache) = (dir.path().join("agent"), dir.path().join("c/hashes"));
+        std::fs::write(&bin, b"abc").unwrap();
+        let first = AgentBinary::cached(bin.clone(), &cache).unwrap();
+        assert_eq!(first.hash, hex_sha256(b"abc"));
+        assert!(matches!(first.source, AgentSource::Bytes(_)), "read once");
+        let again = AgentBinary::cached(bin.clone(), &cache).unwrap();
+        assert_eq!((again.hash.as_str(), again.size), (first.hash.as_str(), 3));
+        assert!(matches!(again.source, AgentSource::File(_)), "not read");
+        std::fs::write(&bin, b"abcd").unwrap();
+        let changed = AgentBinary::cached(bin, &cache).unwrap();
+        assert_eq!(changed.hash, hex_sha256(b"abcd"));
     }
 
     #[test]

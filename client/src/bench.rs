@@ -6,10 +6,14 @@
 //!
 //! - warm `tether run true`: wall time of the whole CLI process (start,
 //!   hash the agent, read the record, one cell, exit), median, with the
-//!   channel off and on (`--channel`);
+//!   channel off, on for the process only (`--persist off`), and through
+//!   the sandbox's background process (`tether mux`, warm);
 //! - bare `sh -c true` through the same transport, median; on ssh also
 //!   `ssh host true` on a new connection each time, and through the
-//!   transport's master with one `ssh` process per exec (process-mux);
+//!   transport's master with one `ssh` process per exec (process-mux); on
+//!   docker also `docker exec CONTAINER true` from the shell's point of
+//!   view (a new `docker` process each time), in the same interleaved loop
+//!   as the CLI;
 //! - a warm cell `true` in-process, one-shot execs and on an open channel;
 //! - output latency: the first byte of a cell that prints then sleeps,
 //!   in-process, one-shot and on the channel;
@@ -157,8 +161,16 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 ms(r.cli_run_off),
             ),
             (
-                "warm `tether run true`, whole CLI, --channel auto",
+                "warm `tether run true`, whole CLI, --persist off",
                 ms(r.cli_run_auto),
+            ),
+            (
+                "warm `tether run true`, whole CLI, via tether mux",
+                ms(r.cli_run_mux),
+            ),
+            (
+                "… ops per run on the mux's channel; one-shot execs",
+                r.mux_ops.clone(),
             ),
             (
                 "bare `sh -c true` via the transport, median",
@@ -199,6 +211,27 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 ms(process_mux),
             ));
         }
+        if let Some(bare) = r.docker_exec {
+            rows.push(("bare `docker exec C true`, median", ms(bare)));
+            rows.push((
+                "via tether mux / `docker exec C true`",
+                format!(
+                    "{:.2}",
+                    r.cli_run_mux.as_secs_f64() / bare.as_secs_f64().max(1e-9)
+                ),
+            ));
+        }
+        if let Some((bare, mux)) = r.cpu {
+            rows.push(("CPU per `docker exec C true`, all processes", ms(bare)));
+            rows.push((
+                "CPU per warm `tether run true` via tether mux, all",
+                ms(mux),
+            ));
+            rows.push((
+                "… ratio (CPU)",
+                format!("{:.2}", mux.as_secs_f64() / bare.as_secs_f64().max(1e-9)),
+            ));
+        }
         if let Some(cancel) = r.cancel {
             rows.push(("cancel -> last process dead (TERM honoured)", ms(cancel)));
         }
@@ -221,6 +254,12 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
 struct Results {
     cli_run_off: Duration,
     cli_run_auto: Duration,
+    cli_run_mux: Duration,
+    mux_ops: String,
+    docker_exec: Option<Duration>,
+    /// CPU per `docker exec C true` and per warm `tether run true` via
+    /// the background process, every process involved on this machine.
+    cpu: Option<(Duration, Duration)>,
     bare_exec: Duration,
     cell: Duration,
     channel_cell: Duration,
@@ -349,9 +388,16 @@ async fn measure(
     // The whole CLI, warm.
     let state = dir.join("state");
     let exe = std::env::current_exe().map_err(fail)?;
-    let cli = |channel: &str, args: &[&str]| {
+    // `off`: no channel; `auto`: this process's own; `mux`: through the
+    // sandbox's background process.
+    let cli = |mode: &str, args: &[&str]| {
         let mut cmd = Command::new(&exe);
+        let (channel, persist) = match mode {
+            "mux" => ("auto", "10m"),
+            other => (other, "off"),
+        };
         cmd.env("XDG_STATE_HOME", &state)
+            .env("XDG_RUNTIME_DIR", state.join("run"))
             .env("TETHER_AGENT_BIN", &agent.path)
             .arg("--backend")
             .arg(spec.to_string())
@@ -359,6 +405,8 @@ async fn measure(
             .arg(root_str)
             .arg("--channel")
             .arg(channel)
+            .arg("--persist")
+            .arg(persist)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -370,17 +418,105 @@ async fn measure(
     if !warm.success() {
         return Err(fail(format!("`tether run true` failed: {warm}")));
     }
-    // Interleaved, so a load that comes and goes hits both alike.
-    let (mut runs_off, mut runs_auto) = (Vec::new(), Vec::new());
+    // The background process: started by this run, warm once its
+    // channel is open.
+    let mux_status = || -> Option<serde_json::Value> {
+        let out = cli("mux", &["mux", "--status"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    };
+    let started = cli("mux", &run_true).status().map_err(fail)?;
+    if !started.success() {
+        return Err(fail(format!("`tether run true` failed: {started}")));
+    }
+    let warm_until = Instant::now() + Duration::from_secs(60);
+    let before = loop {
+        match mux_status() {
+            Some(s) if s["channel"]["open"] == true => break s,
+            _ if Instant::now() > warm_until => {
+                return Err(fail("the background process's channel did not open"))
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let docker_exec = match spec {
+        BackendSpec::Docker(opts) => Some(opts.container.clone()),
+        _ => None,
+    };
+    // Interleaved, so a load that comes and goes hits all alike.
+    let (mut runs_off, mut runs_auto, mut runs_mux, mut bare_docker) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..iterations {
-        for (channel, runs) in [("off", &mut runs_off), ("auto", &mut runs_auto)] {
+        for (mode, runs) in [
+            ("off", &mut runs_off),
+            ("auto", &mut runs_auto),
+            ("mux", &mut runs_mux),
+        ] {
             let t0 = Instant::now();
-            let status = cli(channel, &run_true).status().map_err(fail)?;
+            let status = cli(mode, &run_true).status().map_err(fail)?;
             runs.push(t0.elapsed());
             if !status.success() {
                 return Err(fail(format!("`tether run true` failed: {status}")));
             }
         }
+        if let Some(container) = &docker_exec {
+            let t0 = Instant::now();
+            let status = Command::new("docker")
+                .args(["exec", container, "true"])
+                .stdin(Stdio::null())
+                .status()
+                .map_err(fail)?;
+            bare_docker.push(t0.elapsed());
+            if !status.success() {
+                return Err(fail(format!("`docker exec {container} true`: {status}")));
+            }
+        }
+    }
+    let after = mux_status().ok_or_else(|| fail("the background process is gone"))?;
+    let mux_pid = after["pid"].as_u64().map(|p| p as u32);
+    // CPU, which a loaded machine does not inflate: three rounds of each,
+    // the least disturbed (others' containers use the same daemons) kept.
+    let mut cpu = None;
+    if let (Some(container), Some(mux_pid)) = (&docker_exec, mux_pid) {
+        if let Some(usage) = container_cpu_file(container) {
+            let (mut bare_cpu, mut mux_cpu) = (Vec::new(), Vec::new());
+            for _ in 0..3 {
+                let c0 = docker_cpu(&usage, mux_pid);
+                for _ in 0..iterations {
+                    let _ = Command::new("docker")
+                        .args(["exec", container, "true"])
+                        .stdin(Stdio::null())
+                        .status();
+                }
+                let c1 = docker_cpu(&usage, mux_pid);
+                for _ in 0..iterations {
+                    let _ = cli("mux", &run_true).status();
+                }
+                let c2 = docker_cpu(&usage, mux_pid);
+                bare_cpu.push(c1.saturating_sub(c0) / iterations as u32);
+                mux_cpu.push(c2.saturating_sub(c1) / iterations as u32);
+            }
+            cpu = bare_cpu.into_iter().min().zip(mux_cpu.into_iter().min());
+        }
+    }
+    let delta = |key: &str| {
+        let n = |s: &serde_json::Value| s["channel"][key].as_u64().unwrap_or(0);
+        n(&after).saturating_sub(n(&before))
+    };
+    let mux_ops = format!(
+        "{:.2}; {} (channels opened {})",
+        delta("on_channel") as f64 / iterations as f64,
+        delta("one_shot"),
+        delta("opened")
+    );
+    if let Some(pid) = after["pid"]
+        .as_u64()
+        .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }
     let json = cli("off", &["--json", "run", "--kernel", "cli", "true"])
         .stdout(Stdio::piped())
@@ -419,6 +555,10 @@ async fn measure(
     Ok(Results {
         cli_run_off: median(runs_off),
         cli_run_auto: median(runs_auto),
+        cli_run_mux: median(runs_mux),
+        mux_ops,
+        docker_exec: (!bare_docker.is_empty()).then(|| median(bare_docker)),
+        cpu,
         bare_exec: median(bare),
         cell: median(cells),
         channel_cell: median(channel_cells),
@@ -681,4 +821,63 @@ fn describe_execs(execs: &serde_json::Value) -> String {
         .map(|(k, v)| format!("{k} {}", v.as_u64().unwrap_or(0)))
         .collect();
     format!("{total} ({})", kinds.join(", "))
+}
+
+/// The container's cgroup v1 `cpuacct.usage` file (nanoseconds of CPU of
+/// every process that ran in it), if this machine has one.
+fn container_cpu_file(container: &str) -> Option<PathBuf> {
+    let out = Command::new("docker")
+        .args(["inspect", "-f", "{{.Id}}", container])
+        .output()
+        .ok()?;
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let path = PathBuf::from(format!("/sys/fs/cgroup/cpuacct/docker/{id}/cpuacct.usage"));
+    path.is_file().then_some(path)
+}
+
+/// CPU (user + system, including reaped children) of everything a docker
+/// exec involves on this machine: this process's reaped children (the
+/// `tether` and `docker` commands), dockerd, containerd, the containerd
+/// shims (they reap runc), the container's cgroup, and the background
+/// process `mux` with its children (its `docker exec -i`).
+fn docker_cpu(container_usage: &Path, mux: u32) -> Duration {
+    /// `USER_HZ` on Linux.
+    const TICK: Duration = Duration::from_millis(10);
+    let fields = |pid: &str| -> Vec<u64> {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.to_owned()))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .filter_map(|f| f.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // After the state: ppid pgrp session tty tpgid flags minflt cminflt
+    // majflt cmajflt utime stime cutime cstime (the state is not numeric).
+    let own = |pid: &str| -> u64 { fields(pid).get(10..12).map_or(0, |f| f.iter().sum()) };
+    let reaped = |pid: &str| -> u64 { fields(pid).get(12..14).map_or(0, |f| f.iter().sum()) };
+    let mut ticks = reaped("self");
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if matches!(comm.trim(), "dockerd" | "containerd" | "containerd-shim") {
+            ticks += own(&pid) + reaped(&pid);
+        }
+    }
+    ticks += own(&mux.to_string()) + reaped(&mux.to_string());
+    let children =
+        std::fs::read_to_string(format!("/proc/{mux}/task/{mux}/children")).unwrap_or_default();
+    for child in children.split_whitespace() {
+        ticks += own(child) + reaped(child);
+    }
+    let container_ns: u64 = std::fs::read_to_string(container_usage)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    TICK * ticks as u32 + Duration::from_nanos(container_ns)
 }

@@ -1,20 +1,25 @@
 //! The `tether` command line: argument parsing, what each subcommand does
 //! with a [`Driver`], how events are shown, and exit codes.
 
-use crate::agent_bin::AgentBinary;
+use crate::agent_bin::{AgentBinary, AgentRef};
 use crate::backend::BackendSpec;
-use crate::channel::{transport_for, ChannelMode};
+use crate::channel::{can_stream, channel_for, transport_for, ChannelMode};
 use crate::driver::{Driver, DriverError, DriverStats};
 use crate::duration::parse_duration;
+use crate::persist::{self, Attached, MuxPaths};
 use crate::records::{FileStore, KernelLock, Locking, RecordStore};
+use crate::transport::Transport;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStringExt;
+use std::sync::Arc;
 use std::time::Duration;
 use tether_core::bytes::Bytes;
+use tether_core::channel::MuxConfig;
 use tether_core::client::{Client, Config, Event, KernelRecord};
 use tether_core::ids::KernelName;
+use tether_core::protocol::AgentLocation;
 use tether_core::protocol::{CellOutcome, Lang, Stream};
 
 /// Exit codes of `tether` (also in `--help` and the README). A cell's own
@@ -87,6 +92,8 @@ or event `failure` naming tether's own condition (busy, usage, unavailable).
 Cells have no stdin (it is /dev/null; Python's input() raises EOFError).
 
 Records of kernels live in $XDG_STATE_HOME/tether (default ~/.local/state/tether).
+A background process per sandbox (`tether mux`, socket in $XDG_RUNTIME_DIR/tether)
+keeps the channel open between commands; it exits after --persist unused.
 The agent binary is $TETHER_AGENT_BIN, or tether-agent next to this program,
 or the workspace build (scripts/build-agent).";
 
@@ -121,6 +128,12 @@ pub struct Cli {
         env = "TETHER_CHANNEL"
     )]
     pub channel: ChannelMode,
+    /// Keep the channel open between `tether` commands in a background
+    /// process (`tether mux`, one per sandbox, started on first use) that
+    /// exits after this long unused (`10m`, `30s`), or `off`: each
+    /// `tether` opens its own.
+    #[arg(long, global = true, default_value = "10m", env = "TETHER_PERSIST")]
+    pub persist: String,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -149,6 +162,21 @@ pub enum Command {
     /// Measure round trips and latencies (see README).
     #[command(hide = true)]
     Bench(crate::bench::BenchArgs),
+    /// The background process that keeps the sandbox's channel open
+    /// (started by `tether run`; see --persist).
+    #[command(hide = true)]
+    Mux(MuxArgs),
+}
+
+/// `tether mux`.
+#[derive(Debug, clap::Args)]
+pub struct MuxArgs {
+    /// Exit after this long without a connection [default: --persist].
+    #[arg(long, value_parser = parse_duration)]
+    pub idle: Option<Duration>,
+    /// Print the running one's status as JSON (exit 1 if none runs).
+    #[arg(long)]
+    pub status: bool,
 }
 
 /// A kernel's language, on the command line.
@@ -319,6 +347,10 @@ pub struct Context {
     pub verbose: bool,
     /// Whether ops use the channel.
     pub channel: ChannelMode,
+    /// `--backend` as given (it names the background process).
+    pub backend_raw: String,
+    /// How long the background process lives unused (`None`: none).
+    pub persist: Option<Duration>,
 }
 
 impl Context {
@@ -340,12 +372,20 @@ impl Context {
         if matches!(backend, BackendSpec::Local(_)) {
             check_local_root(trimmed)?;
         }
+        let persist = match cli.persist.trim() {
+            "off" => None,
+            other => Some(parse_duration(other).map_err(|e| {
+                Failure::usage(format!("--persist takes a duration or `off`: {e}"))
+            })?),
+        };
         Ok(Context {
             backend,
             root: trimmed.to_owned(),
             json: cli.json,
             verbose: cli.verbose,
             channel: cli.channel,
+            backend_raw: cli.backend.trim().to_owned(),
+            persist,
         })
     }
 
@@ -358,24 +398,133 @@ impl Context {
 
     /// A driver with a fresh client (seeded from the OS: request ids and
     /// nonces must differ between `tether` processes).
+    ///
+    /// It uses the sandbox's background process if one runs, and never
+    /// starts one (`tether stop` should not leave one behind).
     pub fn driver(&self) -> Result<Driver, Failure> {
-        self.driver_with(|_| {})
+        self.build_driver(|_| {}, false)
     }
 
-    /// [`Context::driver`], with the client's configuration adjusted.
+    /// [`Context::driver`] for a command that runs cells (`run`,
+    /// `resume`): starts the background process if none answers.
+    pub fn cell_driver(&self) -> Result<Driver, Failure> {
+        self.build_driver(|_| {}, true)
+    }
+
+    /// [`Context::cell_driver`], with the client's configuration adjusted.
     pub fn driver_with(&self, tune: impl FnOnce(&mut Config)) -> Result<Driver, Failure> {
-        let agent = AgentBinary::find().map_err(Failure::other)?;
+        self.build_driver(tune, true)
+    }
+
+    fn build_driver(
+        &self,
+        tune: impl FnOnce(&mut Config),
+        start_mux: bool,
+    ) -> Result<Driver, Failure> {
+        let agent = self.agent()?;
         let location = agent.location(&self.root);
-        let mut config = Config::new(location.clone(), agent.size());
+        let mut config = Config::new(location.clone(), agent.size);
         tune(&mut config);
         let client = Client::new(config, os_seed());
         Ok(Driver::new(
             client,
-            transport_for(&self.backend, &location, self.channel),
+            self.transport(&agent.hash, &location, start_mux),
             Box::new(self.store()?),
-            agent.bytes.clone(),
+            agent.source.clone(),
             location,
         ))
+    }
+}
+
+impl Context {
+    /// The agent binary, its hash remembered beside the background
+    /// processes' sockets (a warm command neither reads nor hashes it).
+    fn agent(&self) -> Result<AgentRef, Failure> {
+        let found = match persist::dir() {
+            Ok(dir) => AgentBinary::find_cached(&dir.join("agent-hashes")),
+            Err(_) => AgentBinary::find().map(|agent| AgentRef {
+                path: agent.path.clone(),
+                hash: agent.hash.clone(),
+                size: agent.size(),
+                source: agent.bytes.clone().into(),
+            }),
+        };
+        found.map_err(Failure::other)
+    }
+
+    /// The transport of a command: through the sandbox's background
+    /// process when one answers; else this process's own (starting a
+    /// background process for the next command if `start_mux`).
+    fn transport(
+        &self,
+        agent_hash: &str,
+        location: &AgentLocation,
+        start_mux: bool,
+    ) -> Arc<dyn Transport> {
+        let own = transport_for(&self.backend, location, self.channel);
+        let Some(idle) = self.persist else {
+            return own;
+        };
+        if self.channel == ChannelMode::Off || !can_stream(&self.backend) {
+            return own;
+        }
+        let paths = match self.mux_paths(agent_hash) {
+            Ok(paths) => paths,
+            Err(note) => {
+                self.note(&format!("not using a background process: {note}"));
+                return own;
+            }
+        };
+        let args = [
+            "--backend".to_owned(),
+            self.backend_raw.clone(),
+            "--root".to_owned(),
+            self.root.clone(),
+            "--channel".to_owned(),
+            "auto".to_owned(),
+        ];
+        let start = || {
+            if start_mux {
+                persist::start(&paths, &args, idle)
+            } else {
+                Ok(())
+            }
+        };
+        match persist::attach(&paths, Arc::clone(&own), start) {
+            Attached::Mux(mux) => mux,
+            Attached::Without { note } => {
+                if let Some(note) = note {
+                    self.note(&note);
+                }
+                own
+            }
+        }
+    }
+
+    /// Removes the socket of the sandbox's background process, if one
+    /// is there: the process sees it gone within a second and exits; the
+    /// next `tether run` starts a new one.
+    fn retire_mux(&self) {
+        use std::os::unix::fs::FileTypeExt;
+        let Ok(agent) = self.agent() else { return };
+        let Ok(paths) = self.mux_paths(&agent.hash) else {
+            return;
+        };
+        let is_socket =
+            std::fs::symlink_metadata(&paths.socket).is_ok_and(|meta| meta.file_type().is_socket());
+        if is_socket {
+            let _ = std::fs::remove_file(&paths.socket);
+        }
+    }
+
+    fn mux_paths(&self, agent_hash: &str) -> Result<MuxPaths, String> {
+        MuxPaths::new(&self.backend_raw, &self.root, agent_hash)
+    }
+
+    /// A message for the user outside any driver (stderr, or a JSON
+    /// `note` line).
+    fn note(&self, text: &str) {
+        Printer::new(self.json, self.verbose).note(text);
     }
 }
 
@@ -515,7 +664,61 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Stop => stop(&ctx).await,
         Command::Logs(args) => logs(&ctx, args).await,
         Command::Bench(args) => crate::bench::run(&ctx, args).await,
+        Command::Mux(args) => mux(&ctx, args).await,
     }
+}
+
+/// `tether mux`: serve until idle, or (`--status`) show the running one.
+async fn mux(ctx: &Context, args: MuxArgs) -> Result<i32, Failure> {
+    let agent = ctx.agent()?;
+    let paths = ctx.mux_paths(&agent.hash).map_err(Failure::other)?;
+    if args.status {
+        let status = persist::status(&paths.socket).await.map_err(|e| Failure {
+            code: exit::CELL_ERROR,
+            message: e,
+        })?;
+        println!("{status}");
+        return Ok(exit::OK);
+    }
+    // Its own session: the terminal's signals and hangup are not for it.
+    let _ = rustix::process::setsid();
+    let idle = args
+        .idle
+        .or(ctx.persist)
+        .unwrap_or(tether_core::persist::DEFAULT_IDLE);
+    let location = agent.location(&ctx.root);
+    let stopped = persist::server::run(&paths, idle, || {
+        let Some(channel) = channel_for(&ctx.backend, &location, MuxConfig::default()) else {
+            let transport = ctx.backend.transport();
+            return persist::server::Served {
+                transport,
+                status: Box::new(|| serde_json::json!({ "channel": null })),
+            };
+        };
+        // Open it now: the next `tether` finds it warm.
+        let opening = Arc::clone(&channel);
+        tokio::spawn(async move { opening.open(Duration::from_secs(60)).await });
+        let watched = Arc::clone(&channel);
+        persist::server::Served {
+            transport: channel,
+            status: Box::new(move || {
+                let status = watched.status();
+                serde_json::json!({ "channel": {
+                    "open": status.open,
+                    "pid": status.pid,
+                    "opened": status.stats.opened,
+                    "broken": status.stats.broken,
+                    "on_channel": status.stats.on_channel,
+                    "one_shot": status.stats.one_shot,
+                    "last_break": status.last_break,
+                }})
+            }),
+        }
+    })
+    .await
+    .map_err(Failure::other)?;
+    eprintln!("tether mux: stopped: {stopped:?}");
+    Ok(exit::OK)
 }
 
 async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
@@ -606,7 +809,7 @@ fn interrupts() -> Result<tokio::signal::unix::Signal, Failure> {
 async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
     let kernel = kernel_name(&args.kernel)?;
     let _lock = lock_kernel(&ctx.store()?, &kernel, false).await?;
-    let mut driver = ctx.driver()?;
+    let mut driver = ctx.cell_driver()?;
     driver.set_tools(args.tools.map(crate::tools::command_handler));
     let mut printer = Printer::new(ctx.json, ctx.verbose);
     let Some(record) = driver.store().load(&kernel)? else {
@@ -824,6 +1027,9 @@ async fn stop(ctx: &Context) -> Result<i32, Failure> {
     }
     printer.note(&format!("{} kernel(s) stopped", kernels.len() - busy.len()));
     if busy.is_empty() {
+        // Nothing left to keep the channel for (a busy kernel's tether
+        // may still be using it).
+        ctx.retire_mux();
         Ok(exit::OK)
     } else {
         Err(Failure::busy(format!(

@@ -169,12 +169,40 @@ pub type ToolHandler = Arc<dyn Fn(ToolCall) -> ToolFuture + Send + Sync>;
 
 type ToolResult = (CellKey, String, CallReply);
 
+/// The agent binary an install ships.
+#[derive(Clone, Debug)]
+pub enum AgentSource {
+    /// These bytes.
+    Bytes(Arc<[u8]>),
+    /// This file, read when an install needs it (a warm `tether run`
+    /// never does). A file that changed since its hash was taken is
+    /// refused by the agent's install, which checks the hash.
+    File(std::path::PathBuf),
+}
+
+impl From<Arc<[u8]>> for AgentSource {
+    fn from(bytes: Arc<[u8]>) -> AgentSource {
+        AgentSource::Bytes(bytes)
+    }
+}
+
+impl AgentSource {
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            AgentSource::Bytes(bytes) => bytes.to_vec(),
+            // Unreadable now: the install ships nothing and the agent
+            // refuses it (hash mismatch), which the client reports.
+            AgentSource::File(path) => std::fs::read(path).unwrap_or_default(),
+        }
+    }
+}
+
 /// The tokio loop around a [`Client`].
 pub struct Driver {
     client: Client,
     transport: Arc<dyn Transport>,
     store: Box<dyn RecordStore>,
-    agent: Arc<[u8]>,
+    agent: AgentSource,
     location: AgentLocation,
     epoch: Instant,
     tasks: JoinSet<ExecResult>,
@@ -195,7 +223,7 @@ impl Driver {
         client: Client,
         transport: Arc<dyn Transport>,
         store: Box<dyn RecordStore>,
-        agent: Arc<[u8]>,
+        agent: impl Into<AgentSource>,
         location: AgentLocation,
     ) -> Driver {
         let (cancel_tx, cancel_rx) = mpsc::unbounded_channel();
@@ -203,7 +231,7 @@ impl Driver {
             client,
             transport,
             store,
-            agent,
+            agent: agent.into(),
             location,
             epoch: Instant::now(),
             tasks: JoinSet::new(),
@@ -361,7 +389,7 @@ impl Driver {
         let rendered = render(id, op, &self.location);
         let stdin = match rendered.stdin {
             StdinSource::Bytes(bytes) => bytes,
-            StdinSource::AgentBinary => self.agent.to_vec(),
+            StdinSource::AgentBinary => self.agent.bytes(),
         };
         ExecRequest {
             argv: rendered.argv,

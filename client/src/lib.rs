@@ -12,6 +12,9 @@
 //!   Python client through one long-lived bridge process per transport);
 //! - [`channel`]: agent ops over one long-lived, multiplexed exec of the
 //!   agent, one-shot execs whenever it is not open;
+//! - [`persist`]: `tether mux`, the background process that keeps a
+//!   sandbox's channel open between `tether` commands, and the transport
+//!   that reaches it;
 //! - [`backend`]: `--backend` specs (`local?latency=50ms`) to transports;
 //! - [`driver`]: [`driver::Driver`], the tokio loop around the state machine;
 //! - [`records`]: persisted kernel records (files, or memory for the sim);
@@ -33,6 +36,7 @@ pub mod duration;
 pub mod events;
 pub mod local;
 pub mod modal;
+pub mod persist;
 pub mod records;
 pub mod ssh;
 mod ssh_master;

@@ -439,13 +439,19 @@ fn on_docker_a_killed_or_paused_channel_loses_nothing_and_runs_nothing_twice() {
     });
 }
 
-/// The CLI: a cell that outlives its submit waits on a channel, which
-/// dies with the `tether` process; killed mid-wait, the cell still
-/// completes once, whole. With `--channel off` no channel ever starts.
+/// The CLI without a background process (`--persist off`): a cell that
+/// outlives its submit waits on a channel, which dies with the `tether`
+/// process; killed mid-wait, the cell still completes once, whole. With
+/// `--channel off` no channel ever starts.
 #[test]
 fn tether_run_waits_on_a_channel_that_may_die_and_leaves_none_behind() {
     let world = common::World::new();
-    let warm = world.run("k", "true");
+    let warm = world
+        .cmd()
+        .env("TETHER_PERSIST", "off")
+        .args(["run", "--kernel", "k", "true"])
+        .output()
+        .unwrap();
     assert!(warm.status.success(), "{warm:?}");
     let root = world.root.path().to_owned();
     for (i, mode) in [(1, "auto"), (2, "off")] {
@@ -453,6 +459,7 @@ fn tether_run_waits_on_a_channel_that_may_die_and_leaves_none_behind() {
         let child = world
             .cmd()
             .env("TETHER_CHANNEL", mode)
+            .env("TETHER_PERSIST", "off")
             .args(["run", "--kernel", "k", &code(i, &side)])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -10,6 +10,9 @@
 //! - [`agent`]: the agent's decisions over an [`agent::Os`];
 //! - [`channel`]: one long-lived, multiplexed exec of the agent per sandbox
 //!   (framing, and the client side's decisions);
+//! - [`persist`]: the background multiplexer that keeps the channel open
+//!   across `tether` invocations (its socket protocol, idle exit, stale
+//!   sockets);
 //! - [`ids`]: validated names and identifiers;
 //! - [`bytes`]: exact bytes in JSON;
 //! - [`shell_quote`]: quoting for `sh -c` command lines;
@@ -107,6 +110,7 @@ pub mod client;
 pub mod ids;
 #[cfg(feature = "mutations")]
 pub mod mutation;
+pub mod persist;
 pub mod protocol;
 pub mod shell_quote;
 pub mod time;

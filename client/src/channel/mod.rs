@@ -13,8 +13,9 @@
 //!   stream and the callers waiting for replies.
 //!
 //! Only agent ops other than install go on the channel (an install ships
-//! the binary the channel runs); every other exec goes straight to the
-//! backend.
+//! the binary the channel runs), and not those with an injected slow start
+//! (`local?delay.submit=4s`: the slow start is an exec's); every other
+//! exec goes straight to the backend.
 
 mod actor;
 pub mod stream;
@@ -79,6 +80,12 @@ pub fn transport_for(
         (ChannelMode::Auto, Some(channel)) => channel,
         _ => spec.transport(),
     }
+}
+
+/// Whether `spec`'s backend can keep a command running with open pipes
+/// (what a channel needs).
+pub fn can_stream(spec: &BackendSpec) -> bool {
+    matches!(spec, BackendSpec::Local(_) | BackendSpec::Docker(_))
 }
 
 /// A channel over `spec`'s backend, if that backend can stream.
@@ -179,7 +186,9 @@ impl ChannelTransport {
 
     /// Whether `req` may go on the channel.
     fn eligible(&self, req: &ExecRequest) -> bool {
-        req.op.is_some_and(|op| op.kind != OpKind::Install) && req.argv == self.op_argv
+        req.op
+            .is_some_and(|op| op.kind != OpKind::Install && !self.opener.slow_start(op.kind))
+            && req.argv == self.op_argv
     }
 
     /// The actor's mailbox, started on first use (it needs the runtime).

@@ -20,7 +20,7 @@
 use crate::docker::DockerTransport;
 use crate::local::LocalTransport;
 use crate::ssh::SshTransport;
-use crate::transport::{TransportError, TransportErrorKind};
+use crate::transport::{OpKind, TransportError, TransportErrorKind};
 use std::future::Future;
 use std::io::ErrorKind;
 use std::pin::Pin;
@@ -68,6 +68,13 @@ pub trait StreamExec: Send + Sync + 'static {
     /// Starts `argv` on the sandbox. An error means it could not be
     /// started; a command that starts and fails ends its stdout instead.
     fn open_stream(&self, argv: Vec<String>) -> OpenFuture<'_>;
+
+    /// Whether execs of `kind` have an injected slow start (a test knob):
+    /// such ops go as one-shot execs, where the slow start happens.
+    fn slow_start(&self, kind: OpKind) -> bool {
+        let _ = kind;
+        false
+    }
 }
 
 impl StreamExec for LocalTransport {
@@ -85,6 +92,10 @@ impl StreamExec for LocalTransport {
             spawn(command, latency)
                 .map_err(|e| io_error(format!("cannot start the channel ({program}): {e}")))
         })
+    }
+
+    fn slow_start(&self, kind: OpKind) -> bool {
+        self.options().delays.contains_key(&kind)
     }
 }
 

@@ -153,11 +153,37 @@ impl World {
     pub fn cmd(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tether"));
         cmd.env("XDG_STATE_HOME", self.state.path())
+            .env("XDG_RUNTIME_DIR", self.runtime_dir())
             .env("TETHER_ROOT", self.root.path())
             .env("TETHER_BACKEND", &self.backend)
             .env("TETHER_AGENT_BIN", agent_bin())
             .stdin(Stdio::null());
         cmd
+    }
+
+    /// `$XDG_RUNTIME_DIR` of this world's `tether`s: the background
+    /// processes' sockets live in its `tether/`.
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.state.path().join("run")
+    }
+
+    /// The pids of this world's background processes (`tether mux`) that
+    /// still run.
+    pub fn mux_pids(&self) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir(self.runtime_dir().join("tether")) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .filter_map(|text| text.trim().parse::<u32>().ok())
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                alive(*pid) && cmdline.contains(" mux ")
+            })
+            .collect()
     }
 
     /// Runs `tether ARGS…` to completion (at most [`BOUND`]).
@@ -280,6 +306,9 @@ impl Drop for World {
         // Leave no daemon behind.
         if let Ok(mut child) = self.cmd().arg("stop").spawn() {
             let _ = wait_within(&mut child, BOUND);
+        }
+        for pid in self.mux_pids() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
         }
     }
 }
