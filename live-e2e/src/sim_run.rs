@@ -334,6 +334,39 @@ pub async fn run(scenario: &Scenario, host: &Host) -> sim_observe::Report {
     run_schedule(scenario, &scenario.fixed, host).await
 }
 
+/// Ops the runs of this process on `backend` carried on a channel ([`Ops::Channel`]),
+/// for tests that check the channel was really used (a short scenario on
+/// a sandbox replaced under it may carry none).
+pub fn ops_on_channel(backend: &str) -> u64 {
+    ON_CHANNEL
+        .lock()
+        .map(|by| by.get(backend).copied().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+static ON_CHANNEL: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Which transport carries the client's ops under the faulty one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ops {
+    /// Each op its own exec of the backend.
+    OneShot,
+    /// Ops on the sandbox's channel (`tether-agent channel`), one-shot
+    /// execs whenever it is not open: the transport `tether run` uses.
+    Channel,
+}
+
+/// [`run`], the client's ops carried as `ops` says.
+///
+/// # Panics
+///
+/// When the backend fails to set up (no agent, docker refusing), or
+/// cannot stream and `ops` is [`Ops::Channel`].
+pub async fn run_with(scenario: &Scenario, host: &Host, ops: Ops) -> sim_observe::Report {
+    run_schedule_with(scenario, &scenario.fixed, host, ops).await
+}
+
 /// Runs `scenario` on `host` under `schedule` (its fixed faults and any
 /// drawn ones) and judges it.
 ///
@@ -345,12 +378,49 @@ pub async fn run_schedule(
     schedule: &FaultSchedule,
     host: &Host,
 ) -> sim_observe::Report {
+    run_schedule_with(scenario, schedule, host, Ops::OneShot).await
+}
+
+/// [`run_schedule`], the client's ops carried as `ops` says. The faults
+/// of the faulty transport hit the ops above the channel; the channel's
+/// own process is the sandbox's and dies with it (a bounce, a replace).
+///
+/// # Panics
+///
+/// As [`run_with`].
+pub async fn run_schedule_with(
+    scenario: &Scenario,
+    schedule: &FaultSchedule,
+    host: &Host,
+    ops: Ops,
+) -> sim_observe::Report {
     let switch = Switch::new();
     let wrap_switch = switch.clone();
+    let spec = host.spec();
+    let root = host.root();
+    let channel = match ops {
+        Ops::OneShot => None,
+        Ops::Channel => {
+            let parsed = tether::backend::BackendSpec::parse(&spec)
+                .unwrap_or_else(|e| panic!("{spec}: {e}"));
+            let location = crate::harness::agent().location(&root);
+            let channel = tether::channel::channel_for(
+                &parsed,
+                &location,
+                tether_core::channel::MuxConfig::default(),
+            )
+            .unwrap_or_else(|| panic!("{spec} cannot stream: no channel"));
+            Some(channel)
+        }
+    };
+    let closer = channel.clone();
     let live = Live::with_driver(
-        &host.spec(),
-        &host.root(),
-        move |t| Arc::new(Faulty::new(t, wrap_switch)) as Arc<dyn Transport>,
+        &spec,
+        &root,
+        move |t| {
+            let carrier = channel.map_or(t, |c| c as Arc<dyn Transport>);
+            Arc::new(Faulty::new(carrier, wrap_switch)) as Arc<dyn Transport>
+        },
         script::timing,
     );
     live.prepare().await;
@@ -399,6 +469,22 @@ pub async fn run_schedule(
         apply(&ctx, host, f.kind).await;
     }
     tokio::join!(script::client_main(&ctx), fault_loop(&ctx, host, later));
+    if let Some(channel) = closer {
+        let stats = channel.status().stats;
+        if let Ok(mut by) = ON_CHANNEL.lock() {
+            *by.entry(host.backend()).or_default() += stats.on_channel;
+        }
+        ctx.switch.note(format!("channel: {stats:?}"));
+        // The client is done: its channel goes, as when `tether` exits.
+        // One still on the sandbox after a bound is the judge's leftover.
+        channel.close();
+        for _ in 0..100 {
+            if live.survivors(" channel --root ").await.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     sim_observe::judge(&ctx, host.backend()).await
 }
 

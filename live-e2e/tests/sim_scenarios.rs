@@ -8,12 +8,18 @@
 //! (fails, when the reason is a missing feature `TETHER_REQUIRE` names).
 
 use std::time::Duration;
-use tether_live::sim_run::{self, skip, unrealisable, Host};
+use tether_live::sim_run::{self, skip, unrealisable, Host, Ops};
 use tether_scenarios::faults::{Fault, FaultKind, FaultSchedule, OpTarget};
 use tether_scenarios::scenario::{all, by_name};
 
-/// Runs `name` on `backend`; fails with the report on any violation.
+/// Runs `name` on `backend`, each op its own exec; fails with the report
+/// on any violation.
 async fn check(name: &str, backend: &str) {
+    check_with(name, backend, Ops::OneShot).await;
+}
+
+/// Runs `name` on `backend` with the client's ops carried as `ops` says.
+async fn check_with(name: &str, backend: &str, ops: Ops) {
     let scenario = by_name(name).unwrap_or_else(|| panic!("no sim scenario {name}"));
     if let Some(why) = unrealisable(&scenario, backend) {
         skip(name, backend, &why);
@@ -35,7 +41,8 @@ async fn check(name: &str, backend: &str) {
         other => panic!("no backend {other}"),
     };
     let limit = Duration::from_secs(120);
-    let Ok(report) = tokio::time::timeout(limit, sim_run::run(&scenario, &host)).await else {
+    let Ok(report) = tokio::time::timeout(limit, sim_run::run_with(&scenario, &host, ops)).await
+    else {
         panic!("{name} on {backend} did not finish within {limit:?}: a call never resolved");
     };
     println!("{report}");
@@ -96,6 +103,43 @@ live! {
     docker_sandbox_replaced: "sandbox_replaced" on "docker";
     docker_python_state: "python_state" on "docker";
     docker_leftovers_no_init: "leftovers_no_init" on "docker";
+}
+
+/// The catalog again with the client's ops on the sandbox's channel (the
+/// transport `tether run` uses on local and docker) instead of one exec
+/// each: every scenario on local, the docker subset on docker.
+#[tokio::test]
+async fn local_catalog_on_the_channel() {
+    let before = sim_run::ops_on_channel("local");
+    for s in all() {
+        check_with(s.name, "local", Ops::Channel).await;
+    }
+    assert!(
+        sim_run::ops_on_channel("local") > before,
+        "no op went on the channel"
+    );
+}
+
+/// See [`local_catalog_on_the_channel`].
+#[tokio::test]
+async fn docker_catalog_on_the_channel() {
+    let before = sim_run::ops_on_channel("docker");
+    for name in [
+        "happy",
+        "reply_lost",
+        "cancel_escapes",
+        "cancel_trap",
+        "sandbox_bounce",
+        "sandbox_replaced",
+        "python_state",
+        "leftovers_no_init",
+    ] {
+        check_with(name, "docker", Ops::Channel).await;
+    }
+    assert!(
+        sim_run::ops_on_channel("docker") > before,
+        "no op went on the channel"
+    );
 }
 
 /// The network faults no fixed schedule carries (partition, hold, dropped

@@ -184,6 +184,17 @@ impl ChannelTransport {
         true
     }
 
+    /// Closes the channel now (its process ends: killed on this machine,
+    /// its stdin closed on the sandbox, where the agent's channel exits);
+    /// the ops in flight on it become transport errors and the next op
+    /// opens a new one. A client that is done with a sandbox calls it so
+    /// that nothing of its own stays there.
+    pub fn close(&self) {
+        if let Ok(mut slot) = self.actor.lock() {
+            slot.take();
+        }
+    }
+
     /// Whether `req` may go on the channel.
     fn eligible(&self, req: &ExecRequest) -> bool {
         req.op
