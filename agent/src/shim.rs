@@ -99,6 +99,18 @@ fn drive(mut os: LinuxOs, mut shim: CellShim, shim_kernel_dir: String) -> u8 {
                 reap(&mut os, &mut shim);
             }
             ShimStep::FinalRead => final_read(&mut os, &mut shim, &mut pipes, &mut buf),
+            ShimStep::Retry => {
+                // The journal is behind: read and reap until it is time
+                // to write it again.
+                let ms = shim
+                    .poll_timeout(os.now())
+                    .map_or(PUMP_MS, |t| {
+                        t.as_millis().saturating_sub(os.now().as_millis())
+                    })
+                    .min(PUMP_MS);
+                read_ready(&mut os, &mut shim, &mut pipes, &mut buf, ms);
+                reap(&mut os, &mut shim);
+            }
             ShimStep::Linger => {
                 if pipes.iter().any(|p| p.fd.is_some()) {
                     read_ready(&mut os, &mut shim, &mut pipes, &mut buf, LINGER_MS);

@@ -59,9 +59,8 @@
 //!         other => panic!("this example does not expect {other:?}"),
 //!     };
 //!     let envelope = ReplyEnvelope { v: 1, id: id.0, reply: Some(reply), error: None };
-//!     let mut stdout = serde_json::to_vec(&envelope).unwrap();
-//!     stdout.push(b'\n');
-//!     ExecOutput { stdout, stderr: Vec::new(), exit_code: 0 }
+//!     // Sealed with its checksum, as the agent prints it.
+//!     ExecOutput { stdout: envelope.to_line(), stderr: Vec::new(), exit_code: 0 }
 //! }
 //!
 //! let location = AgentLocation { root: "/tmp/tether".into(), hash: "ab".repeat(32) };

@@ -348,14 +348,13 @@ fn duplicates_are_dropped_and_a_gap_is_read_again() {
         },
     };
     let reply = |id: u64, r: Reply| {
-        let mut stdout = serde_json::to_vec(&ReplyEnvelope {
+        let stdout = ReplyEnvelope {
             v: 1,
             id,
             reply: Some(r),
             error: None,
-        })
-        .unwrap();
-        stdout.push(b'\n');
+        }
+        .to_line();
         Ok(tether_core::protocol::ExecOutput {
             stdout,
             stderr: vec![],

@@ -498,9 +498,10 @@ fn mangle(
         reply: Some(reply),
         error: None,
     };
-    let mut stdout = serde_json::to_vec(&env).unwrap_or_default();
-    stdout.push(b'\n');
-    ExecOutput { stdout, ..out }
+    ExecOutput {
+        stdout: env.to_line(),
+        ..out
+    }
 }
 
 proptest! {

@@ -50,6 +50,9 @@ pub struct Armed {
     /// The next op matching each target is killed (SIGKILL from outside)
     /// after its first step.
     pub kill_op: Vec<OpTarget>,
+    /// The next op matching each target has its reply damaged: (target,
+    /// where in thousandths, 0 to cut or the XOR mask).
+    pub damage_reply: Vec<(OpTarget, u16, u8)>,
 }
 
 /// Shared handle on [`Armed`]. The client script polls it every few
@@ -84,6 +87,7 @@ impl Control {
         a.cancel_after_done = false;
         a.crash_client = None;
         a.kill_op.clear();
+        a.damage_reply.clear();
     }
 
     /// Takes the first armed lost reply matching `kind`.
@@ -104,6 +108,18 @@ impl Control {
             return true;
         }
         false
+    }
+
+    /// Takes the first armed reply damage matching `kind`: (where in
+    /// thousandths, 0 to cut or the XOR mask).
+    pub fn take_damage_reply(&self, kind: OpKind) -> Option<(u16, u8)> {
+        let mut a = self.lock();
+        let i = a
+            .damage_reply
+            .iter()
+            .position(|(t, _, _)| t.matches(kind))?;
+        let (_, at, flip) = a.damage_reply.remove(i);
+        Some((at, flip))
     }
 
     /// Takes the delay of the first armed slow start matching `kind`.

@@ -143,6 +143,40 @@ pub enum FaultKind {
         /// How long.
         for_ms: u64,
     },
+    /// The next matching op runs and its reply arrives damaged: cut short
+    /// at `at_permille` of its length (`flip` 0), or with the byte there
+    /// XORed with `flip`. The client must take it for a transport error
+    /// and retry, never for a result.
+    DamageReply {
+        /// Which op.
+        op: OpTarget,
+        /// Where, in thousandths of the reply's length.
+        at_permille: u16,
+        /// 0: cut there; else the mask the byte there is XORed with.
+        flip: u8,
+    },
+    /// The sandbox's disk is full under the agent's kernels for `for_ms`:
+    /// every journal, record, submission and flag write there fails with
+    /// an I/O error. The agent must say what it could not keep (no silent
+    /// loss) and never run a cell twice.
+    DiskFull {
+        /// How long.
+        for_ms: u64,
+    },
+}
+
+/// `reply` damaged as [`FaultKind::DamageReply`] says: cut at
+/// `at_permille` of its length (`flip` 0), or one byte XORed with `flip`.
+pub fn damage(reply: &mut Vec<u8>, at_permille: u16, flip: u8) {
+    if reply.is_empty() {
+        return;
+    }
+    let at = (reply.len() * usize::from(at_permille.min(999))) / 1_000;
+    if flip == 0 {
+        reply.truncate(at);
+    } else {
+        reply[at] ^= flip;
+    }
 }
 
 impl FaultKind {
@@ -166,6 +200,8 @@ impl FaultKind {
             FaultKind::KillOp { .. } => Family::KillOp,
             FaultKind::TermDaemon => Family::TermDaemon,
             FaultKind::FreezeSandbox { .. } => Family::Freeze,
+            FaultKind::DamageReply { .. } => Family::DamageReply,
+            FaultKind::DiskFull { .. } => Family::DiskFull,
         }
     }
 
@@ -200,6 +236,9 @@ impl FaultKind {
             },
             FaultKind::ClockJump { ms } => FaultKind::ClockJump { ms: half(ms)? },
             FaultKind::FreezeSandbox { for_ms } => FaultKind::FreezeSandbox {
+                for_ms: half(for_ms)?,
+            },
+            FaultKind::DiskFull { for_ms } => FaultKind::DiskFull {
                 for_ms: half(for_ms)?,
             },
             _ => return None,
@@ -245,11 +284,15 @@ pub enum Family {
     TermDaemon,
     /// [`FaultKind::FreezeSandbox`]
     Freeze,
+    /// [`FaultKind::DamageReply`]
+    DamageReply,
+    /// [`FaultKind::DiskFull`]
+    DiskFull,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 17] = [
+    pub const ALL: [Family; 19] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -267,7 +310,14 @@ impl Family {
         Family::KillOp,
         Family::TermDaemon,
         Family::Freeze,
+        Family::DamageReply,
+        Family::DiskFull,
     ];
+
+    /// Faults added after [`Family::PROCESSES`]: at the transport boundary,
+    /// in the sandbox's file system, in the clocks, in signal delivery.
+    /// [`crate::swarm::World::draw`] draws them after everything else.
+    pub const LATER: [Family; 2] = [Family::DamageReply, Family::DiskFull];
 
     /// Faults on the sandbox's own processes from outside (an OOM killer,
     /// `pkill`, `docker stop`, `docker pause`). [`crate::swarm::World::draw`]
@@ -353,6 +403,18 @@ impl Family {
             },
             Family::TermDaemon => FaultKind::TermDaemon,
             Family::Freeze => FaultKind::FreezeSandbox {
+                for_ms: rng.random_range(50..4_000),
+            },
+            Family::DamageReply => FaultKind::DamageReply {
+                op: OPS[rng.random_range(0..OPS.len())],
+                at_permille: rng.random_range(0..1_000),
+                flip: if rng.random_bool(0.5) {
+                    0
+                } else {
+                    rng.random_range(1..=255)
+                },
+            },
+            Family::DiskFull => FaultKind::DiskFull {
                 for_ms: rng.random_range(50..4_000),
             },
         }
@@ -516,7 +578,7 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
             FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
             FaultKind::SlowStart { ms, .. } => after(ms),
             FaultKind::CrashClient { down_ms } => after(down_ms),
-            FaultKind::FreezeSandbox { for_ms } => after(for_ms),
+            FaultKind::FreezeSandbox { for_ms } | FaultKind::DiskFull { for_ms } => after(for_ms),
             _ => f.at_ms,
         };
         healed = healed.max(end);
@@ -615,6 +677,26 @@ mod tests {
             FaultKind::FreezeSandbox { for_ms: 400 }
         );
         assert_eq!(healed_at_ms(&s.0), 5 + 800 + 100);
+    }
+
+    #[test]
+    fn a_damaged_reply_is_cut_or_has_one_byte_changed() {
+        let reply = b"{\"v\":1}\n".to_vec();
+        let mut cut = reply.clone();
+        damage(&mut cut, 500, 0);
+        assert_eq!(cut, b"{\"v\"".to_vec());
+        let mut flipped = reply.clone();
+        damage(&mut flipped, 999, 0x20);
+        assert_eq!(flipped.len(), reply.len());
+        assert_eq!(flipped[reply.len() - 1], b'\n' ^ 0x20);
+        let mut empty = Vec::new();
+        damage(&mut empty, 10, 1);
+        assert!(empty.is_empty());
+        let s = FaultSchedule::from_json(
+            r#"[{"at_ms":1,"kind":"damage_reply","op":"wait","at_permille":10,"flip":0}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.0[0].kind.family(), Family::DamageReply);
     }
 
     #[test]

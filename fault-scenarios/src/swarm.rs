@@ -161,6 +161,8 @@ impl World {
                 },
             }
         });
+        // Drawn after everything else, as the process faults were.
+        families.extend(draw_later_families(&mut rng));
         World {
             cgroups,
             bash,
@@ -193,6 +195,15 @@ impl World {
 /// else so the rest of an older seed's world stays what it was.
 fn draw_process_families(rng: &mut ChaCha8Rng) -> Vec<Family> {
     Family::PROCESSES
+        .into_iter()
+        .filter(|_| rng.random_bool(0.3))
+        .collect()
+}
+
+/// The families added after the process faults ([`Family::LATER`]),
+/// each with chance 0.3, drawn last for the same reason.
+fn draw_later_families(rng: &mut ChaCha8Rng) -> Vec<Family> {
+    Family::LATER
         .into_iter()
         .filter(|_| rng.random_bool(0.3))
         .collect()
@@ -231,7 +242,7 @@ mod tests {
         assert!(both(&|w| w.families == s.space.families));
         assert!(worlds.iter().any(|w| w.faults == 0));
         assert!(worlds.iter().any(|w| w.faults == 8));
-        for family in Family::PROCESSES {
+        for family in Family::PROCESSES.into_iter().chain(Family::LATER) {
             assert!(both(&|w| w.families.contains(&family)), "{family:?}");
         }
         assert!(worlds.iter().any(|w| w.max_kernels == 1));

@@ -110,7 +110,7 @@ pub fn realisable(backend: &str) -> Vec<Family> {
         .filter(|f| match f {
             // The exec of an op is the transport's: nothing here can
             // kill the op's own process after its first step.
-            Family::ClockJump | Family::KillOp => false,
+            Family::ClockJump | Family::KillOp | Family::DamageReply | Family::DiskFull => false,
             // `docker pause` then `unpause` hung here mid-run (the unpause
             // never returned, on this cgroup v1 engine): off until that is
             // understood; the simulation keeps the fault.
@@ -155,6 +155,11 @@ pub fn unrealisable_schedule(
                     "its clock jump ({ms} ms, the sandbox's clock only) cannot be made on a real \
                      machine without moving the client's clock too"
                 ))
+            }
+            FaultKind::DamageReply { .. } | FaultKind::DiskFull { .. } => {
+                return Unrealisable::inherent(
+                    "a damaged reply and a full disk are made by the simulation only".to_owned(),
+                )
             }
             FaultKind::BounceSandbox | FaultKind::ReplaceSandbox if backend != "docker" => {
                 return Unrealisable::inherent(format!(
@@ -598,7 +603,10 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             }
             ctx.sandbox_changing.set(false);
         }
-        FaultKind::ClockJump { .. } | FaultKind::KillOp { .. } => {
+        FaultKind::ClockJump { .. }
+        | FaultKind::KillOp { .. }
+        | FaultKind::DamageReply { .. }
+        | FaultKind::DiskFull { .. } => {
             // `unrealisable` refused these before the run.
             unreachable!("{what} is not realised live")
         }

@@ -851,6 +851,17 @@ async fn handle(
         return None;
     }
     trace.log("sandbox", format!("reply {kind}: {}", excerpt(&line, 160)));
+    let mut line = line;
+    if let Some((at, flip)) = op.and_then(|op| control.take_damage_reply(op)) {
+        tether_scenarios::faults::damage(&mut line, at, flip);
+        trace.log(
+            "sandbox",
+            format!(
+                "{kind}'s reply DAMAGED on the way (fault): {}",
+                excerpt(&line, 160)
+            ),
+        );
+    }
     Some(WireResponse {
         stdout: Bytes(line),
         ..WireResponse::default()

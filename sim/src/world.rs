@@ -207,8 +207,8 @@ pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
             | FaultKind::CrashClient { .. }
             | FaultKind::Cancel { .. }
             | FaultKind::ClockJump { .. } => {}
-            // A killed op is one failed exec.
-            FaultKind::KillOp { .. } => out.blips.push(at),
+            // A killed op, a damaged reply: one failed exec.
+            FaultKind::KillOp { .. } | FaultKind::DamageReply { .. } => out.blips.push(at),
             // Exec calls wait out a freeze; those up to a second old may
             // still be on the way, and the last fail at their deadline.
             FaultKind::FreezeSandbox { for_ms } => out.spans.push((
@@ -217,6 +217,12 @@ pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
             )),
             // The agent's processes die; the exec server answers on.
             FaultKind::KillShim | FaultKind::KillInterpreter | FaultKind::TermDaemon => {}
+            // The agent answers, with I/O errors: it can neither take a
+            // cell nor record what one did, so the client cannot learn
+            // more than a sandbox that does not answer would tell it.
+            FaultKind::DiskFull { for_ms } => out
+                .spans
+                .push((at, at.saturating_add(for_ms).saturating_add(budget))),
         }
     }
     out
@@ -229,6 +235,7 @@ enum Tick {
     Repair,
     Release,
     Thaw,
+    DiskFree,
 }
 
 /// Runs `scenario` with `seed` and `schedule` in the seed's world
@@ -314,6 +321,9 @@ pub fn run_in(
             }
             FaultKind::FreezeSandbox { for_ms } => {
                 agenda.push((f.at_ms.saturating_add(for_ms), Tick::Thaw));
+            }
+            FaultKind::DiskFull { for_ms } => {
+                agenda.push((f.at_ms.saturating_add(for_ms), Tick::DiskFree));
             }
             _ => {}
         }
@@ -427,6 +437,14 @@ fn apply(
             trace.at(now, "fault", "sandbox thawed");
             sandbox.borrow_mut().thaw(now);
         }
+        Tick::DiskFree => {
+            let refused = sandbox.borrow_mut().free_disk(now);
+            trace.at(
+                now,
+                "fault",
+                format!("disk has room again ({refused} writes refused so far)"),
+            );
+        }
         Tick::Fault(kind) => {
             trace.at(
                 now,
@@ -476,6 +494,11 @@ fn apply(
                     sandbox.borrow_mut().kill_interpreters();
                 }
                 FaultKind::KillOp { op } => control.lock().kill_op.push(op),
+                FaultKind::DamageReply {
+                    op,
+                    at_permille,
+                    flip,
+                } => control.lock().damage_reply.push((op, at_permille, flip)),
                 FaultKind::TermDaemon => {
                     // The kernel is lost from the TERM on: its daemon
                     // starts nothing more and exits once its stop is over.
@@ -484,6 +507,7 @@ fn apply(
                     }
                 }
                 FaultKind::FreezeSandbox { for_ms } => sandbox.borrow_mut().freeze(now, for_ms),
+                FaultKind::DiskFull { .. } => sandbox.borrow_mut().fill_disk(now),
             }
         }
     }

@@ -432,7 +432,11 @@ impl Daemon {
                 // tree empty leaves only `done` to write. A cancelled cell
                 // resolves when its escalation is over, not when its shim
                 // goes: its result is settled here and the escalation
-                // writes `done` once none of its processes is left.
+                // writes `done` once none of its processes is left. A
+                // journal that cannot be written now (a full disk) is
+                // written at a later tick: until then the cell is not
+                // done, so neither the client nor the idle exit takes it
+                // for resolved.
                 if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
                     if t.python && !w.has_result() {
                         let note = python::loss_note(python::SHIM_DIED);
@@ -446,8 +450,7 @@ impl Daemon {
                         };
                         let _ = w.settle(os, result);
                     } else {
-                        let _ = w.close(os, outcome, Vec::new());
-                        t.done = true;
+                        t.done = w.close(os, outcome, Vec::new()).is_ok();
                     }
                 } else {
                     t.done = true;
@@ -558,11 +561,10 @@ impl Daemon {
                     } else {
                         vec![EntryKind::Unkillable { pids: unkillable }]
                     };
-                    if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
-                        // The result is there: `outcome` is not used.
-                        let _ = w.close(os, CellOutcome::Cancelled, extra);
-                    }
-                    t.done = true;
+                    // The result is there: `outcome` is not used. Not
+                    // written (a full disk): again at a later tick.
+                    t.done = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP)
+                        .is_ok_and(|mut w| w.close(os, CellOutcome::Cancelled, extra).is_ok());
                 }
                 if empty && t.done && (t.python || t.shim.is_none()) {
                     c.finished = true;
@@ -681,19 +683,24 @@ impl Daemon {
             let Ok(Some(sub)) = read_json::<Submission>(os, &cell.submission()) else {
                 continue;
             };
-            self.handled.insert(seq);
             let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) else {
+                // Again at a later tick.
                 continue;
             };
+            self.handled.insert(seq);
             if w.is_done() {
                 continue;
             }
-            let _ = w.push(
-                os,
-                EntryKind::Accepted {
-                    request_id: sub.request_id.clone(),
-                },
-            );
+            if w.is_empty() {
+                // Not again when an earlier tick wrote it and then could
+                // not end the journal (see below).
+                let _ = w.push(
+                    os,
+                    EntryKind::Accepted {
+                        request_id: sub.request_id.clone(),
+                    },
+                );
+            }
             if config.lang == Lang::Python && self.interpreter_lost(os) {
                 self.kill_orphaned_interpreters(os);
                 self.py = None;
@@ -708,12 +715,17 @@ impl Daemon {
             }
             if let Some(reason) = tombstone::read(os, &cell) {
                 // The cancel won: the cell never starts.
-                let _ = w.finish(
+                let ended = w.finish(
                     os,
                     vec![EntryKind::Result {
                         outcome: reason.outcome(),
                     }],
                 );
+                if ended.is_err() {
+                    // The journal cannot take its end now (a full disk):
+                    // again at a later tick (nothing of it ran).
+                    self.handled.remove(&seq);
+                }
                 continue;
             }
             match self.launch(os, seq, &sub, &config) {
@@ -725,7 +737,13 @@ impl Daemon {
                 }
                 Err(message) => {
                     let outcome = CellOutcome::Error { message };
-                    let _ = w.finish(os, vec![EntryKind::Result { outcome }]);
+                    if w.finish(os, vec![EntryKind::Result { outcome }]).is_err() {
+                        // Nothing of it ran; its end is written at a later
+                        // tick, or it starts then (a full disk that kept
+                        // its code from being written has room again).
+                        self.handled.remove(&seq);
+                        return;
+                    }
                 }
             }
         }

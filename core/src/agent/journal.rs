@@ -6,6 +6,13 @@
 //! is recovered from the file when a writer takes over. A trailing partial
 //! line (a writer that died mid-append) is cut off first, so the file stays
 //! a sequence of whole lines.
+//!
+//! A write that fails (a full disk, an I/O error) loses nothing: the
+//! entries it was to write stay queued, in order, with their numbers, and
+//! go out with the next push or [`JournalWriter::flush`]; before that, a
+//! torn line the failed write may have left is cut off and entries it did
+//! write are not written twice. Until the queue is empty
+//! ([`JournalWriter::has_unwritten`]) its owner must not leave the journal.
 
 use super::os::{Os, OsError};
 use crate::bytes::Bytes;
@@ -24,6 +31,15 @@ pub struct JournalWriter {
     dropped: u64,
     done: bool,
     has_result: bool,
+    /// Entries pushed and not yet in the file (a write failed), in order,
+    /// with their numbers.
+    unwritten: Vec<(u64, Vec<u8>)>,
+    /// The done flag is still to write.
+    flag_unwritten: bool,
+    /// The settle flag is still to write.
+    settle_unwritten: bool,
+    /// A write failed since the file was last known to hold whole lines.
+    failed: bool,
 }
 
 impl JournalWriter {
@@ -50,6 +66,10 @@ impl JournalWriter {
             dropped: 0,
             done: false,
             has_result: false,
+            unwritten: Vec::new(),
+            flag_unwritten: false,
+            settle_unwritten: false,
+            failed: false,
         };
         for e in &read.entries {
             w.next_n = w.next_n.max(e.n + 1);
@@ -68,15 +88,28 @@ impl JournalWriter {
         self.done
     }
 
+    /// True when nothing was ever written to the journal (or queued).
+    pub fn is_empty(&self) -> bool {
+        self.next_n == 1
+    }
+
     /// True when the journal holds a `result`.
     pub fn has_result(&self) -> bool {
         self.has_result
     }
 
-    /// Appends one entry (nothing after `done`).
+    /// Appends one entry (nothing after `done`). An entry that cannot be
+    /// written now is queued, not lost: the error says the journal is
+    /// behind, and the next push or [`JournalWriter::flush`] writes it.
     pub fn push(&mut self, os: &mut dyn Os, kind: EntryKind) -> Result<(), OsError> {
+        self.enqueue(kind);
+        self.flush(os)
+    }
+
+    /// Queues one entry (nothing after `done`).
+    fn enqueue(&mut self, kind: EntryKind) {
         if self.done {
-            return Ok(());
+            return;
         }
         let is_done = matches!(kind, EntryKind::Done);
         self.has_result |= matches!(kind, EntryKind::Result { .. });
@@ -84,14 +117,58 @@ impl JournalWriter {
             n: self.next_n,
             kind,
         };
-        os.append(&self.path, &entry.to_line())?;
+        self.unwritten.push((self.next_n, entry.to_line()));
         self.next_n += 1;
         self.done = is_done;
-        if is_done {
-            // A cheap "resolved" flag for the daemon, which would otherwise
-            // re-read a growing journal on every tick.
-            os.write_atomic(&done_flag(&self.path), b"")?;
+        // A cheap "resolved" flag for the daemon, which would otherwise
+        // re-read a growing journal on every tick.
+        self.flag_unwritten |= is_done;
+    }
+
+    /// Entries (or the done flag) wait to be written.
+    pub fn has_unwritten(&self) -> bool {
+        !self.unwritten.is_empty() || self.flag_unwritten || self.settle_unwritten
+    }
+
+    /// Writes what waits to be written, in order.
+    pub fn flush(&mut self, os: &mut dyn Os) -> Result<(), OsError> {
+        if self.failed && !self.unwritten.is_empty() {
+            self.repair(os)?;
         }
+        if !self.unwritten.is_empty() {
+            let bytes: Vec<u8> = self.unwritten.iter().flat_map(|(_, l)| l.clone()).collect();
+            if let Err(e) = os.append(&self.path, &bytes) {
+                self.failed = true;
+                return Err(e);
+            }
+            self.unwritten.clear();
+        }
+        if self.settle_unwritten {
+            os.write_atomic(&settle_flag(&self.path), b"")?;
+            self.settle_unwritten = false;
+        }
+        if self.flag_unwritten {
+            os.write_atomic(&done_flag(&self.path), b"")?;
+            self.flag_unwritten = false;
+        }
+        Ok(())
+    }
+
+    /// After a failed write: cuts the torn line it may have left, and
+    /// forgets the queued entries it did write.
+    fn repair(&mut self, os: &mut dyn Os) -> Result<(), OsError> {
+        let bytes = match os.read_file(&self.path) {
+            Ok(bytes) => bytes,
+            Err(OsError::NotFound) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let read = parse_journal(&bytes);
+        if read.partial_tail > 0 {
+            os.write_atomic(&self.path, &bytes[..bytes.len() - read.partial_tail])?;
+        }
+        let last = read.entries.last().map_or(0, |e| e.n);
+        self.unwritten.retain(|(n, _)| *n > last);
+        self.failed = false;
         Ok(())
     }
 
@@ -117,10 +194,12 @@ impl JournalWriter {
         )
     }
 
-    /// Writes `clipped` (if output was cut), then `entries`, then `done`.
+    /// Writes `clipped` (if output was cut), then `entries`, then `done`
+    /// (all queued first: one that cannot be written now waits).
     pub fn finish(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
-        self.push_final(os, entries)?;
-        self.push(os, EntryKind::Done)
+        self.enqueue_final(entries);
+        self.enqueue(EntryKind::Done);
+        self.flush(os)
     }
 
     /// [`JournalWriter::finish`] without `done`, and the settle flag: the
@@ -128,24 +207,21 @@ impl JournalWriter {
     /// The daemon writes `done` once its escalation is over
     /// ([`JournalWriter::close`]), so the cell resolves when they are gone.
     pub fn settle(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
-        self.push_final(os, entries)?;
-        if !self.done {
-            os.write_atomic(&settle_flag(&self.path), b"")?;
-        }
-        Ok(())
+        self.enqueue_final(entries);
+        self.settle_unwritten |= !self.done;
+        self.flush(os)
     }
 
-    /// `clipped` (if output was cut), then `entries`.
-    fn push_final(&mut self, os: &mut dyn Os, entries: Vec<EntryKind>) -> Result<(), OsError> {
+    /// `clipped` (if output was cut), then `entries`, queued.
+    fn enqueue_final(&mut self, entries: Vec<EntryKind>) {
         if self.dropped > 0 {
             let dropped = self.dropped;
             self.dropped = 0;
-            self.push(os, EntryKind::Clipped { dropped })?;
+            self.enqueue(EntryKind::Clipped { dropped });
         }
         for e in entries {
-            self.push(os, e)?;
+            self.enqueue(e);
         }
-        Ok(())
     }
 
     /// Ends a journal another writer may have left: a `result` of

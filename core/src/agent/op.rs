@@ -445,20 +445,19 @@ impl OpRun {
     }
 }
 
-/// The reply line for op `id`.
+/// The reply line for op `id`, sealed with its checksum.
 fn line(id: u64, result: Result<Reply, AgentError>) -> Vec<u8> {
     let (reply, error) = match result {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(e)),
     };
-    let mut bytes = to_json(&ReplyEnvelope {
+    ReplyEnvelope {
         v: PROTOCOL_VERSION,
         id,
         reply,
         error,
-    });
-    bytes.push(b'\n');
-    bytes
+    }
+    .to_line()
 }
 
 fn spawn(

@@ -83,6 +83,10 @@ pub fn complete(
     }
 }
 
+/// How often a shim whose journal is behind (a write failed: a full
+/// disk) tries again.
+pub const JOURNAL_RETRY: Duration = Duration::from_millis(50);
+
 /// The shim's journal and its decisions for one cell.
 #[derive(Debug)]
 pub struct ShimCore {
@@ -121,6 +125,16 @@ impl ShimCore {
             Some(desk) => desk.tick(os, &mut self.journal),
             None => Ok(()),
         }
+    }
+
+    /// Journal entries wait to be written (a write failed).
+    pub fn has_unwritten(&self) -> bool {
+        self.journal.has_unwritten()
+    }
+
+    /// Writes the journal entries that wait ([`JournalWriter::flush`]).
+    pub fn flush(&mut self, os: &mut dyn Os) -> Result<(), OsError> {
+        self.journal.flush(os)
     }
 
     /// The cell's paths.
@@ -198,7 +212,9 @@ impl ShimCore {
                 // The result is journaled whatever happens to the state.
                 if let Err(e) = shell::promote_state(os, &self.launch, killed_by) {
                     let note = format!("tether: the shell state of this cell was not kept: {e}\n");
-                    self.journal.output(os, Stream::Stderr, note.as_bytes())?;
+                    // Queued if it cannot be written now: the result
+                    // still follows it.
+                    let _ = self.journal.output(os, Stream::Stderr, note.as_bytes());
                 }
                 shell_outcome(exit, end, cancel)
             }
@@ -248,7 +264,9 @@ impl ShimCore {
             Ok(o) => super::python::outcome(o, cancel),
             Err(detail) => {
                 let note = super::python::loss_note(&detail);
-                self.journal.output(os, Stream::Stderr, &note)?;
+                // Queued if it cannot be written now: the result still
+                // follows it.
+                let _ = self.journal.output(os, Stream::Stderr, &note);
                 super::python::died(cancel, &detail)
             }
         };

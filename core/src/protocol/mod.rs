@@ -7,7 +7,8 @@
 //! - [`reply`]: replies, agent errors, probe results, cell outcomes;
 //! - [`journal`]: journal entries and the tolerant journal reader;
 //! - [`render`]: an op to argv + stdin bytes (pure);
-//! - [`parse`]: exec output to a typed reply or a typed error (total).
+//! - [`parse`]: exec output to a typed reply or a typed error (total);
+//! - [`seal`]: the checksum that makes a changed or cut reply line an error.
 
 pub mod calls;
 pub mod journal;
@@ -15,6 +16,7 @@ pub mod ops;
 pub mod parse;
 pub mod render;
 pub mod reply;
+pub mod seal;
 
 pub use calls::{CallAnswer, CallReply, CallRequest};
 pub use journal::{parse_journal, EntryKind, JournalEntry, JournalRead, Stream};

@@ -3,6 +3,7 @@
 
 use super::ops::OpKind;
 use super::reply::{AgentError, Reply, ReplyEnvelope};
+use super::seal;
 use super::PROTOCOL_VERSION;
 use std::fmt;
 
@@ -44,6 +45,12 @@ pub enum ReplyError {
     },
     /// The reply line is not valid UTF-8.
     NotUtf8,
+    /// The reply line was cut short or changed on the way: its checksum
+    /// ([`super::seal`]) is missing or does not match. Retry the op.
+    Corrupt {
+        /// What was wrong.
+        detail: String,
+    },
     /// The reply line is not the JSON we expect.
     Malformed {
         /// The parser's complaint.
@@ -80,6 +87,9 @@ impl fmt::Display for ReplyError {
                 write!(f, "the agent gave no reply (exit {exit_code}): {stderr}")
             }
             ReplyError::NotUtf8 => f.write_str("the agent's reply is not UTF-8"),
+            ReplyError::Corrupt { detail } => {
+                write!(f, "the agent's reply was damaged on the way: {detail}")
+            }
             ReplyError::Malformed { detail } => write!(f, "the agent's reply is malformed: {detail}"),
             ReplyError::Version { got } => write!(
                 f,
@@ -104,7 +114,10 @@ fn head(bytes: &[u8]) -> String {
 /// Parses the output of the exec that carried op `id` of kind `op`.
 ///
 /// The reply is the last complete line of stdout; earlier lines and a
-/// trailing partial line are ignored.
+/// trailing partial line are ignored. The line must be sealed
+/// ([`super::seal`]) unless it answers the install op (the install script
+/// is plain `sh`); an unsealed line of another protocol version is a
+/// [`ReplyError::Version`], not a damaged one.
 pub fn parse_reply(id: u64, op: OpKind, out: &ExecOutput) -> Result<Reply, ReplyError> {
     let complete = match out.stdout.iter().rposition(|&b| b == b'\n') {
         Some(end) => &out.stdout[..end],
@@ -123,6 +136,33 @@ pub fn parse_reply(id: u64, op: OpKind, out: &ExecOutput) -> Result<Reply, Reply
             exit_code: out.exit_code,
             stderr: head(&out.stderr),
         });
+    };
+    let opened;
+    let line = if op == OpKind::Install {
+        line
+    } else {
+        match seal::open(line) {
+            Ok(object) => {
+                opened = object;
+                &opened[..]
+            }
+            Err(why) => {
+                let version = serde_json::from_slice::<serde_json::Value>(line)
+                    .ok()
+                    .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
+                if let Some(got) = version.filter(|&v| v != u64::from(PROTOCOL_VERSION)) {
+                    return Err(ReplyError::Version {
+                        got: u32::try_from(got).unwrap_or(u32::MAX),
+                    });
+                }
+                return Err(ReplyError::Corrupt {
+                    detail: match why {
+                        seal::SealError::Missing => "no checksum at its end (cut short?)".into(),
+                        seal::SealError::Mismatch => "its checksum does not match".into(),
+                    },
+                });
+            }
+        }
     };
     let text = std::str::from_utf8(line).map_err(|_| ReplyError::NotUtf8)?;
     let value: serde_json::Value =
@@ -178,32 +218,48 @@ mod tests {
         }
     }
 
-    #[test]
-    fn good_reply_parses() {
-        let r = parse_reply(
-            3,
-            OpKind::Ack,
-            &out(b"noise\n{\"v\":1,\"id\":3,\"reply\":\"acked\"}\n", 0),
-        );
-        assert_eq!(r, Ok(Reply::Acked));
+    /// `object` sealed as the agent prints it.
+    fn sealed(object: &[u8]) -> Vec<u8> {
+        seal::seal(object)
     }
 
-    type Case = (&'static [u8], i32, fn(&ReplyError) -> bool);
+    #[test]
+    fn good_reply_parses() {
+        let mut stdout = b"noise\n".to_vec();
+        stdout.extend(sealed(b"{\"v\":1,\"id\":3,\"reply\":\"acked\"}"));
+        assert_eq!(
+            parse_reply(3, OpKind::Ack, &out(&stdout, 0)),
+            Ok(Reply::Acked)
+        );
+    }
+
+    type Case = (Vec<u8>, i32, fn(&ReplyError) -> bool);
 
     #[test]
     fn each_kind_of_bad_output_has_its_error() {
         let cases: Vec<Case> = vec![
-            (b"", 127, |e| matches!(e, ReplyError::AgentMissing { .. })),
-            (b"", 1, |e| matches!(e, ReplyError::NoReply { .. })),
-            (b"{\"v\":1,\"id\":3,\"rep", 0, |e| {
+            (b"".to_vec(), 127, |e| {
+                matches!(e, ReplyError::AgentMissing { .. })
+            }),
+            (b"".to_vec(), 1, |e| matches!(e, ReplyError::NoReply { .. })),
+            (b"{\"v\":1,\"id\":3,\"rep".to_vec(), 0, |e| {
                 matches!(e, ReplyError::NoReply { .. })
             }),
-            (b"\xff\xfe\n", 0, |e| matches!(e, ReplyError::NotUtf8)),
-            (b"{oops\n", 0, |e| matches!(e, ReplyError::Malformed { .. })),
-            (b"{\"v\":9,\"id\":3}\n", 0, |e| {
+            (sealed(b"{\"v\":1,\"id\":3,\"reply\":\"\xff\"}"), 0, |e| {
+                matches!(e, ReplyError::NotUtf8)
+            }),
+            (sealed(b"{oops}"), 0, |e| {
+                matches!(e, ReplyError::Malformed { .. })
+            }),
+            (b"{\"v\":9,\"id\":3}\n".to_vec(), 0, |e| {
                 matches!(e, ReplyError::Version { got: 9 })
             }),
-            (b"{\"v\":1,\"id\":2,\"reply\":\"acked\"}\n", 0, |e| {
+            (
+                b"{\"v\":1,\"id\":3,\"reply\":\"acked\"}\n".to_vec(),
+                0,
+                |e| matches!(e, ReplyError::Corrupt { .. }),
+            ),
+            (sealed(b"{\"v\":1,\"id\":2,\"reply\":\"acked\"}"), 0, |e| {
                 matches!(
                     e,
                     ReplyError::WrongId {
@@ -213,12 +269,12 @@ mod tests {
                 )
             }),
             (
-                b"{\"v\":1,\"id\":3,\"reply\":{\"shut_down\":{\"killed\":0}}}\n",
+                sealed(b"{\"v\":1,\"id\":3,\"reply\":{\"shut_down\":{\"killed\":0}}}"),
                 0,
                 |e| matches!(e, ReplyError::WrongKind { .. }),
             ),
             (
-                b"{\"v\":1,\"id\":3,\"error\":{\"kind\":\"conflict\",\"detail\":\"x\"}}\n",
+                sealed(b"{\"v\":1,\"id\":3,\"error\":{\"kind\":\"conflict\",\"detail\":\"x\"}}"),
                 0,
                 |e| {
                     matches!(
@@ -232,15 +288,23 @@ mod tests {
             ),
         ];
         for (stdout, rc, check) in cases {
-            let err = parse_reply(3, OpKind::Ack, &out(stdout, rc)).unwrap_err();
+            let err = parse_reply(3, OpKind::Ack, &out(&stdout, rc)).unwrap_err();
             assert!(
                 check(&err),
                 "{:?} gave {err:?}",
-                String::from_utf8_lossy(stdout)
+                String::from_utf8_lossy(&stdout)
             );
             assert!(!err.to_string().is_empty());
         }
     }
+
+    #[test]
+    fn the_install_script_reply_needs_no_seal() {
+        let stdout = b"{\"v\":1,\"id\":3,\"reply\":{\"installed\":{\"path\":\"/x\"}}}\n";
+        assert!(parse_reply(3, OpKind::Install, &out(stdout, 0)).is_ok());
+    }
+
+    const WAITED: &[u8] = b"{\"v\":1,\"id\":1,\"reply\":{\"waited\":{\"batch\":{\"entries\":[{\"n\":1,\"kind\":\"output\",\"stream\":\"stdout\",\"data\":{\"text\":\"hi\"}},{\"n\":2,\"kind\":\"done\"}],\"done\":true}}}}";
 
     proptest! {
         #[test]
@@ -249,11 +313,21 @@ mod tests {
         }
 
         #[test]
-        fn any_prefix_of_a_good_reply_is_handled(cut in 0usize..200) {
-            let good = b"{\"v\":1,\"id\":1,\"reply\":{\"waited\":{\"batch\":{\"entries\":[{\"n\":1,\"kind\":\"done\"}],\"done\":true}}}}\n";
+        fn any_prefix_of_a_good_reply_is_handled(cut in 0usize..300) {
+            let good = sealed(WAITED);
             let cut = cut.min(good.len());
             let r = parse_reply(1, OpKind::Wait, &out(&good[..cut], 0));
             prop_assert_eq!(r.is_ok(), cut == good.len());
+        }
+
+        /// A reply with one byte changed on the way is never a result.
+        #[test]
+        fn a_changed_byte_is_never_a_result(pos in 0usize..300, flip in 1u8..=255) {
+            let mut bad = sealed(WAITED);
+            let pos = pos % bad.len();
+            bad[pos] ^= flip;
+            let r = parse_reply(1, OpKind::Wait, &out(&bad, 0));
+            prop_assert!(r.is_err(), "{:?}", String::from_utf8_lossy(&bad));
         }
     }
 }

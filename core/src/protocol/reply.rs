@@ -235,6 +235,16 @@ pub struct ReplyEnvelope {
     pub error: Option<AgentError>,
 }
 
+impl ReplyEnvelope {
+    /// The line the agent prints for this envelope: its JSON, sealed
+    /// with a checksum ([`super::seal`]), and a newline.
+    pub fn to_line(&self) -> Vec<u8> {
+        // Serialising plain data with string keys cannot fail; an empty
+        // object would be refused by the reader, never accepted.
+        super::seal::seal(&serde_json::to_vec(self).unwrap_or_default())
+    }
+}
+
 impl Reply {
     /// Does this reply answer an op of `kind`?
     pub fn answers(&self, kind: super::OpKind) -> bool {

@@ -208,8 +208,7 @@ impl FakeAgent {
             reply,
             error,
         };
-        let mut stdout = serde_json::to_vec(&env).unwrap();
-        stdout.push(b'\n');
+        let stdout = env.to_line();
         ExecOutput {
             stdout,
             stderr: Vec::new(),

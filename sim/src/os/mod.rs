@@ -25,6 +25,7 @@
 //! [`SimOs::begin_exec`], a daemon from [`SimOs::take_daemon_spawns`], or a
 //! shim (set internally while the shim runs).
 
+pub mod disk;
 pub mod events;
 pub mod freeze;
 pub mod fs;
@@ -173,6 +174,10 @@ pub struct SimOs {
     stderr_written: BTreeMap<(String, u64), Vec<u8>>,
     /// Tool-call credentials handed out ([`Os::random_token`]).
     tokens: u64,
+    /// Paths under which writes fail now ([`SimOs::fill_disk`]).
+    disk_full: Vec<String>,
+    /// Writes refused by a full disk so far.
+    refused_writes: u64,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -199,6 +204,8 @@ impl SimOs {
             events: Vec::new(),
             daemon_spawns: Vec::new(),
             frozen: 0,
+            disk_full: Vec::new(),
+            refused_writes: 0,
             stderr_written: BTreeMap::new(),
             tokens: 0,
         };
@@ -623,14 +630,17 @@ impl Os for SimOs {
     }
 
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.check_write(path)?;
         self.fs.create_new(path, data)
     }
 
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.check_write(path)?;
         self.fs.write_atomic(path, data)
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.check_write(path)?;
         self.fs.append(path, data)
     }
 

@@ -145,6 +145,12 @@ impl SimOs {
                     }
                     shim.machine.handle_tree_empty(self);
                 }
+                ShimStep::Retry => {
+                    // Until the machine's retry time (its next wake).
+                    let read = self.shim_read(shim);
+                    let reaped = self.shim_reap(pid, shim);
+                    return progress || read || reaped;
+                }
                 ShimStep::Exit(code) => {
                     self.exit_proc(pid, ExitStatus::Code(i32::from(code)));
                     return true;

@@ -103,6 +103,22 @@ impl Sandbox {
         self.advance(now_ms);
     }
 
+    /// The disk under the kernels is full from now on (a fault).
+    pub fn fill_disk(&mut self, now_ms: u64) {
+        self.advance(now_ms);
+        let kernels = format!("{}/kernels", self.root);
+        self.os.fill_disk(&kernels);
+    }
+
+    /// The disk has room again; runs what is due. Returns how many
+    /// writes it refused in all so far.
+    pub fn free_disk(&mut self, now_ms: u64) -> u64 {
+        self.advance(now_ms);
+        self.os.free_disk();
+        self.advance(now_ms);
+        self.os.refused_writes()
+    }
+
     /// Is the sandbox frozen?
     pub fn is_frozen(&self) -> bool {
         self.os.is_frozen()

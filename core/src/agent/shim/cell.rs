@@ -23,7 +23,7 @@
 //! background job never writes to a closed pipe; then the cgroup goes (if
 //! empty) and [`ShimStep::Exit`].
 
-use super::{complete, ExitStatus, ShimCore, DEFAULT_DRAIN};
+use super::{complete, ExitStatus, ShimCore, DEFAULT_DRAIN, JOURNAL_RETRY};
 use crate::agent::background::BackgroundLog;
 use crate::agent::layout::KernelLayout;
 use crate::agent::os::{CellLaunch, Os, Pid};
@@ -68,6 +68,11 @@ pub enum ShimStep {
     /// [`CellShim::handle_tree_empty`] once no child is left (after one
     /// last read of what the pipes hold).
     Linger,
+    /// The journal is behind (a write failed: a full disk): read the
+    /// pipes and reap as for [`ShimStep::Pump`] until
+    /// [`CellShim::poll_timeout`], then step again (the shim writes what
+    /// waits before it lingers or exits).
+    Retry,
     /// Exit with this status.
     Exit(u8),
 }
@@ -80,6 +85,8 @@ enum Phase {
     Pump,
     FinalRead,
     Finish,
+    /// Resolved, with journal entries still to write.
+    Flush,
     Linger,
     Exit(u8),
 }
@@ -96,6 +103,8 @@ pub struct CellShim {
     exited: Option<(Timestamp, ExitStatus)>,
     drain: Duration,
     log: BackgroundLog,
+    /// When the journal is written again ([`Phase::Flush`]).
+    retry_at: Timestamp,
 }
 
 fn index(stream: Stream) -> usize {
@@ -119,6 +128,7 @@ impl CellShim {
             exited: None,
             drain: DEFAULT_DRAIN,
             log,
+            retry_at: Timestamp::ZERO,
         }
     }
 
@@ -137,7 +147,7 @@ impl CellShim {
     pub fn reading(&self, stream: Stream) -> bool {
         matches!(
             self.phase,
-            Phase::Pump | Phase::FinalRead | Phase::Finish | Phase::Linger
+            Phase::Pump | Phase::FinalRead | Phase::Finish | Phase::Flush | Phase::Linger
         ) && !self.eof[index(stream)]
     }
 
@@ -161,6 +171,7 @@ impl CellShim {
                 Some((at, _)) => Some(at + self.drain),
                 None => None,
             },
+            Phase::Flush => Some(self.retry_at.max(now)),
             Phase::Linger | Phase::Exit(_) => None,
             _ => Some(now),
         }
@@ -208,6 +219,17 @@ impl CellShim {
                     return ShimStep::FinalRead;
                 }
                 Phase::Finish => self.finish(os),
+                Phase::Flush if os.now() < self.retry_at => return ShimStep::Retry,
+                Phase::Flush => match self.core.as_mut().map(|c| c.flush(os)) {
+                    Some(Err(_)) => {
+                        self.retry_at = os.now() + JOURNAL_RETRY;
+                        return ShimStep::Retry;
+                    }
+                    _ => self.phase = Phase::Linger,
+                },
+                Phase::Linger if self.core.as_ref().is_some_and(ShimCore::has_unwritten) => {
+                    self.phase = Phase::Flush;
+                }
                 Phase::Linger => return ShimStep::Linger,
                 Phase::Exit(code) => return ShimStep::Exit(code),
             }
@@ -334,9 +356,8 @@ impl CellShim {
         // A main process the shim never saw exit (it cannot happen once
         // the cell is complete) counts as killed.
         let exit = self.exited.map_or(ExitStatus::Signal(9), |(_, s)| s);
-        if let Err(e) = core.finish(os, exit, leftovers) {
-            let message = format!("cannot write the journal: {e}");
-            let _ = core.never_started(os, CellOutcome::Error { message });
-        }
+        // What could not be written now waits in the journal's queue:
+        // written before the shim lingers ([`Phase::Flush`]).
+        let _ = core.finish(os, exit, leftovers);
     }
 }

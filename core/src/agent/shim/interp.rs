@@ -24,7 +24,7 @@
 //! shim closes its input ([`InterpStep::CloseInput`]) and lingers, still
 //! reading stdout/stderr into the background log, until its tree is empty.
 
-use super::{ExitStatus, ShimCore};
+use super::{ExitStatus, ShimCore, JOURNAL_RETRY};
 use crate::agent::background::BackgroundLog;
 use crate::agent::layout::KernelLayout;
 use crate::agent::os::{CellLaunch, Os, OsError, Pid};
@@ -137,6 +137,11 @@ pub struct InterpShim {
     eof: [bool; 2],
     /// Cell cgroups that still had members when their cell ended.
     pending: Vec<String>,
+    /// Ended cells whose journal is behind (a write failed: a full
+    /// disk), written again at every step.
+    unflushed: Vec<ShimCore>,
+    /// When those are written again.
+    flush_at: Timestamp,
     log: BackgroundLog,
 }
 
@@ -180,6 +185,8 @@ impl InterpShim {
             last_seq: 0,
             eof: [false; 2],
             pending: Vec::new(),
+            unflushed: Vec::new(),
+            flush_at: Timestamp::ZERO,
             log,
         }
     }
@@ -232,11 +239,25 @@ impl InterpShim {
             (Phase::Run, None) => self.died.is_some() || self.next_seq(os).is_some(),
             (Phase::Linger | Phase::Exit(_), _) => false,
         };
-        ready.then_some(now)
+        if ready {
+            Some(now)
+        } else {
+            (!self.unflushed.is_empty()).then_some(self.flush_at.max(now))
+        }
+    }
+
+    /// Writes what the journals of ended cells still owe.
+    fn flush_ended(&mut self, os: &mut dyn Os) {
+        if self.unflushed.is_empty() || os.now() < self.flush_at {
+            return;
+        }
+        self.unflushed.retain_mut(|core| core.flush(os).is_err());
+        self.flush_at = os.now() + JOURNAL_RETRY;
     }
 
     /// The next step.
     pub fn poll_step(&mut self, os: &mut dyn Os) -> InterpStep {
+        self.flush_ended(os);
         loop {
             match self.phase {
                 Phase::Begin => {
@@ -286,7 +307,9 @@ impl InterpShim {
             return;
         };
         if let Some(reason) = core.tombstone(os) {
-            let _ = core.never_started(os, reason.outcome());
+            if core.never_started(os, reason.outcome()).is_err() {
+                self.unflushed.push(core);
+            }
             return;
         }
         self.current = Some(Current {
@@ -402,11 +425,14 @@ impl InterpShim {
         let left: Vec<Pid> = procs::cell_processes(os, &table, &scope, &protected)
             .into_iter()
             .collect();
-        let _ = c.core.finish_python(os, reported, left);
+        let written = c.core.finish_python(os, reported, left);
         if let Some(group) = c.group.take() {
             if os.remove_cgroup(&group).is_err() {
                 self.pending.push(group);
             }
+        }
+        if written.is_err() {
+            self.unflushed.push(c.core);
         }
     }
 
@@ -491,6 +517,10 @@ impl InterpShim {
         for group in std::mem::take(&mut self.pending) {
             let _ = os.remove_cgroup(&group);
         }
+        // A journal still behind is the daemon's to end once the shim is
+        // gone (it writes the cell's loss when it can).
+        self.flush_at = Timestamp::ZERO;
+        self.flush_ended(os);
         self.phase = Phase::Exit(0);
     }
 }

@@ -1,0 +1,71 @@
+//! A full disk (or a failing one) under part of the file system: while
+//! it lasts, every write through [`tether_core::agent::Os`] (create,
+//! write, append) to a path under it fails with an I/O error, as
+//! `ENOSPC` or `EIO` would; reads, listings and removals still work.
+//! Windows nest: writes work again when the last ends. The workloads'
+//! own side-effect files are ground truth, not the agent's, and are
+//! never refused.
+
+use super::SimOs;
+use tether_core::agent::OsError;
+
+impl SimOs {
+    /// Writes under `prefix` fail from now on (until [`SimOs::free_disk`]).
+    pub fn fill_disk(&mut self, prefix: &str) {
+        self.disk_full.push(prefix.trim_end_matches('/').to_owned());
+    }
+
+    /// Ends the oldest window of [`SimOs::fill_disk`].
+    pub fn free_disk(&mut self) {
+        if !self.disk_full.is_empty() {
+            self.disk_full.remove(0);
+        }
+    }
+
+    /// How many writes were refused so far (the fault is applied).
+    pub fn refused_writes(&self) -> u64 {
+        self.refused_writes
+    }
+
+    /// `Err` when a write to `path` is refused now.
+    pub(super) fn check_write(&mut self, path: &str) -> Result<(), OsError> {
+        let full = self.disk_full.iter().any(|p| {
+            path == p
+                || path
+                    .strip_prefix(p.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        });
+        if full {
+            self.refused_writes += 1;
+            return Err(OsError::Other(format!(
+                "writing {path}: No space left on device"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::os::{SimOs, SimOsConfig};
+    use tether_core::agent::Os;
+
+    #[test]
+    fn writes_under_a_full_disk_fail_until_it_is_freed() {
+        let mut os = SimOs::new(SimOsConfig::default());
+        os.create_dir_all("/var/tmp/k").unwrap();
+        os.create_dir_all("/var/tmp/kx").unwrap();
+        os.write_atomic("/var/tmp/k/j", b"a").unwrap();
+        os.fill_disk("/var/tmp/k");
+        assert!(os.append("/var/tmp/k/j", b"b").is_err());
+        assert!(os.write_atomic("/var/tmp/k/j", b"b").is_err());
+        assert!(os.create_new("/var/tmp/k/new", b"b").is_err());
+        // Another directory that merely shares the prefix is not full.
+        os.write_atomic("/var/tmp/kx/f", b"ok").unwrap();
+        assert_eq!(os.read_file("/var/tmp/k/j").unwrap(), b"a");
+        assert_eq!(os.refused_writes(), 3);
+        os.free_disk();
+        os.append("/var/tmp/k/j", b"b").unwrap();
+        assert_eq!(os.read_file("/var/tmp/k/j").unwrap(), b"ab");
+    }
+}
