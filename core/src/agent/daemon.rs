@@ -116,8 +116,12 @@ struct Track {
     /// processes) is looked at again only from then on: the look scans the
     /// whole process table, too much for every tick.
     linger_recheck: Option<Timestamp>,
-    /// The shim's death was handled (the journal closed, or its result
-    /// settled for a cancel's escalation to finish).
+    /// The shim's death was seen (the interpreter's loss, for a Python
+    /// cell, handled once).
+    shim_death_seen: bool,
+    /// The shim's death was written (the journal closed, or its result
+    /// settled for a cancel's escalation to finish); until then it is
+    /// tried again each tick (a full disk).
     shim_death_told: bool,
 }
 
@@ -285,6 +289,7 @@ impl Daemon {
                         cgroup: None,
                         cgroup_checked: false,
                         linger_recheck: None,
+                        shim_death_seen: false,
                         shim_death_told: false,
                     },
                 );
@@ -408,7 +413,8 @@ impl Daemon {
                 }
             }
             if t.shim.is_none() && !t.done && !t.shim_death_told {
-                t.shim_death_told = true;
+                let first_look = !t.shim_death_seen;
+                t.shim_death_seen = true;
                 // The shim died without finishing the journal (killed from
                 // outside: an OOM killer, a `pkill`). What the cell still
                 // runs stays owned (a cancel, reset, shutdown or the idle
@@ -423,7 +429,9 @@ impl Daemon {
                 let outcome = if t.python {
                     // The interpreter's shim: the interpreter, orphaned,
                     // goes with it, and with it the namespace.
-                    interp_lost.push(seq);
+                    if first_look {
+                        interp_lost.push(seq);
+                    }
                     python::died(cancel, python::SHIM_DIED)
                 } else {
                     outcome
@@ -442,15 +450,16 @@ impl Daemon {
                         let note = python::loss_note(python::SHIM_DIED);
                         let _ = w.output(os, Stream::Stderr, &note);
                     }
-                    if cancel.is_some() {
+                    if cancel.is_some() && !t.python {
                         let result = if w.has_result() {
                             Vec::new()
                         } else {
                             vec![EntryKind::Result { outcome }]
                         };
-                        let _ = w.settle(os, result);
+                        t.shim_death_told = w.settle(os, result).is_ok();
                     } else {
                         t.done = w.close(os, outcome, Vec::new()).is_ok();
+                        t.shim_death_told = t.done;
                     }
                 } else {
                     t.done = true;
@@ -804,6 +813,7 @@ impl Daemon {
             cgroup: None,
             cgroup_checked: false,
             linger_recheck: None,
+            shim_death_seen: false,
             shim_death_told: false,
         })
     }
