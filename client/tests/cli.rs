@@ -448,3 +448,55 @@ fn resume_sends_a_submit_that_never_reached_the_sandbox() {
     assert_eq!(text(&out.stdout), "next\n", "{}", show(&out));
     assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
 }
+
+/// Two clients with their own records (two state directories) on one
+/// sandbox root and one kernel: the second has no record of the kernel
+/// and starts at cell 1, which the first already ran. The agent used to
+/// answer "accepted" and the cell never ran: `tether run` waited forever.
+#[test]
+fn a_second_client_without_a_record_is_refused_clearly_then_continues_after_the_kernel() {
+    let w = World::new();
+    for i in 1..=3 {
+        let out = w.run("k", &format!("X={i}"));
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    }
+    // Its own records and mux, the first world's sandbox root.
+    let other = World::new();
+    let run_other = |code: &str| {
+        let child = other
+            .cmd()
+            .env("TETHER_ROOT", w.root.path())
+            .args(["run", "--kernel", "k", code])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        finish(child, "the second client's tether run")
+    };
+    let out = run_other("echo two $X");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "", "nothing ran: {}", show(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("another client") && err.contains("continues from cell 4"),
+        "{}",
+        show(&out)
+    );
+    // It learned where the kernel is: its next run goes through, in the
+    // same kernel (the first client's variable is there).
+    let out = run_other("echo two $X");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "two 3\n", "{}", show(&out));
+    // The first client's next number is now the second's: refused the
+    // same way, then it goes on too.
+    let out = w.run("k", "echo one");
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("another client"),
+        "{}",
+        show(&out)
+    );
+    let out = w.run("k", "echo one $X");
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "one 3\n", "{}", show(&out));
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 use support::{kname, Harness, Net};
 use tether_core::bytes::Bytes;
 use tether_core::client::{Client, ClientError, Effect, Event};
+use tether_core::ids::CellSeq;
 use tether_core::protocol::{Acceptance, CellOutcome, Lang, OpKind};
 use tether_core::time::Timestamp;
 
@@ -848,4 +849,39 @@ fn resume_of_a_cell_whose_journal_exists_never_resubmits_it() {
     assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok), "{}", h2.trace);
     assert_eq!(h2.output(&cell), "a\nb\n");
     assert_eq!(h2.agent.runs.get(&rid), Some(&1), "ran once");
+}
+
+#[test]
+fn a_second_client_without_a_record_is_told_the_kernel_is_ahead_then_continues_after_it() {
+    let mut h = Harness::new(40);
+    h.open("k", Lang::Shell);
+    for code in ["out a1", "out a2"] {
+        let cell = h.run("k", code, None);
+        h.settle();
+        assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    }
+    // Another client (another state directory: no record of `k`) on the
+    // same sandbox: it adopts the daemon, and its cell 1 is refused, not
+    // accepted (cell 1 of the kernel ran and was acknowledged) and never
+    // waited for.
+    let mut h2 = Harness::with(Client::new(support::config(), 41), h.agent.clone());
+    h2.open("k", Lang::Shell);
+    let refused = h2.run("k", "out b", None);
+    h2.settle();
+    match h2.outcome(&refused) {
+        Some(CellOutcome::Error { message }) => {
+            assert!(message.contains("another client"), "{message}");
+            assert!(message.contains("continues from cell 3"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h2.output(&refused), "");
+    assert_eq!(h2.records[&kname("k")].next_seq, 3);
+    // Its next cell goes after the kernel's and runs, once.
+    let cell = h2.run("k", "out b", None);
+    assert_eq!(cell.seq, CellSeq(3));
+    h2.settle();
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok));
+    assert_eq!(h2.output(&cell), "b\n");
+    assert!(h2.agent.runs.values().all(|&n| n == 1));
 }

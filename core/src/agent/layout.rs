@@ -113,6 +113,14 @@ impl KernelLayout {
         format!("{}/cells", self.dir)
     }
 
+    /// `seqs/`: empty files named by the highest sequence numbers the
+    /// kernel has used; the largest name is its high-water mark, kept
+    /// after the cells' directories are acknowledged away (see
+    /// `op::mark_used`).
+    pub fn seqs_dir(&self) -> String {
+        format!("{}/seqs", self.dir)
+    }
+
     /// The paths of one cell.
     pub fn cell(&self, seq: CellSeq) -> CellLayout {
         CellLayout {

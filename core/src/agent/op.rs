@@ -85,6 +85,7 @@ fn err(kind: ErrorKind, detail: impl Into<String>) -> AgentError {
     AgentError {
         kind,
         detail: detail.into(),
+        next_seq: None,
     }
 }
 
@@ -539,17 +540,19 @@ fn submit(
         return if existing.request_id == sub.request_id {
             Ok(Acceptance::AlreadyAccepted)
         } else {
-            Err(err(
-                ErrorKind::Conflict,
-                format!(
-                    "cell {seq} already holds request {}; this is request {} (use the next sequence number)",
-                    existing.request_id, sub.request_id
-                ),
-            ))
+            let next = UsedSeqs::read(os, k).next().max(CellSeq(seq.0 + 1));
+            Err(AgentError {
+                next_seq: Some(next),
+                ..err(
+                    ErrorKind::Conflict,
+                    format!(
+                        "cell {seq} already holds request {}; this is request {} (the next free sequence number is {next})",
+                        existing.request_id, sub.request_id
+                    ),
+                )
+            })
         };
     }
-    os.create_dir_all(cell.dir())
-        .map_err(|e| io("creating the cell directory", e))?;
     if os.exists(&cell.cancel()) {
         // Cancelled before it was ever submitted: it will never run.
         let mut bytes = JournalEntry {
@@ -570,6 +573,7 @@ fn submit(
             Ok(()) | Err(OsError::AlreadyExists) => {}
             Err(e) => return Err(io("writing the journal", e)),
         }
+        mark_used(os, k, seq)?;
         return Ok(Acceptance::CancelledBeforeStart);
     }
     if kernel::live_daemon(os, k).is_none() {
@@ -578,20 +582,108 @@ fn submit(
             "the kernel's daemon is not running; probe and spawn it again",
         ));
     }
-    match os.create_new(&cell.submission(), &to_json(sub)) {
-        Ok(()) => Ok(Acceptance::Accepted),
+    // The cell's directory is gone once acknowledged, but its sequence
+    // number stays used: a submission there would never run (the daemon
+    // has handled that number) and would answer "accepted" to a client
+    // that then waits forever. A second client with no record of this
+    // kernel starts at 1: tell it where the kernel is.
+    let used = UsedSeqs::read(os, k);
+    if used.contains(seq) {
+        let next = used.next();
+        return Err(AgentError {
+            next_seq: Some(next),
+            ..err(
+                ErrorKind::Conflict,
+                format!(
+                    "cell {seq} of this kernel was used before (by another client record, or acknowledged); its next free sequence number is {next}"
+                ),
+            )
+        });
+    }
+    os.create_dir_all(cell.dir())
+        .map_err(|e| io("creating the cell directory", e))?;
+    let acceptance = match os.create_new(&cell.submission(), &to_json(sub)) {
+        Ok(()) => Acceptance::Accepted,
         Err(OsError::AlreadyExists) => {
             // A concurrent submit won the race: same answer as a resend.
             match read_json::<Submission>(os, &cell.submission()) {
-                Ok(Some(e)) if e.request_id == sub.request_id => Ok(Acceptance::AlreadyAccepted),
-                _ => Err(err(
-                    ErrorKind::Conflict,
-                    format!("cell {seq} is taken by another request"),
-                )),
+                Ok(Some(e)) if e.request_id == sub.request_id => Acceptance::AlreadyAccepted,
+                _ => {
+                    return Err(err(
+                        ErrorKind::Conflict,
+                        format!("cell {seq} is taken by another request"),
+                    ))
+                }
             }
         }
-        Err(e) => Err(io("writing the submission", e)),
+        Err(e) => return Err(io("writing the submission", e)),
+    };
+    mark_used(os, k, seq)?;
+    Ok(acceptance)
+}
+
+/// The sequence numbers a kernel has used, as files in `seqs/`: `N` for
+/// one used number, `floor-N` for "every number up to N". Lockless: a
+/// number's file is created before its floor covers it and removed only
+/// after, and a floor file is removed only by an op that has made a
+/// larger one, so a reader always sees a used number as used and floors
+/// never go down.
+#[derive(Debug, Default)]
+struct UsedSeqs {
+    floor: u64,
+    marks: BTreeSet<u64>,
+}
+
+impl UsedSeqs {
+    fn read(os: &dyn Os, k: &KernelLayout) -> UsedSeqs {
+        let mut used = UsedSeqs::default();
+        for name in os.list_dir(&k.seqs_dir()).unwrap_or_default() {
+            if let Some(n) = name.strip_prefix("floor-").and_then(|n| n.parse().ok()) {
+                used.floor = used.floor.max(n);
+            } else if let Ok(n) = name.parse() {
+                used.marks.insert(n);
+            }
+        }
+        used
     }
+
+    fn contains(&self, seq: CellSeq) -> bool {
+        seq.0 <= self.floor || self.marks.contains(&seq.0)
+    }
+
+    /// The lowest number above every used one.
+    fn next(&self) -> CellSeq {
+        CellSeq(self.floor.max(self.marks.last().copied().unwrap_or(0)) + 1)
+    }
+}
+
+/// Records that `seq` is used (see [`UsedSeqs`]), then folds the numbers
+/// used without a gap into the floor.
+fn mark_used(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), AgentError> {
+    let dir = k.seqs_dir();
+    os.create_dir_all(&dir)
+        .map_err(|e| io("creating the seqs directory", e))?;
+    match os.create_new(&format!("{dir}/{seq}"), b"") {
+        Ok(()) | Err(OsError::AlreadyExists) => {}
+        Err(e) => return Err(io("recording the sequence number", e)),
+    }
+    let used = UsedSeqs::read(os, k);
+    let mut top = used.floor;
+    while used.marks.contains(&(top + 1)) {
+        top += 1;
+    }
+    if top > used.floor {
+        match os.create_new(&format!("{dir}/floor-{top}"), b"") {
+            Ok(()) | Err(OsError::AlreadyExists) => {}
+            Err(e) => return Err(io("recording the sequence floor", e)),
+        }
+        // Best effort: a file left behind is only redundant.
+        let _ = os.remove_all(&format!("{dir}/floor-{}", used.floor));
+        for n in used.marks.range(..=top) {
+            let _ = os.remove_all(&format!("{dir}/{n}"));
+        }
+    }
+    Ok(())
 }
 
 /// Deletes a cell whose journal the client has whole; idempotent (a cell

@@ -1011,3 +1011,121 @@ fn call_limits_are_refusals_that_say_which() {
     nameless.name.clear();
     assert!(check("a", &nameless, "t", 0).is_some());
 }
+
+/// Runs one op to its reply on `os` (no waiting: `wait_ms` 0).
+fn op(os: &mut FakeOs, op: crate::protocol::Op) -> ReplyEnvelope {
+    let env = crate::protocol::Envelope {
+        v: crate::protocol::PROTOCOL_VERSION,
+        id: 1,
+        op,
+    };
+    let mut run = OpRun::new("/r", &serde_json::to_vec(&env).unwrap());
+    let line = run.poll(os).expect("a reply without waiting");
+    serde_json::from_slice(&line).unwrap()
+}
+
+fn submit_op(seq: u64, request: &str) -> crate::protocol::Op {
+    crate::protocol::Op::Submit {
+        kernel: KernelName::new("k").unwrap(),
+        submission: Submission {
+            request_id: RequestId(request.into()),
+            seq: CellSeq(seq),
+            code: Bytes(b"true".to_vec()),
+            timeout_ms: None,
+        },
+        wait_ms: 0,
+        ack: Vec::new(),
+        expect: None,
+    }
+}
+
+fn acceptance(reply: &ReplyEnvelope) -> Option<crate::protocol::Acceptance> {
+    match &reply.reply {
+        Some(crate::protocol::Reply::Submitted { acceptance, .. }) => Some(*acceptance),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_used_sequence_number_is_a_conflict_that_names_the_next_even_after_its_ack() {
+    use crate::protocol::{Acceptance, ErrorKind, Op};
+    let mut os = FakeOs::new();
+    let spawned = op(
+        &mut os,
+        Op::Spawn {
+            kernel: KernelName::new("k").unwrap(),
+            lang: Lang::Shell,
+            nonce: "n1".into(),
+            idle_timeout_ms: 60_000,
+            grace_ms: 100,
+        },
+    );
+    assert!(spawned.error.is_none(), "{spawned:?}");
+    let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
+    // Client A: cells 2 and 3 reach the agent out of order (two submits
+    // in flight): both are new work.
+    for (seq, id) in [(1, "a1"), (3, "a3"), (2, "a2")] {
+        let r = op(&mut os, submit_op(seq, id));
+        assert_eq!(acceptance(&r), Some(Acceptance::Accepted), "{seq}: {r:?}");
+    }
+    // A resend is idempotent while the cell is there.
+    let r = op(&mut os, submit_op(2, "a2"));
+    assert_eq!(acceptance(&r), Some(Acceptance::AlreadyAccepted));
+    // Cells 1 and 2 are acknowledged (their directories go), 3 is not.
+    for seq in [1, 2] {
+        os.remove_all(k.cell(CellSeq(seq)).dir()).unwrap();
+    }
+    // Client B, with no record of the kernel, starts at 1: refused with
+    // the kernel's next free number, for an acknowledged cell (whose
+    // submission is gone) as for one still there; a late resend of an
+    // acknowledged cell is refused too (it would never run).
+    for (seq, id) in [(1, "b1"), (1, "a1"), (3, "b1")] {
+        let r = op(&mut os, submit_op(seq, id));
+        let e = r.error.unwrap_or_else(|| panic!("{seq} {id}: accepted"));
+        assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+        assert_eq!(e.next_seq, Some(CellSeq(4)), "{e}");
+    }
+    assert!(
+        !os.exists(&k.cell(CellSeq(1)).submission()),
+        "a refused submit records nothing"
+    );
+    // The marks fold into one floor.
+    assert_eq!(os.list_dir(&k.seqs_dir()).unwrap(), vec!["floor-3"]);
+    let r = op(&mut os, submit_op(4, "b4"));
+    assert_eq!(acceptance(&r), Some(Acceptance::Accepted), "{r:?}");
+}
+
+#[test]
+fn a_sequence_number_cancelled_before_its_submit_is_used_and_its_resend_is_idempotent() {
+    use crate::protocol::{Acceptance, Op};
+    let mut os = FakeOs::new();
+    let _ = op(
+        &mut os,
+        Op::Spawn {
+            kernel: KernelName::new("k").unwrap(),
+            lang: Lang::Shell,
+            nonce: "n1".into(),
+            idle_timeout_ms: 60_000,
+            grace_ms: 100,
+        },
+    );
+    let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
+    let cancel = op(
+        &mut os,
+        Op::Cancel {
+            kernel: KernelName::new("k").unwrap(),
+            seq: CellSeq(1),
+        },
+    );
+    assert!(cancel.error.is_none(), "{cancel:?}");
+    for _ in 0..2 {
+        let r = op(&mut os, submit_op(1, "a1"));
+        assert_eq!(acceptance(&r), Some(Acceptance::CancelledBeforeStart));
+    }
+    os.remove_all(k.cell(CellSeq(1)).dir()).unwrap();
+    let r = op(&mut os, submit_op(1, "a1"));
+    assert!(
+        r.error.is_some(),
+        "acknowledged: never recorded again: {r:?}"
+    );
+}

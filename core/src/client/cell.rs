@@ -424,6 +424,29 @@ impl Client {
         }
     }
 
+    /// The agent refused a submit: the cell's sequence number holds other
+    /// work. Nothing of this cell was recorded, so it resolves as an
+    /// error that says why, and the kernel's next cells continue from the
+    /// number the agent gave (`next`): a client with no record of a
+    /// kernel that another client drove (another state directory) starts
+    /// at 1, learns here where the kernel is, and its next run goes
+    /// through. Never a wait: the cell in that place is not this one.
+    pub(crate) fn on_seq_taken(&mut self, key: &CellKey, next: Option<CellSeq>, why: String) {
+        let mut message = format!("the agent refused the cell: {why}");
+        if let Some(next) = next {
+            if let Some(k) = self.kernels.get_mut(&key.kernel) {
+                k.next_seq = k.next_seq.max(next.0);
+            }
+            message = format!(
+                "kernel {} already ran cells up to {} under another client's record (another state directory, or a lost one): nothing ran; this client continues from cell {next}, run the cell again ({why})",
+                key.kernel,
+                next.0 - 1,
+            );
+        }
+        self.resolve(key, CellOutcome::Error { message }, false);
+        self.persist(&key.kernel);
+    }
+
     /// Cancelled, or timed out when the client's timeout asked for it.
     pub(crate) fn cancelled_outcome(&self, key: &CellKey) -> CellOutcome {
         match self.cell(key) {

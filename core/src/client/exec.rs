@@ -319,6 +319,11 @@ impl Client {
                 }
                 self.start(Task::Probe(k));
             }
+            (Task::Submit(c), E::Conflict) => {
+                let c = c.clone();
+                self.drop_task(&task);
+                self.on_seq_taken(&c, e.next_seq, why);
+            }
             (Task::Probe(k), E::NoSuchKernel) => {
                 let k = k.clone();
                 self.drop_task(&task);

@@ -212,6 +212,11 @@ pub struct AgentError {
     pub kind: ErrorKind,
     /// Details for a person.
     pub detail: String,
+    /// With a [`ErrorKind::Conflict`] on a submit: the lowest sequence
+    /// number the kernel has never used (its earlier cells ran under
+    /// another client's record), so the client can continue from there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_seq: Option<crate::ids::CellSeq>,
 }
 
 impl fmt::Display for AgentError {

@@ -140,6 +140,8 @@ pub struct FakeKernel {
     pub daemon: Option<Identity>,
     pub cells: BTreeMap<u64, FakeCell>,
     pub tombstones: BTreeSet<u64>,
+    /// Every sequence number a submission took (acknowledged cells too).
+    pub used: BTreeSet<u64>,
 }
 
 /// The sandbox as the fake agent sees it.
@@ -175,6 +177,7 @@ fn err(kind: ErrorKind, detail: &str) -> Result<Reply, AgentError> {
     Err(AgentError {
         kind,
         detail: detail.into(),
+        next_seq: None,
     })
 }
 
@@ -248,10 +251,19 @@ impl FakeAgent {
             return err(ErrorKind::NoSuchKernel, "no such kernel");
         };
         let seq = submission.seq.0;
+        let next_seq = Some(CellSeq(k.used.last().map_or(1, |s| s + 1).max(seq + 1)));
+        let taken = match k.cells.get(&seq) {
+            Some(c) => c.request_id != submission.request_id.0,
+            None => k.used.contains(&seq),
+        };
+        if taken {
+            return Err(AgentError {
+                kind: ErrorKind::Conflict,
+                detail: "sequence used by another request".into(),
+                next_seq,
+            });
+        }
         if let Some(c) = k.cells.get(&seq) {
-            if c.request_id != submission.request_id.0 {
-                return err(ErrorKind::Conflict, "sequence held by another request");
-            }
             return Ok(Reply::Submitted {
                 acceptance: Acceptance::AlreadyAccepted,
                 batch: c.after(0),
@@ -286,6 +298,7 @@ impl FakeAgent {
         };
         let batch = cell.after(0);
         k.cells.insert(seq, cell);
+        k.used.insert(seq);
         Ok(Reply::Submitted { acceptance, batch })
     }
 
