@@ -7,10 +7,12 @@
 
 use crate::faults::FaultSchedule;
 use crate::scenario::Scenario;
+use crate::swarm::Flaw;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use tether_core::protocol::CellOutcome;
+use tether_core::protocol::Lang;
 
 /// What happened to one scripted cell.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -19,6 +21,11 @@ pub struct CellObs {
     pub label: String,
     /// The client's key for it (`kernel#seq`), once accepted.
     pub key: Option<String>,
+    /// It runs in a Python kernel (else a shell kernel).
+    pub python: bool,
+    /// The client ran it as a plain exec because no kernel could start
+    /// (fail open), for this reason.
+    pub ran_without_kernel: Option<String>,
     /// The client asked to cancel it.
     pub cancel_requested: bool,
     /// Journal numbers of the output entries the client delivered, in order.
@@ -165,6 +172,19 @@ pub struct Observations {
     /// should have been over (its grace period and a stated slack later):
     /// processes left behind, orphaned.
     pub stop_survivors: Vec<String>,
+    /// The sandbox could not start some kernels, and whether the client
+    /// was to fail open (`None`: a sound sandbox, or one the host cannot
+    /// say about).
+    pub flawed: Option<Flawed>,
+}
+
+/// A sandbox that cannot start some kernels, and the client's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Flawed {
+    /// What keeps a kernel from starting.
+    pub flaw: Flaw,
+    /// The client falls back to a plain exec (else it refuses the cell).
+    pub fallback: bool,
 }
 
 /// What made the sandbox unreachable in a run: the only excuse for an
@@ -390,6 +410,15 @@ pub enum Violation {
         /// Which kernel, which daemons, when.
         detail: String,
     },
+    /// Fail open went wrong: a cell that could not get a kernel did not
+    /// run once without one, saying why (or, with the fallback off, was
+    /// not refused with the reason), or one that could ran without.
+    FailOpen {
+        /// The cell.
+        cell: String,
+        /// What was wrong.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -421,6 +450,7 @@ impl Violation {
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
+            Violation::FailOpen { .. } => "fail_open",
         }
     }
 }
@@ -513,6 +543,7 @@ impl fmt::Display for Violation {
             ),
             Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
+            Violation::FailOpen { cell, detail } => write!(f, "fail open, {cell}: {detail}"),
         }
     }
 }
@@ -652,9 +683,19 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
             detail: format!("files {}", obs.leaked_files.join(", ")),
         });
     }
+    check_fail_open(obs, &mut v);
+    // With the fallback off, a sandbox that cannot start the main (shell)
+    // kernel refuses the liveness cell too: with the reason, that is its
+    // progress.
+    let refused = obs
+        .flawed
+        .filter(|f| !f.fallback && f.flaw.blocks(Lang::Shell))
+        .map(|f| f.flaw.reason_says());
     if obs.finished {
         match &obs.liveness {
-            Some(CellOutcome::Ok) => {}
+            Some(CellOutcome::Ok) if refused.is_none() => {}
+            Some(CellOutcome::Error { message })
+                if refused.is_some_and(|why| message.contains(why)) => {}
             Some(other) => v.push(Violation::NoProgress {
                 detail: format!("liveness cell resolved {other}"),
             }),
@@ -684,6 +725,100 @@ fn kernel_of(cell: &CellObs) -> Option<&str> {
 /// Its state went with it, and the client said so.
 fn evicted_before(obs: &Observations, cell: &CellObs, end: u64) -> bool {
     kernel_of(cell).is_some_and(|k| obs.evictions.iter().any(|(at, e)| e == k && *at <= end))
+}
+
+/// Fail open (`core/src/client/fallback.rs`), against the sandbox's
+/// flaw: a cell whose kernel cannot start runs once as a plain exec, with
+/// the reason in its `ran_without_kernel` event, and its outcome is the
+/// exec's (127 for `python3 -c` without `python3`); with the fallback off
+/// it is refused with the reason and never runs; a cell whose kernel can
+/// start never runs without it. No cell runs twice across the fallback and
+/// a kernel: the generic double-execution check counts its side effects.
+/// `unknown` promises nothing (the plain exec may have been lost).
+fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
+    let Some(Flawed { flaw, fallback }) = obs.flawed else {
+        return;
+    };
+    let why = flaw.reason_says();
+    for cell in &obs.cells {
+        let mut wrong = |detail: String| {
+            v.push(Violation::FailOpen {
+                cell: cell.label.clone(),
+                detail,
+            });
+        };
+        let lang = if cell.python {
+            Lang::Python
+        } else {
+            Lang::Shell
+        };
+        let decided = cell
+            .outcome
+            .as_ref()
+            .filter(|o| !matches!(o, CellOutcome::Unknown { .. }));
+        if !flaw.blocks(lang) || !fallback {
+            if let Some(reason) = &cell.ran_without_kernel {
+                let when = if fallback {
+                    format!("its {lang:?} kernel can start ({flaw:?})")
+                } else {
+                    "the fallback is off".to_owned()
+                };
+                wrong(format!("ran without a kernel ({reason}), though {when}"));
+            }
+        }
+        if !flaw.blocks(lang) {
+            continue;
+        }
+        if !fallback {
+            if cell.truth.executions > 0 {
+                wrong(format!(
+                    "ran {} times with the fallback off (must be refused)",
+                    cell.truth.executions
+                ));
+            }
+            match decided {
+                None => {}
+                Some(CellOutcome::Error { message }) if message.contains(why) => {}
+                Some(o) => wrong(format!(
+                    "with the fallback off it must be refused naming {why:?}, resolved {o}"
+                )),
+            }
+            continue;
+        }
+        match (&cell.ran_without_kernel, decided) {
+            (Some(reason), _) if !reason.contains(why) => wrong(format!(
+                "ran without a kernel, the reason {reason:?} does not name {why:?}"
+            )),
+            (None, Some(o)) => wrong(format!(
+                "no kernel can start here ({flaw:?}), yet it resolved {o} without the ran-without-kernel event"
+            )),
+            _ => {}
+        }
+        // The plain exec's own status: `python3 -c` where there is none
+        // is 127 and runs nothing; anything else runs the code once.
+        let no_interpreter = flaw == Flaw::NoPython3 && lang == Lang::Python;
+        match decided {
+            None => {}
+            Some(CellOutcome::Exit { code: 127 }) if no_interpreter => {}
+            Some(o) if no_interpreter => wrong(format!(
+                "python3 -c without python3 exits 127, resolved {o}"
+            )),
+            Some(o) if !completed(o) => {
+                wrong(format!("a plain exec that returned resolved {o}"));
+            }
+            Some(_) if cell.truth.executions != 1 => wrong(format!(
+                "resolved as run, but its code ran {} times",
+                cell.truth.executions
+            )),
+            Some(_) => {}
+        }
+        if no_interpreter && cell.truth.executions > 0 {
+            wrong(format!(
+                "its code ran {} times with no python3 to run it",
+                cell.truth.executions
+            ));
+        }
+    }
 }
 
 /// The reaper's promise (`core/src/client/reaper.rs`): a kernel with a

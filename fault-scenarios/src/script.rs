@@ -213,13 +213,15 @@ async fn run_script(
         match action {
             Action::Idle { ms } => host.idle(*ms).await,
             Action::Run(cell) => {
-                let resolved = host
-                    .log()
-                    .cells
-                    .get(&cell.label)
-                    .is_some_and(|c| !c.resolutions.is_empty());
-                // A resolved one was resolved by the resume above.
-                if !resolved {
+                // A resolved one was resolved by the resume above. One that
+                // ran without a kernel left the record before its plain
+                // exec, which may have run: it is never run again (as a
+                // resume never submits it again).
+                let done =
+                    host.log().cells.get(&cell.label).is_some_and(|c| {
+                        !c.resolutions.is_empty() || c.ran_without_kernel.is_some()
+                    });
+                if !done {
                     run_one(host, driver, cell, &mut on_event).await;
                 }
             }

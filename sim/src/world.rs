@@ -388,6 +388,10 @@ pub fn run_in(
         flavor,
     );
     obs.outages = Some(outages(schedule, world));
+    obs.flawed = world.flaw.map(|flaw| oracle::Flawed {
+        flaw,
+        fallback: world.fallback,
+    });
     obs.sandbox_clock_jumps_ms = schedule
         .0
         .iter()
@@ -571,8 +575,12 @@ fn observe(
             // Not judged when a kernel evicted and opened again by a later
             // client process gave a second cell the same key (its numbers
             // start over): what was written under it is both cells'.
+            // Nor for a cell that ran as a plain exec (fail open): no
+            // kernel's cell wrote it.
             stderr: match (&cell_key, spec.lang) {
-                (Some((kernel, seq)), Lang::Shell) if !key_reused(log, seen.key.as_ref()) => {
+                (Some((kernel, seq)), Lang::Shell)
+                    if !key_reused(log, seen.key.as_ref()) && seen.ran_without_kernel.is_none() =>
+                {
                     Some(sandbox.stderr_of(kernel, *seq))
                 }
                 _ => None,
