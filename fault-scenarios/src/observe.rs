@@ -282,7 +282,9 @@ pub fn cell(
         .calls
         .iter()
         .find(|(name, _, _)| *name == call)
-        .map_or((0, None), |(_, s, e)| (*s, *e));
+        // A call its client crashed under never finished: it started when
+        // the script started the cell.
+        .map_or((seen.started_at.unwrap_or(0), None), |(_, s, e)| (*s, *e));
     CellObs {
         label: spec.label.clone(),
         key: seen.key.as_ref().map(ToString::to_string),

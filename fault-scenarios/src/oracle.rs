@@ -220,6 +220,17 @@ impl Outages {
         self.covered(at.saturating_sub(needed), at)
     }
 
+    /// Could one failed exec have been sent in `[from, to]`: a failure
+    /// armed by then, or a span that reaches into it? (A plain exec of
+    /// fail open is sent once: one failure makes it `unknown`.)
+    pub fn one_failure(&self, from: u64, to: u64) -> bool {
+        self.blips.iter().any(|&b| b <= to)
+            || self
+                .spans
+                .iter()
+                .any(|&(a, b)| a <= to.saturating_add(100) && b.saturating_add(100) >= from)
+    }
+
     /// Is `[from, to]` covered by the union of the spans (to within the
     /// 100 ms an exec and a retry timer may straddle)?
     fn covered(&self, from: u64, to: u64) -> bool {
@@ -587,7 +598,10 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     if let Some(outages) = &obs.outages {
         for cell in &obs.cells {
             if let (Some(CellOutcome::Unknown { .. }), Some(at)) = (&cell.outcome, cell.ended_ms) {
-                if !outages.excuse(at) {
+                // A plain exec is sent once: one failure excuses it.
+                let plain =
+                    cell.ran_without_kernel.is_some() && outages.one_failure(cell.started_ms, at);
+                if !outages.excuse(at) && !plain {
                     v.push(Violation::NeedlessUnknown {
                         cell: cell.label.clone(),
                         at_ms: at,
@@ -769,6 +783,14 @@ fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
         if !flaw.blocks(lang) {
             continue;
         }
+        // Cancelled before any exec carried it: nothing ran, nothing to say.
+        let cancelled_unsent = cell.cancel_requested
+            && decided == Some(&CellOutcome::Cancelled)
+            && cell.ran_without_kernel.is_none()
+            && cell.truth.executions == 0;
+        if cancelled_unsent {
+            continue;
+        }
         if !fallback {
             if cell.truth.executions > 0 {
                 wrong(format!(
@@ -785,10 +807,16 @@ fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
             }
             continue;
         }
+        // A cell whose client crashed under it (its call never returned)
+        // is resumed by the next client process, and a resumed cell never
+        // falls back: it may be refused with the reason, never run.
+        let resumed = cell.ended_ms.is_none();
         match (&cell.ran_without_kernel, decided) {
             (Some(reason), _) if !reason.contains(why) => wrong(format!(
                 "ran without a kernel, the reason {reason:?} does not name {why:?}"
             )),
+            (None, Some(CellOutcome::Error { message }))
+                if resumed && message.contains(why) && cell.truth.executions == 0 => {}
             (None, Some(o)) => wrong(format!(
                 "no kernel can start here ({flaw:?}), yet it resolved {o} without the ran-without-kernel event"
             )),
@@ -799,6 +827,7 @@ fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
         let no_interpreter = flaw == Flaw::NoPython3 && lang == Lang::Python;
         match decided {
             None => {}
+            Some(_) if cell.ran_without_kernel.is_none() => {}
             Some(CellOutcome::Exit { code: 127 }) if no_interpreter => {}
             Some(o) if no_interpreter => wrong(format!(
                 "python3 -c without python3 exits 127, resolved {o}"
@@ -827,7 +856,14 @@ fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
 /// though nobody asked, at the eviction's instant) was in flight too.
 fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
     for (at, kernel) in &obs.evictions {
-        for cell in obs.cells.iter().filter(|c| kernel_of(c) == Some(kernel)) {
+        // A cell whose client crashed during its plain exec (fail open)
+        // never resolves, and is no kernel's: it left the record first.
+        let abandoned = |c: &CellObs| c.ran_without_kernel.is_some() && c.outcome.is_none();
+        for cell in obs
+            .cells
+            .iter()
+            .filter(|c| kernel_of(c) == Some(kernel) && !abandoned(c))
+        {
             let end = cell.resolved_ms.or(cell.ended_ms).unwrap_or(u64::MAX);
             let during = cell.started_ms < *at && *at < end;
             let by_it = end == *at
@@ -1318,6 +1354,104 @@ mod tests {
         // Not run to its end: a prefix is all it owes.
         o.cells[0].truth.ran_to_end = false;
         assert_eq!(check(&o), vec![]);
+    }
+
+    fn kinds(v: &[Violation]) -> Vec<&'static str> {
+        v.iter().map(Violation::kind).collect()
+    }
+
+    #[test]
+    fn fail_open_is_judged_against_the_sandbox_flaw() {
+        const ROOT: &str =
+            "installing the agent failed: CannotInstall: cannot create directories under the root";
+        // Ran once without a kernel, and said why.
+        let mut o = good();
+        o.flawed = Some(Flawed {
+            flaw: Flaw::ReadOnlyRoot,
+            fallback: true,
+        });
+        o.cells[0].ran_without_kernel = Some(ROOT.into());
+        assert_eq!(check(&o), vec![]);
+        // Resolved, but never said it ran without a kernel.
+        let mut silent = o.clone();
+        silent.cells[0].ran_without_kernel = None;
+        assert_eq!(kinds(&check(&silent)), ["fail_open"]);
+        // Said so, with a reason that is not the sandbox's.
+        let mut vague = o.clone();
+        vague.cells[0].ran_without_kernel = Some("it did not work".into());
+        assert_eq!(kinds(&check(&vague)), ["fail_open"]);
+        // Ran twice across the fallback and a kernel (side effects).
+        let mut twice = o.clone();
+        twice.cells[0].truth.executions = 2;
+        assert_eq!(kinds(&check(&twice)), ["double_execution", "fail_open"]);
+        // A lost plain exec is unknown and may have run; one failure
+        // excuses it (it is never sent again).
+        let mut lost = o.clone();
+        lost.cells[0].outcome = Some(CellOutcome::Unknown {
+            reason: "lost".into(),
+        });
+        lost.cells[0].started_ms = 10;
+        lost.cells[0].ended_ms = Some(20);
+        lost.outages = Some(Outages {
+            blips: vec![15],
+            attempts: 6,
+            ..Outages::default()
+        });
+        assert_eq!(check(&lost), vec![]);
+        lost.outages = Some(Outages {
+            attempts: 6,
+            ..Outages::default()
+        });
+        assert_eq!(kinds(&check(&lost)), ["needless_unknown"]);
+
+        // The fallback off: refused with the reason, never run; the
+        // liveness cell is refused too.
+        let mut off = good();
+        off.flawed = Some(Flawed {
+            flaw: Flaw::ReadOnlyRoot,
+            fallback: false,
+        });
+        let refused = CellOutcome::Error {
+            message: format!("the kernel could not be started: {ROOT}"),
+        };
+        off.cells[0].outcome = Some(refused.clone());
+        off.cells[0].client_stdout.clear();
+        off.cells[0].truth.executions = 0;
+        off.cells[0].truth.ran_to_end = false;
+        off.liveness = Some(refused);
+        assert_eq!(check(&off), vec![]);
+        let mut ran = off.clone();
+        ran.cells[0].truth.executions = 1;
+        ran.cells[0].ran_without_kernel = Some(ROOT.into());
+        // It ran, and it fell back: both wrong.
+        assert_eq!(kinds(&check(&ran)), ["fail_open", "fail_open"]);
+        let mut live = off.clone();
+        live.liveness = Some(CellOutcome::Ok);
+        assert_eq!(kinds(&check(&live)), ["no_progress"]);
+
+        // No python3: a shell kernel starts (no fallback for it), a Python
+        // cell's `python3 -c` is 127 and runs nothing.
+        let mut py = good();
+        py.flawed = Some(Flawed {
+            flaw: Flaw::NoPython3,
+            fallback: true,
+        });
+        let mut pc = py.cells[0].clone();
+        pc.label = "py".into();
+        pc.python = true;
+        pc.ran_without_kernel = Some("PythonMissing: python3 is not on the sandbox's PATH".into());
+        pc.outcome = Some(CellOutcome::Exit { code: 127 });
+        pc.client_stdout.clear();
+        pc.truth.executions = 0;
+        pc.truth.ran_to_end = false;
+        py.cells.push(pc);
+        assert_eq!(check(&py), vec![]);
+        let mut shell_fell = py.clone();
+        shell_fell.cells[0].ran_without_kernel = Some("python3".into());
+        assert_eq!(kinds(&check(&shell_fell)), ["fail_open"]);
+        let mut py_ok = py.clone();
+        py_ok.cells[1].outcome = Some(CellOutcome::Ok);
+        assert_eq!(kinds(&check(&py_ok)), ["fail_open"]);
     }
 
     #[test]

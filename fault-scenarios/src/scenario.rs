@@ -794,10 +794,15 @@ fn fail_open() -> Scenario {
         name: "fail_open",
         about: "no kernel can start (read-only or noexec root, no python3): each cell runs once without one, said so, or is refused with the reason when the fallback is off",
         script: vec![
-            Action::Run(any(cell("plain_hello", vec![print("plain\n")], Expect::Ok))),
+            // Cells that take a while, so that faults land on their execs.
+            Action::Run(any(cell(
+                "plain_hello",
+                vec![print("plain\n"), Step::Sleep { ms: 800 }, print("done\n")],
+                Expect::Ok,
+            ))),
             Action::Run(any(cell(
                 "plain_exit",
-                vec![print("before\n"), Step::Exit { code: 3 }],
+                vec![print("before\n"), Step::Sleep { ms: 500 }, Step::Exit { code: 3 }],
                 Expect::Exit(3),
             ))),
             Action::Run(CellSpec {
@@ -805,10 +810,21 @@ fn fail_open() -> Scenario {
                 ..any(py_cell("py_plain", vec![print("py\n")], Expect::Ok))
             }),
             // The kernel failed before: it is tried again, and fails again.
-            Action::Run(any(cell("plain_after", vec![print("after\n")], Expect::Ok))),
+            Action::Run(any(cell(
+                "plain_after",
+                vec![Step::Sleep { ms: 500 }, print("after\n")],
+                Expect::Ok,
+            ))),
         ],
         fixed: FaultSchedule::empty(),
-        space: space(network()),
+        // A lost reply of a plain exec too: it ran, and is never sent
+        // again (`unknown`).
+        space: space(
+            network()
+                .into_iter()
+                .chain([Family::PlainReplyLost, Family::PlainReplyLost])
+                .collect(),
+        ),
         init_reaps: true,
         fails_open: true,
     }

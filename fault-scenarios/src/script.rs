@@ -42,6 +42,9 @@ pub fn timing(c: &mut Config) {
     c.backoff_max = Duration::from_millis(1_000);
     c.unreachable_after = Duration::from_secs(15);
     c.grace = GRACE;
+    // A plain exec (fail open) is never re-sent, so nothing but this bounds
+    // one whose connection went silent: well inside a call's budget.
+    c.fallback_limit = Duration::from_secs(30);
 }
 
 /// What the script needs from the host it runs on.

@@ -48,6 +48,12 @@ pub enum Variant {
     /// The daemon exits at SIGTERM and leaves what it owns running.
     #[cfg(feature = "mutations")]
     DaemonExitsAtTerm,
+    /// The client falls back to a plain exec with the fallback off.
+    #[cfg(feature = "mutations")]
+    FallbackWhenOff,
+    /// A plain exec lost in transport is sent again.
+    #[cfg(feature = "mutations")]
+    PlainExecResent,
 }
 
 impl Variant {
@@ -63,10 +69,14 @@ impl Variant {
             "transport-error-is-death" => Ok(Variant::TransportErrorIsDeath),
             #[cfg(feature = "mutations")]
             "daemon-exits-at-term" => Ok(Variant::DaemonExitsAtTerm),
+            #[cfg(feature = "mutations")]
+            "fallback-when-off" => Ok(Variant::FallbackWhenOff),
+            #[cfg(feature = "mutations")]
+            "plain-exec-resent" => Ok(Variant::PlainExecResent),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
-                 daemon-exits-at-term"
+                 daemon-exits-at-term, fallback-when-off, plain-exec-resent"
             )),
         }
     }
@@ -83,6 +93,10 @@ impl Variant {
             Variant::TransportErrorIsDeath => "transport-error-is-death",
             #[cfg(feature = "mutations")]
             Variant::DaemonExitsAtTerm => "daemon-exits-at-term",
+            #[cfg(feature = "mutations")]
+            Variant::FallbackWhenOff => "fallback-when-off",
+            #[cfg(feature = "mutations")]
+            Variant::PlainExecResent => "plain-exec-resent",
         }
     }
 
@@ -95,6 +109,8 @@ impl Variant {
             Variant::ResubmitNewId => Some(Mutation::ResubmitNewId),
             Variant::TransportErrorIsDeath => Some(Mutation::TransportErrorIsDeath),
             Variant::DaemonExitsAtTerm => Some(Mutation::DaemonExitsAtTerm),
+            Variant::FallbackWhenOff => Some(Mutation::FallbackWhenOff),
+            Variant::PlainExecResent => Some(Mutation::PlainExecResent),
         }
     }
 }
