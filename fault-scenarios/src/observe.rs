@@ -290,6 +290,9 @@ pub fn cell(
         key: seen.key.as_ref().map(ToString::to_string),
         python: spec.lang == Lang::Python,
         ran_without_kernel: seen.ran_without_kernel.clone(),
+        resolved_by_resume: ended_ms.is_none()
+            || seen.resolutions.len() > 1
+                && matches!(seen.resolutions.first(), Some(CellOutcome::Unknown { .. })),
         cancel_requested: seen.cancel_requested,
         output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
         client_stdout: seen.stdout(),

@@ -26,6 +26,9 @@ pub struct CellObs {
     /// The client ran it as a plain exec because no kernel could start
     /// (fail open), for this reason.
     pub ran_without_kernel: Option<String>,
+    /// Its last resolution came from a resume: the call that ran it never
+    /// returned (its client crashed), or it was `unknown` first.
+    pub resolved_by_resume: bool,
     /// The client asked to cancel it.
     pub cancel_requested: bool,
     /// Journal numbers of the output entries the client delivered, in order.
@@ -807,10 +810,11 @@ fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
             }
             continue;
         }
-        // A cell whose client crashed under it (its call never returned)
-        // is resumed by the next client process, and a resumed cell never
-        // falls back: it may be refused with the reason, never run.
-        let resumed = cell.ended_ms.is_none();
+        // A cell whose client crashed under it, or that was written off as
+        // `unknown` with its record kept, is resumed by a client process,
+        // and a resumed cell never falls back: it may be refused with the
+        // reason, never run.
+        let resumed = cell.resolved_by_resume;
         match (&cell.ran_without_kernel, decided) {
             (Some(reason), _) if !reason.contains(why) => wrong(format!(
                 "ran without a kernel, the reason {reason:?} does not name {why:?}"
@@ -1380,6 +1384,18 @@ mod tests {
         let mut vague = o.clone();
         vague.cells[0].ran_without_kernel = Some("it did not work".into());
         assert_eq!(kinds(&check(&vague)), ["fail_open"]);
+        // A resumed cell does not fall back: refused with the reason, and
+        // never run, it is honest.
+        let mut resumed = silent.clone();
+        resumed.cells[0].outcome = Some(CellOutcome::Error {
+            message: format!("the kernel could not be started: {ROOT}"),
+        });
+        resumed.cells[0].client_stdout.clear();
+        resumed.cells[0].truth.executions = 0;
+        resumed.cells[0].truth.ran_to_end = false;
+        assert_eq!(kinds(&check(&resumed)), ["fail_open"]);
+        resumed.cells[0].resolved_by_resume = true;
+        assert_eq!(check(&resumed), vec![]);
         // Ran twice across the fallback and a kernel (side effects).
         let mut twice = o.clone();
         twice.cells[0].truth.executions = 2;
