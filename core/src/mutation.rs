@@ -22,6 +22,12 @@ pub enum Mutation {
     /// The kernel daemon exits at SIGTERM without stopping what it owns
     /// (the shims and the interpreter run on, orphaned).
     DaemonExitsAtTerm,
+    /// A kernel that cannot start runs its cells without it even when the
+    /// caller turned the fallback off.
+    FallbackWhenOff,
+    /// A plain exec (fail open) that failed in transport is sent again,
+    /// though it may have run.
+    PlainExecResent,
 }
 
 thread_local! {

@@ -777,6 +777,34 @@ fn a_plain_exec_lost_in_transport_is_unknown_and_not_sent_again() {
     assert_eq!(h.sent(OpKind::Plain), 1, "{}", h.trace);
 }
 
+/// Nor when the client's own deadline timer fires before the driver
+/// reports the timeout (the sim found it sent again, and the cell ran
+/// twice): `timed out` with a timeout, else `unknown`.
+#[test]
+fn a_plain_exec_past_its_deadline_is_not_sent_again() {
+    for timeout in [Some(Duration::from_secs(5)), None] {
+        let mut h = Harness::new(29);
+        h.agent.installed = false;
+        h.agent.install_error = Some(tether_core::protocol::ErrorKind::CannotInstall);
+        h.lose_kind = Some(OpKind::Plain);
+        h.lost_reply_lag = Duration::from_millis(1);
+        h.open("k", Lang::Shell);
+        let cell = h.run("k", "echo plain", timeout);
+        h.settle();
+        let outcome = h.outcome(&cell);
+        match timeout {
+            Some(_) => assert_eq!(outcome, Some(CellOutcome::TimedOut), "{}", h.trace),
+            None => assert!(
+                matches!(outcome, Some(CellOutcome::Unknown { .. })),
+                "{}",
+                h.trace
+            ),
+        }
+        assert_eq!(h.sent(OpKind::Plain), 1, "{}", h.trace);
+        assert_eq!(h.resolutions(&cell), 1);
+    }
+}
+
 /// The submits the fake agent answered, as (request id, seq, code).
 fn submits_seen(agent: &support::FakeAgent) -> Vec<(String, u64, Vec<u8>)> {
     agent

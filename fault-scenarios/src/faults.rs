@@ -28,6 +28,8 @@ pub enum OpTarget {
     Spawn,
     /// Any op.
     Any,
+    /// A plain exec of fail open (`Op::Plain`, not an agent op).
+    Plain,
 }
 
 impl OpTarget {
@@ -40,6 +42,7 @@ impl OpTarget {
             OpTarget::Cancel => kind == OpKind::Cancel,
             OpTarget::Probe => kind == OpKind::Probe,
             OpTarget::Spawn => kind == OpKind::Spawn,
+            OpTarget::Plain => kind == OpKind::Plain,
         }
     }
 }
@@ -188,6 +191,9 @@ impl FaultKind {
             FaultKind::DropConnection => Family::Drop,
             FaultKind::ExecLatency { .. } => Family::Latency,
             FaultKind::SlowStart { .. } => Family::SlowStart,
+            FaultKind::ReplyLost {
+                op: OpTarget::Plain,
+            } => Family::PlainReplyLost,
             FaultKind::ReplyLost { .. } => Family::ReplyLost,
             FaultKind::KillDaemon => Family::KillDaemon,
             FaultKind::BounceSandbox => Family::Bounce,
@@ -288,11 +294,14 @@ pub enum Family {
     DamageReply,
     /// [`FaultKind::DiskFull`]
     DiskFull,
+    /// [`FaultKind::ReplyLost`] of a plain exec (fail open): it ran, its
+    /// output is lost. Drawn only where a scenario asks for it.
+    PlainReplyLost,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 19] = [
+    pub const ALL: [Family; 20] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -312,6 +321,7 @@ impl Family {
         Family::Freeze,
         Family::DamageReply,
         Family::DiskFull,
+        Family::PlainReplyLost,
     ];
 
     /// Faults added after [`Family::PROCESSES`]: at the transport boundary,
@@ -416,6 +426,9 @@ impl Family {
             },
             Family::DiskFull => FaultKind::DiskFull {
                 for_ms: rng.random_range(50..4_000),
+            },
+            Family::PlainReplyLost => FaultKind::ReplyLost {
+                op: OpTarget::Plain,
             },
         }
     }

@@ -57,6 +57,9 @@ pub struct CellSeen {
     pub timed_out_at: Option<u64>,
     /// It was cancelled while its submit was held back (live).
     pub cancelled_early: bool,
+    /// No kernel could start, so it ran as a plain exec (fail open): the
+    /// reason the client gave.
+    pub ran_without_kernel: Option<String>,
 }
 
 impl CellSeen {
@@ -171,6 +174,13 @@ impl ClientLog {
                     seen.output.push((*n, *stream, data.0.clone()));
                 }
             }
+            Event::RanWithoutKernel { cell, reason } => {
+                if let Some(l) = self.label_of(cell) {
+                    let seen = self.cells.entry(l).or_default();
+                    seen.ran_without_kernel
+                        .get_or_insert_with(|| reason.clone());
+                }
+            }
             Event::Leftovers { cell, pids } => {
                 if let Some(l) = self.label_of(cell) {
                     let seen = self.cells.entry(l).or_default();
@@ -272,10 +282,17 @@ pub fn cell(
         .calls
         .iter()
         .find(|(name, _, _)| *name == call)
-        .map_or((0, None), |(_, s, e)| (*s, *e));
+        // A call its client crashed under never finished: it started when
+        // the script started the cell.
+        .map_or((seen.started_at.unwrap_or(0), None), |(_, s, e)| (*s, *e));
     CellObs {
         label: spec.label.clone(),
         key: seen.key.as_ref().map(ToString::to_string),
+        python: spec.lang == Lang::Python,
+        ran_without_kernel: seen.ran_without_kernel.clone(),
+        resolved_by_resume: ended_ms.is_none()
+            || seen.resolutions.len() > 1
+                && matches!(seen.resolutions.first(), Some(CellOutcome::Unknown { .. })),
         cancel_requested: seen.cancel_requested,
         output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
         client_stdout: seen.stdout(),

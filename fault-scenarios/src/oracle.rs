@@ -7,10 +7,12 @@
 
 use crate::faults::FaultSchedule;
 use crate::scenario::Scenario;
+use crate::swarm::Flaw;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use tether_core::protocol::CellOutcome;
+use tether_core::protocol::Lang;
 
 /// What happened to one scripted cell.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -19,6 +21,14 @@ pub struct CellObs {
     pub label: String,
     /// The client's key for it (`kernel#seq`), once accepted.
     pub key: Option<String>,
+    /// It runs in a Python kernel (else a shell kernel).
+    pub python: bool,
+    /// The client ran it as a plain exec because no kernel could start
+    /// (fail open), for this reason.
+    pub ran_without_kernel: Option<String>,
+    /// Its last resolution came from a resume: the call that ran it never
+    /// returned (its client crashed), or it was `unknown` first.
+    pub resolved_by_resume: bool,
     /// The client asked to cancel it.
     pub cancel_requested: bool,
     /// Journal numbers of the output entries the client delivered, in order.
@@ -165,6 +175,19 @@ pub struct Observations {
     /// should have been over (its grace period and a stated slack later):
     /// processes left behind, orphaned.
     pub stop_survivors: Vec<String>,
+    /// The sandbox could not start some kernels, and whether the client
+    /// was to fail open (`None`: a sound sandbox, or one the host cannot
+    /// say about).
+    pub flawed: Option<Flawed>,
+}
+
+/// A sandbox that cannot start some kernels, and the client's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Flawed {
+    /// What keeps a kernel from starting.
+    pub flaw: Flaw,
+    /// The client falls back to a plain exec (else it refuses the cell).
+    pub fallback: bool,
 }
 
 /// What made the sandbox unreachable in a run: the only excuse for an
@@ -198,6 +221,17 @@ impl Outages {
         }
         let needed: u64 = self.backoffs_ms.iter().take(left).sum();
         self.covered(at.saturating_sub(needed), at)
+    }
+
+    /// Could one failed exec have been sent in `[from, to]`: a failure
+    /// armed by then, or a span that reaches into it? (A plain exec of
+    /// fail open is sent once: one failure makes it `unknown`.)
+    pub fn one_failure(&self, from: u64, to: u64) -> bool {
+        self.blips.iter().any(|&b| b <= to)
+            || self
+                .spans
+                .iter()
+                .any(|&(a, b)| a <= to.saturating_add(100) && b.saturating_add(100) >= from)
     }
 
     /// Is `[from, to]` covered by the union of the spans (to within the
@@ -390,6 +424,15 @@ pub enum Violation {
         /// Which kernel, which daemons, when.
         detail: String,
     },
+    /// Fail open went wrong: a cell that could not get a kernel did not
+    /// run once without one, saying why (or, with the fallback off, was
+    /// not refused with the reason), or one that could ran without.
+    FailOpen {
+        /// The cell.
+        cell: String,
+        /// What was wrong.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -421,6 +464,7 @@ impl Violation {
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
+            Violation::FailOpen { .. } => "fail_open",
         }
     }
 }
@@ -513,6 +557,7 @@ impl fmt::Display for Violation {
             ),
             Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
+            Violation::FailOpen { cell, detail } => write!(f, "fail open, {cell}: {detail}"),
         }
     }
 }
@@ -556,7 +601,10 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     if let Some(outages) = &obs.outages {
         for cell in &obs.cells {
             if let (Some(CellOutcome::Unknown { .. }), Some(at)) = (&cell.outcome, cell.ended_ms) {
-                if !outages.excuse(at) {
+                // A plain exec is sent once: one failure excuses it.
+                let plain =
+                    cell.ran_without_kernel.is_some() && outages.one_failure(cell.started_ms, at);
+                if !outages.excuse(at) && !plain {
                     v.push(Violation::NeedlessUnknown {
                         cell: cell.label.clone(),
                         at_ms: at,
@@ -652,9 +700,19 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
             detail: format!("files {}", obs.leaked_files.join(", ")),
         });
     }
+    check_fail_open(obs, &mut v);
+    // With the fallback off, a sandbox that cannot start the main (shell)
+    // kernel refuses the liveness cell too: with the reason, that is its
+    // progress.
+    let refused = obs
+        .flawed
+        .filter(|f| !f.fallback && f.flaw.blocks(Lang::Shell))
+        .map(|f| f.flaw.reason_says());
     if obs.finished {
         match &obs.liveness {
-            Some(CellOutcome::Ok) => {}
+            Some(CellOutcome::Ok) if refused.is_none() => {}
+            Some(CellOutcome::Error { message })
+                if refused.is_some_and(|why| message.contains(why)) => {}
             Some(other) => v.push(Violation::NoProgress {
                 detail: format!("liveness cell resolved {other}"),
             }),
@@ -686,13 +744,130 @@ fn evicted_before(obs: &Observations, cell: &CellObs, end: u64) -> bool {
     kernel_of(cell).is_some_and(|k| obs.evictions.iter().any(|(at, e)| e == k && *at <= end))
 }
 
+/// Fail open (`core/src/client/fallback.rs`), against the sandbox's
+/// flaw: a cell whose kernel cannot start runs once as a plain exec, with
+/// the reason in its `ran_without_kernel` event, and its outcome is the
+/// exec's (127 for `python3 -c` without `python3`); with the fallback off
+/// it is refused with the reason and never runs; a cell whose kernel can
+/// start never runs without it. No cell runs twice across the fallback and
+/// a kernel: the generic double-execution check counts its side effects.
+/// `unknown` promises nothing (the plain exec may have been lost).
+fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
+    let Some(Flawed { flaw, fallback }) = obs.flawed else {
+        return;
+    };
+    let why = flaw.reason_says();
+    for cell in &obs.cells {
+        let mut wrong = |detail: String| {
+            v.push(Violation::FailOpen {
+                cell: cell.label.clone(),
+                detail,
+            });
+        };
+        let lang = if cell.python {
+            Lang::Python
+        } else {
+            Lang::Shell
+        };
+        let decided = cell
+            .outcome
+            .as_ref()
+            .filter(|o| !matches!(o, CellOutcome::Unknown { .. }));
+        if !flaw.blocks(lang) || !fallback {
+            if let Some(reason) = &cell.ran_without_kernel {
+                let when = if fallback {
+                    format!("its {lang:?} kernel can start ({flaw:?})")
+                } else {
+                    "the fallback is off".to_owned()
+                };
+                wrong(format!("ran without a kernel ({reason}), though {when}"));
+            }
+        }
+        if !flaw.blocks(lang) {
+            continue;
+        }
+        // Cancelled before any exec carried it: nothing ran, nothing to say.
+        let cancelled_unsent = cell.cancel_requested
+            && decided == Some(&CellOutcome::Cancelled)
+            && cell.ran_without_kernel.is_none()
+            && cell.truth.executions == 0;
+        if cancelled_unsent {
+            continue;
+        }
+        if !fallback {
+            if cell.truth.executions > 0 {
+                wrong(format!(
+                    "ran {} times with the fallback off (must be refused)",
+                    cell.truth.executions
+                ));
+            }
+            match decided {
+                None => {}
+                Some(CellOutcome::Error { message }) if message.contains(why) => {}
+                Some(o) => wrong(format!(
+                    "with the fallback off it must be refused naming {why:?}, resolved {o}"
+                )),
+            }
+            continue;
+        }
+        // A cell whose client crashed under it, or that was written off as
+        // `unknown` with its record kept, is resumed by a client process,
+        // and a resumed cell never falls back: it may be refused with the
+        // reason, never run.
+        let resumed = cell.resolved_by_resume;
+        match (&cell.ran_without_kernel, decided) {
+            (Some(reason), _) if !reason.contains(why) => wrong(format!(
+                "ran without a kernel, the reason {reason:?} does not name {why:?}"
+            )),
+            (None, Some(CellOutcome::Error { message }))
+                if resumed && message.contains(why) && cell.truth.executions == 0 => {}
+            (None, Some(o)) => wrong(format!(
+                "no kernel can start here ({flaw:?}), yet it resolved {o} without the ran-without-kernel event"
+            )),
+            _ => {}
+        }
+        // The plain exec's own status: `python3 -c` where there is none
+        // is 127 and runs nothing; anything else runs the code once.
+        let no_interpreter = flaw == Flaw::NoPython3 && lang == Lang::Python;
+        match decided {
+            None => {}
+            Some(_) if cell.ran_without_kernel.is_none() => {}
+            Some(CellOutcome::Exit { code: 127 }) if no_interpreter => {}
+            Some(o) if no_interpreter => wrong(format!(
+                "python3 -c without python3 exits 127, resolved {o}"
+            )),
+            Some(o) if !completed(o) => {
+                wrong(format!("a plain exec that returned resolved {o}"));
+            }
+            Some(_) if cell.truth.executions != 1 => wrong(format!(
+                "resolved as run, but its code ran {} times",
+                cell.truth.executions
+            )),
+            Some(_) => {}
+        }
+        if no_interpreter && cell.truth.executions > 0 {
+            wrong(format!(
+                "its code ran {} times with no python3 to run it",
+                cell.truth.executions
+            ));
+        }
+    }
+}
+
 /// The reaper's promise (`core/src/client/reaper.rs`): a kernel with a
 /// cell in flight is never evicted. A cell is in flight from its call's
 /// start to its resolution; one the eviction itself resolved (cancelled,
 /// though nobody asked, at the eviction's instant) was in flight too.
 fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
     for (at, kernel) in &obs.evictions {
-        for cell in obs.cells.iter().filter(|c| kernel_of(c) == Some(kernel)) {
+        // A cell whose client crashed during its plain exec (fail open)
+        // never resolves, and is no kernel's: it left the record first.
+        let abandoned = |c: &CellObs| c.ran_without_kernel.is_some() && c.outcome.is_none();
+        for cell in obs
+            .cells
+            .iter()
+            .filter(|c| kernel_of(c) == Some(kernel) && !abandoned(c))
+        {
             let end = cell.resolved_ms.or(cell.ended_ms).unwrap_or(u64::MAX);
             let during = cell.started_ms < *at && *at < end;
             let by_it = end == *at
@@ -1183,6 +1358,116 @@ mod tests {
         // Not run to its end: a prefix is all it owes.
         o.cells[0].truth.ran_to_end = false;
         assert_eq!(check(&o), vec![]);
+    }
+
+    fn kinds(v: &[Violation]) -> Vec<&'static str> {
+        v.iter().map(Violation::kind).collect()
+    }
+
+    #[test]
+    fn fail_open_is_judged_against_the_sandbox_flaw() {
+        const ROOT: &str =
+            "installing the agent failed: CannotInstall: cannot create directories under the root";
+        // Ran once without a kernel, and said why.
+        let mut o = good();
+        o.flawed = Some(Flawed {
+            flaw: Flaw::ReadOnlyRoot,
+            fallback: true,
+        });
+        o.cells[0].ran_without_kernel = Some(ROOT.into());
+        assert_eq!(check(&o), vec![]);
+        // Resolved, but never said it ran without a kernel.
+        let mut silent = o.clone();
+        silent.cells[0].ran_without_kernel = None;
+        assert_eq!(kinds(&check(&silent)), ["fail_open"]);
+        // Said so, with a reason that is not the sandbox's.
+        let mut vague = o.clone();
+        vague.cells[0].ran_without_kernel = Some("it did not work".into());
+        assert_eq!(kinds(&check(&vague)), ["fail_open"]);
+        // A resumed cell does not fall back: refused with the reason, and
+        // never run, it is honest.
+        let mut resumed = silent.clone();
+        resumed.cells[0].outcome = Some(CellOutcome::Error {
+            message: format!("the kernel could not be started: {ROOT}"),
+        });
+        resumed.cells[0].client_stdout.clear();
+        resumed.cells[0].truth.executions = 0;
+        resumed.cells[0].truth.ran_to_end = false;
+        assert_eq!(kinds(&check(&resumed)), ["fail_open"]);
+        resumed.cells[0].resolved_by_resume = true;
+        assert_eq!(check(&resumed), vec![]);
+        // Ran twice across the fallback and a kernel (side effects).
+        let mut twice = o.clone();
+        twice.cells[0].truth.executions = 2;
+        assert_eq!(kinds(&check(&twice)), ["double_execution", "fail_open"]);
+        // A lost plain exec is unknown and may have run; one failure
+        // excuses it (it is never sent again).
+        let mut lost = o.clone();
+        lost.cells[0].outcome = Some(CellOutcome::Unknown {
+            reason: "lost".into(),
+        });
+        lost.cells[0].started_ms = 10;
+        lost.cells[0].ended_ms = Some(20);
+        lost.outages = Some(Outages {
+            blips: vec![15],
+            attempts: 6,
+            ..Outages::default()
+        });
+        assert_eq!(check(&lost), vec![]);
+        lost.outages = Some(Outages {
+            attempts: 6,
+            ..Outages::default()
+        });
+        assert_eq!(kinds(&check(&lost)), ["needless_unknown"]);
+
+        // The fallback off: refused with the reason, never run; the
+        // liveness cell is refused too.
+        let mut off = good();
+        off.flawed = Some(Flawed {
+            flaw: Flaw::ReadOnlyRoot,
+            fallback: false,
+        });
+        let refused = CellOutcome::Error {
+            message: format!("the kernel could not be started: {ROOT}"),
+        };
+        off.cells[0].outcome = Some(refused.clone());
+        off.cells[0].client_stdout.clear();
+        off.cells[0].truth.executions = 0;
+        off.cells[0].truth.ran_to_end = false;
+        off.liveness = Some(refused);
+        assert_eq!(check(&off), vec![]);
+        let mut ran = off.clone();
+        ran.cells[0].truth.executions = 1;
+        ran.cells[0].ran_without_kernel = Some(ROOT.into());
+        // It ran, and it fell back: both wrong.
+        assert_eq!(kinds(&check(&ran)), ["fail_open", "fail_open"]);
+        let mut live = off.clone();
+        live.liveness = Some(CellOutcome::Ok);
+        assert_eq!(kinds(&check(&live)), ["no_progress"]);
+
+        // No python3: a shell kernel starts (no fallback for it), a Python
+        // cell's `python3 -c` is 127 and runs nothing.
+        let mut py = good();
+        py.flawed = Some(Flawed {
+            flaw: Flaw::NoPython3,
+            fallback: true,
+        });
+        let mut pc = py.cells[0].clone();
+        pc.label = "py".into();
+        pc.python = true;
+        pc.ran_without_kernel = Some("PythonMissing: python3 is not on the sandbox's PATH".into());
+        pc.outcome = Some(CellOutcome::Exit { code: 127 });
+        pc.client_stdout.clear();
+        pc.truth.executions = 0;
+        pc.truth.ran_to_end = false;
+        py.cells.push(pc);
+        assert_eq!(check(&py), vec![]);
+        let mut shell_fell = py.clone();
+        shell_fell.cells[0].ran_without_kernel = Some("python3".into());
+        assert_eq!(kinds(&check(&shell_fell)), ["fail_open"]);
+        let mut py_ok = py.clone();
+        py_ok.cells[1].outcome = Some(CellOutcome::Ok);
+        assert_eq!(kinds(&check(&py_ok)), ["fail_open"]);
     }
 
     #[test]

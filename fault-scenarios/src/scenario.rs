@@ -160,6 +160,10 @@ pub struct Scenario {
     /// Does the sandbox's PID 1 reap orphans? Many containers run without
     /// an init, and then every orphan that exits stays a zombie.
     pub init_reaps: bool,
+    /// Each seed's sandbox has a flaw that keeps a kernel from starting
+    /// ([`crate::swarm::Flaw`]), and the client's fallback is drawn on or
+    /// off: the scenario is about failing open.
+    pub fails_open: bool,
 }
 
 impl Scenario {
@@ -515,6 +519,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "state",
@@ -541,6 +546,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(all_faults.clone()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "cancel_escapes",
@@ -549,6 +555,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "cancel_trap",
@@ -557,6 +564,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "cancel_ignorer",
@@ -565,6 +573,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "shell_state",
@@ -631,6 +640,7 @@ pub fn all() -> Vec<Scenario> {
             // lost, and must be reported before a cell reads it.
             space: space(all_faults.clone()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "cancel_early",
@@ -648,6 +658,7 @@ pub fn all() -> Vec<Scenario> {
             )]),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "reply_lost",
@@ -665,6 +676,7 @@ pub fn all() -> Vec<Scenario> {
             )]),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "client_crash",
@@ -677,6 +689,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: fixed(vec![(700, FaultKind::CrashClient { down_ms: 500 })]),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "daemon_killed",
@@ -695,6 +708,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: fixed(vec![(1_000, FaultKind::KillDaemon)]),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "sandbox_bounce",
@@ -706,6 +720,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: fixed(vec![(1_000, FaultKind::BounceSandbox)]),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "sandbox_replaced",
@@ -717,6 +732,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: fixed(vec![(1_000, FaultKind::ReplaceSandbox)]),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "timeout",
@@ -728,6 +744,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "two_kernels",
@@ -736,6 +753,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "leftovers",
@@ -744,6 +762,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "leftovers_no_init",
@@ -754,12 +773,61 @@ pub fn all() -> Vec<Scenario> {
             fixed: fixed(vec![(600, FaultKind::KillDaemon)]),
             space: space(network()),
             init_reaps: false,
+            fails_open: false,
         },
     ]
     .into_iter()
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
     .chain(client_knobs(all_faults))
+    .chain([fail_open()])
     .collect()
+}
+
+/// Fail open: the seed's sandbox cannot start a kernel (a read-only or
+/// `noexec` root for every kernel, no `python3` for a Python one). Each
+/// cell runs once as a plain exec, or, with the fallback off, is refused
+/// with the reason and never runs; judged by the oracle's fail-open check
+/// against the world (so no cell states an outcome here).
+fn fail_open() -> Scenario {
+    let any = |c: CellSpec| CellSpec { expect: None, ..c };
+    Scenario {
+        name: "fail_open",
+        about: "no kernel can start (read-only or noexec root, no python3): each cell runs once without one, said so, or is refused with the reason when the fallback is off",
+        script: vec![
+            // Cells that take a while, so that faults land on their execs.
+            Action::Run(any(cell(
+                "plain_hello",
+                vec![print("plain\n"), Step::Sleep { ms: 800 }, print("done\n")],
+                Expect::Ok,
+            ))),
+            Action::Run(any(cell(
+                "plain_exit",
+                vec![print("before\n"), Step::Sleep { ms: 500 }, Step::Exit { code: 3 }],
+                Expect::Exit(3),
+            ))),
+            Action::Run(CellSpec {
+                kernel: Some("py".into()),
+                ..any(py_cell("py_plain", vec![print("py\n")], Expect::Ok))
+            }),
+            // The kernel failed before: it is tried again, and fails again.
+            Action::Run(any(cell(
+                "plain_after",
+                vec![Step::Sleep { ms: 500 }, print("after\n")],
+                Expect::Ok,
+            ))),
+        ],
+        fixed: FaultSchedule::empty(),
+        // A lost reply of a plain exec too: it ran, and is never sent
+        // again (`unknown`).
+        space: space(
+            network()
+                .into_iter()
+                .chain([Family::PlainReplyLost, Family::PlainReplyLost])
+                .collect(),
+        ),
+        init_reaps: true,
+        fails_open: true,
+    }
 }
 
 /// Scenarios about the client's own timers (after the Python ones in
@@ -807,6 +875,7 @@ fn client_knobs(all_faults: Vec<Family>) -> Vec<Scenario> {
             fixed: FaultSchedule::empty(),
             space: space(all_faults),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "timeout_resume",
@@ -818,6 +887,7 @@ fn client_knobs(all_faults: Vec<Family>) -> Vec<Scenario> {
             fixed: fixed(vec![(1_000, FaultKind::CrashClient { down_ms: 500 })]),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
     ]
 }
@@ -854,6 +924,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             fixed: FaultSchedule::empty(),
             space: space(all_faults),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "python_cancel",
@@ -870,6 +941,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
         Scenario {
             name: "python_stuck",
@@ -883,6 +955,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             fixed: FaultSchedule::empty(),
             space: space(network()),
             init_reaps: true,
+            fails_open: false,
         },
     ]
 }

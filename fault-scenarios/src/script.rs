@@ -42,6 +42,9 @@ pub fn timing(c: &mut Config) {
     c.backoff_max = Duration::from_millis(1_000);
     c.unreachable_after = Duration::from_secs(15);
     c.grace = GRACE;
+    // A plain exec (fail open) is never re-sent, so nothing but this bounds
+    // one whose connection went silent: well inside a call's budget.
+    c.fallback_limit = Duration::from_secs(30);
 }
 
 /// What the script needs from the host it runs on.
@@ -213,13 +216,15 @@ async fn run_script(
         match action {
             Action::Idle { ms } => host.idle(*ms).await,
             Action::Run(cell) => {
-                let resolved = host
-                    .log()
-                    .cells
-                    .get(&cell.label)
-                    .is_some_and(|c| !c.resolutions.is_empty());
-                // A resolved one was resolved by the resume above.
-                if !resolved {
+                // A resolved one was resolved by the resume above. One that
+                // ran without a kernel left the record before its plain
+                // exec, which may have run: it is never run again (as a
+                // resume never submits it again).
+                let done =
+                    host.log().cells.get(&cell.label).is_some_and(|c| {
+                        !c.resolutions.is_empty() || c.ran_without_kernel.is_some()
+                    });
+                if !done {
                     run_one(host, driver, cell, &mut on_event).await;
                 }
             }

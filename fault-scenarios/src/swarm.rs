@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use tether_core::protocol::Lang;
 
 /// One seed's world.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +63,62 @@ pub struct World {
     /// (`unreachable_after`, 15 s) to fire, added to the drawn faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_outage: Option<Fault>,
+    /// What keeps a kernel from starting on the sandbox (fail open),
+    /// drawn only for a scenario about it ([`Scenario::fails_open`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flaw: Option<Flaw>,
+    /// The client runs a cell without a kernel where none can start
+    /// (`Config::fallback`); off, it refuses the cell with the reason.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub fallback: bool,
+}
+
+/// What keeps a kernel from starting on a sandbox: each is answered as
+/// the real sandbox answers it (the install script's typed refusal, the
+/// agent's `python_missing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flaw {
+    /// The agent's root is on a read-only mount: the install cannot make
+    /// its directories (`cannot_install`).
+    ReadOnlyRoot,
+    /// The agent's root is on a `noexec` mount: the agent is written but
+    /// cannot run (`cannot_install`).
+    NoexecRoot,
+    /// No `python3`: a Python kernel cannot start (`python_missing`); a
+    /// shell kernel can.
+    NoPython3,
+}
+
+impl Flaw {
+    /// Every flaw, in a fixed order.
+    pub const ALL: [Flaw; 3] = [Flaw::ReadOnlyRoot, Flaw::NoexecRoot, Flaw::NoPython3];
+
+    /// Does it keep a kernel of `lang` from starting?
+    pub fn blocks(self, lang: Lang) -> bool {
+        match self {
+            Flaw::ReadOnlyRoot | Flaw::NoexecRoot => true,
+            Flaw::NoPython3 => lang == Lang::Python,
+        }
+    }
+
+    /// What the reason for the refusal must say (a piece of the install
+    /// script's or the agent's detail).
+    pub fn reason_says(self) -> &'static str {
+        match self {
+            Flaw::ReadOnlyRoot => "cannot create directories under the root",
+            Flaw::NoexecRoot => "noexec",
+            Flaw::NoPython3 => "python3",
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The client's kernel cap in the classic world (its default: never
@@ -105,6 +162,8 @@ impl World {
             max_kernels: CLASSIC_MAX_KERNELS,
             kernel_idle_ms: CLASSIC_KERNEL_IDLE_MS,
             long_outage: None,
+            flaw: None,
+            fallback: true,
         }
     }
 
@@ -163,6 +222,14 @@ impl World {
         });
         // Drawn after everything else, as the process faults were.
         families.extend(draw_later_families(&mut rng));
+        // Only a scenario about failing open draws a flawed sandbox (last,
+        // so every other draw stays what it was).
+        let (flaw, fallback) = if scenario.fails_open {
+            let flaw = Flaw::ALL[rng.random_range(0..Flaw::ALL.len())];
+            (Some(flaw), rng.random_bool(0.7))
+        } else {
+            (None, true)
+        };
         World {
             cgroups,
             bash,
@@ -181,6 +248,8 @@ impl World {
             max_kernels,
             kernel_idle_ms,
             long_outage,
+            flaw,
+            fallback,
         }
     }
 
@@ -249,6 +318,35 @@ mod tests {
         assert!(worlds.iter().any(|w| w.max_kernels == 2));
         assert!(both(&|w| w.kernel_idle_ms < 5_000));
         assert!(both(&|w| w.long_outage.is_some()));
+    }
+
+    #[test]
+    fn only_the_fail_open_scenario_draws_a_flawed_sandbox_and_every_flaw_both_ways() {
+        let happy = crate::scenario::by_name("happy").unwrap();
+        assert!((0..100).all(|seed| {
+            let w = World::draw(&happy, seed, 8);
+            w.flaw.is_none() && w.fallback
+        }));
+        let s = crate::scenario::by_name("fail_open").unwrap();
+        let worlds: Vec<World> = (0..200).map(|seed| World::draw(&s, seed, 8)).collect();
+        for flaw in Flaw::ALL {
+            for fallback in [true, false] {
+                assert!(
+                    worlds
+                        .iter()
+                        .any(|w| w.flaw == Some(flaw) && w.fallback == fallback),
+                    "{flaw:?} fallback {fallback}"
+                );
+            }
+        }
+        // A world line of an older seed reads back as before.
+        let classic = World::classic(&happy);
+        let text = classic.to_string();
+        assert!(
+            !text.contains("flaw") && !text.contains("fallback"),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<World>(&text).unwrap(), classic);
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             // never returned, on this cgroup v1 engine): off until that is
             // understood; the simulation keeps the fault.
             Family::Freeze => false,
+            // Only the fail-open scenario draws it, and that scenario's
+            // flawed sandbox is the simulation's (see `unrealisable`).
+            Family::PlainReplyLost => false,
             Family::Bounce | Family::Replace => backend == "docker",
             _ => true,
         })
@@ -148,6 +151,13 @@ pub fn unrealisable_schedule(
     schedule: &FaultSchedule,
     backend: &str,
 ) -> Option<Unrealisable> {
+    if scenario.fails_open {
+        return Unrealisable::inherent(
+            "its sandbox flaw (a read-only or noexec root, no python3) is drawn per seed in \
+             the simulation's world; live, fail open is tested by live-e2e/tests/fallback.rs"
+                .into(),
+        );
+    }
     for f in &schedule.0 {
         match f.kind {
             FaultKind::ClockJump { ms } => {

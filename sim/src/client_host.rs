@@ -60,6 +60,7 @@ pub fn config_in(world: &World) -> Config {
     c.daemon_idle_timeout = Duration::from_millis(world.daemon_idle_ms);
     c.max_kernels = world.max_kernels;
     c.kernel_idle_timeout = Duration::from_millis(world.kernel_idle_ms);
+    c.fallback = world.fallback;
     c
 }
 

@@ -249,11 +249,13 @@ fn pick(name: Option<&str>) -> Result<Vec<Scenario>, String> {
 
 /// The broken variants (they exist only in builds with `--features
 /// mutations`).
-const MUTATION_VARIANTS: [&str; 4] = [
+const MUTATION_VARIANTS: [&str; 6] = [
     "cancel-pgid-only",
     "resubmit-new-id",
     "transport-error-is-death",
     "daemon-exits-at-term",
+    "fallback-when-off",
+    "plain-exec-resent",
 ];
 
 /// The variants this build runs.

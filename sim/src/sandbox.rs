@@ -3,7 +3,10 @@
 //! - the exec server ([`sandbox_main`]): each exec call becomes a process
 //!   in `SimOs` (`begin_exec`) running the agent's [`OpRun`] until it
 //!   yields its reply line, long-polling in virtual time; the install op
-//!   (`/bin/sh -c <install script>`) is simulated by writing the agent file;
+//!   (`/bin/sh -c <install script>`) is simulated by the script's steps on
+//!   `SimOs` (a read-only or `noexec` root refuses as the script does,
+//!   with the core's typed refusal); a plain exec of fail open runs the
+//!   cell's code outside any kernel ([`plain`]);
 //!   armed faults apply here (latency, slow start, reply lost, the submit
 //!   held back for an early cancel);
 //! - [`Sandbox::advance`], called by the world between steps: runs the
@@ -15,7 +18,7 @@
 use crate::control::Control;
 use crate::os::{ProcEventKind, Role, SimOs, SimOsConfig, SimSignal};
 use crate::scenario::Scenario;
-use crate::swarm::World;
+use crate::swarm::{Flaw, World};
 use crate::trace::{excerpt, now_ms, Trace};
 use crate::transport::{serve, HandlerFuture, WireRequest, WireResponse, EXEC_PORT};
 use std::cell::RefCell;
@@ -29,9 +32,11 @@ use tether_core::agent::op::OpRun;
 use tether_core::agent::{Os, Pid};
 use tether_core::bytes::Bytes;
 use tether_core::ids::CellSeq;
-use tether_core::protocol::{Envelope, OpKind};
+use tether_core::protocol::install::installed_line;
+use tether_core::protocol::{Envelope, InstallRefusal, OpKind};
 use tether_core::time::Timestamp;
 
+mod plain;
 mod process_faults;
 
 pub use process_faults::STOP_SLACK_MS;
@@ -135,6 +140,14 @@ impl Sandbox {
         }
         if !world.bash {
             config.programs.remove("bash");
+        }
+        match world.flaw {
+            Some(Flaw::ReadOnlyRoot) => config.read_only.push(root.into()),
+            Some(Flaw::NoexecRoot) => config.noexec.push(root.into()),
+            Some(Flaw::NoPython3) => {
+                config.programs.remove("python3");
+            }
+            None => {}
         }
         Sandbox {
             os: SimOs::new(config),
@@ -653,40 +666,52 @@ pub fn journal_gap(bytes: &[u8]) -> Option<String> {
     (!contiguous).then(|| format!("entry numbers {ns:?}"))
 }
 
-/// The install op: `/bin/sh -c <script> tether-install ROOT HASH SIZE ID PATH`.
+/// The install op: `/bin/sh -c <script> tether-install ROOT HASH SIZE ID PATH`,
+/// step by step as the script goes (make the directories, write the agent,
+/// check its size, put it in place, run it once), answered with the
+/// core's typed refusal where a step fails.
 fn install(sb: &mut Sandbox, argv: &[String], stdin: &[u8]) -> WireResponse {
-    let (Some(size), Some(id), Some(path)) = (argv.get(6), argv.get(7), argv.get(8)) else {
+    let (Some(root), Some(size), Some(id), Some(path)) =
+        (argv.get(4), argv.get(6), argv.get(7), argv.get(8))
+    else {
         return WireResponse {
             stderr: Bytes(b"install: missing arguments".to_vec()),
             exit_code: 2,
             ..WireResponse::default()
         };
     };
+    let id: u64 = id.parse().unwrap_or_default();
     let pid = sb.os.begin_exec(argv);
-    let reply = if size.parse::<usize>().ok() != Some(stdin.len()) {
-        format!(
-            "{{\"v\":1,\"id\":{id},\"error\":{{\"kind\":\"bad_install\",\"detail\":\"received {} of {size} bytes\"}}}}\n",
-            stdin.len()
-        )
+    let got = stdin.len() as u64;
+    let os = &mut sb.os;
+    let refusal = if os.create_dir_all(&format!("{root}/bin")).is_err()
+        || os.create_dir_all(&format!("{root}/kernels")).is_err()
+    {
+        Some(InstallRefusal::NoDirs)
+    } else if os.write_atomic(path, stdin).is_err() {
+        Some(InstallRefusal::NoWrite)
+    } else if size.parse::<u64>().ok() != Some(got) {
+        let _ = os.remove_all(path);
+        Some(InstallRefusal::Truncated {
+            got,
+            want: size.parse().unwrap_or_default(),
+        })
+    } else if !os.can_exec(path) {
+        // The file stays, as `mv` left it.
+        Some(InstallRefusal::Noexec)
     } else {
-        let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/");
-        let _ = sb.os.create_dir_all(dir);
-        let _ = sb.os.create_dir_all(&format!("{}/kernels", sb.root));
-        match sb.os.write_atomic(path, stdin) {
-            Ok(()) => format!(
-                "{{\"v\":1,\"id\":{id},\"reply\":{{\"installed\":{{\"path\":\"{path}\"}}}}}}\n"
-            ),
-            Err(e) => format!(
-                "{{\"v\":1,\"id\":{id},\"error\":{{\"kind\":\"io\",\"detail\":\"{e}\"}}}}\n"
-            ),
-        }
+        None
+    };
+    let reply = match &refusal {
+        Some(r) => r.reply_line(id),
+        None => installed_line(id, path),
     };
     if let Ok(pid) = pid {
         sb.os.end_exec(pid, 0);
     }
     sb.flush_events();
     WireResponse {
-        stdout: Bytes(reply.into_bytes()),
+        stdout: Bytes(reply),
         ..WireResponse::default()
     }
 }
@@ -741,6 +766,9 @@ async fn handle(
         s.os.set_now(t);
         return Some(install(&mut s, &argv, &stdin));
     }
+    if plain::plain_code(&argv).is_some() {
+        return plain::plain(sb, trace, control, argv).await;
+    }
     if argv.get(1).map(String::as_str) != Some("op") {
         return Some(WireResponse {
             stderr: Bytes(format!("sh: {}: not found", argv.join(" ")).into_bytes()),
@@ -778,6 +806,17 @@ async fn handle(
             return Some(WireResponse {
                 stderr: Bytes(format!("sh: {}: not found", argv[0]).into_bytes()),
                 exit_code: 127,
+                ..WireResponse::default()
+            });
+        }
+        if !s.os.can_exec(&argv[0]) {
+            trace.log(
+                "sandbox",
+                format!("exec {kind}: agent not executable (noexec)"),
+            );
+            return Some(WireResponse {
+                stderr: Bytes(format!("sh: {}: Permission denied", argv[0]).into_bytes()),
+                exit_code: 126,
                 ..WireResponse::default()
             });
         }

@@ -48,6 +48,12 @@ pub enum Variant {
     /// The daemon exits at SIGTERM and leaves what it owns running.
     #[cfg(feature = "mutations")]
     DaemonExitsAtTerm,
+    /// The client falls back to a plain exec with the fallback off.
+    #[cfg(feature = "mutations")]
+    FallbackWhenOff,
+    /// A plain exec lost in transport is sent again.
+    #[cfg(feature = "mutations")]
+    PlainExecResent,
 }
 
 impl Variant {
@@ -63,10 +69,14 @@ impl Variant {
             "transport-error-is-death" => Ok(Variant::TransportErrorIsDeath),
             #[cfg(feature = "mutations")]
             "daemon-exits-at-term" => Ok(Variant::DaemonExitsAtTerm),
+            #[cfg(feature = "mutations")]
+            "fallback-when-off" => Ok(Variant::FallbackWhenOff),
+            #[cfg(feature = "mutations")]
+            "plain-exec-resent" => Ok(Variant::PlainExecResent),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
-                 daemon-exits-at-term"
+                 daemon-exits-at-term, fallback-when-off, plain-exec-resent"
             )),
         }
     }
@@ -83,6 +93,10 @@ impl Variant {
             Variant::TransportErrorIsDeath => "transport-error-is-death",
             #[cfg(feature = "mutations")]
             Variant::DaemonExitsAtTerm => "daemon-exits-at-term",
+            #[cfg(feature = "mutations")]
+            Variant::FallbackWhenOff => "fallback-when-off",
+            #[cfg(feature = "mutations")]
+            Variant::PlainExecResent => "plain-exec-resent",
         }
     }
 
@@ -95,6 +109,8 @@ impl Variant {
             Variant::ResubmitNewId => Some(Mutation::ResubmitNewId),
             Variant::TransportErrorIsDeath => Some(Mutation::TransportErrorIsDeath),
             Variant::DaemonExitsAtTerm => Some(Mutation::DaemonExitsAtTerm),
+            Variant::FallbackWhenOff => Some(Mutation::FallbackWhenOff),
+            Variant::PlainExecResent => Some(Mutation::PlainExecResent),
         }
     }
 }
@@ -388,6 +404,10 @@ pub fn run_in(
         flavor,
     );
     obs.outages = Some(outages(schedule, world));
+    obs.flawed = world.flaw.map(|flaw| oracle::Flawed {
+        flaw,
+        fallback: world.fallback,
+    });
     obs.sandbox_clock_jumps_ms = schedule
         .0
         .iter()
@@ -571,8 +591,12 @@ fn observe(
             // Not judged when a kernel evicted and opened again by a later
             // client process gave a second cell the same key (its numbers
             // start over): what was written under it is both cells'.
+            // Nor for a cell that ran as a plain exec (fail open): no
+            // kernel's cell wrote it.
             stderr: match (&cell_key, spec.lang) {
-                (Some((kernel, seq)), Lang::Shell) if !key_reused(log, seen.key.as_ref()) => {
+                (Some((kernel, seq)), Lang::Shell)
+                    if !key_reused(log, seen.key.as_ref()) && seen.ran_without_kernel.is_none() =>
+                {
                     Some(sandbox.stderr_of(kernel, *seq))
                 }
                 _ => None,

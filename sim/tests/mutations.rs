@@ -53,9 +53,23 @@ fn transport_error_taken_for_kernel_death_is_caught() {
     caught("transport-error-is-death", &["happy", "reply_lost"]);
 }
 
+/// Caught by the fail-open check alone: a cell that must be refused with
+/// the reason ran without a kernel.
+#[test]
+fn falling_back_with_the_fallback_off_is_caught() {
+    caught("fallback-when-off", &["fail_open"]);
+}
+
+/// Caught by the side effects' count: a plain exec whose reply was lost
+/// ran, and ran again.
+#[test]
+fn a_plain_exec_sent_again_is_caught() {
+    caught("plain-exec-resent", &["fail_open"]);
+}
+
 #[test]
 fn the_real_product_passes_where_the_variants_fail() {
-    for name in ["cancel_escapes", "happy", "reply_lost"] {
+    for name in ["cancel_escapes", "happy", "reply_lost", "fail_open"] {
         let s = scenario::by_name(name).unwrap();
         for seed in 0..3 {
             let r = run(&s, seed, &s.schedule(seed), Variant::Real);

@@ -95,6 +95,12 @@ impl Client {
             state.exec = None;
         }
         if let Task::Fallback(key) = &task {
+            #[cfg(feature = "mutations")]
+            if let Err(e) = &result {
+                if crate::mutation::active(crate::mutation::Mutation::PlainExecResent) {
+                    return self.retry_later(task, e.to_string());
+                }
+            }
             return self.on_plain_exec(key, result);
         }
         let out = match result {

@@ -24,7 +24,11 @@ impl Client {
     /// fail with the reason.
     pub(crate) fn kernel_cannot_start(&mut self, name: &KernelName, why: String) {
         let mut fresh = Vec::new();
-        if self.config.fallback {
+        #[cfg(feature = "mutations")]
+        let off_anyway = crate::mutation::active(crate::mutation::Mutation::FallbackWhenOff);
+        #[cfg(not(feature = "mutations"))]
+        let off_anyway = false;
+        if self.config.fallback || off_anyway {
             if let Some(k) = self.kernels.get_mut(name) {
                 for (seq, cell) in &mut k.cells {
                     if !cell.resolved && !cell.resumed && !cell.rec.submitted {

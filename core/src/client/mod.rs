@@ -398,6 +398,17 @@ impl Client {
                             state.exec = None;
                         }
                         let why = format!("exec {id} passed its deadline");
+                        if let Task::Fallback(key) = &task {
+                            // A plain exec is never sent again (it may
+                            // still run): as when the driver times it out.
+                            let e = event::TransportError {
+                                kind: event::TransportErrorKind::TimedOut,
+                                detail: why,
+                            };
+                            let key = key.clone();
+                            self.on_plain_exec(&key, Err(e));
+                            continue;
+                        }
                         self.mark_uncertain(&task);
                         self.retry_later(task, why);
                     }

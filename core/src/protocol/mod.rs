@@ -7,10 +7,13 @@
 //! - [`reply`]: replies, agent errors, probe results, cell outcomes;
 //! - [`journal`]: journal entries and the tolerant journal reader;
 //! - [`render`]: an op to argv + stdin bytes (pure);
+//! - [`install`]: the install step's refusals, typed (what the install
+//!   script prints);
 //! - [`parse`]: exec output to a typed reply or a typed error (total);
 //! - [`seal`]: the checksum that makes a changed or cut reply line an error.
 
 pub mod calls;
+pub mod install;
 pub mod journal;
 pub mod ops;
 pub mod parse;
@@ -19,6 +22,7 @@ pub mod reply;
 pub mod seal;
 
 pub use calls::{CallAnswer, CallReply, CallRequest};
+pub use install::InstallRefusal;
 pub use journal::{parse_journal, EntryKind, JournalEntry, JournalRead, Stream};
 pub use ops::{Envelope, Identity, Lang, Op, OpKind, Submission};
 pub use parse::{parse_reply, ExecOutput, ReplyError};

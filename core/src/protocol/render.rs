@@ -2,6 +2,7 @@
 //! every transport, so the same bytes go over docker, ssh, Modal or a local
 //! fork.
 
+use super::install;
 use super::ops::{Envelope, Lang, Op};
 use super::PROTOCOL_VERSION;
 use crate::bytes::Bytes;
@@ -52,8 +53,10 @@ pub struct Rendered {
 
 /// The install script: checks the architecture, copies stdin to a temporary
 /// file, checks its size and renames it into place, then prints the reply.
-/// `$1` root, `$2` hash, `$3` size, `$4` op id, `$5` final path.
-const INSTALL_SCRIPT: &str = r#"set -u
+/// `$1` root, `$2` hash, `$3` size, `$4` op id, `$5` final path. Its
+/// refusals say what [`install::InstallRefusal`] says (the details are put in by
+/// [`install_script`]), so a simulated install can answer the same.
+const INSTALL_TEMPLATE: &str = r#"set -u
 reply() { printf '{"v":1,"id":%s,%s}\n' "$4" "$1"; }
 arch=$(uname -m 2>/dev/null || echo unknown)
 if [ "$arch" != x86_64 ]; then
@@ -68,9 +71,9 @@ cannot() {
   exit 0
 }
 umask 077
-mkdir -p "$1/bin" "$1/kernels" 2>/dev/null || cannot "cannot create directories under the root"
+mkdir -p "$1/bin" "$1/kernels" 2>/dev/null || cannot "@NO_DIRS@"
 tmp="$1/bin/.install.$$"
-cat > "$tmp" 2>/dev/null || { rm -f "$tmp"; cannot "cannot write the agent under the root"; }
+cat > "$tmp" 2>/dev/null || { rm -f "$tmp"; cannot "@NO_WRITE@"; }
 got=$(wc -c < "$tmp" | tr -d ' ')
 if [ "$got" != "$3" ]; then
   rm -f "$tmp"
@@ -81,11 +84,19 @@ chmod 755 "$tmp" && mv -f "$tmp" "$5" || exit 1
 # A root on a noexec mount takes the file but cannot run it (126).
 "$5" --version >/dev/null 2>&1
 if [ $? -eq 126 ]; then
-  printf '{"v":1,"id":%s,"error":{"kind":"cannot_install","detail":"the agent cannot be executed under the root (noexec mount?)"}}\n' "$4"
+  printf '{"v":1,"id":%s,"error":{"kind":"cannot_install","detail":"@NOEXEC@"}}\n' "$4"
   exit 0
 fi
 printf '{"v":1,"id":%s,"reply":{"installed":{"path":"%s"}}}\n' "$4" "$5"
 "#;
+
+/// [`INSTALL_TEMPLATE`] with the details of [`install::InstallRefusal`] in it.
+fn install_script() -> String {
+    INSTALL_TEMPLATE
+        .replace("@NO_DIRS@", install::NO_DIRS)
+        .replace("@NO_WRITE@", install::NO_WRITE)
+        .replace("@NOEXEC@", install::NOEXEC)
+}
 
 /// Renders `op` (with the id its reply must echo) for `location`.
 pub fn render(id: u64, op: &Op, location: &AgentLocation) -> Rendered {
@@ -94,7 +105,7 @@ pub fn render(id: u64, op: &Op, location: &AgentLocation) -> Rendered {
             argv: vec![
                 "/bin/sh".into(),
                 "-c".into(),
-                INSTALL_SCRIPT.into(),
+                install_script(),
                 "tether-install".into(),
                 location.root.clone(),
                 hash.clone(),
@@ -151,6 +162,25 @@ fn plain_argv(lang: Lang, code: &Bytes) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::ids::KernelName;
+    use crate::protocol::InstallRefusal;
+
+    #[test]
+    fn the_install_script_says_what_the_typed_refusals_say() {
+        let script = install_script();
+        assert!(!script.contains('@'), "{script}");
+        for r in [
+            InstallRefusal::NoDirs,
+            InstallRefusal::NoWrite,
+            InstallRefusal::Noexec,
+        ] {
+            assert_eq!(r.kind(), crate::protocol::ErrorKind::CannotInstall);
+            assert!(script.contains(&r.detail()), "{r:?}");
+        }
+        let arch = InstallRefusal::WrongArch { arch: "%s".into() }.detail();
+        assert!(script.contains(&arch), "{arch}");
+        let cut = InstallRefusal::Truncated { got: 1, want: 2 }.detail();
+        assert!(script.contains(&cut.replace(['1', '2'], "%s")));
+    }
 
     #[test]
     fn agent_ops_go_as_json_on_stdin() {

@@ -518,6 +518,10 @@ pub struct Harness {
     pub budget: u32,
     /// Ops of this kind run, but their replies are lost.
     pub lose_kind: Option<tether_core::protocol::OpKind>,
+    /// How long after its deadline the driver reports a lost reply's
+    /// timeout (0: at the deadline, before the client's own deadline
+    /// timer; more: the client's timer fires first).
+    pub lost_reply_lag: Duration,
 }
 
 impl Harness {
@@ -540,6 +544,7 @@ impl Harness {
             trace: String::new(),
             budget: 10_000,
             lose_kind: None,
+            lost_reply_lag: Duration::ZERO,
         }
     }
 
@@ -588,7 +593,7 @@ impl Harness {
                         Net::LoseReplies => {
                             let _ = self.agent.exec(*id, op);
                             Some((
-                                *deadline,
+                                *deadline + self.lost_reply_lag,
                                 Err(TransportError {
                                     kind: TransportErrorKind::TimedOut,
                                     detail: "exec deadline passed".into(),

@@ -6,6 +6,8 @@
 //! - [`signals`]: delivery by disposition (default / ignore / trap, stop);
 //! - [`fs`]: files and directories (O_EXCL, atomic replace);
 //! - [`interp`]: the workload interpreter (a simulated `sh`);
+//! - [`plain`]: a plain exec of a cell's code, outside any kernel (fail
+//!   open);
 //! - [`shim`]: the cell shim, the IO driver of the agent's [`tether_core::agent::CellShim`];
 //! - [`pyshim`]: the interpreter shim, the IO driver of the agent's
 //!   [`tether_core::agent::InterpShim`];
@@ -30,6 +32,7 @@ pub mod events;
 pub mod freeze;
 pub mod fs;
 pub mod interp;
+pub mod plain;
 pub mod process;
 pub mod pyshim;
 pub mod python;
@@ -83,6 +86,13 @@ pub struct SimOsConfig {
     /// the agent binary): a cancel can land between the daemon's look at
     /// the tombstone and the shim's.
     pub shim_start: std::time::Duration,
+    /// Mount points whose filesystem is read-only: nothing under them can
+    /// be created or written through [`Os`] (the agent's root on a
+    /// read-only mount).
+    pub read_only: Vec<String>,
+    /// Mount points whose filesystem is `noexec`: a file under them is
+    /// written but cannot be run ([`SimOs::can_exec`]; exec gives 126).
+    pub noexec: Vec<String>,
 }
 
 impl Default for SimOsConfig {
@@ -105,8 +115,18 @@ impl Default for SimOsConfig {
             bounce_keeps_boot_id: false,
             cgroup_root: Some("/sys/fs/cgroup".into()),
             shim_start: std::time::Duration::ZERO,
+            read_only: Vec::new(),
+            noexec: Vec::new(),
         }
     }
+}
+
+/// Is `path` strictly under one of the mount points `mounts`?
+fn under_mount(mounts: &[String], path: &str) -> bool {
+    mounts.iter().any(|m| {
+        path.strip_prefix(m.trim_end_matches('/'))
+            .is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 /// A kernel daemon started through [`Os::spawn_daemon`]: the world runs the
@@ -218,6 +238,20 @@ impl SimOs {
     /// The configuration.
     pub fn config(&self) -> &SimOsConfig {
         &self.config
+    }
+
+    /// Can the file at `path` be run (it exists and is not on a `noexec`
+    /// mount)?
+    pub fn can_exec(&self, path: &str) -> bool {
+        self.fs.exists(path) && !under_mount(&self.config.noexec, path)
+    }
+
+    /// A write to `path` through [`Os`] fails on a read-only mount (EROFS).
+    fn writable(&self, path: &str) -> Result<(), OsError> {
+        if under_mount(&self.config.read_only, path) {
+            return Err(OsError::Other(format!("{path}: read-only file system")));
+        }
+        Ok(())
     }
 
     fn boot(&mut self, killed: Vec<Pid>, new_kernel: bool) {
@@ -631,16 +665,19 @@ impl Os for SimOs {
 
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.check_write(path)?;
+        self.writable(path)?;
         self.fs.create_new(path, data)
     }
 
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.check_write(path)?;
+        self.writable(path)?;
         self.fs.write_atomic(path, data)
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.check_write(path)?;
+        self.writable(path)?;
         self.fs.append(path, data)
     }
 
@@ -653,6 +690,7 @@ impl Os for SimOs {
     }
 
     fn create_dir_all(&mut self, path: &str) -> Result<(), OsError> {
+        self.writable(path)?;
         self.fs.create_dir_all(path)
     }
 
