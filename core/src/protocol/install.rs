@@ -68,6 +68,7 @@ impl InstallRefusal {
         AgentError {
             kind: self.kind(),
             detail: self.detail(),
+            next_seq: None,
         }
     }
 
