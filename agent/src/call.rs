@@ -15,14 +15,8 @@
 
 use std::ffi::OsString;
 use std::path::Path;
-use std::time::{Duration, Instant};
-use tether_core::agent::calls::{answer_path, bin_dir, request_path};
-use tether_core::agent::journal::done_flag;
-use tether_core::agent::layout::CellLayout;
-use tether_core::protocol::calls::{
-    CallReply, CallRequest, CALLER_POLL, DEFAULT_CALL_TIMEOUT, ENV_DIR, ENV_TIMEOUT, ENV_TOKEN,
-    MAX_ARGS,
-};
+use tether_core::agent::calls::{bin_dir, CallEnd, Caller};
+use tether_core::protocol::calls::CALLER_POLL;
 
 /// The name under which the binary is a caller.
 pub(crate) const ARGV0: &str = "tether-call";
@@ -72,90 +66,22 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
     } else {
         json
     };
-    let args: serde_json::Value = match serde_json::from_str(json) {
-        Ok(v) => v,
-        Err(e) => return fail(name, &format!("the arguments are not JSON: {e}"), 2),
-    };
-    let (Ok(dir), Ok(token)) = (std::env::var(ENV_DIR), std::env::var(ENV_TOKEN)) else {
-        return fail(
-            name,
-            &format!("not inside a tether cell ({ENV_DIR} and {ENV_TOKEN} are not set)"),
-            2,
-        );
-    };
-    let size = json.len();
-    if size > MAX_ARGS {
-        return fail(
-            name,
-            &format!("the arguments are {size} bytes, over the limit of {MAX_ARGS}"),
-            1,
-        );
-    }
-    let cell_dir = Path::new(&dir)
-        .parent()
-        .map_or_else(String::new, |p| p.to_string_lossy().into_owned());
-    let done = done_flag(&CellLayout::from_dir(&cell_dir).journal());
-    let ended = || Path::new(&done).exists() || !Path::new(&dir).is_dir();
-    if ended() {
-        return fail(
-            name,
-            "refused: the cell this process belongs to has ended (a tool call is honoured only while its cell runs)",
-            1,
-        );
-    }
-    let timeout = std::env::var(ENV_TIMEOUT)
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(DEFAULT_CALL_TIMEOUT, Duration::from_secs_f64);
-    let id = crate::random_hex(12);
-    let request = CallRequest {
-        id: id.clone(),
-        token,
-        name: name.to_owned(),
-        args,
-    };
-    let bytes = serde_json::to_vec(&request).unwrap_or_default();
-    let tmp = format!("{dir}/.{id}.tmp");
-    let written =
-        std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, request_path(&dir, &id)));
-    if let Err(e) = written {
-        return fail(
-            name,
-            &format!("cannot write the request into {dir}: {e}"),
-            1,
-        );
-    }
-    let answer = answer_path(&dir, &id);
-    let start = Instant::now();
-    loop {
-        if let Ok(bytes) = std::fs::read(&answer) {
-            match serde_json::from_slice::<CallReply>(&bytes) {
-                Ok(CallReply::Ok { value }) => {
-                    match value {
-                        serde_json::Value::String(s) => println!("{s}"),
-                        other => println!("{other}"),
-                    }
-                    return 0;
-                }
-                Ok(CallReply::Error { message }) => return fail(name, &message, 1),
-                Err(_) => {}
-            }
-        } else if ended() {
-            if Path::new(&answer).exists() {
-                continue;
-            }
-            return fail(name, "refused: the cell ended before the host answered", 1);
+    let mut os = crate::linux_os::LinuxOs::new();
+    let env = |k: &str| std::env::var(k).ok();
+    let ended = |end: CallEnd| match end {
+        CallEnd::Answered { stdout } => {
+            print!("{stdout}");
+            0
         }
-        if start.elapsed() >= timeout {
-            return fail(
-                name,
-                &format!(
-                    "no answer within {:.0} s (the deadline per call; {ENV_TIMEOUT} sets it in seconds)",
-                    timeout.as_secs_f64()
-                ),
-                1,
-            );
+        CallEnd::Failed { message, code } => fail(name, &message, code),
+    };
+    let caller = match Caller::start(&mut os, &env, name, json, crate::random_hex(12)) {
+        Ok(caller) => caller,
+        Err(end) => return ended(end),
+    };
+    loop {
+        if let Some(end) = caller.poll(&os) {
+            return ended(end);
         }
         std::thread::sleep(CALLER_POLL);
     }

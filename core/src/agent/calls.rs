@@ -239,3 +239,156 @@ pub fn deliver(
     }
     Ok(written)
 }
+
+/// How a caller's call ended: the exit status of `tether-call` and what it
+/// prints (the result on stdout, or the error on stderr).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallEnd {
+    /// The host's result: a string as it is, any other value as compact
+    /// JSON (printed with a newline), status 0.
+    Answered {
+        /// What goes to stdout.
+        stdout: String,
+    },
+    /// The host's error, a refusal, a deadline, or bad usage.
+    Failed {
+        /// What goes to stderr (after `tether-call NAME: `).
+        message: String,
+        /// 1: the call failed; 2: bad usage, or not inside a cell.
+        code: u8,
+    },
+}
+
+fn failed(message: impl Into<String>, code: u8) -> CallEnd {
+    CallEnd::Failed {
+        message: message.into(),
+        code,
+    }
+}
+
+/// One call of `tether-call` (the real caller in the agent binary, and the
+/// simulated one): [`Caller::start`] writes the request with the cell's
+/// credential from the caller's environment, then [`Caller::poll`] every
+/// [`crate::protocol::calls::CALLER_POLL`] until it says how the call
+/// ended.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    dir: String,
+    id: String,
+    done: String,
+    timeout: std::time::Duration,
+    deadline: crate::time::Timestamp,
+}
+
+impl Caller {
+    /// Checks the call and writes its request. `env` reads the caller's
+    /// environment; `json` is the arguments as given; `id` is fresh
+    /// (random, [`valid_id`]).
+    pub fn start(
+        os: &mut dyn Os,
+        env: &dyn Fn(&str) -> Option<String>,
+        name: &str,
+        json: &str,
+        id: String,
+    ) -> Result<Caller, CallEnd> {
+        use crate::protocol::calls::{DEFAULT_CALL_TIMEOUT, ENV_TIMEOUT};
+        let args: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| failed(format!("the arguments are not JSON: {e}"), 2))?;
+        let (Some(dir), Some(token)) = (env(ENV_DIR), env(ENV_TOKEN)) else {
+            return Err(failed(
+                format!("not inside a tether cell ({ENV_DIR} and {ENV_TOKEN} are not set)"),
+                2,
+            ));
+        };
+        let size = json.len();
+        if size > MAX_ARGS {
+            return Err(failed(
+                format!("the arguments are {size} bytes, over the limit of {MAX_ARGS}"),
+                1,
+            ));
+        }
+        let cell_dir = dir
+            .trim_end_matches('/')
+            .rsplit_once('/')
+            .map_or_else(String::new, |(p, _)| p.to_owned());
+        let done = super::journal::done_flag(&CellLayout::from_dir(&cell_dir).journal());
+        let timeout = env(ENV_TIMEOUT)
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(DEFAULT_CALL_TIMEOUT, std::time::Duration::from_secs_f64);
+        let caller = Caller {
+            deadline: os.now() + timeout,
+            timeout,
+            dir,
+            id,
+            done,
+        };
+        if caller.ended(os) {
+            return Err(failed(
+                "refused: the cell this process belongs to has ended (a tool call is honoured only while its cell runs)",
+                1,
+            ));
+        }
+        let request = CallRequest {
+            id: caller.id.clone(),
+            token,
+            name: name.to_owned(),
+            args,
+        };
+        let bytes = serde_json::to_vec(&request).unwrap_or_default();
+        os.write_atomic(&request_path(&caller.dir, &caller.id), &bytes)
+            .map_err(|e| {
+                failed(
+                    format!("cannot write the request into {}: {e}", caller.dir),
+                    1,
+                )
+            })?;
+        Ok(caller)
+    }
+
+    fn ended(&self, os: &dyn Os) -> bool {
+        os.exists(&self.done) || !os.exists(&self.dir)
+    }
+
+    /// The call's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// One look for the answer: `None` while the call waits.
+    pub fn poll(&self, os: &dyn Os) -> Option<CallEnd> {
+        let answer = answer_path(&self.dir, &self.id);
+        if let Ok(bytes) = os.read_file(&answer) {
+            match serde_json::from_slice::<CallReply>(&bytes) {
+                Ok(CallReply::Ok { value }) => {
+                    let stdout = match value {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    return Some(CallEnd::Answered {
+                        stdout: format!("{stdout}\n"),
+                    });
+                }
+                Ok(CallReply::Error { message }) => return Some(failed(message, 1)),
+                // Being written: look again.
+                Err(_) => {}
+            }
+        } else if self.ended(os) && !os.exists(&answer) {
+            return Some(failed(
+                "refused: the cell ended before the host answered",
+                1,
+            ));
+        }
+        if os.now() >= self.deadline {
+            return Some(failed(
+                format!(
+                    "no answer within {:.0} s (the deadline per call; {} sets it in seconds)",
+                    self.timeout.as_secs_f64(),
+                    crate::protocol::calls::ENV_TIMEOUT
+                ),
+                1,
+            ));
+        }
+        None
+    }
+}
