@@ -19,9 +19,7 @@ use std::process::{Command, Stdio};
 use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
 use tether_core::protocol::Stream;
 
-/// How long one look at the pipes waits (the run file is read between
-/// looks, and children's exits are noticed).
-const PUMP_MS: u64 = 20;
+use tether_core::agent::shim::PUMP_MS;
 /// The same while lingering (only background processes are left).
 const LINGER_MS: u64 = 100;
 

@@ -20,9 +20,7 @@ use std::os::fd::OwnedFd;
 use tether_core::agent::{CellLaunch, CellShim, ExitStatus, Os, Pid, ShimStep};
 use tether_core::protocol::Stream;
 
-/// How long one look at the pipes waits while the cell runs (children's
-/// exits are noticed between looks).
-const PUMP_MS: u64 = 20;
+use tether_core::agent::shim::PUMP_MS;
 /// The same while lingering (only background jobs are left).
 const LINGER_MS: u64 = 100;
 /// Reads of one final pass at most (a flooding writer cannot hold it).

@@ -102,6 +102,10 @@ impl CellSpec {
                     }
                     None => break,
                 },
+                Step::ToolCall { name, args } => {
+                    out.extend_from_slice(crate::workload::tool_result(name, args).as_bytes());
+                    out.push(b'\n');
+                }
                 Step::Exit { .. } => break,
                 _ => {}
             }

@@ -560,6 +560,11 @@ pub fn play_cell(
                 text,
             } => out.push_str(text),
             Step::Print { .. } => {}
+            Step::ToolCall { name, args } => {
+                out.push_str(&crate::workload::tool_result(name, args));
+                out.push('\n');
+            }
+            Step::LeftoverToolCall { .. } => {}
             Step::SetVar { name, value } => state.assign(name, value, true),
             Step::SetName { name, value } => state.assign(name, value, false),
             Step::ChangeDir { path } => state.chdir(path),

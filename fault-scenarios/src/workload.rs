@@ -164,6 +164,52 @@ pub enum Step {
         /// The variable.
         name: String,
     },
+    /// `TETHER_CALL_TIMEOUT=S tether-call NAME 'ARGS'` (Python:
+    /// `tether.call(NAME, ARGS)` and the result printed): a tool call of
+    /// the cell, answered by the host's handler. The answer is printed
+    /// with a newline (a string as it is, see [`tool_result`]); a failed
+    /// call writes its error to stderr and the cell goes on. The caller
+    /// waits at most [`TOOL_CALL_TIMEOUT_S`].
+    ToolCall {
+        /// The tool (`[A-Za-z0-9_-]`).
+        name: String,
+        /// Its arguments: compact JSON, no `'`.
+        args: String,
+    },
+    /// `(sleep S; tether-call NAME 'ARGS') </dev/null >/dev/null 2>&1 &`:
+    /// a background process of the cell that makes a tool call after
+    /// `after_ms`, by then usually a leftover of a finished cell (the call
+    /// must be refused in the sandbox and never reach the host).
+    LeftoverToolCall {
+        /// How long it waits before it calls.
+        after_ms: u64,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        args: String,
+    },
+}
+
+/// How long a workload's tool call waits for its answer (seconds, its
+/// `TETHER_CALL_TIMEOUT`): past any outage the client survives.
+pub const TOOL_CALL_TIMEOUT_S: u64 = 30;
+
+/// What the scenarios' tool handler returns for a call of `name` with
+/// `args` (compact JSON), a string: what the caller prints, before its
+/// newline.
+pub fn tool_result(name: &str, args: &str) -> String {
+    format!("tool {name} {args}")
+}
+
+fn is_tool_call(name: &str, args: &str) -> bool {
+    let name_ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let compact = serde_json::from_str::<serde_json::Value>(args)
+        .ok()
+        .map(|v| v.to_string());
+    name_ok && compact.as_deref() == Some(args) && !args.contains('\'') && !args.contains('\\')
 }
 
 /// What a cell does, in order.
@@ -343,6 +389,15 @@ fn validate_steps(steps: &[Step], depth: usize, count: &mut usize) -> Result<(),
             }
             Step::State { change } => validate_change(change)?,
             Step::Show { probe } => validate_probe(probe)?,
+            Step::ToolCall { name, args } | Step::LeftoverToolCall { name, args, .. }
+                if !is_tool_call(name, args) =>
+            {
+                return Err(WorkloadError::BadState {
+                    detail: format!(
+                        "tool call {name:?} {args:?}: a name of [A-Za-z0-9_-] and compact JSON without quotes or backslashes"
+                    ),
+                })
+            }
             _ => {}
         }
     }
@@ -533,6 +588,17 @@ fn shell_step(step: &Step, dir: &str) -> String {
         Step::Show { probe } => shell_probe(probe, dir),
         Step::Fail => "false".to_owned(),
         Step::Expand { name } => format!(": \"${name}\""),
+        Step::ToolCall { name, args } => {
+            format!("TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}'")
+        }
+        Step::LeftoverToolCall {
+            after_ms,
+            name,
+            args,
+        } => format!(
+            "(sleep {}; TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}') </dev/null >/dev/null 2>&1 &",
+            secs(*after_ms)
+        ),
     }
 }
 
@@ -715,6 +781,29 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
         Step::State { .. } | Step::Show { .. } | Step::Fail | Step::Expand { .. } => {
             vec!["pass  # a shell kernel's step".to_owned()]
         }
+        Step::ToolCall { name, args } => vec![
+            format!("_tw_os.environ['TETHER_CALL_TIMEOUT'] = '{TOOL_CALL_TIMEOUT_S}'"),
+            "try:".to_owned(),
+            format!(
+                "    _tw_r = __import__('tether').call({}, __import__('json').loads({}))",
+                py_str(name),
+                py_str(args)
+            ),
+            "    _tw_sys.stdout.write((_tw_r if isinstance(_tw_r, str) else __import__('json').dumps(_tw_r, separators=(',', ':'))) + '\\n'); _tw_sys.stdout.flush()".to_owned(),
+            "except Exception as _tw_e:".to_owned(),
+            format!("    _tw_sys.stderr.write('tether-call {name}: ' + str(_tw_e) + '\\n'); _tw_sys.stderr.flush()"),
+        ],
+        Step::LeftoverToolCall {
+            after_ms,
+            name,
+            args,
+        } => vec![format!(
+            "_tw_sp.Popen(['sh', '-c', {}], stdin=_tw_sp.DEVNULL, stdout=_tw_sp.DEVNULL, stderr=_tw_sp.DEVNULL)",
+            py_str(&format!(
+                "sleep {}; TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}'",
+                secs(*after_ms)
+            ))
+        )],
     };
     let mut out = String::new();
     for line in lines {

@@ -24,6 +24,11 @@ use crate::protocol::{CellOutcome, EntryKind, Lang, Stream};
 use crate::time::Timestamp;
 use std::time::Duration;
 
+/// How long a shim's one look at its pipes waits while the cell runs: the
+/// cell's tool calls are looked at once per look (the real shims, and the
+/// simulated one while calls are pending).
+pub const PUMP_MS: u64 = 20;
+
 /// Default bound on draining the pipes after the main process exited.
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 

@@ -11,6 +11,7 @@
 //! as bash does: background jobs are reaped at once and keep SIGINT, and a
 //! fatal TERM/INT/HUP runs the EXIT trap before the shell dies.
 
+use super::caller::CallerRun;
 use super::process::{CellRef, Disposition, ExitStatus, Fd, ForkSpec, Program, Role, RunState};
 use super::SimOs;
 use std::collections::BTreeMap;
@@ -25,6 +26,13 @@ use tether_scenarios::workload::{Step, Workload};
 /// up on it (a runaway loop in the simulation, not in the workload: every
 /// workload loop waits on time).
 const STEP_LIMIT: usize = 100_000;
+
+/// The tool-call environment a cell's shim gives its main process, which
+/// the cell script neither saves nor restores.
+const CALLS_ENV: [&str; 2] = [
+    tether_core::protocol::calls::ENV_DIR,
+    tether_core::protocol::calls::ENV_TOKEN,
+];
 
 /// What the current frame waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -326,7 +334,7 @@ impl SimOs {
         let inherited: BTreeMap<String, String> = p
             .env
             .iter()
-            .filter(|(k, _)| Some(*k) != marker.as_ref())
+            .filter(|(k, _)| Some(*k) != marker.as_ref() && !CALLS_ENV.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let cwd = p.cwd.clone();
@@ -347,6 +355,14 @@ impl SimOs {
                 .and_then(|b| ShellState::from_snapshot(&b));
         }
         shell.state = ShellState::restore(shell.flavor(), &inherited, snapshot);
+        // The cell's tool-call directory and credential are the shim's
+        // for this cell: never saved, never restored (the wrapper's
+        // exclusions), always inherited.
+        for name in CALLS_ENV {
+            if let Some(v) = self.procs.get(&pid).and_then(|p| p.env.get(name).cloned()) {
+                shell.state.assign(name, &v, true);
+            }
+        }
         // `cd` to the saved directory, if it is still there.
         match shell.state.cwd.clone().filter(|d| self.fs.is_dir(d)) {
             Some(dir) => {
@@ -385,6 +401,10 @@ impl SimOs {
         let mut state = shell.state.saved(shell.flavor());
         state.vars.remove(&files.marker);
         state.exported.remove(&files.marker);
+        for name in CALLS_ENV {
+            state.vars.remove(name);
+            state.exported.remove(name);
+        }
         if let Some(p) = self.procs.get(&pid) {
             state.cwd = Some(p.cwd.clone());
         }
@@ -469,6 +489,24 @@ impl SimOs {
             }
         }
         self.fork(pid, spec)
+    }
+
+    /// The environment of a `tether-call` the shell (or Python) `pid`
+    /// starts: its own (or `os.environ`) with the workload's deadline.
+    fn caller_env(&self, pid: Pid, shell: &Shell) -> BTreeMap<String, String> {
+        let mut env = match &shell.python {
+            Some(py) => py.environ.clone(),
+            None => self
+                .procs
+                .get(&pid)
+                .map(|p| p.env.clone())
+                .unwrap_or_default(),
+        };
+        env.insert(
+            tether_core::protocol::calls::ENV_TIMEOUT.to_owned(),
+            tether_scenarios::workload::TOOL_CALL_TIMEOUT_S.to_string(),
+        );
+        env
     }
 
     fn exec_step(&mut self, pid: Pid, shell: &mut Shell, step: Step) {
@@ -609,6 +647,45 @@ impl SimOs {
                 match result {
                     Ok(b) => wait(shell, Wait::Child(b)),
                     Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
+                }
+            }
+            Step::ToolCall { name, args } => {
+                let mut spec = ForkSpec::new(
+                    &["tether-call", &name, &args],
+                    Program::Caller(Box::new(CallerRun::new(
+                        name.clone(),
+                        args.clone(),
+                        now,
+                        false,
+                    ))),
+                    Role::Cell,
+                );
+                spec.env = Some(self.caller_env(pid, shell));
+                match self.fork_child(pid, shell, spec) {
+                    Ok(c) => wait(shell, Wait::Child(c)),
+                    Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
+                }
+            }
+            Step::LeftoverToolCall {
+                after_ms,
+                name,
+                args,
+            } => {
+                let mut spec = ForkSpec::new(
+                    &["tether-call", &name, &args],
+                    Program::Caller(Box::new(CallerRun::new(
+                        name.clone(),
+                        args.clone(),
+                        until(after_ms),
+                        true,
+                    ))),
+                    Role::Cell,
+                );
+                spec.env = Some(self.caller_env(pid, shell));
+                spec.background = !shell.bash && shell.python.is_none();
+                spec.stdio = Some((Fd::Null, Fd::Null));
+                if let Err(e) = self.fork_child(pid, shell, spec) {
+                    self.shell_error(pid, shell, &format!("fork: {e}"));
                 }
             }
             Step::SetExitTrap { text } => shell.exit_trap = Some(text),

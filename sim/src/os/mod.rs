@@ -27,6 +27,7 @@
 //! [`SimOs::begin_exec`], a daemon from [`SimOs::take_daemon_spawns`], or a
 //! shim (set internally while the shim runs).
 
+pub mod caller;
 pub mod disk;
 pub mod events;
 pub mod freeze;
@@ -198,6 +199,10 @@ pub struct SimOs {
     disk_full: Vec<String>,
     /// Writes refused by a full disk so far.
     refused_writes: u64,
+    /// Every tool call a simulated caller made (ground truth).
+    tool_calls: Vec<caller::ToolCallTruth>,
+    /// Every answer file written (ground truth).
+    answers: Vec<caller::AnswerWrite>,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -228,6 +233,8 @@ impl SimOs {
             refused_writes: 0,
             stderr_written: BTreeMap::new(),
             tokens: 0,
+            tool_calls: Vec::new(),
+            answers: Vec::new(),
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);
@@ -398,6 +405,7 @@ impl SimOs {
     fn wake_of(&self, p: &Proc) -> Option<Timestamp> {
         match &p.program {
             Program::Sleep { until } => Some(*until),
+            Program::Caller(c) => c.wake(),
             Program::Shell(shell) => shell.wake(self, p.pid),
             Program::Shim(shim) => shim.wake(self, p.pid),
             Program::PyShim(shim) => shim.wake(self, p.pid),
@@ -445,6 +453,7 @@ impl SimOs {
                 }
             }
             Program::Shell(_) => self.run_shell(pid),
+            Program::Caller(_) => self.run_caller(pid),
             Program::Shim(_) => self.run_shim(pid),
             Program::PyShim(_) => self.run_pyshim(pid),
             Program::Python(_) => self.run_python(pid),
@@ -666,13 +675,21 @@ impl Os for SimOs {
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.check_write(path)?;
         self.writable(path)?;
-        self.fs.create_new(path, data)
+        self.fs.create_new(path, data)?;
+        if path.ends_with(".ans") {
+            self.note_answer(path);
+        }
+        Ok(())
     }
 
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.check_write(path)?;
         self.writable(path)?;
-        self.fs.write_atomic(path, data)
+        self.fs.write_atomic(path, data)?;
+        if path.ends_with(".ans") {
+            self.note_answer(path);
+        }
+        Ok(())
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {

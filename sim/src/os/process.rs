@@ -137,6 +137,8 @@ pub(crate) enum Program {
     Python(Box<PyInterp>),
     /// `sleep` until then.
     Sleep { until: Timestamp },
+    /// `tether-call`.
+    Caller(Box<super::caller::CallerRun>),
     /// Taken out while it runs (never observable from outside).
     Running,
 }

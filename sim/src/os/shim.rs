@@ -9,6 +9,8 @@
 use super::interp::{CellFiles, Shell};
 use super::process::{CellRef, Disposition, ExitStatus, Fd, ForkSpec, Program, Role};
 use super::SimOs;
+use std::time::Duration;
+use tether_core::agent::shim::PUMP_MS;
 use tether_core::agent::{CellLaunch, CellShim, ExitStatus as CoreExit, Os, Pid, ShimStep};
 use tether_core::protocol::Stream;
 use tether_core::time::Timestamp;
@@ -23,6 +25,10 @@ pub(crate) struct ShimRun {
     machine: CellShim,
     /// stdout, stderr (read ends).
     pipes: Option<(u64, u64)>,
+    /// While the cell runs: the next look at its tool calls (one per
+    /// [`PUMP_MS`], as the real shim's pump; the simulation wakes for it
+    /// only while the calls directory holds something).
+    next_tick: Option<Timestamp>,
 }
 
 impl ShimRun {
@@ -32,6 +38,7 @@ impl ShimRun {
             machine: CellShim::new(launch.clone()),
             launch,
             pipes: None,
+            next_tick: None,
         }
     }
 
@@ -70,7 +77,14 @@ impl ShimRun {
         if self.machine.lingering() && os.children_of(pid).is_empty() {
             return Some(now);
         }
-        self.machine.poll_timeout(now)
+        let tick = self.next_tick.filter(|_| {
+            let calls = format!("{}/calls", self.cell_dir().trim_end_matches('/'));
+            os.list_dir(&calls).is_ok_and(|names| !names.is_empty())
+        });
+        match (self.machine.poll_timeout(now), tick) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -115,18 +129,18 @@ impl SimOs {
                         }
                     }
                 }
-                // Tool calls are not modelled: their environment is not
-                // given to the simulated main process.
                 ShimStep::Start {
                     argv,
                     marker,
                     cgroup,
-                    env: _,
+                    env,
                 } => {
-                    let started = self.start_main(pid, shim, &argv, &marker, cgroup.as_deref());
+                    let started =
+                        self.start_main(pid, shim, &argv, &marker, &env, cgroup.as_deref());
                     shim.machine.handle_started(self, started);
                 }
                 ShimStep::Pump => {
+                    shim.next_tick = Some(self.now + Duration::from_millis(PUMP_MS));
                     // Output first, then exits: what a process wrote
                     // before it died is journaled before its end.
                     let read = self.shim_read(shim);
@@ -135,6 +149,7 @@ impl SimOs {
                     }
                 }
                 ShimStep::FinalRead => {
+                    shim.next_tick = None;
                     self.shim_read(shim);
                 }
                 ShimStep::Linger => {
@@ -211,6 +226,7 @@ impl SimOs {
         shim: &mut ShimRun,
         argv: &[String],
         marker: &(String, String),
+        calls_env: &[(String, String)],
         cgroup: Option<&str>,
     ) -> Result<(Pid, u64), String> {
         let launch = &shim.launch;
@@ -251,6 +267,7 @@ impl SimOs {
             .map(|p| p.env.clone())
             .unwrap_or_default();
         env.insert(marker.0.clone(), marker.1.clone());
+        env.extend(calls_env.iter().cloned());
         spec.env = Some(env);
         let main = self
             .fork(pid, spec)

@@ -1,0 +1,197 @@
+//! The simulated `tether-call`: a process that makes one tool call with
+//! the logic of the real one ([`Caller`], in core): the request written
+//! with the cell's credential from its environment, then a look for the
+//! answer every [`CALLER_POLL`] until the answer, a refusal, the cell's
+//! end or the deadline. What each call came to is ground truth for the
+//! oracle ([`ToolCallTruth`]).
+
+use super::process::{CellRef, ExitStatus, Fd};
+use super::SimOs;
+use tether_core::agent::calls::{CallEnd, Caller};
+use tether_core::agent::Pid;
+use tether_core::protocol::calls::CALLER_POLL;
+use tether_core::time::Timestamp;
+
+/// One `tether-call` process.
+#[derive(Debug)]
+pub(crate) struct CallerRun {
+    name: String,
+    args: String,
+    /// When it calls (a leftover sleeps first).
+    start_at: Timestamp,
+    caller: Option<Caller>,
+    next_poll: Timestamp,
+    leftover: bool,
+}
+
+/// What one simulated tool call came to (ground truth).
+#[derive(Clone, Debug)]
+pub struct ToolCallTruth {
+    /// The cell whose process made it.
+    pub cell: Option<CellRef>,
+    /// Its id (empty when it never wrote a request).
+    pub id: String,
+    /// The tool and arguments.
+    pub name: String,
+    /// Its arguments.
+    pub args: String,
+    /// Made by a background process of the cell (a leftover).
+    pub leftover: bool,
+    /// What the caller printed and its status.
+    pub end: CallEnd,
+    /// When it ended.
+    pub at: Timestamp,
+}
+
+/// One answer file written in the sandbox (ground truth).
+#[derive(Clone, Debug)]
+pub struct AnswerWrite {
+    /// The call's id.
+    pub id: String,
+    /// The cell directory.
+    pub cell_dir: String,
+    /// The call had been journaled (it went to the host) when its answer
+    /// was written; false: a refusal by the shim.
+    pub journaled: bool,
+    /// The cell's result was journaled already.
+    pub after_result: bool,
+    /// When.
+    pub at: Timestamp,
+}
+
+impl CallerRun {
+    pub(crate) fn new(
+        name: String,
+        args: String,
+        start_at: Timestamp,
+        leftover: bool,
+    ) -> CallerRun {
+        CallerRun {
+            name,
+            args,
+            start_at,
+            caller: None,
+            next_poll: start_at,
+            leftover,
+        }
+    }
+
+    pub(crate) fn wake(&self) -> Option<Timestamp> {
+        Some(self.next_poll.max(self.start_at))
+    }
+}
+
+impl SimOs {
+    /// Runs the caller `pid` as far as it gets now.
+    pub(crate) fn run_caller(&mut self, pid: Pid) -> bool {
+        let take = |p| match p {
+            super::process::Program::Caller(c) => Ok(c),
+            other => Err(other),
+        };
+        self.step_program(pid, take, super::process::Program::Caller, |os, run| {
+            os.as_process(pid, |os| os.drive_caller(pid, run))
+        })
+    }
+
+    fn drive_caller(&mut self, pid: Pid, run: &mut CallerRun) -> bool {
+        let now = self.now;
+        if now < run.start_at || now < run.next_poll {
+            return false;
+        }
+        let end = match &run.caller {
+            None => {
+                let env = self
+                    .procs
+                    .get(&pid)
+                    .map(|p| p.env.clone())
+                    .unwrap_or_default();
+                let starttime = self.procs.get(&pid).map_or(0, |p| p.starttime);
+                let id = format!("s{}p{pid}t{starttime}", self.boots);
+                let lookup = |k: &str| env.get(k).cloned();
+                match Caller::start(self, &lookup, &run.name, &run.args, id) {
+                    Ok(caller) => {
+                        run.caller = Some(caller);
+                        None
+                    }
+                    Err(end) => Some(end),
+                }
+            }
+            Some(caller) => caller.poll(self),
+        };
+        let Some(end) = end else {
+            run.next_poll = now + CALLER_POLL;
+            return true;
+        };
+        let (out, err, cell) = self
+            .procs
+            .get(&pid)
+            .map_or((Fd::Null, Fd::Null, None), |p| {
+                (p.stdout, p.stderr, p.origin.clone())
+            });
+        let code = match &end {
+            CallEnd::Answered { stdout } => {
+                self.write_fd(pid, out, stdout.as_bytes());
+                0
+            }
+            CallEnd::Failed { message, code } => {
+                let line = format!("tether-call {}: {message}\n", run.name);
+                self.write_fd(pid, err, line.as_bytes());
+                i32::from(*code)
+            }
+        };
+        self.tool_calls.push(ToolCallTruth {
+            cell,
+            id: run
+                .caller
+                .as_ref()
+                .map(|c| c.id().to_owned())
+                .unwrap_or_default(),
+            name: run.name.clone(),
+            args: run.args.clone(),
+            leftover: run.leftover,
+            end,
+            at: now,
+        });
+        self.exit_proc(pid, ExitStatus::Code(code));
+        true
+    }
+
+    /// Notes an answer file being written at `path` (ground truth).
+    pub(crate) fn note_answer(&mut self, path: &str) {
+        let Some((dir, file)) = path.rsplit_once('/') else {
+            return;
+        };
+        let (Some(id), Some(cell_dir)) = (file.strip_suffix(".ans"), dir.strip_suffix("/calls"))
+        else {
+            return;
+        };
+        let layout = tether_core::agent::layout::CellLayout::from_dir(cell_dir);
+        let entries = tether_core::agent::journal::read_journal(self, &layout.journal())
+            .map(|r| r.entries)
+            .unwrap_or_default();
+        use tether_core::protocol::EntryKind;
+        let journaled = entries
+            .iter()
+            .any(|e| matches!(&e.kind, EntryKind::ToolCall { id: i, .. } if i == id));
+        let after_result = entries
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::Result { .. }));
+        self.answers.push(AnswerWrite {
+            id: id.to_owned(),
+            cell_dir: cell_dir.to_owned(),
+            journaled,
+            after_result,
+            at: self.now,
+        });
+    }
+
+    /// Every tool call made, and what it came to.
+    pub fn tool_calls(&self) -> &[ToolCallTruth] {
+        &self.tool_calls
+    }
+
+    /// Every answer file written.
+    pub fn answers(&self) -> &[AnswerWrite] {
+        &self.answers
+    }
+}
