@@ -53,6 +53,9 @@ pub struct Armed {
     /// The next op matching each target has its reply damaged: (target,
     /// where in thousandths, 0 to cut or the XOR mask).
     pub damage_reply: Vec<(OpTarget, u16, u8)>,
+    /// Every run of the client's tool handler (ground truth: the script
+    /// counts them as they happen, across client processes).
+    pub tool_runs: Vec<crate::oracle::ToolRunObs>,
 }
 
 /// Shared handle on [`Armed`]. The client script polls it every few

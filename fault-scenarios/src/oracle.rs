@@ -175,6 +175,9 @@ pub struct Observations {
     /// should have been over (its grace period and a stated slack later):
     /// processes left behind, orphaned.
     pub stop_survivors: Vec<String>,
+    /// Tool calls: what the sandbox's callers got, the answer files
+    /// written there, and the runs of the client's tool handler.
+    pub tools: ToolObs,
     /// The sandbox could not start some kernels, and whether the client
     /// was to fail open (`None`: a sound sandbox, or one the host cannot
     /// say about).
@@ -188,6 +191,55 @@ pub struct Flawed {
     pub flaw: Flaw,
     /// The client falls back to a plain exec (else it refuses the cell).
     pub fallback: bool,
+}
+
+/// Ground truth of the tool calls of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ToolObs {
+    /// Every call a process in the sandbox made.
+    pub calls: Vec<ToolCallObs>,
+    /// Every answer file written in the sandbox.
+    pub answers: Vec<ToolAnswerObs>,
+    /// Every run of the client's tool handler.
+    pub runs: Vec<ToolRunObs>,
+}
+
+/// One call, as its caller saw it end.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ToolCallObs {
+    /// The call's id (empty: it never wrote a request).
+    pub id: String,
+    /// The cell (its directory) whose process made it.
+    pub cell: String,
+    /// Made by a background process of the cell.
+    pub leftover: bool,
+    /// What the caller printed on success (the result and a newline).
+    pub answered: Option<String>,
+    /// Its error otherwise.
+    pub failed: Option<String>,
+}
+
+/// One answer file written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ToolAnswerObs {
+    /// The call's id.
+    pub id: String,
+    /// The call was journaled (went to the host) when it was written;
+    /// false: the sandbox refused it.
+    pub journaled: bool,
+    /// The cell's result was journaled already when it was written.
+    pub after_result: bool,
+}
+
+/// One run of the client's tool handler.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ToolRunObs {
+    /// Which client process ran it (0 first).
+    pub incarnation: u64,
+    /// The call's id.
+    pub id: String,
+    /// What it returned (a string result).
+    pub result: String,
 }
 
 /// What made the sandbox unreachable in a run: the only excuse for an
@@ -433,6 +485,31 @@ pub enum Violation {
         /// What was wrong.
         detail: String,
     },
+    /// A tool call's answer file was written more than once.
+    ToolAnsweredTwice {
+        /// The call and how often.
+        detail: String,
+    },
+    /// A tool call was answered after its cell's result was journaled.
+    ToolAnsweredOutsideCell {
+        /// The call.
+        detail: String,
+    },
+    /// The client's handler ran for a call the sandbox refused.
+    RefusedToolCallRan {
+        /// The call.
+        detail: String,
+    },
+    /// A caller got a result no run of the handler returned for its call.
+    ToolResultMismatch {
+        /// The call, what it got, what the handler returned.
+        detail: String,
+    },
+    /// One client process ran the handler twice for one call.
+    ToolHandlerRepeated {
+        /// The call, the client process, how often.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -465,6 +542,11 @@ impl Violation {
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
             Violation::FailOpen { .. } => "fail_open",
+            Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
+            Violation::ToolAnsweredOutsideCell { .. } => "tool_answered_outside_cell",
+            Violation::RefusedToolCallRan { .. } => "refused_tool_call_ran",
+            Violation::ToolResultMismatch { .. } => "tool_result_mismatch",
+            Violation::ToolHandlerRepeated { .. } => "tool_handler_repeated",
         }
     }
 }
@@ -558,6 +640,23 @@ impl fmt::Display for Violation {
             Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
             Violation::FailOpen { cell, detail } => write!(f, "fail open, {cell}: {detail}"),
+            Violation::ToolAnsweredTwice { detail } => {
+                write!(f, "a tool call answered twice in the sandbox: {detail}")
+            }
+            Violation::ToolAnsweredOutsideCell { detail } => {
+                write!(f, "a tool call answered after its cell ended: {detail}")
+            }
+            Violation::RefusedToolCallRan { detail } => {
+                write!(f, "the host's tool handler ran for a refused call: {detail}")
+            }
+            Violation::ToolResultMismatch { detail } => write!(
+                f,
+                "a cell got a tool result its handler never returned: {detail}"
+            ),
+            Violation::ToolHandlerRepeated { detail } => write!(
+                f,
+                "one client process ran the tool handler twice for one call: {detail}"
+            ),
         }
     }
 }
@@ -669,6 +768,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     check_namespace(obs, &mut v);
     check_shell_state(obs, &mut v);
+    check_tools(&obs.tools, &mut v);
     check_evictions(obs, &mut v);
     for detail in &obs.journal_gaps {
         v.push(Violation::JournalGap {
@@ -1143,6 +1243,73 @@ pub fn expectations(
     v
 }
 
+/// The tool-call rules, on ground truth: each call answered at most once
+/// in the sandbox (answer files written), and only while its cell runs;
+/// a call the sandbox refused never reaches the handler; what a caller
+/// got is what a run of the handler returned for its call; the handler
+/// runs at most once per call *in one client process*. A crash may run
+/// it again: a handler's answer that was not yet in the kernel's record
+/// when the client died is gone with it, and the resumed client, seeing
+/// the call unanswered, can only ask again (the first answer to reach the
+/// sandbox wins, the rule above).
+fn check_tools(tools: &ToolObs, v: &mut Vec<Violation>) {
+    let mut written: BTreeMap<&str, u32> = BTreeMap::new();
+    for a in &tools.answers {
+        *written.entry(&a.id).or_default() += 1;
+        if a.journaled && a.after_result {
+            v.push(Violation::ToolAnsweredOutsideCell {
+                detail: format!("call {}", a.id),
+            });
+        }
+    }
+    for (id, n) in &written {
+        if *n > 1 {
+            v.push(Violation::ToolAnsweredTwice {
+                detail: format!("call {id}, {n} answer files"),
+            });
+        }
+    }
+    let refused: std::collections::BTreeSet<&str> = tools
+        .answers
+        .iter()
+        .filter(|a| !a.journaled)
+        .map(|a| a.id.as_str())
+        .collect();
+    let mut runs: BTreeMap<(&str, u64), u32> = BTreeMap::new();
+    for r in &tools.runs {
+        *runs.entry((&r.id, r.incarnation)).or_default() += 1;
+        if refused.contains(r.id.as_str()) {
+            v.push(Violation::RefusedToolCallRan {
+                detail: format!("call {} (client process #{})", r.id, r.incarnation),
+            });
+        }
+    }
+    for ((id, incarnation), n) in runs {
+        if n > 1 {
+            v.push(Violation::ToolHandlerRepeated {
+                detail: format!("call {id}, client process #{incarnation}, {n} runs"),
+            });
+        }
+    }
+    for c in &tools.calls {
+        let Some(got) = &c.answered else { continue };
+        let returned: Vec<&str> = tools
+            .runs
+            .iter()
+            .filter(|r| r.id == c.id)
+            .map(|r| r.result.as_str())
+            .collect();
+        if !returned.iter().any(|r| format!("{r}\n") == *got) {
+            v.push(Violation::ToolResultMismatch {
+                detail: format!(
+                    "call {} of {} got {:?}, the handler returned {returned:?}",
+                    c.id, c.cell, got
+                ),
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1534,5 +1701,101 @@ mod tests {
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].kind(), "stop_survivor");
         assert!(v[0].to_string().contains("interpreter 9"));
+    }
+
+    /// A call answered once by the first client, the handler run again by
+    /// the resumed one (allowed), and a refused leftover.
+    fn tools_good() -> Observations {
+        let mut o = good();
+        o.tools = ToolObs {
+            calls: vec![
+                ToolCallObs {
+                    id: "a".into(),
+                    cell: "/k/1".into(),
+                    answered: Some("tool t {}\n".into()),
+                    ..ToolCallObs::default()
+                },
+                ToolCallObs {
+                    id: "b".into(),
+                    cell: "/k/1".into(),
+                    leftover: true,
+                    failed: Some("refused".into()),
+                    ..ToolCallObs::default()
+                },
+            ],
+            answers: vec![
+                ToolAnswerObs {
+                    id: "a".into(),
+                    journaled: true,
+                    after_result: false,
+                },
+                ToolAnswerObs {
+                    id: "b".into(),
+                    journaled: false,
+                    after_result: true,
+                },
+            ],
+            runs: vec![
+                ToolRunObs {
+                    incarnation: 0,
+                    id: "a".into(),
+                    result: "tool t {}".into(),
+                },
+                ToolRunObs {
+                    incarnation: 1,
+                    id: "a".into(),
+                    result: "tool t {}".into(),
+                },
+            ],
+        };
+        o
+    }
+
+    fn tool_kinds(o: &Observations) -> Vec<&'static str> {
+        check(o).iter().map(Violation::kind).collect()
+    }
+
+    #[test]
+    fn tool_calls_by_the_rules_pass() {
+        assert_eq!(check(&tools_good()), vec![]);
+    }
+
+    #[test]
+    fn a_second_answer_file_fires() {
+        let mut o = tools_good();
+        o.tools.answers.push(o.tools.answers[0].clone());
+        assert_eq!(tool_kinds(&o), vec!["tool_answered_twice"]);
+    }
+
+    #[test]
+    fn an_answer_after_the_result_fires() {
+        let mut o = tools_good();
+        o.tools.answers[0].after_result = true;
+        assert_eq!(tool_kinds(&o), vec!["tool_answered_outside_cell"]);
+    }
+
+    #[test]
+    fn a_handler_run_for_a_refused_call_fires() {
+        let mut o = tools_good();
+        o.tools.runs.push(ToolRunObs {
+            incarnation: 0,
+            id: "b".into(),
+            result: "x".into(),
+        });
+        assert_eq!(tool_kinds(&o), vec!["refused_tool_call_ran"]);
+    }
+
+    #[test]
+    fn a_result_the_handler_never_returned_fires() {
+        let mut o = tools_good();
+        o.tools.calls[0].answered = Some("forged\n".into());
+        assert_eq!(tool_kinds(&o), vec!["tool_result_mismatch"]);
+    }
+
+    #[test]
+    fn two_handler_runs_in_one_client_process_fire() {
+        let mut o = tools_good();
+        o.tools.runs[1].incarnation = 0;
+        assert_eq!(tool_kinds(&o), vec!["tool_handler_repeated"]);
     }
 }

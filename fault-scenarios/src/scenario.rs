@@ -321,6 +321,13 @@ fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
     }
 }
 
+fn tool_call(name: &str, args: &str) -> Step {
+    Step::ToolCall {
+        name: name.into(),
+        args: args.into(),
+    }
+}
+
 fn set_name(name: &str, value: &str) -> Step {
     Step::SetName {
         name: name.into(),
@@ -546,6 +553,41 @@ pub fn all() -> Vec<Scenario> {
                     Expect::Ok,
                 )),
                 Action::Run(cell("exit", vec![Step::Exit { code: 3 }], Expect::Exit(3))),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(all_faults.clone()),
+            init_reaps: true,
+            fails_open: false,
+        },
+        Scenario {
+            name: "tool_calls",
+            about: "a shell cell makes three tool calls answered by the client's handler (crashes, lost replies, cancels, partitions between call and answer); a leftover of it calls while the next cell runs and is refused",
+            script: vec![
+                Action::Run(cell(
+                    "calls",
+                    vec![
+                        tool_call("search", r#"{"q":"a"}"#),
+                        Step::Sleep { ms: 200 },
+                        tool_call("read", r#"{"n":2}"#),
+                        Step::LeftoverToolCall {
+                            after_ms: 1_200,
+                            name: "stale".into(),
+                            args: r#"{"late":true}"#.into(),
+                        },
+                        tool_call("approve", "[3]"),
+                        print("done\n"),
+                    ],
+                    Expect::Ok,
+                )),
+                Action::Run(cell(
+                    "next",
+                    vec![
+                        print("next\n"),
+                        Step::Sleep { ms: 2_000 },
+                        tool_call("search", r#"{"q":"b"}"#),
+                    ],
+                    Expect::Ok,
+                )),
             ],
             fixed: FaultSchedule::empty(),
             space: space(all_faults.clone()),

@@ -156,6 +156,7 @@ pub async fn client_main(host: &impl Host) {
     let mut incarnation = 0u64;
     loop {
         let mut driver = host.new_client(incarnation);
+        driver.set_tools(Some(tool_handler(host.control().clone(), incarnation)));
         host.note(&format!("client process #{incarnation} starts"));
         let crashed = unless_crashed(
             run_script(host, &mut driver, &next, incarnation > 0),
@@ -169,6 +170,25 @@ pub async fn client_main(host: &impl Host) {
         tokio::time::sleep(Duration::from_millis(down)).await;
         incarnation += 1;
     }
+}
+
+/// The scenarios' tool handler for client process `incarnation`: returns
+/// [`crate::workload::tool_result`] of the call at once, and counts each
+/// run in the switchboard (the oracle's ground truth for the handler).
+pub fn tool_handler(control: Control, incarnation: u64) -> tether::driver::ToolHandler {
+    std::sync::Arc::new(move |call: tether::driver::ToolCall| {
+        let result = crate::workload::tool_result(&call.name, &call.args.to_string());
+        control.lock().tool_runs.push(crate::oracle::ToolRunObs {
+            incarnation,
+            id: call.id.clone(),
+            result: result.clone(),
+        });
+        Box::pin(async move {
+            tether_core::protocol::calls::CallReply::Ok {
+                value: serde_json::Value::String(result),
+            }
+        })
+    })
 }
 
 async fn wait_crash(control: &Control) -> u64 {

@@ -575,6 +575,47 @@ impl Sandbox {
             .stderr_written(&format!("{}/kernels/{kernel}", self.root), seq)
     }
 
+    /// Ground truth of the tool calls: what every caller got, every
+    /// answer file written (the handler's runs are the client script's).
+    pub fn tool_obs(&self) -> tether_scenarios::oracle::ToolObs {
+        use tether_core::agent::calls::CallEnd;
+        use tether_scenarios::oracle::{ToolAnswerObs, ToolCallObs, ToolObs};
+        ToolObs {
+            calls: self
+                .os
+                .tool_calls()
+                .iter()
+                .map(|c| ToolCallObs {
+                    id: c.id.clone(),
+                    cell: c
+                        .cell
+                        .as_ref()
+                        .map_or_else(String::new, |r| r.cell_dir.clone()),
+                    leftover: c.leftover,
+                    answered: match &c.end {
+                        CallEnd::Answered { stdout } => Some(stdout.clone()),
+                        CallEnd::Failed { .. } => None,
+                    },
+                    failed: match &c.end {
+                        CallEnd::Failed { message, .. } => Some(message.clone()),
+                        CallEnd::Answered { .. } => None,
+                    },
+                })
+                .collect(),
+            answers: self
+                .os
+                .answers()
+                .iter()
+                .map(|a| ToolAnswerObs {
+                    id: a.id.clone(),
+                    journaled: a.journaled,
+                    after_result: a.after_result,
+                })
+                .collect(),
+            runs: Vec::new(),
+        }
+    }
+
     /// Ground truth for the cell `label`.
     pub fn truth(&self, label: &str) -> Truth {
         Truth {

@@ -403,6 +403,8 @@ pub fn run_in(
         harness,
         flavor,
     );
+    obs.tools = sandbox.borrow().tool_obs();
+    obs.tools.runs = control.lock().tool_runs.clone();
     obs.outages = Some(outages(schedule, world));
     obs.flawed = world.flaw.map(|flaw| oracle::Flawed {
         flaw,
