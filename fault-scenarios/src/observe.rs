@@ -240,6 +240,20 @@ pub fn truth_stdout(
     stdout
 }
 
+/// `stdout` less one occurrence of each of `lines`: what a cell printed
+/// when those of its tool calls failed (each prints its result's line
+/// only when answered).
+pub fn without_lines(stdout: Vec<u8>, lines: &[String]) -> Vec<u8> {
+    let mut out = stdout;
+    for line in lines {
+        let needle = line.as_bytes();
+        if let Some(at) = out.windows(needle.len()).position(|w| w == needle) {
+            out.drain(at..at + needle.len());
+        }
+    }
+    out
+}
+
 /// What the agent's note says when a shell cell's state could not be
 /// kept (`tether_core::agent::shell::promote_state`).
 const NOT_KEPT_NOTE: &str = "was not kept";

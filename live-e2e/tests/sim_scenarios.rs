@@ -75,6 +75,7 @@ macro_rules! live {
 live! {
     local_happy: "happy" on "local";
     local_state: "state" on "local";
+    local_tool_calls: "tool_calls" on "local";
     local_cancel_escapes: "cancel_escapes" on "local";
     local_cancel_trap: "cancel_trap" on "local";
     local_cancel_ignorer: "cancel_ignorer" on "local";

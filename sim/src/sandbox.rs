@@ -616,6 +616,31 @@ impl Sandbox {
         }
     }
 
+    /// The lines the tool calls of cell `seq` of `kernel` would have
+    /// printed had they been answered, for each of its calls that failed
+    /// (a deadline that a clock jump ran out, a cell that ended first):
+    /// what its stdout lacks.
+    pub fn failed_call_lines(&self, kernel: &str, seq: u64) -> Vec<String> {
+        let dir = format!("{}/kernels/{kernel}", self.root);
+        self.os
+            .tool_calls()
+            .iter()
+            .filter(|c| !c.leftover)
+            .filter(|c| {
+                c.cell
+                    .as_ref()
+                    .is_some_and(|r| r.kernel_dir == dir && r.seq == Some(seq))
+            })
+            .filter(|c| matches!(c.end, tether_core::agent::calls::CallEnd::Failed { .. }))
+            .map(|c| {
+                format!(
+                    "{}\n",
+                    tether_scenarios::workload::tool_result(&c.name, &c.args)
+                )
+            })
+            .collect()
+    }
+
     /// Ground truth for the cell `label`.
     pub fn truth(&self, label: &str) -> Truth {
         Truth {

@@ -587,7 +587,15 @@ fn observe(
         }
         let truth = CellTruth {
             executions: truth.executions,
-            stdout: observe::truth_stdout(scenario, spec, truth.executions, flavor),
+            // A tool call that failed (its deadline ran out in a clock
+            // jump, its cell ended first) printed no result.
+            stdout: observe::without_lines(
+                observe::truth_stdout(scenario, spec, truth.executions, flavor),
+                &cell_key
+                    .as_ref()
+                    .map(|(kernel, seq)| sandbox.failed_call_lines(kernel, *seq))
+                    .unwrap_or_default(),
+            ),
             // A shell cell's own processes write its stderr; a Python
             // cell's is the interpreter's, which serves every cell.
             // Not judged when a kernel evicted and opened again by a later
