@@ -567,7 +567,6 @@ pub fn all() -> Vec<Scenario> {
                     "calls",
                     vec![
                         tool_call("search", r#"{"q":"a"}"#),
-                        Step::Sleep { ms: 200 },
                         tool_call("read", r#"{"n":2}"#),
                         Step::LeftoverToolCall {
                             after_ms: 1_200,
@@ -581,10 +580,14 @@ pub fn all() -> Vec<Scenario> {
                 )),
                 Action::Run(cell(
                     "next",
+                    // The call comes before the wait, during which the
+                    // leftover above calls: a process a cell forks after
+                    // its shim was killed runs after the cell was written
+                    // off (an open finding, see the branch's report).
                     vec![
                         print("next\n"),
-                        Step::Sleep { ms: 2_000 },
                         tool_call("search", r#"{"q":"b"}"#),
+                        Step::Sleep { ms: 2_000 },
                     ],
                     Expect::Ok,
                 )),
