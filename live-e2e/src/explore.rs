@@ -155,6 +155,7 @@ pub async fn run_one(opts: &Options, seed: u64) -> Outcome {
                 "the run did not finish within {RUN_LIMIT:?}: a client call never resolved"
             )],
             took: RUN_LIMIT,
+            channel_ops: None,
         },
     });
     outcome

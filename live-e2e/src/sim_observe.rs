@@ -512,6 +512,9 @@ pub struct Report {
     pub violations: Vec<String>,
     /// How long the run took.
     pub took: Duration,
+    /// Ops the client's channel carried, when its ops went on one
+    /// ([`crate::sim_run::Ops::Channel`]).
+    pub channel_ops: Option<u64>,
 }
 
 impl fmt::Display for Report {
@@ -692,6 +695,7 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         ),
         violations,
         took: ctx.start.elapsed(),
+        channel_ops: None,
     }
 }
 

@@ -349,19 +349,6 @@ pub async fn run(scenario: &Scenario, host: &Host) -> sim_observe::Report {
     run_schedule(scenario, &scenario.fixed, host).await
 }
 
-/// Ops the runs of this process on `backend` carried on a channel ([`Ops::Channel`]),
-/// for tests that check the channel was really used (a short scenario on
-/// a sandbox replaced under it may carry none).
-pub fn ops_on_channel(backend: &str) -> u64 {
-    ON_CHANNEL
-        .lock()
-        .map(|by| by.get(backend).copied().unwrap_or(0))
-        .unwrap_or(0)
-}
-
-static ON_CHANNEL: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
-
 /// Which transport carries the client's ops under the faulty one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ops {
@@ -484,11 +471,10 @@ pub async fn run_schedule_with(
         apply(&ctx, host, f.kind).await;
     }
     tokio::join!(script::client_main(&ctx), fault_loop(&ctx, host, later));
+    let mut channel_ops = None;
     if let Some(channel) = closer {
         let stats = channel.status().stats;
-        if let Ok(mut by) = ON_CHANNEL.lock() {
-            *by.entry(host.backend()).or_default() += stats.on_channel;
-        }
+        channel_ops = Some(stats.on_channel);
         ctx.switch.note(format!("channel: {stats:?}"));
         // The client is done: its channel goes, as when `tether` exits.
         // One still on the sandbox after a bound is the judge's leftover.
@@ -500,7 +486,9 @@ pub async fn run_schedule_with(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    sim_observe::judge(&ctx, host.backend()).await
+    let mut report = sim_observe::judge(&ctx, host.backend()).await;
+    report.channel_ops = channel_ops;
+    report
 }
 
 /// Applies `faults` at their times, counted from the moment the first
