@@ -104,7 +104,7 @@ struct Track {
     /// outlives the cell).
     python: bool,
     /// The interpreter's pid (Python cells), from the `started` entry.
-    interp: Option<Pid>,
+    interp: Option<(Pid, u64)>,
     /// The cell's own cgroup, from its `cgroup` file (a Python cell's is
     /// made by the interpreter's shim, which moves the interpreter into it
     /// while the cell runs).
@@ -491,7 +491,7 @@ impl Daemon {
                 if t.python && t.interp.is_none() {
                     t.interp = read_journal(os, &cell.journal()).ok().and_then(|r| {
                         r.entries.iter().find_map(|e| match e.kind {
-                            EntryKind::Started { pid, .. } => Some(pid),
+                            EntryKind::Started { pid, starttime, .. } => Some((pid, starttime)),
                             _ => None,
                         })
                     });
@@ -502,7 +502,16 @@ impl Daemon {
                 }
                 let table = table.get_or_insert_with(|| Table::snapshot(os));
                 let mut protected = procs::protected(table, self_pid);
-                protected.extend(t.interp);
+                protected.extend(t.interp.map(|(pid, _)| pid));
+                // The interpreter as long as it is that process: a pid
+                // reused after its death (an op's, say) is never signalled
+                // and its children are not the cell's.
+                let interp = t.interp.filter(|&(pid, start)| {
+                    table
+                        .get(pid)
+                        .is_some_and(|p| p.starttime == start && !p.zombie)
+                });
+                let interp = interp.map(|(pid, _)| pid);
                 let scope = CellScope {
                     // A Python cell's processes descend from the
                     // interpreter (see below).
@@ -528,7 +537,7 @@ impl Daemon {
                     .map(|(_, g)| g.clone())
                     .collect();
                 let others = procs::OtherCells::new(os, &t.marker, &other_groups);
-                if let Some(interp) = t.interp.filter(|_| t.python) {
+                if let Some(interp) = interp.filter(|_| t.python) {
                     set.extend(procs::descendants_except(os, table, interp, &others));
                 }
                 set.retain(|pid| {
@@ -549,14 +558,14 @@ impl Daemon {
                     }
                 }
                 if !c.term_sent {
-                    if let Some(interp) = t.interp.filter(|_| cell_running) {
+                    if let Some(interp) = interp.filter(|_| cell_running) {
                         let _ = os.signal(interp, Signal::Int);
                     }
                     procs::signal_each(os, &set, Signal::Term);
                     c.term_sent = true;
                 } else if now >= c.since + grace {
                     procs::stop_and_kill(os, &set);
-                    if let Some(interp) = t.interp.filter(|_| cell_running) {
+                    if let Some(interp) = interp.filter(|_| cell_running) {
                         // The interpreter did not stop: it dies with its
                         // namespace (the shim reports the loss).
                         let _ = os.signal(interp, Signal::Kill);
@@ -608,7 +617,7 @@ impl Daemon {
                     table.iter().any(|p| {
                         !p.zombie
                             && !protected.contains(&p.pid)
-                            && Some(p.pid) != t.interp
+                            && Some(p.pid) != t.interp.map(|(pid, _)| pid)
                             && os.has_env(p.pid, MARKER_NAME, &t.marker)
                     })
                 };
