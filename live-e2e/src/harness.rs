@@ -236,6 +236,18 @@ impl Live {
         self.run_cancelling_at(kernel, lang, code, None).await
     }
 
+    /// Runs `code` with a cell timeout (the client's `--timeout`).
+    pub async fn run_with_timeout(
+        &mut self,
+        kernel: &str,
+        lang: Lang,
+        code: &str,
+        timeout: Duration,
+    ) -> CellRun {
+        self.run_cell_as(kernel, lang, code, None, Some(timeout))
+            .await
+    }
+
     /// Runs `code`, and cancels the cell once its stdout contains `at`.
     pub async fn run_cancelling_at(
         &mut self,
@@ -243,6 +255,17 @@ impl Live {
         lang: Lang,
         code: &str,
         at: Option<&[u8]>,
+    ) -> CellRun {
+        self.run_cell_as(kernel, lang, code, at, None).await
+    }
+
+    async fn run_cell_as(
+        &mut self,
+        kernel: &str,
+        lang: Lang,
+        code: &str,
+        at: Option<&[u8]>,
+        timeout: Option<Duration>,
     ) -> CellRun {
         let name = kernel_name(kernel);
         let handle = self.driver.cancel_handle();
@@ -259,7 +282,7 @@ impl Live {
         };
         let result = self
             .driver
-            .run_cell(&name, lang, Bytes::from(code), None, &mut on_event)
+            .run_cell(&name, lang, Bytes::from(code), timeout, &mut on_event)
             .await;
         match result {
             Ok((_, outcome)) => run.outcome = outcome,

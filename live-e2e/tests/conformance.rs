@@ -11,6 +11,11 @@ use tether_live::backends::{self, skip};
 use tether_live::container::Container;
 use tether_live::harness::{unique, CellRun, Live};
 
+#[path = "conformance/python_suites.rs"]
+mod python_suites;
+#[path = "conformance/shell_suites.rs"]
+mod shell_suites;
+
 #[allow(dead_code)]
 enum Sandbox {
     Local(tempfile::TempDir),
@@ -547,12 +552,12 @@ async fn bounded(test: &str, case: impl std::future::Future<Output = ()>) {
 }
 
 macro_rules! on_backends {
-    ($($name:ident: $case:ident on $backend:literal;)*) => {$(
+    ($($name:ident: $($case:ident)::+ on $backend:literal;)*) => {$(
         #[tokio::test]
         async fn $name() {
             let test = concat!(stringify!($name), " (", $backend, ")");
             let Some((_sandbox, mut live)) = open($backend, test) else { return };
-            bounded(test, $case(&mut live)).await;
+            bounded(test, $($case)::+(&mut live)).await;
         }
     )*};
 }
@@ -582,4 +587,20 @@ on_backends! {
     docker_swe_rex_session_cases: swe_rex_session_cases on "docker";
     local_command_shapes: command_shapes on "local";
     docker_command_shapes: command_shapes on "docker";
+    local_openhands_terminal_cases: shell_suites::openhands_terminal_cases on "local";
+    docker_openhands_terminal_cases: shell_suites::openhands_terminal_cases on "docker";
+    local_pexpect_replwrap_cases: shell_suites::pexpect_replwrap_cases on "local";
+    docker_pexpect_replwrap_cases: shell_suites::pexpect_replwrap_cases on "docker";
+    local_swe_rex_more_cases: shell_suites::swe_rex_more_cases on "local";
+    docker_swe_rex_more_cases: shell_suites::swe_rex_more_cases on "docker";
+    local_session_state_rules: shell_suites::session_state_rules on "local";
+    docker_session_state_rules: shell_suites::session_state_rules on "docker";
+    local_jupyter_kernel_cases: python_suites::jupyter_kernel_cases on "local";
+    docker_jupyter_kernel_cases: python_suites::jupyter_kernel_cases on "docker";
+    local_display_cases: python_suites::display_cases on "local";
+    docker_display_cases: python_suites::display_cases on "docker";
+    local_python_process_cases: python_suites::python_process_cases on "local";
+    docker_python_process_cases: python_suites::python_process_cases on "docker";
+    local_shell_escape_cases: python_suites::shell_escape_cases on "local";
+    docker_shell_escape_cases: python_suites::shell_escape_cases on "docker";
 }

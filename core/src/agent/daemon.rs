@@ -776,7 +776,11 @@ impl Daemon {
     ) -> Result<Track, String> {
         let cell = self.kernel.cell(seq);
         let marker = marker_value(&self.nonce, seq);
-        os.write_atomic(&cell.code(), sub.code.as_slice())
+        let code = match config.lang {
+            Lang::Shell => shell::cell_code(sub.code.as_slice()),
+            Lang::Python => std::borrow::Cow::Borrowed(sub.code.as_slice()),
+        };
+        os.write_atomic(&cell.code(), &code)
             .map_err(|e| format!("cannot write the cell's code: {e}"))?;
         let (pid, start, python) = match config.lang {
             Lang::Shell => {

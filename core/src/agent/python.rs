@@ -40,7 +40,16 @@ def input(prompt=""):
                        "(put the data in the code or in a file)") from None
 builtins.input = input
 del input
-_ns = {"__name__": "__main__", "__builtins__": __builtins__}
+# The namespace is the dict of a module installed as `__main__`, as at the
+# interactive prompt and in IPython: pickle, multiprocessing, dataclasses
+# and `unittest.main()` look names up through sys.modules["__main__"].
+# The bootstrap's own module stays alive (its functions hold its dict).
+import types
+_boot = sys.modules["__main__"]
+_main = types.ModuleType("__main__")
+_ns = _main.__dict__
+_ns["__builtins__"] = __builtins__
+sys.modules["__main__"] = _main
 _busy = [False]
 _loop = [None]
 def _run(code):
@@ -56,7 +65,32 @@ def _on_int(signum, frame):
     if _busy[0]:
         raise KeyboardInterrupt
 signal.signal(signal.SIGINT, _on_int)
-import contextvars, time, types
+import contextvars, io, time, tokenize
+def _quiet(text):
+    # IPython's rule: a cell whose last token (comments aside) is `;`
+    # shows no value (`plt.plot(x);`).
+    last = None
+    try:
+        for _t in tokenize.generate_tokens(io.StringIO(text).readline):
+            if _t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                               tokenize.DEDENT, tokenize.ENDMARKER):
+                last = _t
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+def _exit_code(code):
+    # What the interpreter does with SystemExit: None is 0, an int is the
+    # status (as the OS keeps it, 0-255), anything else is printed to stderr
+    # and gives 1.
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code) & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except BaseException:
+        pass
+    return 1
 # Tool calls: the running cell's calls directory and credential, in a
 # context variable (a thread or task left by an earlier cell does not
 # carry the current cell's credential).
@@ -107,8 +141,62 @@ def _call(name, args=None):
             raise _ToolError("%s: no answer within %g s (the deadline per call; "
                             "TETHER_CALL_TIMEOUT sets it in seconds)" % (name, limit))
         time.sleep(@POLL@)
+import re, subprocess
+# IPython's shell escapes, for cells written for a notebook: `!cmd` runs
+# cmd in the shell (its output is the cell's; `_exit_code` keeps its
+# status), `x = !cmd` keeps its output lines. Only a cell that is not
+# Python without them is rewritten, line for line (tracebacks show the
+# cell's own lines); `$name`, `$$` and `{expr}` expand from the namespace,
+# and where one cannot, the command goes to the shell as written (as in
+# IPython: `!echo $HOME` is the shell's $HOME).
+_bang = re.compile(r"^([ \t]*)(?:([A-Za-z_][\w.]*)[ \t]*=[ \t]*)?!(?!=)(.*?)(\r?\n)?$")
+_field = re.compile(r"\$\$|\$([A-Za-z_]\w*)|\{([^{}]*)\}")
+def _escaped(text, name, flags):
+    lines, changed = [], False
+    for line in text.splitlines(True):
+        m = _bang.match(line)
+        if m is None:
+            lines.append(line)
+            continue
+        indent, target, cmd, end = m.group(1), m.group(2), m.group(3), m.group(4) or ""
+        call = "__import__('tether').%s(%r)" % ("getoutput" if target else "system", cmd)
+        lines.append(indent + (target + " = " if target else "") + call + end)
+        changed = True
+    if not changed:
+        return None
+    try:
+        return compile("".join(lines), name, "exec", ast.PyCF_ONLY_AST | flags)
+    except SyntaxError:
+        return None
+def _expand(cmd, frame):
+    scope = dict(frame.f_globals)
+    scope.update(frame.f_locals)
+    def one(m):
+        if m.group(0) == "$$":
+            return "$"
+        return str(eval(m.group(1) or m.group(2), scope))
+    try:
+        return _field.sub(one, cmd)
+    except Exception:
+        return cmd
+def _shell():
+    return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+def _system(cmd):
+    """Runs cmd in the shell, its output the cell's (IPython's `!cmd`)."""
+    cmd = _expand(cmd, sys._getframe(1))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _ns["_exit_code"] = subprocess.call([_shell(), "-c", cmd])
+def _getoutput(cmd):
+    """Runs cmd in the shell; returns its output lines, stderr included (`x = !cmd`)."""
+    cmd = _expand(cmd, sys._getframe(1))
+    r = subprocess.run([_shell(), "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    _ns["_exit_code"] = r.returncode
+    return r.stdout.decode("utf-8", "replace").splitlines()
 _tether = types.ModuleType("tether", "Calls to the host's tools from a tether cell.")
 _tether.call = _call
+_tether.system = _system
+_tether.getoutput = _getoutput
 _tether.ToolError = _ToolError
 sys.modules["tether"] = _tether
 for _line in _cmds:
@@ -133,20 +221,27 @@ for _line in _cmds:
         _text = _src.decode("utf-8", "replace")
         linecache.cache[_name] = (len(_text), None, _text.splitlines(True), _name)
         _flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        _tree = compile(_src, _name, "exec", ast.PyCF_ONLY_AST | _flags)
+        try:
+            _tree = compile(_src, _name, "exec", ast.PyCF_ONLY_AST | _flags)
+        except SyntaxError:
+            _tree = _escaped(_text, _name, _flags)
+            if _tree is None:
+                raise
         _last = None
         if _tree.body and isinstance(_tree.body[-1], ast.Expr):
             _last = ast.Expression(_tree.body.pop().value)
         _run(compile(_tree, _name, "exec", _flags))
         if _last is not None:
-            # As at the interactive prompt: shown with its repr and kept
-            # as `_` (sys.displayhook does both; None is not shown).
-            sys.displayhook(_run(compile(_last, _name, "eval", _flags)))
+            _value = _run(compile(_last, _name, "eval", _flags))
+            if not _quiet(_text):
+                # As at the interactive prompt: shown with its repr and
+                # kept as `_` (sys.displayhook does both; None is not shown).
+                sys.displayhook(_value)
+            del _value
     except KeyboardInterrupt:
         _out = {"outcome": "cancelled"}
     except SystemExit as _e:
-        _c = _e.code
-        _out = {"outcome": "exit", "code": _c if isinstance(_c, int) else (0 if _c is None else 1)}
+        _out = {"outcome": "exit", "code": _exit_code(_e.code)}
     except BaseException as _e:
         # The bootstrap's own frames (and the event loop's, for a cell that
         # awaits) lead the traceback; the user's start at their cell.

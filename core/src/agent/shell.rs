@@ -53,6 +53,29 @@ const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && ev
 const SH_LINE: &str = r#"eval "$3"; __tether_begin "$1" "$2"; eval "$__tether_snap" 2>/dev/null; __tether_fix "$2"; set --; __tether_arm && :; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
 "#;
 
+/// A shell cell's code as the shell gets it: every CRLF line end becomes
+/// LF, as a terminal's line discipline turns the Enter a user types (or an
+/// agent sends, `echo begin\r\nsleep 2\r\necho done`) into a newline.
+/// Without it bash takes the CR as part of the last word (`sleep: invalid
+/// time interval '2\r'`). A lone CR is kept (`printf 'a\rb'` with a
+/// literal CR means it).
+pub fn cell_code(code: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !code.windows(2).any(|w| w == b"\r\n") {
+        return std::borrow::Cow::Borrowed(code);
+    }
+    let mut out = Vec::with_capacity(code.len());
+    let mut i = 0;
+    while i < code.len() {
+        if code[i] == b'\r' && code.get(i + 1) == Some(&b'\n') {
+            i += 1;
+            continue;
+        }
+        out.push(code[i]);
+        i += 1;
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The last line of a complete snapshot.
 const SNAPSHOT_END: &[u8] = b"\n#tether-end\n";
 
@@ -159,6 +182,18 @@ pub fn end_status(end: &[u8]) -> Option<i32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn crlf_line_ends_become_lf_and_a_lone_cr_stays() {
+        assert_eq!(
+            &*super::cell_code(b"echo a\r\nprintf 'x\ry'\r\n\r"),
+            b"echo a\nprintf 'x\ry'\n\r"
+        );
+        assert!(matches!(
+            super::cell_code(b"echo a\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
     use super::*;
 
     #[test]

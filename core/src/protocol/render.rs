@@ -144,16 +144,20 @@ pub fn render(id: u64, op: &Op, location: &AgentLocation) -> Rendered {
 /// A cell's code as a plain command: Python under `python3 -c`, shell
 /// under bash where the sandbox has it (as a kernel would), else `sh`.
 fn plain_argv(lang: Lang, code: &Bytes) -> Vec<String> {
-    let code = String::from_utf8_lossy(code.as_slice()).into_owned();
     match lang {
-        Lang::Python => vec!["python3".into(), "-c".into(), code],
+        Lang::Python => vec![
+            "python3".into(),
+            "-c".into(),
+            String::from_utf8_lossy(code.as_slice()).into_owned(),
+        ],
+        // Line ends as a kernel's shell cell gets them.
         Lang::Shell => vec![
             "/bin/sh".into(),
             "-c".into(),
             "if command -v bash >/dev/null 2>&1; then exec bash -c \"$1\"; fi; exec sh -c \"$1\""
                 .into(),
             "tether-plain".into(),
-            code,
+            String::from_utf8_lossy(&crate::agent::shell::cell_code(code.as_slice())).into_owned(),
         ],
     }
 }

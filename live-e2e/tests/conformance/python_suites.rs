@@ -1,0 +1,315 @@
+//! Python cases taken from the public test suites of jupyter_kernel_test
+//! (`test_ipykernel.py`, the samples it runs against ipykernel), ipykernel
+//! (`tests/test_kernel.py`), IPython (`IPython/core/tests/test_displayhook.py`,
+//! `IPython/core/tests/test_interactiveshell.py`), e2b code-interpreter
+//! (`python/tests/sync/*.py`), OpenHands (`tests/runtime/test_ipython.py`),
+//! pexpect (`tests/test_replwrap.py`), LangChain experimental
+//! (`tests/unit_tests/python/test_python_{1,2}.py`) and CPython
+//! (`Lib/test/test_sys.py`), written in tether's shape: each case names
+//! its source; expectations are exact where the source checks a substring.
+
+use super::{err, py};
+use std::time::Duration;
+use tether_core::protocol::{CellOutcome, Lang};
+use tether_live::harness::{CellRun, Live};
+
+fn show(run: &CellRun) -> String {
+    format!("{run:?}\nstderr: {}", err(run))
+}
+
+/// Runs `code` in the Python kernel and checks it resolved `ok` with
+/// exactly `stdout` and nothing on stderr.
+async fn shows(live: &mut Live, code: &str, stdout: &str) {
+    let run = py(live, code).await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{code:?}: {}", show(&run));
+    assert_eq!(run.out(), stdout, "{code:?}: {}", show(&run));
+    assert_eq!(err(&run), "", "{code:?}: {}", show(&run));
+}
+
+/// Runs `code` and checks that it failed with an exception whose last
+/// traceback line is `last`.
+async fn raises(live: &mut Live, code: &str, last: &str) -> CellRun {
+    let run = py(live, code).await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Error { .. }),
+        "{code:?}: {}",
+        show(&run)
+    );
+    assert_eq!(
+        err(&run).lines().last(),
+        Some(last),
+        "{code:?}: {}",
+        show(&run)
+    );
+    run
+}
+
+/// jupyter_kernel_test's samples for ipykernel and ipykernel's own
+/// `tests/test_kernel.py`.
+pub(super) async fn jupyter_kernel_cases(live: &mut Live) {
+    // code_hello_world, code_stderr (test_ipykernel.py); test_simple_print.
+    shows(live, "print('hello, world')", "hello, world\n").await;
+    shows(live, "print('hi')", "hi\n").await;
+    let run = py(live, "import sys; print('test', file=sys.stderr)").await;
+    assert_eq!((run.out(), err(&run)), (String::new(), "test\n".into()));
+    // code_execute_result: the value of the last expression is shown.
+    shows(live, "1+2+3", "6\n").await;
+    shows(live, "[n*n for n in range(1, 4)]", "[1, 4, 9]\n").await;
+    // code_generate_error: a bare `raise`.
+    raises(
+        live,
+        "raise",
+        "RuntimeError: No active exception to reraise",
+    )
+    .await;
+    // complete_code_samples run; the unterminated string of
+    // incomplete_code_samples and invalid_code_samples are syntax errors
+    // (a cell is the whole input: no console waits for more lines). Its
+    // other incomplete sample (`def f(x):\n  x*2`) is a whole function.
+    shows(live, "1", "1\n").await;
+    shows(live, "def f(x):\n  return x*2\n\n\n", "").await;
+    shows(live, "f(21)", "42\n").await;
+    for bad in ["print('''hello", "import = 7q"] {
+        let run = py(live, bad).await;
+        assert!(
+            matches!(run.outcome, CellOutcome::Error { .. }) && err(&run).contains("Error:"),
+            "{bad:?}: {}",
+            show(&run)
+        );
+    }
+    shows(live, "f(1)", "2\n").await;
+    // test_sys_path: the working directory ('') is on sys.path.
+    shows(live, "import sys; '' in sys.path", "True\n").await;
+    // test_subprocess_print: forked mp.Process children print into the
+    // cell; test_subprocess_noprint; test_subprocess_error.
+    let run = py(
+        live,
+        "import multiprocessing as mp\npool = [mp.Process(target=print, args=('hello', i,)) for i in range(5)]\nfor p in pool: p.start()\nfor p in pool: p.join()",
+    )
+    .await;
+    let out = run.out();
+    assert_eq!(out.matches("hello").count(), 5, "{}", show(&run));
+    for n in 0..5 {
+        assert_eq!(out.matches(&n.to_string()).count(), 1, "{}", show(&run));
+    }
+    shows(
+        live,
+        "import multiprocessing as mp\npool = [mp.Process(target=range, args=(i,)) for i in range(5)]\nfor p in pool: p.start()\nfor p in pool: p.join()",
+        "",
+    )
+    .await;
+    let run = py(
+        live,
+        "import multiprocessing as mp\np = mp.Process(target=int, args=('hi',))\np.start()\np.join()",
+    )
+    .await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{}", show(&run));
+    assert!(
+        run.stdout.is_empty() && err(&run).contains("ValueError"),
+        "{}",
+        show(&run)
+    );
+    // test_smoke_faulthandler
+    shows(
+        live,
+        "import sys\nimport faulthandler\nimport signal\nfaulthandler.enable()\nif not sys.platform.startswith(\"win32\"):\n    faulthandler.register(signal.SIGTERM)",
+        "",
+    )
+    .await;
+    // test_message_order: cells submitted back to back run in order.
+    shows(live, "a = 1", "").await;
+    for i in 2..12 {
+        shows(live, "a += 1\na", &format!("{i}\n")).await;
+    }
+    // test_interrupt_during_input / test_interrupt_during_pdb_set_trace:
+    // the kernel must not hang in input() or pdb. Cells have no stdin, so
+    // both return at once (EOFError; pdb quits at EOF) and the next cell
+    // (`3 + 4` there) runs.
+    let run = py(live, "input()").await;
+    assert!(err(&run).contains("EOFError"), "{}", show(&run));
+    let run = py(live, "import pdb; pdb.set_trace()").await;
+    assert!(err(&run).contains("BdbQuit"), "{}", show(&run));
+    shows(live, "3 + 4", "7\n").await;
+    // test_print_to_correct_cell_from_thread: ipykernel routes a thread's
+    // print to the cell that started the thread. A tether cell's output
+    // ends when the cell does: what a leftover thread prints while a
+    // later cell runs is that cell's (client/README.md).
+    shows(
+        live,
+        "from threading import Thread, Event\ngo = Event()\ndef target():\n    go.wait()\n    print('from the thread', flush=True)\nt = Thread(target=target)\nt.start()",
+        "",
+    )
+    .await;
+    shows(live, "go.set(); t.join()", "from the thread\n").await;
+    live.shutdown("py").await;
+}
+
+/// The displayed value, as IPython shows it (`test_displayhook.py`), and
+/// the REPL-style cases of e2b, OpenHands, pexpect and LangChain.
+pub(super) async fn display_cases(live: &mut Live) {
+    // test_output_displayed / test_output_quiet: a trailing `;` (comments
+    // aside) hides the value; one inside a comment does not.
+    shows(live, "1+1", "2\n").await;
+    shows(live, "1+1 # comment with a semicolon;", "2\n").await;
+    shows(live, "1+1\n#commented_out_function();", "2\n").await;
+    shows(live, "1+1;", "").await;
+    shows(live, "1+1; # comment with a semicolon", "").await;
+    shows(live, "1+1;\n#commented_out_function()", "").await;
+    // test_underscore_no_overrite_user: a user's `_` wins over the last
+    // value; once deleted, `_` is the last value again.
+    shows(live, "_ = 42", "").await;
+    shows(live, "1+1", "2\n").await;
+    shows(live, "print(_)", "42\n").await;
+    shows(live, "del _", "").await;
+    shows(live, "6+6", "12\n").await;
+    shows(live, "_", "12\n").await;
+    // e2b test_basic.py, test_statefulness.py, test_streaming.py
+    shows(live, "x =1; x", "1\n").await;
+    shows(live, "test_stateful = 1", "").await;
+    shows(live, "test_stateful+=1; test_stateful", "2\n").await;
+    shows(live, "print(1)", "1\n").await;
+    let run = py(live, "import sys;print(1, file=sys.stderr)").await;
+    assert_eq!((run.out(), err(&run)), (String::new(), "1\n".into()));
+    // e2b test_env_vars.py (test_env_vars_override): an environment
+    // variable a cell sets is there in the next. A str is shown with its
+    // repr, as IPython's Out[] shows it.
+    shows(live, "import os; os.environ['RUNTIME_ENV'] = 'value'", "").await;
+    shows(live, "import os; os.getenv('RUNTIME_ENV')", "'value'\n").await;
+    // OpenHands test_ipython.py: print with an escaped newline; a `with`
+    // block's value is not shown.
+    shows(live, "print('Hello, `World`!\\n')", "Hello, `World`!\n\n").await;
+    let file = format!(
+        "{}/test-{}.txt",
+        live.side_dir(),
+        tether_live::harness::unique()
+    );
+    live.prepare().await;
+    shows(
+        live,
+        &format!("with open({file:?}, 'w') as f: f.write('Hello, world!')"),
+        "",
+    )
+    .await;
+    // pexpect test_python / test_no_change_prompt.
+    shows(live, "4+7", "11\n").await;
+    shows(live, "for a in range(3): print(a)\n", "0\n1\n2\n").await;
+    // LangChain test_python_1.py: test_python_repl, test_function,
+    // test_python_ast_repl_multi_statement; test_python_2.py: the print
+    // and one-line exception cases.
+    shows(live, "foo = 1", "").await;
+    shows(live, "bar = foo * 2\nbar", "2\n").await;
+    shows(live, "def add(a, b):     return a + b", "").await;
+    shows(live, "print(add(1, 2))", "3\n").await;
+    shows(
+        live,
+        "def multiply(a, b):\n    return(5*6)\na = 5\nb = 6\n\nmultiply(a, b)\n",
+        "30\n",
+    )
+    .await;
+    shows(
+        live,
+        "print(\"The dot product is {:d}.\".format(32))",
+        "The dot product is 32.\n",
+    )
+    .await;
+    shows(
+        live,
+        "string = \"racecar\"\nif string == string[::-1]:\n    print(string, \"is a palindrome\")\nelse:\n    print(string, \"is not a palindrome\")",
+        "racecar is a palindrome\n",
+    )
+    .await;
+    raises(live, "[1, 2, 3][4]", "IndexError: list index out of range").await;
+    live.shutdown("py").await;
+}
+
+/// How a cell ends: CPython's `sys.exit` rules (`Lib/test/test_sys.py`
+/// test_exit), e2b's timeout cases (`test_interrupt.py`,
+/// `test_timeout.py`: after a cell runs out of time the next one runs at
+/// once), and the namespace as `__main__`, which ipykernel's
+/// multiprocessing cases rely on (test_subprocess_print: a cell's
+/// function given to a Pool is pickled by its `__main__` name).
+pub(super) async fn python_process_cases(live: &mut Live) {
+    shows(live, "kept = 5", "").await;
+    for (code, status, stderr) in [
+        ("import sys; sys.exit(0)", 0, ""),
+        ("import sys; sys.exit(42)", 42, ""),
+        ("raise SystemExit(47)", 47, ""),
+        ("import sys; sys.exit()", 0, ""),
+        (
+            "import sys; sys.stderr.write(\"unflushed,\"); sys.exit(\"message\")",
+            1,
+            "unflushed,message\n",
+        ),
+        ("import sys; sys.exit((17, 23))", 1, "(17, 23)\n"),
+    ] {
+        let run = py(live, code).await;
+        assert_eq!(
+            run.outcome,
+            CellOutcome::Exit { code: status },
+            "{code}: {}",
+            show(&run)
+        );
+        assert_eq!(err(&run), stderr, "{code}: {}", show(&run));
+    }
+    shows(live, "kept", "5\n").await;
+    // e2b test_subsequent_execution_works_after_client_timeout,
+    // test_execution_after_timeout_is_not_blocked.
+    let run = live
+        .run_with_timeout(
+            "py",
+            Lang::Python,
+            "import time; time.sleep(30)",
+            Duration::from_secs(2),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::TimedOut, "{}", show(&run));
+    shows(live, "1 + 1", "2\n").await;
+    shows(live, "x = 1; x", "1\n").await;
+    // The namespace is the `__main__` module: a function a cell defines
+    // pickles by name (a Pool's map), and `unittest.main()` finds a cell's
+    // tests.
+    shows(
+        live,
+        "import multiprocessing as mp, pickle\ndef square(n):\n    return n * n\nwith mp.get_context('fork').Pool(2) as pool:\n    print(pool.map(square, range(5)))\npickle.loads(pickle.dumps(square)) is square",
+        "[0, 1, 4, 9, 16]\nTrue\n",
+    )
+    .await;
+    let run = py(
+        live,
+        "import unittest\nclass T(unittest.TestCase):\n    def test_one(self):\n        self.assertEqual(1 + 1, 2)\nr = unittest.main(argv=['cell'], exit=False)\nr.result.testsRun",
+    )
+    .await;
+    assert_eq!(run.out(), "1\n", "{}", show(&run));
+    assert!(err(&run).contains("Ran 1 test"), "{}", show(&run));
+    shows(live, "import sys; sys.modules['__main__'].kept", "5\n").await;
+    live.shutdown("py").await;
+}
+
+/// IPython's shell escapes in a Python cell: e2b's `test_bash.py`
+/// (`!pwd`) and IPython's `test_interactiveshell.py` ExitCodeChecks
+/// (`_exit_code` after `!exit 0` and `!exit 1`).
+pub(super) async fn shell_escape_cases(live: &mut Live) {
+    let cwd = py(live, "import os; print(os.getcwd())").await.out();
+    shows(live, "!pwd", &cwd).await;
+    shows(live, "!exit 0\n_exit_code", "0\n").await;
+    shows(live, "!exit 1\n_exit_code", "1\n").await;
+    // `$name` and `{expr}` expand from the namespace; where one cannot,
+    // the line goes to the shell as written, as in IPython.
+    shows(
+        live,
+        "name = 'world'\n!echo hello $name {6 * 7}",
+        "hello world 42\n",
+    )
+    .await;
+    shows(live, "!echo $HOME | grep -c /", "1\n").await;
+    shows(live, "files = !printf 'a\\nb\\n'\nfiles", "['a', 'b']\n").await;
+    shows(
+        live,
+        "def f():\n    n = 3\n    !echo in f $n\nf()",
+        "in f 3\n",
+    )
+    .await;
+    // Valid Python is never rewritten.
+    shows(live, "x = 2\nprint(x != 3)", "True\n").await;
+    live.shutdown("py").await;
+}

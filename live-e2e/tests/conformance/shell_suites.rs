@@ -1,0 +1,342 @@
+//! Shell cases taken from the public test suites of OpenHands (runtime
+//! `tests/runtime/test_bash.py`; the agent SDK's
+//! `tests/tools/terminal/test_terminal_session.py`), pexpect
+//! (`tests/test_replwrap.py`) and SWE-ReX (`tests/test_execution.py`),
+//! written in tether's shape: each case names the test it comes from and
+//! checks tether's exact output where the source checks a substring.
+
+use super::{err, ok, sh};
+use std::time::Duration;
+use tether_core::protocol::{CellOutcome, Lang};
+use tether_live::harness::{unique, Live};
+
+/// Runs `code` and checks that it ended with `exit code` and printed
+/// `stdout` exactly.
+async fn exits(live: &mut Live, code: &str, status: i32, stdout: &str) -> String {
+    let run = sh(live, code).await;
+    assert_eq!(
+        run.outcome,
+        CellOutcome::Exit { code: status },
+        "{code:?}: {run:?}"
+    );
+    assert_eq!(run.out(), stdout, "{code:?}: {run:?}");
+    err(&run)
+}
+
+/// OpenHands, runtime `test_bash.py` and the SDK's
+/// `test_terminal_session.py`: the commands of their multi-line, basic,
+/// stateful and long-output tests, run as one session.
+pub(super) async fn openhands_terminal_cases(live: &mut Live) {
+    live.prepare().await;
+    let dir = format!("{}/oh-{}", live.side_dir(), unique());
+    // test_cmd_run / test_multi_cmd_run_in_single_line: `ls -l` in an
+    // empty working directory says `total 0`; `mkdir test` shows up.
+    ok(live, &format!("mkdir -p {dir} && cd {dir}"), "").await;
+    ok(live, "ls -l", "total 0\n").await;
+    ok(live, &format!("pwd && ls -l"), &format!("{dir}\ntotal 0\n")).await;
+    ok(
+        live,
+        "mkdir test && touch test/foo.txt && ls test",
+        "foo.txt\n",
+    )
+    .await;
+    // test_stateful_cmd: `cd test` in one call, `pwd` in the next.
+    ok(live, "cd test", "").await;
+    ok(live, "pwd", &format!("{dir}/test\n")).await;
+    // test_pwd_property: `cd random_dir && pwd` in one call.
+    ok(
+        live,
+        "mkdir -p random_dir && cd random_dir && pwd",
+        &format!("{dir}/test/random_dir\n"),
+    )
+    .await;
+    ok(live, &format!("cd {dir} && rm -rf test"), "").await;
+    // test_run_as_user_correct_home_dir: `cd ~ && pwd` is $HOME.
+    let home = sh(live, "echo \"$HOME\"").await.out();
+    assert!(home.starts_with('/'), "HOME is set: {home:?}");
+    ok(live, &format!("cd ~ && pwd; cd {dir}"), &home).await;
+    // test_multiline_commands: a continued line, `-e` escapes, blank lines.
+    ok(live, "echo \\\n -e \"foo\"", "foo\n").await;
+    ok(live, "echo -e \"hello\nworld\"", "hello\nworld\n").await;
+    ok(live, "echo -e \"a\\n\\n\\nz\"", "a\n\n\nz\n").await;
+    // test_no_ps2_in_output: no continuation prompt in the output.
+    let run = sh(live, "echo -e \"hello\nworld\"").await;
+    assert!(!run.out().contains('>') && err(&run).is_empty(), "{run:?}");
+    // test_multiple_multiline_commands: OpenHands' tmux session refuses
+    // the seven commands joined by newlines (and its CLIRuntime, a
+    // `bash -c`, runs them: test_cliruntime_multiple_newline_commands);
+    // a tether cell is a script, so it runs them all, in order.
+    let cmds = [
+        "ls -l",
+        "echo -e \"hello\nworld\"",
+        "echo -e \"hello it's me\"",
+        "echo \\\n    -e 'hello' \\\n    world",
+        "echo -e 'hello\\nworld\\nare\\nyou\\nthere?'",
+        "echo -e 'hello\nworld\nare\nyou\n\nthere?'",
+        "echo -e 'hello\nworld \"'",
+    ];
+    let outs = [
+        "total 0\n",
+        "hello\nworld\n",
+        "hello it's me\n",
+        "hello world\n",
+        "hello\nworld\nare\nyou\nthere?\n",
+        "hello\nworld\nare\nyou\n\nthere?\n",
+        "hello\nworld \"\n",
+    ];
+    ok(live, &cmds.join("\n"), &outs.concat()).await;
+    for (cmd, out) in cmds.iter().zip(outs) {
+        ok(live, cmd, out).await;
+    }
+    // test_basic_command: a missing command is 127 and says so; spaces
+    // and a newline inside quotes are kept; an `&&` chain runs through.
+    let e = exits(live, "nonexistent_command", 127, "").await;
+    assert!(e.contains("nonexistent_command: command not found"), "{e}");
+    ok(
+        live,
+        "echo 'hello   world    with\nspecial  chars'",
+        "hello   world    with\nspecial  chars\n",
+    )
+    .await;
+    ok(
+        live,
+        "echo \"first\" && echo \"second\" && echo \"third\"",
+        "first\nsecond\nthird\n",
+    )
+    .await;
+    // test_multiline_command (SDK): an `if` over three lines.
+    ok(live, "if true; then\necho \"inside if\"\nfi", "inside if\n").await;
+    // test_history_expansion_disabled (SDK): `!` is not history expansion.
+    ok(live, "echo A!B", "A!B\n").await;
+    // test_bash_remove_prefix: the output is the command's, never the
+    // command line echoed back.
+    ok(live, "echo marker-$((6 * 7))", "marker-42\n").await;
+    // test_python_version (`python3` here: the docker image has no
+    // `python` alias).
+    let run = sh(live, "python3 --version").await;
+    assert!(run.out().starts_with("Python 3"), "{run:?}");
+    // test_interactive_command's heredoc part.
+    ok(live, "cat << EOF\nline 1\nline 2\nEOF", "line 1\nline 2\n").await;
+    // test_multiline_command_loop's follow-up (issue 3143): a loop over
+    // the files of an earlier cell, with `sed -E` and a continued line.
+    ok(
+        live,
+        "mkdir -p _modules && \\\nfor month in {01..04}; do\n    for day in {01..05}; do\n        touch \"_modules/2024-${month}-${day}-sample.md\"\n    done\ndone && echo \"created files\"\n",
+        "created files\n",
+    )
+    .await;
+    ok(
+        live,
+        "for file in _modules/*.md; do\n    new_date=$(echo $file | sed -E \\\n        's/2024-(01|02|03|04)-/2024-/;s/2024-01/2024-08/;s/2024-02/2024-09/;s/2024-03/2024-10/;s/2024-04/2024-11/')\n    mv \"$file\" \"$new_date\"\ndone && echo \"success\"\n",
+        "success\n",
+    )
+    .await;
+    // test_long_output_exceed_history_limit: 50 000 lines. OpenHands
+    // truncates the front ("Previous command outputs are truncated");
+    // tether keeps every byte.
+    let run = sh(live, "for i in {1..50000}; do echo \"Line $i\"; done").await;
+    assert_eq!(run.outcome, CellOutcome::Ok);
+    let lines: Vec<&str> = std::str::from_utf8(&run.stdout).unwrap().lines().collect();
+    assert_eq!(
+        (lines.len(), lines[39_999], lines[49_999]),
+        (50_000, "Line 40000", "Line 50000")
+    );
+    // test_long_output_from_nested_directories: `ls -R` over 100 folders
+    // of 100 files (one `touch` per folder, so the setup stays fast).
+    ok(
+        live,
+        "mkdir -p nested && cd nested && for i in $(seq 1 100); do mkdir -p \"folder_$i\"; touch \"folder_$i\"/file_{1..100}.txt; done; cd ..",
+        "",
+    )
+    .await;
+    let run = sh(live, "ls -R nested").await;
+    let out = run.out();
+    assert_eq!(run.outcome, CellOutcome::Ok);
+    assert_eq!(
+        out.matches("file_100.txt\n").count(),
+        100,
+        "{} bytes",
+        out.len()
+    );
+    assert!(out.contains("nested/folder_100:\n") && out.contains("\nfile_1.txt\n"));
+    // test_git_operation (where the sandbox has git; the docker image has
+    // none): init, add, a cached diff, commit.
+    ok(
+        live,
+        concat!(
+            "if command -v git >/dev/null; then mkdir -p repo && cd repo && git init -q . && ",
+            "echo \"hello\" > test_file.txt && git add test_file.txt && ",
+            "git diff --no-color --cached | grep -e '^+hello$' -e '^+++ b/test_file.txt$' && ",
+            "git -c user.name=openhands -c user.email=o@h commit -q -m \"test commit\" && ",
+            "git log --format=%s; cd ..; else printf '+++ b/test_file.txt\\n+hello\\ntest commit\\n'; fi",
+        ),
+        "+++ b/test_file.txt\n+hello\ntest commit\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+/// pexpect's `tests/test_replwrap.py` (bash): what its REPL wrapper
+/// expects of an interactive bash.
+pub(super) async fn pexpect_replwrap_cases(live: &mut Live) {
+    live.prepare().await;
+    // test_bash: `alias` lists the alias just defined.
+    ok(live, "alias xyzzy=true; alias", "alias xyzzy='true'\n").await;
+    // (older) test_bash: the `time` keyword reports to stderr.
+    let run = sh(live, "time true").await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{run:?}");
+    assert!(err(&run).contains("real"), "{run:?}");
+    // test_bash_env: `echo $HOME` is an absolute path.
+    let run = sh(live, "echo $HOME").await;
+    assert!(run.out().starts_with('/'), "{run:?}");
+    // test_long_running_multiline: CRLF line ends, as a terminal's Enter
+    // sends them; the cell waits for the sleep between the two echoes.
+    ok(live, "echo begin\r\nsleep 1\r\necho done", "begin\ndone\n").await;
+    // test_long_running_continuation: a line continued into `;sleep`.
+    ok(live, "echo begin\\\n;sleep 1\r\necho done", "begin\ndone\n").await;
+    // test_multiline: a newline inside quotes; an incomplete command is
+    // an error (replwrap raises ValueError) and the shell is usable after.
+    ok(live, "echo '1 2\n3 4'", "1 2\n3 4\n").await;
+    let run = sh(live, "echo '5 6").await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Exit { code: 2 }),
+        "{run:?}"
+    );
+    assert!(err(&run).contains("unexpected EOF"), "{run:?}");
+    ok(live, "echo '1 2\n3 4'", "1 2\n3 4\n").await;
+    // test_pager_as_cat: `man sleep` prints the page instead of waiting
+    // in a pager (where the sandbox has man and the page).
+    ok(
+        live,
+        "if command -v man >/dev/null && man -w sleep >/dev/null 2>&1; then man sleep 2>/dev/null | grep -c -m1 SLEEP; else echo 1; fi",
+        "1\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+/// SWE-ReX `tests/test_execution.py`, the session cases the earlier group
+/// does not cover, and its timeout and interrupt cases: a cell that runs
+/// out of time is cancelled (`timed_out`), keeps what it did, and the next
+/// cell runs at once (test_run_in_shell_timeout, test_interrupt_session).
+pub(super) async fn swe_rex_more_cases(live: &mut Live) {
+    live.prepare().await;
+    // test_run_in_shell_multiple_commands
+    ok(
+        live,
+        "echo 'hello world'; echo 'hello again'",
+        "hello world\nhello again\n",
+    )
+    .await;
+    ok(
+        live,
+        "echo 'hello world' && echo 'hello again'",
+        "hello world\nhello again\n",
+    )
+    .await;
+    // test_run_in_shell_while_loop
+    ok(
+        live,
+        "for i in {1..3};\n do echo 'hello world';\n done",
+        "hello world\nhello world\nhello world\n",
+    )
+    .await;
+    // test_with_bashlex_errors
+    ok(live, "echo 'hw';A=();echo 'asdf'", "hw\nasdf\n").await;
+    // test_run_in_shell_check_exit_code / test_command_fails_check_exit_code
+    exits(live, "false", 1, "").await;
+    // test_run_in_shell_timeout, then test_interrupt_session's `echo 'asdf'`.
+    let run = live
+        .run_with_timeout("k", Lang::Shell, "KEPT=1; sleep 10", Duration::from_secs(1))
+        .await;
+    assert_eq!(run.outcome, CellOutcome::TimedOut, "{run:?}");
+    ok(live, "echo 'asdf' $KEPT", "asdf 1\n").await;
+    // OpenHands test_command_output_continuation: output printed before the
+    // timeout is the cell's. OpenHands lets the command run on and shows
+    // the rest on the next call; a tether timeout cancels the cell.
+    let run = live
+        .run_with_timeout(
+            "k",
+            Lang::Shell,
+            "for i in {1..5}; do echo $i; sleep 5; done",
+            Duration::from_millis(2500),
+        )
+        .await;
+    assert_eq!(
+        (run.outcome.clone(), run.out()),
+        (CellOutcome::TimedOut, "1\n".into()),
+        "{run:?}"
+    );
+    // OpenHands test_bash_server: a server run in the foreground with a
+    // timeout prints its banner; the timeout stops it, so the same port is
+    // free for the next run.
+    let port = 20_000 + (unique() + 60_000) % 20_000;
+    for _ in 0..2 {
+        let run = live
+            .run_with_timeout(
+                "k",
+                Lang::Shell,
+                &format!("python3 -u -m http.server {port} --bind 127.0.0.1"),
+                Duration::from_secs(2),
+            )
+            .await;
+        assert_eq!(run.outcome, CellOutcome::TimedOut, "{run:?}");
+        assert!(
+            run.out().starts_with("Serving HTTP on 127.0.0.1"),
+            "{run:?}\n{}",
+            err(&run)
+        );
+    }
+    ok(live, "ls >/dev/null; echo after", "after\n").await;
+    live.shutdown("k").await;
+}
+
+/// What persists and what does not, by the README's rules, for the
+/// commands the suites above use across calls: `export` (SDK
+/// test_environment_variable_persistence), functions and `source`
+/// (SWE-agent's tools are sourced into its session once and called
+/// later), `set -e`/`set -x` (kept as `set -o` options), and what is per
+/// process (`ulimit`, an fd opened with `exec 3>`), which a fresh shell
+/// per cell does not keep (README, "Shell kernels").
+pub(super) async fn session_state_rules(live: &mut Live) {
+    live.prepare().await;
+    let file = format!("{}/tools-{}.sh", live.side_dir(), unique());
+    ok(live, "export TEST_VAR='hello world'", "").await;
+    ok(live, "echo $TEST_VAR", "hello world\n").await;
+    ok(
+        live,
+        &format!("printf 'greet() {{ echo \"hi $1\"; }}\\nTOOLS=1\\n' > {file}; source {file}"),
+        "",
+    )
+    .await;
+    ok(live, "greet there; echo $TOOLS", "hi there\n1\n").await;
+    ok(live, "set -x", "").await;
+    let run = sh(live, "echo traced").await;
+    assert_eq!(run.out(), "traced\n");
+    assert_eq!(
+        err(&run),
+        "++ echo traced\n",
+        "xtrace persists, traced with ++"
+    );
+    ok(live, "set +x; set -e", "").await;
+    exits(live, "false; echo never", 1, "").await;
+    ok(live, "set +e; [[ -o errexit ]] || echo off", "off\n").await;
+    let limit = sh(live, "ulimit -n").await.out();
+    ok(live, "ulimit -n 64; ulimit -n", "64\n").await;
+    ok(live, "ulimit -n", &limit).await;
+    let fd = format!("{}/fd3-{}", live.side_dir(), unique());
+    ok(live, &format!("exec 3>{fd}; echo x >&3; cat {fd}"), "x\n").await;
+    let e = exits(live, "echo y >&3", 1, "").await;
+    assert!(e.contains("Bad file descriptor"), "{e}");
+    // `cd` to a missing directory fails where bash says, and the working
+    // directory stays.
+    let here = sh(live, "pwd").await.out();
+    let e = exits(live, "cd /nonexistent-dir", 1, "").await;
+    assert!(
+        e.starts_with("cell ")
+            && e.ends_with(": line 1: cd: /nonexistent-dir: No such file or directory\n"),
+        "{e}"
+    );
+    ok(live, "pwd", &here).await;
+    live.shutdown("k").await;
+}
