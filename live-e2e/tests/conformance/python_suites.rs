@@ -282,6 +282,12 @@ pub(super) async fn python_process_cases(live: &mut Live) {
     assert_eq!(run.out(), "1\n", "{}", show(&run));
     assert!(err(&run).contains("Ran 1 test"), "{}", show(&run));
     shows(live, "import sys; sys.modules['__main__'].kept", "5\n").await;
+    shows(
+        live,
+        "import typing\nclass Node:\n    next: 'Node'\ntyping.get_type_hints(Node)['next'] is Node",
+        "True\n",
+    )
+    .await;
     live.shutdown("py").await;
 }
 

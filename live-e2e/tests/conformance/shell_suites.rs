@@ -33,7 +33,7 @@ pub(super) async fn openhands_terminal_cases(live: &mut Live) {
     // empty working directory says `total 0`; `mkdir test` shows up.
     ok(live, &format!("mkdir -p {dir} && cd {dir}"), "").await;
     ok(live, "ls -l", "total 0\n").await;
-    ok(live, &format!("pwd && ls -l"), &format!("{dir}\ntotal 0\n")).await;
+    ok(live, "pwd && ls -l", &format!("{dir}\ntotal 0\n")).await;
     ok(
         live,
         "mkdir test && touch test/foo.txt && ls test",
