@@ -4,7 +4,8 @@
 //! `IPython/core/tests/test_interactiveshell.py`), e2b code-interpreter
 //! (`python/tests/sync/*.py`), OpenHands (`tests/runtime/test_ipython.py`),
 //! pexpect (`tests/test_replwrap.py`), LangChain experimental
-//! (`tests/unit_tests/python/test_python_{1,2}.py`) and CPython
+//! (`tests/unit_tests/python/test_python_{1,2}.py`), smolagents
+//! (`tests/test_local_python_executor.py`) and CPython
 //! (`Lib/test/test_sys.py`), written in tether's shape: each case names
 //! its source; expectations are exact where the source checks a substring.
 
@@ -109,6 +110,17 @@ pub(super) async fn jupyter_kernel_cases(live: &mut Live) {
         "{}",
         show(&run)
     );
+    // test_capture_fd, test_subprocess_peek_at_stream_fileno: what
+    // subprocesses write to fd 1 is the cell's stdout. ipykernel sends the
+    // value of `os.system(...)` apart (execute_result); here the value is
+    // printed after the output, so the second case ends in `;`.
+    shows(live, "import os; os.system('echo capsys')", "capsys\n0\n").await;
+    shows(
+        live,
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import os; os.system(\"echo CAP1\"); print(\"CAP2\")'], stderr=sys.stderr);",
+        "CAP1\nCAP2\n",
+    )
+    .await;
     // test_smoke_faulthandler
     shows(
         live,
@@ -145,7 +157,8 @@ pub(super) async fn jupyter_kernel_cases(live: &mut Live) {
 }
 
 /// The displayed value, as IPython shows it (`test_displayhook.py`), and
-/// the REPL-style cases of e2b, OpenHands, pexpect and LangChain.
+/// the REPL-style cases of e2b, OpenHands, pexpect, LangChain and
+/// smolagents.
 pub(super) async fn display_cases(live: &mut Live) {
     // test_output_displayed / test_output_quiet: a trailing `;` (comments
     // aside) hides the value; one inside a comment does not.
@@ -219,13 +232,54 @@ pub(super) async fn display_cases(live: &mut Live) {
     )
     .await;
     raises(live, "[1, 2, 3][4]", "IndexError: list index out of range").await;
+    // smolagents tests/test_local_python_executor.py: the value of a final
+    // expression. Its executor also returns the value of a final
+    // assignment (test_evaluate_assign: `x = 3` gives 3); the prompt and
+    // IPython show nothing for an assignment, and so does tether.
+    shows(live, "x = 3", "").await;
+    shows(live, "y = 6\ny + x", "9\n").await;
+    shows(
+        live,
+        "def recur_fibo(n):\n    if n <= 1:\n        return n\n    else:\n        return(recur_fibo(n-1) + recur_fibo(n-2))\nrecur_fibo(6)",
+        "8\n",
+    )
+    .await;
+    shows(
+        live,
+        "'hello'.replace('h', 'o').split('e')",
+        "['o', 'llo']\n",
+    )
+    .await;
+    shows(live, "'hello'[1:3][::-1]", "'le'\n").await;
+    shows(live, "f = lambda x: x + 2\nf(3)", "5\n").await;
+    shows(
+        live,
+        "for i in range(10):\n    if i == 5:\n        break\ni",
+        "5\n",
+    )
+    .await;
+    shows(live, "x = (1, 2, 3)\nx[1]", "2\n").await;
+    shows(live, "import math\nstr(math.ceil(149))", "'149'\n").await;
+    shows(
+        live,
+        "class MyClass:\n    \"\"\"A class with a value.\"\"\"\n\n    def __init__(self, value):\n        self.value = value\n\n    def get_value(self):\n        return self.value\n\ninstance = MyClass(42)\nresult = instance.get_value()",
+        "",
+    )
+    .await;
+    shows(
+        live,
+        "result, instance.__doc__",
+        "(42, 'A class with a value.')\n",
+    )
+    .await;
     live.shutdown("py").await;
 }
 
 /// How a cell ends: CPython's `sys.exit` rules (`Lib/test/test_sys.py`
 /// test_exit), e2b's timeout cases (`test_interrupt.py`,
 /// `test_timeout.py`: after a cell runs out of time the next one runs at
-/// once), and the namespace as `__main__`, which ipykernel's
+/// once) and kernel cases (`test_kernels.py`: kernels do not share names,
+/// a restarted one starts empty), and the namespace as `__main__`, which ipykernel's
 /// multiprocessing cases rely on (test_subprocess_print: a cell's
 /// function given to a Pool is pickled by its `__main__` name).
 pub(super) async fn python_process_cases(live: &mut Live) {
@@ -265,6 +319,18 @@ pub(super) async fn python_process_cases(live: &mut Live) {
     assert_eq!(run.outcome, CellOutcome::TimedOut, "{}", show(&run));
     shows(live, "1 + 1", "2\n").await;
     shows(live, "x = 1; x", "1\n").await;
+    // e2b test_kernels.py: test_independence_of_kernels (another kernel
+    // does not see `x`), test_restart_kernel (a restarted one neither).
+    let other = live.run("py2", Lang::Python, "x").await;
+    assert_eq!(
+        other.outcome,
+        CellOutcome::Error {
+            message: "NameError: name 'x' is not defined".into()
+        },
+        "{}",
+        show(&other)
+    );
+    live.shutdown("py2").await;
     // The namespace is the `__main__` module: a function a cell defines
     // pickles by name (a Pool's map), and `unittest.main()` finds a cell's
     // tests.
@@ -288,6 +354,8 @@ pub(super) async fn python_process_cases(live: &mut Live) {
         "True\n",
     )
     .await;
+    live.shutdown("py").await;
+    raises(live, "x", "NameError: name 'x' is not defined").await;
     live.shutdown("py").await;
 }
 

@@ -288,6 +288,20 @@ pub(super) async fn swe_rex_more_cases(live: &mut Live) {
         );
     }
     ok(live, "ls >/dev/null; echo after", "after\n").await;
+    // OpenHands SDK test_ctrl_c: `while true; do echo 'looping'; sleep 3;
+    // done`, then C-c; the interrupted command's status is 1 or 130
+    // there. Here the cell resolves `cancelled` (`tether run` exits 130)
+    // and the next cell's `$?` is 143: the cancel is a TERM (README).
+    let run = live
+        .run_cancelling_at(
+            "k",
+            Lang::Shell,
+            "while true; do echo 'looping'; sleep 3; done",
+            Some(b"looping\n"),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::Cancelled, "{run:?}");
+    ok(live, "echo $?", "143\n").await;
     live.shutdown("k").await;
 }
 
