@@ -326,3 +326,34 @@ fn a_new_daemon_kills_the_interpreter_an_earlier_daemon_left() {
         "the cell ran exactly once"
     );
 }
+
+/// What the interactive prompt and IPython do that a namespace dict alone
+/// would not (live-e2e's conformance suite has the cases and their
+/// sources): the namespace is the `__main__` module (a cell's function
+/// pickles by name), a trailing `;` hides the value, `sys.exit("msg")`
+/// prints msg and gives 1, and IPython's `!cmd` runs in the shell.
+#[test]
+fn the_namespace_is_main_and_cells_follow_the_prompts_rules() {
+    let mut r = python_root();
+    let (o, out, _) = r.run(
+        "py",
+        1,
+        "import pickle\ndef f():\n    return 7\npickle.loads(pickle.dumps(f))()",
+    );
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"7\n");
+    let (o, out, _) = r.run("py", 2, "x = 5\nx;  # hidden");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    let (o, _, e) = r.run("py", 3, "import sys; sys.exit('bye')");
+    assert_eq!(o, json!({"outcome": "exit", "code": 1}));
+    let err: String = e
+        .iter()
+        .filter(|x| x["kind"] == "output" && x["stream"] == "stderr")
+        .map(|x| x["data"]["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(err, "bye\n");
+    let (o, out, _) = r.run("py", 4, "!echo $x {x + 1}\n_exit_code");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"5 6\n0\n");
+}

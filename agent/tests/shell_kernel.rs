@@ -379,3 +379,15 @@ fn a_respawned_kernel_starts_fresh_and_stops_the_dead_ones_cell() {
     assert_ne!(String::from_utf8_lossy(&out), "/usr\n[1]\n");
     assert!(String::from_utf8_lossy(&out).ends_with("[]\n"), "{out:?}");
 }
+
+/// CRLF line ends (what a terminal's Enter sends) run as LF: without it
+/// bash would take `2\r` as sleep's argument (pexpect's
+/// test_long_running_multiline sends exactly this).
+#[test]
+fn crlf_line_ends_run_as_lf() {
+    let mut r = Root::new();
+    r.spawn("k");
+    let (o, out, e) = r.run("k", 1, "echo begin\r\nsleep 0.1\r\necho done\r\n");
+    assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
+    assert_eq!(out, b"begin\ndone\n");
+}
