@@ -141,27 +141,45 @@ def _call(name, args=None):
             raise _ToolError("%s: no answer within %g s (the deadline per call; "
                             "TETHER_CALL_TIMEOUT sets it in seconds)" % (name, limit))
         time.sleep(@POLL@)
-import re, subprocess
-# IPython's shell escapes, for cells written for a notebook: `!cmd` runs
-# cmd in the shell (its output is the cell's; `_exit_code` keeps its
-# status), `x = !cmd` keeps its output lines. Only a cell that is not
-# Python without them is rewritten, line for line (tracebacks show the
-# cell's own lines); `$name`, `$$` and `{expr}` expand from the namespace,
-# and where one cannot, the command goes to the shell as written (as in
-# IPython: `!echo $HOME` is the shell's $HOME).
+import re, shlex, subprocess
+# IPython's syntax, for cells written for a notebook: `!cmd` runs cmd in
+# the shell (its output is the cell's; `_exit_code` keeps its status),
+# `x = !cmd` keeps its output lines, `%pip`, `%cd` and `%env` line
+# magics, `%%bash`, `%%sh` and `%%writefile` cell magics, `name?` shows
+# help. Only a cell that is not Python without them is rewritten, line
+# for line (tracebacks show the cell's own lines); `$name`, `$$` and
+# `{expr}` expand from the namespace, and where one cannot, the line is
+# used as written (as in IPython: `!echo $HOME` is the shell's $HOME).
 _bang = re.compile(r"^([ \t]*)(?:([A-Za-z_][\w.]*)[ \t]*=[ \t]*)?!(?!=)(.*?)(\r?\n)?$")
+_line_magic = re.compile(r"^([ \t]*)%([A-Za-z_]\w*)(.*?)(\r?\n)?$")
+_help = re.compile(r"^([ \t]*)(?:\?\??([A-Za-z_][\w.]*)|([A-Za-z_][\w.]*)\?\??)[ \t]*(\r?\n)?$")
 _field = re.compile(r"\$\$|\$([A-Za-z_]\w*)|\{([^{}]*)\}")
 def _escaped(text, name, flags):
+    first, _, body = text.partition("\n")
+    m = re.match(r"^%%([A-Za-z_]\w*)(.*?)\r?$", first)
+    if m is not None:
+        return ast.parse("__import__('tether').cell_magic(%r, %r, %r)" % (m.group(1), m.group(2).strip(), body))
     lines, changed = [], False
     for line in text.splitlines(True):
         m = _bang.match(line)
-        if m is None:
-            lines.append(line)
+        if m is not None:
+            indent, target, cmd, end = m.group(1), m.group(2), m.group(3), m.group(4) or ""
+            call = "__import__('tether').%s(%r)" % ("getoutput" if target else "system", cmd)
+            lines.append(indent + (target + " = " if target else "") + call + end)
+            changed = True
             continue
-        indent, target, cmd, end = m.group(1), m.group(2), m.group(3), m.group(4) or ""
-        call = "__import__('tether').%s(%r)" % ("getoutput" if target else "system", cmd)
-        lines.append(indent + (target + " = " if target else "") + call + end)
-        changed = True
+        m = _line_magic.match(line)
+        if m is not None:
+            call = "__import__('tether').magic(%r, %r)" % (m.group(2), m.group(3).strip())
+            lines.append(m.group(1) + call + (m.group(4) or ""))
+            changed = True
+            continue
+        m = _help.match(line)
+        if m is not None:
+            lines.append(m.group(1) + "help(%s)" % (m.group(2) or m.group(3)) + (m.group(4) or ""))
+            changed = True
+            continue
+        lines.append(line)
     if not changed:
         return None
     try:
@@ -193,10 +211,72 @@ def _getoutput(cmd):
     r = subprocess.run([_shell(), "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _ns["_exit_code"] = r.returncode
     return r.stdout.decode("utf-8", "replace").splitlines()
+class _UsageError(Exception):
+    """An IPython magic this kernel does not have, or a wrong use of one."""
+_UsageError.__name__ = _UsageError.__qualname__ = "UsageError"
+_UsageError.__module__ = "tether"
+_MAGICS = "%pip, %cd, %env, %%bash, %%sh, %%writefile, !cmd and name?"
+_last_dir = [None]
+def _magic(name, args):
+    """IPython's line magics %pip, %cd and %env."""
+    frame = sys._getframe(1)
+    # Words split as the shell would, then each expanded: a `$path` with a
+    # space in it stays one argument.
+    words = [_expand(w, frame) for w in shlex.split(args)]
+    args = _expand(args, frame)
+    if name == "pip":
+        # As IPython's %pip: this interpreter's own pip; what it installs
+        # imports in the next line or cell, with no restart.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _ns["_exit_code"] = subprocess.call([sys.executable, "-m", "pip"] + words)
+        import importlib
+        importlib.invalidate_caches()
+    elif name == "cd":
+        to = os.path.expanduser(words[0] if words else "~")
+        if to == "-":
+            to = _last_dir[0] or os.getcwd()
+        here = os.getcwd()
+        os.chdir(to)
+        _last_dir[0] = here
+        print(os.getcwd())
+    elif name == "env":
+        m = re.match(r"^([A-Za-z_]\w*)(?:\s*=\s*|\s+)(.*)$", args)
+        if m is not None:
+            os.environ[m.group(1)] = m.group(2)
+            print("env: %s=%s" % (m.group(1), m.group(2)))
+        elif args:
+            return os.environ[args]
+        else:
+            return dict(os.environ)
+    else:
+        raise _UsageError("Line magic function `%%%s` not found (tether's Python kernel has %s)" % (name, _MAGICS))
+def _cell_magic(name, line, body):
+    """IPython's cell magics %%bash, %%sh and %%writefile."""
+    frame = sys._getframe(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if name in ("bash", "sh"):
+        _ns["_exit_code"] = subprocess.call(["/bin/bash" if name == "bash" else "/bin/sh", "-c", body])
+    elif name in ("writefile", "file"):
+        args = [_expand(w, frame) for w in shlex.split(line)]
+        if not args:
+            raise _UsageError("%%writefile needs a file name")
+        append = args[0] in ("-a", "--append")
+        path = os.path.expanduser(args[-1])
+        print("%s %s" % ("Appending to" if append else ("Overwriting" if os.path.exists(path) else "Writing"), path))
+        with open(path, "a" if append else "w") as f:
+            # IPython's cells end with a newline by the time a magic gets them.
+            f.write(body if body.endswith("\n") or not body else body + "\n")
+    else:
+        raise _UsageError("Cell magic `%%%%%s` not found (tether's Python kernel has %s)" % (name, _MAGICS))
 _tether = types.ModuleType("tether", "Calls to the host's tools from a tether cell.")
 _tether.call = _call
 _tether.system = _system
 _tether.getoutput = _getoutput
+_tether.magic = _magic
+_tether.cell_magic = _cell_magic
+_tether.UsageError = _UsageError
 _tether.ToolError = _ToolError
 sys.modules["tether"] = _tether
 for _line in _cmds:
@@ -248,7 +328,11 @@ for _line in _cmds:
         _tb = _e.__traceback__
         while _tb is not None and not _tb.tb_frame.f_code.co_filename.startswith("<cell "):
             _tb = _tb.tb_next
-        traceback.print_exception(type(_e), _e, _tb)
+        if isinstance(_e, _UsageError):
+            # As IPython: a magic's misuse is one line, no traceback.
+            print("UsageError: %s" % _e, file=sys.stderr)
+        else:
+            traceback.print_exception(type(_e), _e, _tb)
         _out = {"outcome": "error", "message": "%s: %s" % (type(_e).__name__, _e)}
     finally:
         _busy[0] = False

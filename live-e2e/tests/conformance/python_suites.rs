@@ -359,9 +359,10 @@ pub(super) async fn python_process_cases(live: &mut Live) {
     live.shutdown("py").await;
 }
 
-/// IPython's shell escapes in a Python cell: e2b's `test_bash.py`
-/// (`!pwd`) and IPython's `test_interactiveshell.py` ExitCodeChecks
-/// (`_exit_code` after `!exit 0` and `!exit 1`).
+/// IPython's syntax in a Python cell: shell escapes (e2b's `test_bash.py`
+/// `!pwd`; IPython's `test_interactiveshell.py` ExitCodeChecks:
+/// `_exit_code` after `!exit 0` and `!exit 1`), `name?`, and the magics
+/// the suites use (`%pip`, `%cd`, `%env`, `%%writefile`, `%%bash`).
 pub(super) async fn shell_escape_cases(live: &mut Live) {
     let cwd = py(live, "import os; print(os.getcwd())").await.out();
     shows(live, "!pwd", &cwd).await;
@@ -385,5 +386,131 @@ pub(super) async fn shell_escape_cases(live: &mut Live) {
     .await;
     // Valid Python is never rewritten.
     shows(live, "x = 2\nprint(x != 3)", "True\n").await;
+    // jupyter_kernel_test's code_page_something: `zip?` shows its help.
+    let run = py(live, "zip?").await;
+    assert!(run.out().contains("class zip"), "{}", show(&run));
+    // OpenHands test_ipython_package_install: a missing module fails, then
+    // `%pip install` runs this interpreter's pip (offline here: `--version`;
+    // the docker image has no pip, and says so).
+    raises(
+        live,
+        "import pymsgbox",
+        "ModuleNotFoundError: No module named 'pymsgbox'",
+    )
+    .await;
+    let run = py(live, "%pip --version\nprint('exit', _exit_code)").await;
+    let out = run.out();
+    assert!(
+        (out.starts_with("pip ") && out.ends_with("exit 0\n"))
+            || (out == "exit 1\n" && err(&run).contains("No module named pip")),
+        "{}",
+        show(&run)
+    );
+    // ... and the install itself, offline: a hand-made wheel into a
+    // target directory already on sys.path, where the sandbox has pip;
+    // the module imports in the same kernel, no restart.
+    live.prepare().await;
+    let site = format!(
+        "{}/site-{}",
+        live.side_dir(),
+        tether_live::harness::unique()
+    );
+    shows(
+        live,
+        &format!(
+            "import importlib.util, os, sys, zipfile\n\
+             has_pip = importlib.util.find_spec('pip') is not None\n\
+             site = {site:?}\n\
+             os.makedirs(site)\n\
+             sys.path.insert(0, site)\n\
+             wheel = os.path.join(site, 'tethermsgbox-1.0.9-py3-none-any.whl')\n\
+             with zipfile.ZipFile(wheel, 'w') as z:\n\
+             \x20   z.writestr('tethermsgbox/__init__.py', 'VERSION = \"1.0.9\"\\n')\n\
+             \x20   z.writestr('tethermsgbox-1.0.9.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: tethermsgbox\\nVersion: 1.0.9\\n')\n\
+             \x20   z.writestr('tethermsgbox-1.0.9.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: hand\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+             \x20   z.writestr('tethermsgbox-1.0.9.dist-info/RECORD', '')"
+        ),
+        "",
+    )
+    .await;
+    raises(
+        live,
+        "import tethermsgbox",
+        "ModuleNotFoundError: No module named 'tethermsgbox'",
+    )
+    .await;
+    let run = py(
+        live,
+        "if has_pip:\n    %pip install -q --no-index --no-deps --target $site $wheel\nelse:\n    os.makedirs(os.path.join(site, 'tethermsgbox'))\n    open(os.path.join(site, 'tethermsgbox', '__init__.py'), 'w').write('VERSION = \"1.0.9\"\\n')",
+    )
+    .await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{}", show(&run));
+    shows(
+        live,
+        "import tethermsgbox; tethermsgbox.VERSION",
+        "'1.0.9'\n",
+    )
+    .await;
+    // IPython test_magic.py: test_dirops (`%cd` a quoted path, `%cd -`),
+    // test_env_get_set_simple, test_file / test_file_var_expand /
+    // test_file_amend / test_file_spaces (`%%writefile`, `%%file`); an
+    // unknown magic is a UsageError, one line, as in IPython.
+    live.prepare().await;
+    let dir = format!(
+        "{}/magic dir {}",
+        live.side_dir(),
+        tether_live::harness::unique()
+    );
+    let start = py(live, "import os; print(os.getcwd())").await.out();
+    shows(live, &format!("os.makedirs({dir:?}); d = {dir:?}"), "").await;
+    shows(live, "%cd $d", &format!("{dir}\n")).await;
+    shows(live, "%cd -", &start).await;
+    shows(live, "%env var val1", "env: var=val1\n").await;
+    shows(live, "%env var", "'val1'\n").await;
+    shows(
+        live,
+        "%env var=val2\nos.environ['var']",
+        "env: var=val2\n'val2'\n",
+    )
+    .await;
+    let file = format!("{dir}/file name");
+    shows(live, &format!("filename = {file:?}"), "").await;
+    shows(
+        live,
+        "%%writefile $filename\nline1\nline2",
+        &format!("Writing {file}\n"),
+    )
+    .await;
+    shows(
+        live,
+        &format!("%%file -a \"{file}\"\nline3\nline4"),
+        &format!("Appending to {file}\n"),
+    )
+    .await;
+    shows(
+        live,
+        "open(filename).read()",
+        "'line1\\nline2\\nline3\\nline4\\n'\n",
+    )
+    .await;
+    shows(
+        live,
+        "%%bash\necho \"$BASH_VERSION\" | grep -c .\nexit 3",
+        "1\n",
+    )
+    .await;
+    shows(live, "_exit_code", "3\n").await;
+    let run = py(live, "%timeit 1").await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Error { .. }),
+        "{}",
+        show(&run)
+    );
+    assert!(
+        err(&run).starts_with("UsageError: Line magic function `%timeit` not found")
+            && err(&run).lines().count() == 1,
+        "{}",
+        show(&run)
+    );
     live.shutdown("py").await;
 }
