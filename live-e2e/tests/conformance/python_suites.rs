@@ -306,6 +306,28 @@ pub(super) async fn python_process_cases(live: &mut Live) {
         assert_eq!(err(&run), stderr, "{code}: {}", show(&run));
     }
     shows(live, "kept", "5\n").await;
+    // e2b test_streaming.py (test_streaming_output): a print reaches the
+    // client while the cell still runs (cancelled on seeing it here).
+    let run = live
+        .run_cancelling_at(
+            "py",
+            Lang::Python,
+            "import time\nprint('ready', flush=True)\ntime.sleep(100)",
+            Some(b"ready\n"),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::Cancelled, "{}", show(&run));
+    // OpenHands test_long_output's 5000 lines, and one line of 1 MB, from
+    // Python: every byte, in order.
+    let run = py(live, "for i in range(1, 5001): print(f'Line {i}')").await;
+    let lines: Vec<String> = run.out().lines().map(str::to_owned).collect();
+    assert_eq!(
+        (lines.len(), lines[0].as_str(), lines[4999].as_str()),
+        (5000, "Line 1", "Line 5000")
+    );
+    let run = py(live, "print('x' * 1_000_000)").await;
+    assert_eq!(run.stdout.len(), 1_000_001, "{:?}", run.outcome);
+    assert!(run.stdout[..1_000_000].iter().all(|&b| b == b'x'));
     // e2b test_subsequent_execution_works_after_client_timeout,
     // test_execution_after_timeout_is_not_blocked.
     let run = live

@@ -245,6 +245,10 @@ pub(super) async fn swe_rex_more_cases(live: &mut Live) {
     ok(live, "echo 'hw';A=();echo 'asdf'", "hw\nasdf\n").await;
     // test_run_in_shell_check_exit_code / test_command_fails_check_exit_code
     exits(live, "false", 1, "").await;
+    // test_run_in_shell_interactive_command starts `python` and waits for
+    // its `>>> ` prompt. A cell has no stdin: an interactive program sees
+    // EOF at once and ends, so the cell never hangs.
+    ok(live, "python3; bash; sh; echo after", "after\n").await;
     // test_run_in_shell_timeout, then test_interrupt_session's `echo 'asdf'`.
     let run = live
         .run_with_timeout("k", Lang::Shell, "KEPT=1; sleep 10", Duration::from_secs(1))
