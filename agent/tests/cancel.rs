@@ -256,10 +256,14 @@ fn tombstone_before_submit_means_the_cell_never_runs() {
 }
 
 /// The escape only a cgroup catches: a `setsid` + `env -i` daemon with its
-/// stdio on /dev/null, and then the cell's shim is killed -9. The daemon is
-/// reparented away from the shim's tree (to the kernel daemon), carries no
-/// marker, has a session of its own, and was never reported as a leftover
-/// (the shim died first). Only its membership of the cell's cgroup is left.
+/// stdio on /dev/null that ignores TERM, and then the cell's shim is
+/// killed -9. The daemon is reparented away from the shim's tree (to the
+/// kernel daemon), carries no marker, has a session of its own, and was
+/// never reported as a leftover (the shim died first); the cell's cgroup
+/// still holds it. The kernel's daemon finds it there and ends the cell
+/// as a cancel does — TERM, KILL after the grace period — and only then
+/// resolves it, with the shim's death as the error: no process of a
+/// written-off cell runs on beside the next one.
 #[test]
 fn daemon_that_outlives_its_killed_shim_is_found_by_the_cell_cgroup() {
     if !tether_require::have(
@@ -315,28 +319,31 @@ fn daemon_that_outlives_its_killed_shim_is_found_by_the_cell_cgroup() {
         serde_json::from_slice(&std::fs::read(cell.join("launch.json")).unwrap()).unwrap();
     let shim = launch["shim_pid"].as_u64().unwrap() as u32;
     assert!(!members().contains(&shim), "the shim is not a member");
+    // Untraceable but for the cgroup (and, once the shim is dead, its
+    // reparenting): no marker, a session that is not the cell's.
+    let marker = format!("TETHER_CELL={}:1", r.nonce("a"));
+    assert!(!procs_mentioning(&marker).contains(&escaped));
+    assert_ne!(session_of(escaped), Some(main));
 
+    let killed_at = std::time::Instant::now();
     let killed = std::process::Command::new("kill")
         .args(["-KILL", &shim.to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
     let entries = r.wait_done("a", 1);
+    // It ignores TERM: only the KILL after the grace period (300 ms) ends
+    // it, and the cell resolves after that, not when the shim died.
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(300),
+        "resolved {:?} after the shim's death, within the grace period",
+        killed_at.elapsed()
+    );
     assert_eq!(
         outcome(&entries),
-        json!({"outcome": "error", "message": "the cell's shim died"}),
+        json!({"outcome": "error", "message": tether_core::agent::daemon::SHIM_DIED}),
         "{entries:?}"
     );
-    // Untraceable but for the cgroup: alive, outside the shim's tree (the
-    // shim is dead), no marker, a session that is not the cell's, never
-    // reported as a leftover.
-    let marker = format!("TETHER_CELL={}:1", r.nonce("a"));
-    assert!(alive(escaped) && !alive(shim));
-    assert!(!procs_mentioning(&marker).contains(&escaped));
-    assert_ne!(session_of(escaped), Some(main));
-    assert!(!entries.iter().any(|e| e["kind"] == "leftovers"));
-
-    assert_eq!(r.cancel("a", 1), "already_done");
     let survivors = || -> Vec<u32> {
         let mut s: Vec<u32> = pids_in(&pids).into_iter().filter(|p| alive(*p)).collect();
         s.extend(procs_mentioning(&marker));
@@ -346,19 +353,92 @@ fn daemon_that_outlives_its_killed_shim_is_found_by_the_cell_cgroup() {
         s.dedup();
         s
     };
-    assert!(
-        eventually(Duration::from_secs(20), || survivors().is_empty()),
-        "survivors of the cancelled cell: {:?}",
-        survivors()
-    );
+    assert_eq!(survivors(), Vec::<u32>::new(), "ran on after the result");
+    assert!(!alive(shim));
+    assert!(!entries.iter().any(|e| e["kind"] == "leftovers"));
     assert!(
         eventually(Duration::from_secs(20), || !Path::new(&group).exists()),
         "the cell's empty cgroup {group} was not removed"
     );
+    assert_eq!(r.cancel("a", 1), "already_done");
     assert_eq!(r.probe("a", Some(&id_a))["status"], "alive");
-    let (o, out, _) = r.run("a", 2, "echo still here");
+    // The next cell runs, in the state before the written-off one, and
+    // says so.
+    let (o, out, entries) = r.run("a", 2, "echo still here");
     assert_eq!(o, json!({"outcome": "ok"}));
     assert_eq!(out, b"still here\n");
+    let err = String::from_utf8(stderr(&entries)).unwrap();
+    assert!(
+        err.contains("the shell state cell 1 reached was not kept (its shim was killed"),
+        "{err}"
+    );
+}
+
+/// A shell cell's shim killed -9 mid-cell, in any world (with or without
+/// a writable cgroup v2): the processes of the cell are found by its
+/// session (a child that ignores TERM), its marker (one that left the
+/// session) and the shim's orphans, which came back to the kernel's
+/// daemon (a `setsid env -i` daemon: nothing else names it where there is
+/// no cgroup). All are dead when the cell resolves, the error says the
+/// shim died, and the kernel runs its next cell.
+#[test]
+fn a_cell_whose_shim_is_killed_resolves_once_everything_it_started_is_gone() {
+    let mut r = Root::new();
+    r.spawn("a");
+    let scratch = r.file("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(
+        scratch.join("ignore.sh"),
+        "trap '' TERM\necho $$ >> \"$1\"\nwhile :; do sleep 1; done\n",
+    )
+    .unwrap();
+    let pids = r.file("pids");
+    let (p, s) = (pids.display(), scratch.display());
+    let code = format!(
+        "/bin/sh {s}/ignore.sh {p} & setsid /bin/sh {s}/ignore.sh {p} & setsid env -i /bin/sh -c '/bin/sh {s}/ignore.sh {p} & exit 0' </dev/null >/dev/null 2>&1 & while :; do sleep 1; done"
+    );
+    r.submit("a", 1, code.as_bytes(), 0);
+    assert!(
+        eventually(Duration::from_secs(20), || pids_in(&pids).len() >= 3),
+        "the cell never registered its processes: {:?}",
+        pids_in(&pids)
+    );
+    let cell = r.path().join("kernels/a/cells/1");
+    let launch: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cell.join("launch.json")).unwrap()).unwrap();
+    let shim = launch["shim_pid"].as_u64().unwrap() as u32;
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &shim.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let entries = r.wait_done("a", 1);
+    let marker = format!("TETHER_CELL={}:1", r.nonce("a"));
+    let mut survivors: Vec<u32> = pids_in(&pids).into_iter().filter(|p| alive(*p)).collect();
+    survivors.extend(procs_mentioning(&marker));
+    survivors.extend(procs_mentioning(&scratch.display().to_string()));
+    assert_eq!(survivors, Vec::<u32>::new(), "ran on after the result");
+    assert_eq!(
+        outcome(&entries),
+        json!({"outcome": "error", "message": tether_core::agent::daemon::SHIM_DIED}),
+        "{entries:?}"
+    );
+    let (o, out, _) = r.run("a", 2, "echo next");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(out, b"next\n");
+}
+
+/// The cell's stderr bytes.
+fn stderr(entries: &[serde_json::Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in entries
+        .iter()
+        .filter(|e| e["kind"] == "output" && e["stream"] == "stderr")
+    {
+        let b: tether_core::bytes::Bytes = serde_json::from_value(e["data"].clone()).unwrap();
+        out.extend(b.0);
+    }
+    out
 }
 
 /// The session of `pid`, from procfs.
@@ -374,7 +454,10 @@ fn session_of(pid: u32) -> Option<u32> {
 /// A cell acknowledged while its cgroup still holds a process that left
 /// the shim's tree: the cell's directory goes, the cgroup is kept in a
 /// leftovers record, and shutdown kills the process and removes the
-/// cgroup (no empty cgroup is left behind).
+/// cgroup (no empty cgroup is left behind). The cell completed, leaving
+/// a `setsid env -i` daemon (a reported leftover, which may run on), and
+/// then its lingering shim was killed -9: the cgroup is all that names
+/// the daemon now.
 #[test]
 fn shutdown_after_ack_kills_what_the_cgroup_holds_and_removes_it() {
     if !tether_require::have(
@@ -388,14 +471,17 @@ fn shutdown_after_ack_kills_what_the_cgroup_holds_and_removes_it() {
     let pids = r.file("pids");
     let p = pids.display();
     let code = format!(
-        "setsid env -i /bin/sh -c 'echo $$ >> {p}; exec sleep 1000' </dev/null >/dev/null 2>&1 & while :; do sleep 1; done"
+        "setsid env -i /bin/sh -c 'echo $$ >> {p}; exec sleep 1000' </dev/null >/dev/null 2>&1 & while [ ! -s {p} ]; do sleep 0.05; done"
     );
     r.submit("a", 1, code.as_bytes(), 0);
-    assert!(
-        eventually(Duration::from_secs(20), || pids_in(&pids).len() == 1),
-        "the cell never registered its daemon"
-    );
+    let entries = r.wait_done("a", 1);
+    assert_eq!(outcome(&entries), json!({"outcome": "ok"}), "{entries:?}");
     let escaped = pids_in(&pids)[0];
+    let left = entries.iter().find(|e| e["kind"] == "leftovers");
+    assert!(
+        left.is_some_and(|l| l["pids"].as_array().unwrap().contains(&json!(escaped))),
+        "{entries:?}"
+    );
     let cell = r.path().join("kernels/a/cells/1");
     let group = std::fs::read_to_string(cell.join("cgroup")).unwrap();
     let group = group.trim_end().to_owned();

@@ -357,3 +357,44 @@ fn the_namespace_is_main_and_cells_follow_the_prompts_rules() {
     assert_eq!(o, json!({"outcome": "ok"}));
     assert_eq!(out, b"5 6\n0\n");
 }
+
+/// The interpreter's shim killed -9 while a Python cell runs a thread and
+/// two subprocesses (one its own session without the marker, ignoring
+/// TERM): the interpreter goes with its shim (its namespace is the
+/// kernel's state: a reported loss), and the cell's subprocesses are
+/// ended as a cancel ends them before the cell resolves — none runs on
+/// after the result. The next cell gets a fresh interpreter.
+#[test]
+fn a_python_cells_processes_are_gone_when_its_killed_shim_resolves_it() {
+    let mut r = python_root();
+    let pids = r.file("pids");
+    r.run("py", 1, "x = 5");
+    let code = format!(
+        "import subprocess, threading, time\n\
+         threading.Thread(target=lambda: time.sleep(1000), daemon=True).start()\n\
+         a = subprocess.Popen(['sleep', '1000'])\n\
+         b = subprocess.Popen(['sh', '-c', 'trap \"\" TERM; while :; do sleep 1; done'], start_new_session=True, env={{}})\n\
+         open({p:?}, 'w').write('%d\\n%d\\n' % (a.pid, b.pid))\n\
+         time.sleep(1000)",
+        p = pids.display().to_string()
+    );
+    r.submit("py", 2, code.as_bytes(), 0);
+    assert!(eventually(Duration::from_secs(20), || pids_in(&pids).len() == 2));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(r.path().join("kernels/py/py/launch.json")).unwrap())
+            .unwrap();
+    let shim = record["shim_pid"].as_u64().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &shim])
+        .status()
+        .unwrap()
+        .success());
+    let e = r.wait_done("py", 2);
+    let survivors: Vec<u32> = pids_in(&pids).into_iter().filter(|p| alive(*p)).collect();
+    assert_eq!(survivors, Vec::<u32>::new(), "ran on after the result");
+    let died = tether_core::agent::python::died(None, tether_core::agent::python::SHIM_DIED);
+    assert_eq!(outcome(&e), serde_json::to_value(&died).unwrap(), "{e:?}");
+    let (o, out, e) = r.run("py", 3, "'x' in globals()");
+    assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
+    assert_eq!(out, b"False\n", "a fresh interpreter");
+}

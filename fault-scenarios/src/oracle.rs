@@ -11,6 +11,8 @@ use crate::swarm::Flaw;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
+use tether_core::agent::daemon::SHIM_DIED;
+use tether_core::agent::python;
 use tether_core::protocol::CellOutcome;
 use tether_core::protocol::Lang;
 
@@ -339,7 +341,8 @@ pub enum Violation {
         /// The survivors.
         pids: Vec<u32>,
     },
-    /// A cancelled cell resolved while a process of it still ran.
+    /// A cancelled cell (or one whose shim was killed) resolved while a
+    /// process of it still ran.
     CancelResolvedEarly {
         /// The cell.
         cell: String,
@@ -569,11 +572,11 @@ impl fmt::Display for Violation {
                 write!(f, "{cell} ran {executions} times (at most once allowed)")
             }
             Violation::CancelSurvivor { cell, pids } => {
-                write!(f, "{cell} was cancelled but pids {pids:?} survive")
+                write!(f, "{cell} was cancelled (or its shim killed) but pids {pids:?} survive")
             }
             Violation::CancelResolvedEarly { cell, at_ms } => write!(
                 f,
-                "{cell} resolved as cancelled while its processes ran (the last ended at {at_ms} ms)"
+                "{cell} resolved as cancelled (or as its shim's death) while its processes ran (the last ended at {at_ms} ms)"
             ),
             Violation::Collateral { detail } => write!(f, "cancel hit a bystander: {detail}"),
             Violation::MissedDeadline {
@@ -1159,9 +1162,19 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             detail: format!("resolved {} times", cell.resolutions),
         });
     }
+    let python_shim_died = match python::died(None, python::SHIM_DIED) {
+        CellOutcome::Error { message } => Some(message),
+        _ => None,
+    };
+    // Ended by the agent: a cancel, a timeout, or a shim killed from
+    // outside (the daemon ends the cell as a cancel does before it
+    // resolves it). Each resolves only once the cell's processes are gone.
     let stopped = match &cell.outcome {
         Some(CellOutcome::Cancelled) => cell.cancel_requested,
         Some(CellOutcome::TimedOut) => true,
+        Some(CellOutcome::Error { message }) => {
+            *message == SHIM_DIED || Some(message) == python_shim_died.as_ref()
+        }
         _ => false,
     };
     if let Some(at_ms) = cell.truth.died_after_resolution.filter(|_| stopped) {

@@ -13,11 +13,21 @@
 //! writes `done` once none is left, or after [`KILL_BOUND`] of KILL
 //! rounds, naming those that outlived it (`unkillable`).
 //!
-//! A cell stays tracked after its shim is gone while its own cgroup (see
-//! [`super::procs::read_cgroup`]) still has members: a process that left
-//! the shim's tree, its session and its marker before the shim was killed
-//! is still the cell's, for a later cancel and for the idle exit. The
-//! cgroup is removed when the cell is dropped.
+//! A shim killed from outside before its cell ended (an OOM killer, a
+//! `kill -9`): the daemon settles the cell's result (its cancel's reason,
+//! else [`SHIM_DIED`]) and ends the cell as a cancel does — TERM to what
+//! its session, marker and cgroup hold and to the orphans the shim's
+//! subreaper tree left to this daemon (the only trace of a `setsid env -i`
+//! daemon where there is no cgroup), KILL after the grace period — and
+//! writes `done` once none is left. Resolved while they ran on, they would
+//! fork and write for nobody, beside the kernel's next cell; the shell
+//! state such a cell reached is not kept (nobody saw it to its end).
+//!
+//! A done cell stays tracked after its shim is gone while its own cgroup
+//! (see [`super::procs::read_cgroup`]) still has members: a leftover that
+//! left the shim's tree, its session and its marker is still the cell's,
+//! for a later cancel and for the idle exit. The cgroup is removed when
+//! the cell is dropped.
 //!
 //! A cancel never touches another cell's processes: besides the
 //! interpreter (SIGINT, and KILL only once the grace period has passed)
@@ -63,6 +73,8 @@ const LINGER_RECHECK: Duration = Duration::from_secs(1);
 /// How long KILL rounds go on past the grace period before a settled
 /// cancel resolves without the processes that outlived them.
 pub const KILL_BOUND: Duration = Duration::from_secs(1);
+/// The error of a shell cell whose shim died before the cell ended.
+pub const SHIM_DIED: &str = "the cell's shim died (killed from outside) before the cell ended; its processes were ended as a cancel ends them (TERM, then KILL after the grace period) before this result";
 /// Exiting gives up sweeping after this long.
 pub const EXIT_BOUND: Duration = Duration::from_secs(10);
 
@@ -119,10 +131,36 @@ struct Track {
     /// The shim's death was seen (the interpreter's loss, for a Python
     /// cell, handled once).
     shim_death_seen: bool,
-    /// The shim's death was written (the journal closed, or its result
-    /// settled for a cancel's escalation to finish); until then it is
-    /// tried again each tick (a full disk).
+    /// The shim's death was written (its result settled, for the
+    /// escalation that ends what the cell still runs to finish); until
+    /// then it is tried again each tick (a full disk).
     shim_death_told: bool,
+    /// A shell cell whose shim died before it journaled a result: nobody
+    /// saw its shell to its end, so the state it reached is discarded
+    /// (with the note for the next cell) when it resolves.
+    state_orphaned: bool,
+}
+
+impl Track {
+    fn new(shim: (Pid, u64), marker: String, python: bool) -> Track {
+        Track {
+            shim: Some(shim),
+            marker,
+            pgid: None,
+            leftovers: Vec::new(),
+            done: false,
+            deadline: None,
+            cancel: None,
+            python,
+            interp: None,
+            cgroup: None,
+            cgroup_checked: false,
+            linger_recheck: None,
+            shim_death_seen: false,
+            shim_death_told: false,
+            state_orphaned: false,
+        }
+    }
 }
 
 /// The kernel daemon.
@@ -276,22 +314,7 @@ impl Daemon {
                 let _ = tombstone::write(os, &cell, CancelReason::Requested);
                 self.cells.insert(
                     seq,
-                    Track {
-                        shim: Some((l.shim_pid, l.shim_starttime)),
-                        marker: l.marker,
-                        pgid: None,
-                        leftovers: Vec::new(),
-                        done: false,
-                        deadline: None,
-                        cancel: None,
-                        python: false,
-                        interp: None,
-                        cgroup: None,
-                        cgroup_checked: false,
-                        linger_recheck: None,
-                        shim_death_seen: false,
-                        shim_death_told: false,
-                    },
+                    Track::new((l.shim_pid, l.shim_starttime), l.marker, false),
                 );
                 continue;
             }
@@ -372,6 +395,21 @@ impl Daemon {
             .collect();
         let mut table: Option<Table> = None;
         let self_pid = os.self_pid();
+        // Children of this daemon that are no running cell's orphans: the
+        // live shims, the interpreter's, and the leftovers done cells
+        // reported (a leftover of an earlier cell whose lingering shim was
+        // killed with this one is that cell's, and may run on).
+        let not_orphans: Vec<Pid> = self
+            .cells
+            .values()
+            .flat_map(|t| {
+                t.shim
+                    .map(|s| s.0)
+                    .into_iter()
+                    .chain(t.leftovers.iter().copied())
+            })
+            .chain(self.py.map(|p| p.0))
+            .collect();
         let mut drop = Vec::new();
         let mut interp_lost = Vec::new();
         let mut loss_noted = false;
@@ -416,16 +454,13 @@ impl Daemon {
                 let first_look = !t.shim_death_seen;
                 t.shim_death_seen = true;
                 // The shim died without finishing the journal (killed from
-                // outside: an OOM killer, a `pkill`). What the cell still
-                // runs stays owned (a cancel, reset, shutdown or the idle
-                // exit still finds it).
+                // outside: an OOM killer, a `pkill`). The cell is ended the
+                // way a cancel ends it: its result is settled now, every
+                // process it still runs gets TERM, then KILL after the
+                // grace period, and `done` is written once none is left
+                // (below). Resolved while they ran on, they would fork and
+                // write for nobody, beside the kernel's next cell.
                 let cancel = tombstone::read(os, &cell);
-                let outcome = match cancel {
-                    Some(r) => r.outcome(),
-                    None => CellOutcome::Error {
-                        message: "the cell's shim died".into(),
-                    },
-                };
                 let outcome = if t.python {
                     // The interpreter's shim: the interpreter, orphaned,
                     // goes with it, and with it the namespace.
@@ -434,35 +469,73 @@ impl Daemon {
                     }
                     python::died(cancel, python::SHIM_DIED)
                 } else {
-                    outcome
+                    match cancel {
+                        Some(r) => r.outcome(),
+                        None => CellOutcome::Error {
+                            message: SHIM_DIED.into(),
+                        },
+                    }
                 };
-                // A shim that settled a cancel's result and then saw its
-                // tree empty leaves only `done` to write. A cancelled cell
-                // resolves when its escalation is over, not when its shim
-                // goes: its result is settled here and the escalation
-                // writes `done` once none of its processes is left. A
-                // journal that cannot be written now (a full disk) is
+                // A journal that cannot be written now (a full disk) is
                 // written at a later tick: until then the cell is not
-                // done, so neither the client nor the idle exit takes it
-                // for resolved.
-                if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
+                // settled, so its escalation does not end it and neither
+                // the client nor the idle exit takes it for resolved.
+                let mut journal = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP);
+                if let Some(w) = journal.as_mut().ok().filter(|w| w.is_done()) {
+                    // The shim died after the journal's `done` and before
+                    // its flag: the cell resolved (its leftovers may run
+                    // on). With the flag, the next tick takes it as done.
+                    t.shim_death_told = w.mark_done(os).is_ok();
+                    continue;
+                }
+                if let Ok(mut w) = journal {
+                    if first_look && !t.python && !w.has_result() {
+                        t.state_orphaned = true;
+                    }
                     if t.python && !w.has_result() {
                         let note = python::loss_note(python::SHIM_DIED);
                         let _ = w.output(os, Stream::Stderr, &note);
                     }
-                    if cancel.is_some() && !t.python {
-                        let result = if w.has_result() {
-                            Vec::new()
-                        } else {
-                            vec![EntryKind::Result { outcome }]
-                        };
-                        t.shim_death_told = w.settle(os, result).is_ok();
+                    // A shim that settled a cancel's result and then saw
+                    // its tree empty leaves only `done` to write.
+                    let result = if w.has_result() {
+                        Vec::new()
                     } else {
-                        t.done = w.close(os, outcome, Vec::new()).is_ok();
-                        t.shim_death_told = t.done;
-                    }
+                        vec![EntryKind::Result { outcome }]
+                    };
+                    t.shim_death_told = w.settle(os, result).is_ok();
                 } else {
                     t.done = true;
+                }
+                let c = t.cancel.get_or_insert_with(|| Escalation {
+                    since: now,
+                    ..Escalation::default()
+                });
+                if first_look && !t.python {
+                    // What the shim's subreaper tree held came back to
+                    // this daemon (a subreaper too) when it died: the
+                    // only trace left of a `setsid env -i` daemon where
+                    // there is no cgroup. (A Python cell's processes are
+                    // the interpreter's descendants, found below while it
+                    // still lives.)
+                    let table = table.get_or_insert_with(|| Table::snapshot(os));
+                    let other_groups: Vec<String> = groups
+                        .iter()
+                        .filter(|(s, _)| *s != seq)
+                        .map(|(_, g)| g.clone())
+                        .collect();
+                    let others = procs::OtherCells::new(os, &t.marker, &other_groups);
+                    let protected = procs::protected(table, self_pid);
+                    for p in table.iter() {
+                        let orphan = p.ppid == self_pid
+                            && !p.zombie
+                            && !protected.contains(&p.pid)
+                            && !not_orphans.contains(&p.pid)
+                            && !others.owns(os, p.pid);
+                        if orphan {
+                            c.signalled.entry(p.pid).or_insert(p.starttime);
+                        }
+                    }
                 }
             }
             if t.cgroup.is_none() && !t.cgroup_checked {
@@ -545,13 +618,30 @@ impl Daemon {
                         && table.get(*pid).is_some_and(|p| !p.zombie)
                         && !others.owns(os, *pid)
                 });
-                set.extend(c.signalled.iter().filter_map(|(&pid, &start)| {
-                    table
-                        .get(pid)
-                        .filter(|p| p.starttime == start && !p.zombie)
-                        .filter(|_| !protected.contains(&pid))
-                        .map(|_| pid)
-                }));
+                // What it signalled before, and what those fork since (a
+                // process found only this way, an orphan of a killed shim,
+                // still forks).
+                let before: Vec<Pid> = c
+                    .signalled
+                    .iter()
+                    .filter(|&(&pid, &start)| {
+                        table
+                            .get(pid)
+                            .is_some_and(|p| p.starttime == start && !p.zombie)
+                            && !protected.contains(&pid)
+                    })
+                    .map(|(&pid, _)| pid)
+                    .collect();
+                for pid in before {
+                    set.insert(pid);
+                    set.extend(
+                        procs::descendants_except(os, table, pid, &others)
+                            .into_iter()
+                            .filter(|p| {
+                                !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie)
+                            }),
+                    );
+                }
                 for &pid in &set {
                     if let Some(p) = table.get(pid) {
                         c.signalled.insert(pid, p.starttime);
@@ -579,6 +669,11 @@ impl Daemon {
                     } else {
                         vec![EntryKind::Unkillable { pids: unkillable }]
                     };
+                    if t.state_orphaned {
+                        // Before `done`: the next cell starts after it.
+                        t.state_orphaned =
+                            shell::discard_state(os, &self.kernel, &cell, &t.marker).is_err();
+                    }
                     // The result is there: `outcome` is not used. Not
                     // written (a full disk): again at a later tick.
                     t.done = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP)
@@ -813,22 +908,7 @@ impl Daemon {
             cgroup: None,
         };
         let _ = os.write_atomic(&cell.launch(), &to_json(&record));
-        Ok(Track {
-            shim: Some((pid, start)),
-            marker,
-            pgid: None,
-            leftovers: Vec::new(),
-            done: false,
-            deadline: None,
-            cancel: None,
-            python,
-            interp: None,
-            cgroup: None,
-            cgroup_checked: false,
-            linger_recheck: None,
-            shim_death_seen: false,
-            shim_death_told: false,
-        })
+        Ok(Track::new((pid, start), marker, python))
     }
 
     /// The Python interpreter's shim, started if it is not running.

@@ -224,6 +224,14 @@ impl JournalWriter {
         }
     }
 
+    /// Writes the done flag of a journal that holds `done` without it
+    /// (its writer died between the two writes); nothing for one that
+    /// does not hold `done`.
+    pub fn mark_done(&mut self, os: &mut dyn Os) -> Result<(), OsError> {
+        self.flag_unwritten |= self.done;
+        self.flush(os)
+    }
+
     /// Ends a journal another writer may have left: a `result` of
     /// `outcome` only if none is there yet (one settled before), then
     /// `extra`, then `done`.

@@ -141,11 +141,7 @@ pub fn promote_state(
 ) -> Result<bool, OsError> {
     let kernel = KernelLayout::new(&launch.kernel_dir);
     let cell = CellLayout::from_dir(&launch.cell_dir);
-    let current = os
-        .read_file(&kernel.config())
-        .ok()
-        .and_then(|b| serde_json::from_slice::<KernelConfig>(&b).ok())
-        .is_some_and(|c| launch.marker.1.rsplit_once(':').map(|(n, _)| n) == Some(&c.nonce));
+    let current = current_nonce(os, &kernel, &launch.marker.1);
     let kept = match os.read_file(&cell.snapshot_new()) {
         Ok(bytes) if current && snapshot_complete(&bytes) => {
             os.write_atomic(&kernel.snapshot(), &bytes)?;
@@ -157,17 +153,45 @@ pub fn promote_state(
     os.remove_all(&cell.snapshot_new())?;
     os.remove_all(&cell.scratch())?;
     if current && !kept {
-        os.write_atomic(&kernel.note(), lost_note(&cell, killed_by).as_bytes())?;
+        let how = match killed_by {
+            Some(sig) => format!("its shell was killed by signal {sig}"),
+            None => "its shell ended without saving it: `exec` replaced it, or an EXIT trap of its own replaced tether's".to_owned(),
+        };
+        os.write_atomic(&kernel.note(), lost_note(&cell, &how).as_bytes())?;
     }
     Ok(kept)
 }
 
+/// A cell whose shim died before the cell ended (the daemon resolves it,
+/// once its processes are gone): whatever its shell saved is dropped,
+/// never promoted — nobody saw the cell to its end, so the kernel keeps
+/// the state before it, and the next cell says so. `marker` is the
+/// cell's; a cell of an earlier daemon of the kernel changes nothing.
+pub fn discard_state(
+    os: &mut dyn Os,
+    kernel: &KernelLayout,
+    cell: &CellLayout,
+    marker: &str,
+) -> Result<(), OsError> {
+    os.remove_all(&cell.snapshot_new())?;
+    os.remove_all(&cell.scratch())?;
+    if current_nonce(os, kernel, marker) {
+        let how = "its shim was killed before the cell ended";
+        os.write_atomic(&kernel.note(), lost_note(cell, how).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Is `marker` (`{nonce}:{seq}`) a cell of the kernel's current daemon?
+fn current_nonce(os: &dyn Os, kernel: &KernelLayout, marker: &str) -> bool {
+    os.read_file(&kernel.config())
+        .ok()
+        .and_then(|b| serde_json::from_slice::<KernelConfig>(&b).ok())
+        .is_some_and(|c| marker.rsplit_once(':').map(|(n, _)| n) == Some(&c.nonce))
+}
+
 /// What the next cell says when a cell's state could not be kept.
-fn lost_note(cell: &CellLayout, killed_by: Option<i32>) -> String {
-    let how = match killed_by {
-        Some(sig) => format!("its shell was killed by signal {sig}"),
-        None => "its shell ended without saving it: `exec` replaced it, or an EXIT trap of its own replaced tether's".to_owned(),
-    };
+fn lost_note(cell: &CellLayout, how: &str) -> String {
     format!(
         "tether: the shell state {} reached was not kept ({how}); this cell starts from the state before it\n",
         cell_name(cell)

@@ -163,10 +163,12 @@ impl Os for FakeOs {
         self.args.insert(50, vec!["serve".into(), nonce.into()]);
         Ok(50)
     }
+    /// Shims are 60, 80, 100, …
     fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
+        let pid = 60 + 20 * Pid::try_from(self.launches.len()).unwrap();
         self.launches.push(launch.clone());
-        self.add(proc_(60, self.me, self.me));
-        Ok(60)
+        self.add(proc_(pid, self.me, self.me));
+        Ok(pid)
     }
     fn has_program(&self, _program: &str) -> bool {
         true
@@ -386,6 +388,45 @@ fn cgroup_names_and_paths() {
     }
 }
 
+/// The outcome in a journal's `result`, if there is one.
+fn result_in(os: &FakeOs, journal: &str) -> Option<CellOutcome> {
+    parse_journal(&os.files[journal])
+        .entries
+        .into_iter()
+        .find_map(|e| match e.kind {
+            EntryKind::Result { outcome } => Some(outcome),
+            _ => None,
+        })
+}
+
+fn has_done(os: &FakeOs, journal: &str) -> bool {
+    parse_journal(&os.files[journal])
+        .entries
+        .iter()
+        .any(|e| e.kind == EntryKind::Done)
+}
+
+/// The shim (60) of cell 1 started its main process 61 in session 61.
+fn started_main(os: &mut FakeOs, cell: &super::layout::CellLayout) {
+    os.add(proc_(61, 60, 61));
+    let mut w = JournalWriter::open(os, &cell.journal(), 1 << 20).unwrap();
+    w.push(
+        os,
+        EntryKind::Started {
+            pid: 61,
+            pgid: 61,
+            starttime: 161,
+        },
+    )
+    .unwrap();
+}
+
+/// A shell cell whose shim was killed is not resolved while anything of
+/// it runs: the daemon ends it as a cancel does — TERM to what its cgroup
+/// holds (a `setsid env -i` daemon that left the shim's tree, its marker
+/// and its session), KILL after the grace period — and only then writes
+/// `done`, with the shim's death as the error. The cgroup goes once
+/// empty, and the cell's shell state is not kept (the next cell says so).
 #[test]
 fn a_cell_whose_shim_died_stays_owned_while_its_cgroup_has_members() {
     let mut os = FakeOs::new();
@@ -400,25 +441,37 @@ fn a_cell_whose_shim_died_stays_owned_while_its_cgroup_has_members() {
     let g = "/sys/fs/cgroup/tether-n1-1".to_owned();
     os.files
         .insert(cell.cgroup(), format!("{g}\n").into_bytes());
-    os.add(proc_(61, 60, 61));
+    started_main(&mut os, &cell);
     os.add(proc_(65, 1, 65));
     os.cgroups.insert(g.clone(), vec![61, 65]);
+    // The shell saved a state the kernel must not take.
+    os.files
+        .insert(cell.snapshot_new(), b"x=1\n#tether-end\n".to_vec());
     os.now = 5;
     let _ = d.tick(&mut os);
-    // The shim is killed -9 (and its main process with it): the daemon
-    // resolves the cell, but 65 is still a process of the cell.
+    // The shim is killed -9 (and its main process with it): 65 is still a
+    // process of the cell, so the cell is not resolved: its result is
+    // settled, 65 gets TERM.
     os.procs.remove(&60);
     os.procs.remove(&61);
     os.now = 10;
     let _ = d.tick(&mut os);
-    let journal = parse_journal(&os.files[&cell.journal()]);
-    assert!(journal.entries.iter().any(|e| e.kind == EntryKind::Done));
-    assert!(os.signals.is_empty());
-    os.files.insert(cell.cancel(), b"cancel\n".to_vec());
-    os.now = 20;
-    let _ = d.tick(&mut os);
+    let j = cell.journal();
+    assert!(!has_done(&os, &j), "resolved while 65 runs");
+    assert!(os.exists(&journal::settle_flag(&j)));
+    assert_eq!(
+        result_in(&os, &j),
+        Some(CellOutcome::Error {
+            message: super::daemon::SHIM_DIED.into()
+        })
+    );
     assert_eq!(os.signals, vec![(65, Signal::Term)]);
-    os.now = 200;
+    // 65 ignores TERM: nothing more until the grace period (100 ms) ends.
+    os.now = 50;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.signals.len(), 1);
+    assert!(!has_done(&os, &j));
+    os.now = 110;
     let _ = d.tick(&mut os);
     assert_eq!(
         os.signals[1..],
@@ -426,10 +479,162 @@ fn a_cell_whose_shim_died_stays_owned_while_its_cgroup_has_members() {
         "{:?}",
         os.signals
     );
-    assert!(os.cgroups.contains_key(&g));
-    os.now = 210;
+    // Gone now: the next look resolves the cell and removes the cgroup.
+    os.now = 120;
     let _ = d.tick(&mut os);
+    assert!(has_done(&os, &j));
     assert!(!os.cgroups.contains_key(&g), "the empty cgroup is removed");
+    assert!(
+        !os.files.contains_key(&k.snapshot()),
+        "the state is not kept"
+    );
+    assert!(!os.files.contains_key(&cell.snapshot_new()));
+    let note = String::from_utf8(os.files[&k.note()].clone()).unwrap();
+    assert!(
+        note.contains("cell 1 reached was not kept (its shim was killed"),
+        "{note}"
+    );
+    // A cancel now finds it done and signals nothing.
+    os.files.insert(cell.cancel(), b"cancel\n".to_vec());
+    os.now = 130;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.signals.len(), 3);
+}
+
+/// Without a cgroup: what the killed shim's tree held was reparented to
+/// the daemon (a subreaper), and the cell's session and marker still
+/// name the rest. All of it is the cell's — a `setsid env -i` daemon
+/// (86, only the reparenting ties it to the cell) and what it forks later
+/// included — and nothing else: the leftover cell 1 reported (70, no
+/// marker, orphaned by the same kill of every shim) and a process
+/// carrying another cell's marker (71), children of the daemon too, are
+/// never signalled.
+#[test]
+fn a_killed_shims_orphans_session_and_marker_are_ended_without_a_cgroup() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    // Cell 1 ends, leaving 70 (a child of its shim 60, which lingers).
+    let one = k.cell(CellSeq(1));
+    os.add(proc_(70, 60, 70));
+    let mut w = JournalWriter::open(&mut os, &one.journal(), 1 << 20).unwrap();
+    w.finish(
+        &mut os,
+        vec![
+            EntryKind::Result {
+                outcome: CellOutcome::Ok,
+            },
+            EntryKind::Leftovers { pids: vec![70] },
+        ],
+    )
+    .unwrap();
+    let cell = k.cell(CellSeq(2));
+    let sub = Submission {
+        request_id: RequestId("r2".into()),
+        seq: CellSeq(2),
+        code: Bytes(b"sleep 9".to_vec()),
+        timeout_ms: None,
+    };
+    os.files.insert(cell.submission(), to_json(&sub));
+    os.now = 2;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 2, "cell 2 starts (shim 80)");
+    os.add(proc_(81, 80, 81));
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    w.push(
+        &mut os,
+        EntryKind::Started {
+            pid: 81,
+            pgid: 81,
+            starttime: 181,
+        },
+    )
+    .unwrap();
+    os.add(proc_(82, 81, 81)); // in the session
+    os.add(proc_(83, 1, 83)); // left the session, kept the marker
+    os.env.insert(83, vec![(MARKER_NAME.into(), "n1:2".into())]);
+    os.add(proc_(86, 80, 86)); // setsid env -i, under the subreaper shim
+    os.add(proc_(71, 10, 71));
+    os.env.insert(71, vec![(MARKER_NAME.into(), "n1:0".into())]);
+    os.now = 5;
+    let _ = d.tick(&mut os);
+    // Every shim is killed; their orphans come back to the daemon (10).
+    os.procs.remove(&60);
+    os.procs.remove(&80);
+    for pid in [70, 86] {
+        os.procs.get_mut(&pid).unwrap().ppid = 10;
+    }
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    let mut termed: Vec<Pid> = os.signals.iter().map(|s| s.0).collect();
+    termed.sort();
+    assert_eq!(termed, vec![81, 82, 83, 86], "{:?}", os.signals);
+    assert!(os.signals.iter().all(|s| s.1 == Signal::Term));
+    assert!(!has_done(&os, &cell.journal()));
+    // The shell and its session child die of the TERM; 83 and 86 ignore
+    // it, and 86 forks 87 (no marker, its own session).
+    for pid in [81, 82] {
+        os.procs.remove(&pid);
+    }
+    os.add(proc_(87, 86, 87));
+    os.now = 110;
+    let _ = d.tick(&mut os);
+    let killed: BTreeSet<Pid> = os
+        .signals
+        .iter()
+        .filter(|s| s.1 == Signal::Kill)
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(killed, BTreeSet::from([83, 86, 87]), "{:?}", os.signals);
+    os.now = 120;
+    let _ = d.tick(&mut os);
+    assert!(has_done(&os, &cell.journal()));
+    assert!(
+        !os.signals.iter().any(|s| s.0 == 70 || s.0 == 71),
+        "{:?}",
+        os.signals
+    );
+    assert!(os.procs.contains_key(&70) && os.procs.contains_key(&71));
+}
+
+/// A shim killed after it appended `done` and before it wrote the done
+/// flag: the cell had resolved (the client may have read it), so nothing
+/// of it is ended — its leftover 65 may run on — and the flag is written.
+#[test]
+fn a_shim_killed_between_done_and_its_flag_leaves_a_resolved_cell() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let cell = KernelLayout::new(&dir).cell(CellSeq(1));
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    started_main(&mut os, &cell);
+    os.add(proc_(65, 60, 61));
+    os.env.insert(65, vec![(MARKER_NAME.into(), "n1:1".into())]);
+    os.procs.remove(&61);
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    w.finish(
+        &mut os,
+        vec![
+            EntryKind::Result {
+                outcome: CellOutcome::Ok,
+            },
+            EntryKind::Leftovers { pids: vec![65] },
+        ],
+    )
+    .unwrap();
+    os.files.remove(&journal::done_flag(&cell.journal()));
+    os.procs.remove(&60);
+    os.procs.get_mut(&65).unwrap().ppid = 10;
+    for now in [10, 20, 200, 400] {
+        os.now = now;
+        let _ = d.tick(&mut os);
+    }
+    assert!(os.signals.is_empty(), "{:?}", os.signals);
+    assert!(os.exists(&journal::done_flag(&cell.journal())));
+    assert_eq!(result_in(&os, &cell.journal()), Some(CellOutcome::Ok));
+    assert!(os.procs.contains_key(&65));
 }
 
 fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {
