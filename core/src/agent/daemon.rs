@@ -318,15 +318,61 @@ impl Daemon {
                 );
                 continue;
             }
-            if let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) {
-                if !w.is_done() {
-                    // A result settled before stays the result.
-                    let outcome = CellOutcome::Error {
-                        message: "the kernel daemon that ran this cell is gone".into(),
-                    };
-                    let _ = w.close(os, outcome, Vec::new());
-                }
+            let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) else {
+                continue;
+            };
+            if w.is_done() {
+                continue;
             }
+            // Its shim is gone too, but what the cell started may run on:
+            // it is ended as a cancel ends it (its marker and cgroup, and
+            // its session while its main process is still the one the
+            // journal recorded: after a restart of the sandbox that
+            // session's number may be anyone's), and the cell resolves
+            // after. A result settled before stays the result.
+            let result = if w.has_result() {
+                Vec::new()
+            } else {
+                vec![EntryKind::Result {
+                    outcome: CellOutcome::Error {
+                        message: "the kernel daemon that ran this cell is gone".into(),
+                    },
+                }]
+            };
+            if w.settle(os, result).is_err() {
+                continue;
+            }
+            let marker = read_json::<LaunchRecord>(os, &cell.launch())
+                .ok()
+                .flatten()
+                .map(|l| l.marker)
+                .unwrap_or_default();
+            let python = self.config.as_ref().is_some_and(|c| c.lang == Lang::Python);
+            let mut t = Track::new((0, 0), marker, python);
+            t.shim = None;
+            t.shim_death_seen = true;
+            t.shim_death_told = true;
+            let started = read_journal(os, &cell.journal()).ok().and_then(|r| {
+                r.entries.iter().find_map(|e| match e.kind {
+                    EntryKind::Started {
+                        pid,
+                        pgid,
+                        starttime,
+                    } => Some((pid, pgid, starttime)),
+                    _ => None,
+                })
+            });
+            let same_main = started.is_some_and(|(pid, _, start)| {
+                os.process(pid)
+                    .is_some_and(|p| p.starttime == start && !p.zombie)
+            });
+            // 0 matches no process and is not read again from the journal.
+            t.pgid = Some(started.filter(|_| same_main && !python).map_or(0, |s| s.1));
+            t.cancel = Some(Escalation {
+                since: os.now(),
+                ..Escalation::default()
+            });
+            self.cells.insert(seq, t);
         }
     }
 

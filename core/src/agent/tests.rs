@@ -637,6 +637,59 @@ fn a_shim_killed_between_done_and_its_flag_leaves_a_resolved_cell() {
     assert!(os.procs.contains_key(&65));
 }
 
+/// A fresh daemon finds a cell its dead predecessor ran, whose shim is
+/// gone too: what the cell still runs (its main process 61, still the one
+/// the journal recorded, with its session, and a marked process) is ended
+/// as a cancel ends it before the cell resolves, "daemon gone". A session
+/// whose leader is no longer the recorded process (a restarted sandbox
+/// reuses pids) is nobody's to signal.
+#[test]
+fn a_fresh_daemon_ends_what_a_cell_of_its_dead_predecessor_still_runs() {
+    for same_main in [true, false] {
+        let mut os = FakeOs::new();
+        let dir = kernel_with_submission(&mut os, false);
+        let cell = KernelLayout::new(&dir).cell(CellSeq(1));
+        let mut old = Daemon::new(&dir, "n1");
+        let _ = old.tick(&mut os);
+        started_main(&mut os, &cell);
+        os.add(proc_(62, 61, 61));
+        os.add(proc_(63, 1, 63));
+        os.env.insert(63, vec![(MARKER_NAME.into(), "n1:1".into())]);
+        // The old daemon and the shim are killed.
+        os.procs.remove(&60);
+        if !same_main {
+            // Pid 61 is now another process (another start time).
+            os.procs.get_mut(&61).unwrap().starttime += 1;
+        }
+        os.now = 50;
+        let mut d = Daemon::new(&dir, "n2");
+        let _ = d.tick(&mut os);
+        let mut termed: Vec<Pid> = os.signals.iter().map(|s| s.0).collect();
+        termed.sort();
+        let expect = if same_main {
+            vec![61, 62, 63]
+        } else {
+            vec![63]
+        };
+        assert_eq!(termed, expect, "{:?}", os.signals);
+        assert!(!has_done(&os, &cell.journal()));
+        os.now = 160;
+        let _ = d.tick(&mut os);
+        os.now = 170;
+        let _ = d.tick(&mut os);
+        assert!(has_done(&os, &cell.journal()));
+        assert_eq!(
+            result_in(&os, &cell.journal()),
+            Some(CellOutcome::Error {
+                message: "the kernel daemon that ran this cell is gone".into()
+            })
+        );
+        assert_eq!(os.procs.contains_key(&61), !same_main);
+        assert_eq!(os.procs.contains_key(&62), !same_main);
+        assert!(!os.procs.contains_key(&63));
+    }
+}
+
 fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {
     let layout = Layout::new("/r");
     let k = layout.kernel(&KernelName::new("k").unwrap());
