@@ -691,8 +691,9 @@ fn mark_used(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agen
 /// Where the launch records of acknowledged cells whose shim still runs
 /// (holding leftovers) are kept, so that shutdown and idle exit still find
 /// them after the cell's directory is gone, even when the daemon that
-/// started them is gone too.
-fn leftovers_dir(k: &KernelLayout) -> String {
+/// started them is gone too; and the daemon's records of processes a
+/// killed shim left to it ([`super::daemon`], `orphan-<pid>.json`).
+pub(crate) fn leftovers_dir(k: &KernelLayout) -> String {
     format!("{}/leftovers", k.dir())
 }
 

@@ -1129,3 +1129,44 @@ fn a_sequence_number_cancelled_before_its_submit_is_used_and_its_resend_is_idemp
         "acknowledged: never recorded again: {r:?}"
     );
 }
+
+#[test]
+fn what_a_killed_shim_left_to_the_daemon_is_kept_for_after_the_daemon() {
+    // No cgroup: a Python cell's `setsid env -i` daemon (no marker, its own
+    // session) is an orphan under the interpreter's shim. The shim is
+    // killed: it comes back to the kernel daemon (a subreaper). The daemon
+    // is killed next: it goes to PID 1, and only a record the daemon kept
+    // still names it for shutdown (python_cancel seed 222).
+    let mut os = FakeOs::new();
+    let dir = python_kernel_with_submission(&mut os);
+    let k = KernelLayout::new(&dir);
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os); // the interpreter's shim: 60
+    os.add(proc_(61, 60, 60)); // the interpreter
+    os.add(proc_(80, 60, 80)); // the env -i daemon, an orphan under the shim
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    let record = format!("{}/leftovers/orphan-80.json", k.dir());
+    assert!(!os.files.contains_key(&record), "nothing died yet");
+    // The shim is SIGKILLed: its children come back to the daemon (10).
+    os.procs.remove(&60);
+    os.procs.get_mut(&61).unwrap().ppid = os.me;
+    os.procs.get_mut(&80).unwrap().ppid = os.me;
+    os.now = 20;
+    let _ = d.tick(&mut os);
+    assert!(os.files.contains_key(&record));
+    // The daemon is killed: the orphan goes to PID 1 and a shutdown (an
+    // op, not the daemon) still finds it by the record.
+    os.procs.remove(&61);
+    os.procs.get_mut(&80).unwrap().ppid = 1;
+    os.me = 99;
+    os.add(proc_(99, 1, 99));
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    let set = super::op::kernel_processes(&os, &table, &k, &protected);
+    assert_eq!(set, BTreeSet::from([80]));
+    // A pid reused by another process is not the orphan.
+    os.procs.get_mut(&80).unwrap().starttime += 1;
+    let table = Table::snapshot(&os);
+    assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
+}
