@@ -1170,3 +1170,43 @@ fn what_a_killed_shim_left_to_the_daemon_is_kept_for_after_the_daemon() {
     let table = Table::snapshot(&os);
     assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
 }
+
+#[test]
+fn a_cells_process_group_reused_by_a_later_process_is_not_the_cells() {
+    // A cell's journal names its group (the bash it started, pid 7). The
+    // sandbox rebooted (or pids wrapped): pid 7 now leads another group,
+    // a shutdown op's own. A shutdown of the old kernel must spare it
+    // (reaper seed 500199: the op of one shutdown killed another's).
+    let mut os = FakeOs::new();
+    let k = KernelLayout::new("/root/kernels/a");
+    let cell = k.cell(CellSeq(1));
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    w.push(
+        &mut os,
+        EntryKind::Started {
+            pid: 7,
+            pgid: 7,
+            starttime: 3,
+        },
+    )
+    .unwrap();
+    os.add(proc_(7, 1, 7)); // started at 107: a later process
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
+    // The cell's own leader, and a member of its group once the leader is
+    // gone, are still the cell's.
+    os.procs.get_mut(&7).unwrap().starttime = 3;
+    os.add(proc_(8, 1, 7));
+    let table = Table::snapshot(&os);
+    assert_eq!(
+        super::op::kernel_processes(&os, &table, &k, &protected),
+        BTreeSet::from([7, 8])
+    );
+    os.procs.remove(&7);
+    let table = Table::snapshot(&os);
+    assert_eq!(
+        super::op::kernel_processes(&os, &table, &k, &protected),
+        BTreeSet::from([8])
+    );
+}
