@@ -913,3 +913,39 @@ fn a_second_client_without_a_record_is_told_the_kernel_is_ahead_then_continues_a
     assert_eq!(h2.output(&cell), "b\n");
     assert!(h2.agent.runs.values().all(|&n| n == 1));
 }
+
+#[test]
+fn a_shutdown_given_up_on_is_sent_again_once_the_sandbox_answers() {
+    // An idle daemon exits by itself, its kernel directory does not: a
+    // shutdown every attempt of which failed stays owed (reaper seed 178:
+    // an evicted kernel's shutdown ran into a 21 s partition and its files
+    // outlived the run).
+    let mut h = Harness::new(31);
+    h.open("b", Lang::Shell);
+    let cell = h.run("b", "out 1", None);
+    h.settle();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    assert!(h.agent.kernels.contains_key(&kname("b")));
+    h.net = Net::Down;
+    h.client.shutdown(&kname("b"), h.now);
+    h.run_until(|h| h.client.kernels().all(|k| k.as_str() != "b"));
+    assert!(
+        h.trace.contains("could not shut kernel b down"),
+        "{}",
+        h.trace
+    );
+    assert!(h.agent.kernels.contains_key(&kname("b")), "never reached");
+    // The sandbox answers again: the next exec that gets through (another
+    // kernel's spawn) sends b's shutdown again.
+    h.net = Net::Up;
+    h.open("c", Lang::Shell);
+    h.settle();
+    assert!(!h.agent.kernels.contains_key(&kname("b")), "{}", h.trace);
+    assert!(h.client.kernels().all(|k| k.as_str() != "b"));
+    // Owed once: nothing more is sent for it.
+    let shutdowns = h.sent(OpKind::Shutdown);
+    let more = h.run("c", "out 2", None);
+    h.settle();
+    assert_eq!(h.outcome(&more), Some(CellOutcome::Ok));
+    assert_eq!(h.sent(OpKind::Shutdown), shutdowns);
+}

@@ -108,11 +108,29 @@ pub struct ClientLog {
 impl ClientLog {
     /// The label of the cell `key` names: the one it was first seen with,
     /// else the cell being run (if that has no key yet).
+    ///
+    /// A kernel evicted and opened again under its name (by a later
+    /// client process, which never knew the old one's numbers) starts
+    /// over at #1: a key whose cell was resolved (not `unknown`: that one
+    /// a resume may still finish) names the cell being run now, whatever
+    /// that cell's first event is: its acceptance, or a refusal with no
+    /// acceptance before it (fail_open seed 200519: `plain_after`, refused
+    /// with the fallback off, got `plain_hello`'s key `sim#1`).
     fn label_of(&mut self, key: &CellKey) -> Option<String> {
-        if let Some(l) = self.labels.get(key) {
-            return Some(l.clone());
+        let Some(l) = self.labels.get(key).cloned() else {
+            return self.claim(key);
+        };
+        let resolved = self.cells.get(&l).is_some_and(|c| {
+            c.resolutions
+                .iter()
+                .any(|o| !matches!(o, CellOutcome::Unknown { .. }))
+        });
+        if resolved {
+            if let Some(now) = self.claim(key) {
+                return Some(now);
+            }
         }
-        self.claim(key)
+        Some(l)
     }
 
     /// Names `key` after the cell being run, if that has no key yet.
@@ -139,20 +157,6 @@ impl ClientLog {
                 self.evictions.push((now_ms, kernel.as_str().to_owned()))
             }
             Event::CellAccepted { cell, .. } => {
-                // A kernel evicted and opened again under its name (by a
-                // later client process, which never knew the old one's
-                // numbers) starts over at #1: a key whose cell was
-                // resolved is the cell being run now.
-                let resolved = self.labels.get(cell).is_some_and(|l| {
-                    self.cells.get(l).is_some_and(|c| {
-                        c.resolutions
-                            .iter()
-                            .any(|o| !matches!(o, CellOutcome::Unknown { .. }))
-                    })
-                });
-                if resolved && self.claim(cell).is_some() {
-                    return;
-                }
                 if let Some(l) = self.label_of(cell) {
                     let seen = self.cells.entry(l).or_default();
                     seen.accepted_at.get_or_insert(now_ms);
@@ -449,5 +453,71 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
         finished: log.finished,
         harness_errors: log.errors.clone(),
         ..Observations::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_core::ids::{CellSeq, KernelName};
+
+    fn key(kernel: &str, seq: u64) -> CellKey {
+        CellKey {
+            kernel: KernelName::new(kernel).unwrap(),
+            seq: CellSeq(seq),
+        }
+    }
+
+    fn refused(cell: CellKey) -> Event {
+        Event::CellResolved {
+            cell,
+            outcome: CellOutcome::Error {
+                message: "the kernel could not be started".into(),
+            },
+        }
+    }
+
+    fn run(log: &mut ClientLog, label: &str) {
+        log.current = Some(label.into());
+        log.cells.entry(label.into()).or_default();
+    }
+
+    #[test]
+    fn a_key_reused_by_a_reopened_kernel_names_the_cell_being_run() {
+        let mut log = ClientLog::default();
+        run(&mut log, "first");
+        log.on_event(10, &refused(key("sim", 1)));
+        // The kernel is evicted and opened again by a later client
+        // process: its numbers start over, and this cell's first event
+        // is its refusal (no acceptance before it).
+        run(&mut log, "again");
+        log.on_event(20, &refused(key("sim", 1)));
+        assert_eq!(log.cells["first"].resolutions.len(), 1);
+        assert_eq!(log.cells["again"].resolutions.len(), 1);
+        assert_eq!(log.labels[&key("sim", 1)], "again");
+    }
+
+    #[test]
+    fn a_key_written_off_as_unknown_stays_with_its_cell() {
+        let mut log = ClientLog::default();
+        run(&mut log, "first");
+        let unknown = Event::CellResolved {
+            cell: key("sim", 1),
+            outcome: CellOutcome::Unknown {
+                reason: "the sandbox did not answer".into(),
+            },
+        };
+        log.on_event(10, &unknown);
+        // A resume finishes it while the next cell runs: still its own.
+        run(&mut log, "next");
+        log.on_event(20, &refused(key("sim", 1)));
+        assert_eq!(log.cells["first"].resolutions.len(), 2);
+        assert!(log.cells["next"].resolutions.is_empty());
+        // A cell resolved for good keeps a late event of its own while it
+        // is still the one being run.
+        run(&mut log, "third");
+        log.on_event(30, &refused(key("sim", 2)));
+        log.on_event(31, &refused(key("sim", 2)));
+        assert_eq!(log.cells["third"].resolutions.len(), 2);
     }
 }

@@ -261,20 +261,46 @@ pub struct Outages {
     pub backoffs_ms: Vec<u64>,
     /// How many failed attempts in a row make the client give up.
     pub attempts: u32,
+    /// The longest one attempt may take before it fails (its deadline).
+    pub budget_ms: u64,
 }
 
 impl Outages {
     /// Could the client honestly have given up at `at`? Every exec failed
     /// for as long as the client retries before it gives up, where each
     /// single failure before `at` stands for one attempt (and its wait).
+    ///
+    /// The attempts a span does not cover may come after it as well as
+    /// before it: a call in flight when a partition begins fails at its
+    /// deadline (before the span's attempts), a lost reply can fail the
+    /// first call after it heals (after them). So each split of the
+    /// single failures into `j` last attempts and the rest first is
+    /// tried: the covered attempts then ended before the last `j`
+    /// started, that is their backoffs (and at most one deadline each)
+    /// before `at` (fail_open seed 100502: x6 hung into a partition, x7–x10
+    /// failed in it, x11's reply was lost after it healed).
     pub fn excuse(&self, at: u64) -> bool {
+        let n = self.attempts as usize;
         let blips = self.blips.iter().filter(|&&b| b <= at).count();
-        let left = (self.attempts as usize).saturating_sub(1 + blips);
-        if blips >= self.attempts as usize {
+        if blips >= n {
             return true;
         }
+        let left = n.saturating_sub(1 + blips);
+        // The smallest waits: the oracle errs toward excusing.
         let needed: u64 = self.backoffs_ms.iter().take(left).sum();
-        self.covered(at.saturating_sub(needed), at)
+        // A partition's own blip is the call in flight when it began: it
+        // failed before the span's attempts, never after them.
+        let after = self
+            .blips
+            .iter()
+            .filter(|&&b| b <= at && !self.spans.iter().any(|&(a, _)| a == b))
+            .count();
+        (0..=after.min(self.backoffs_ms.len())).any(|j| {
+            let last: u64 = self.backoffs_ms.iter().rev().take(j).sum();
+            let hi = at.saturating_sub(last);
+            let lo = hi.saturating_sub(self.budget_ms.saturating_mul(j as u64));
+            self.covered_ending_in(needed, lo, hi)
+        })
     }
 
     /// Could one failed exec have been sent in `[from, to]`: a failure
@@ -288,22 +314,25 @@ impl Outages {
                 .any(|&(a, b)| a <= to.saturating_add(100) && b.saturating_add(100) >= from)
     }
 
-    /// Is `[from, to]` covered by the union of the spans (to within the
-    /// 100 ms an exec and a retry timer may straddle)?
-    fn covered(&self, from: u64, to: u64) -> bool {
+    /// Is some `[e - needed, e]` with `lo <= e <= hi` covered by the
+    /// union of the spans (to within the 100 ms an exec and a retry timer
+    /// may straddle)?
+    fn covered_ending_in(&self, needed: u64, lo: u64, hi: u64) -> bool {
         let mut spans = self.spans.clone();
         spans.sort_unstable();
-        let mut reach = from;
+        // The union, spans within 100 ms of each other joined.
+        let mut union: Vec<(u64, u64)> = Vec::new();
         for (a, b) in spans {
-            if a > reach.saturating_add(100) {
-                continue;
-            }
-            reach = reach.max(b);
-            if reach.saturating_add(100) >= to {
-                return true;
+            match union.last_mut() {
+                Some((_, reach)) if a <= reach.saturating_add(100) => *reach = (*reach).max(b),
+                _ => union.push((a, b)),
             }
         }
-        false
+        union.iter().any(|&(a, b)| {
+            let earliest = lo.max((a + needed).saturating_sub(100));
+            let latest = hi.min(b.saturating_add(100));
+            earliest <= latest
+        })
     }
 }
 
@@ -1382,6 +1411,7 @@ mod tests {
             blips: vec![],
             backoffs_ms: vec![100, 200, 400, 800, 1_000],
             attempts: 6,
+            budget_ms: 2_500,
         };
         o.outages = Some(outages.clone());
         let v = check(&o);
@@ -1404,9 +1434,38 @@ mod tests {
         o.outages = Some(Outages {
             spans: vec![(19_200, 20_000)],
             blips: vec![700, 800],
-            ..outages
+            ..outages.clone()
         });
         assert!(check(&o).is_empty());
+        // A partition that healed before the give-up, with a call in
+        // flight when it began (its blip) and a reply lost after it
+        // healed: the last attempt failed by the lost reply, the four
+        // before it in the partition, the first at its deadline
+        // (fail_open seed 100502).
+        o.cells[0].ended_ms = Some(5_614);
+        o.outages = Some(Outages {
+            spans: vec![(812, 4_785)],
+            blips: vec![812, 2_279],
+            ..outages.clone()
+        });
+        assert!(check(&o).is_empty());
+        // The same partition with no lost reply: the client gave up
+        // 800 ms after it healed, with an attempt that should have worked.
+        o.outages = Some(Outages {
+            spans: vec![(812, 4_785)],
+            blips: vec![812],
+            ..outages.clone()
+        });
+        assert_eq!(kinds(&check(&o)), ["needless_unknown"]);
+        // A lost reply far before the partition covers one attempt, not
+        // the gap after the partition.
+        o.cells[0].ended_ms = Some(9_000);
+        o.outages = Some(Outages {
+            spans: vec![(812, 4_785)],
+            blips: vec![812, 2_279],
+            ..outages
+        });
+        assert_eq!(kinds(&check(&o)), ["needless_unknown"]);
     }
 
     #[test]

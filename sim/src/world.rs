@@ -194,6 +194,7 @@ pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
         blips: Vec::new(),
         backoffs_ms: backoffs,
         attempts: config.max_attempts,
+        budget_ms: budget,
     };
     for f in &schedule.0 {
         let at = f.at_ms;

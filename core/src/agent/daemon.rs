@@ -52,7 +52,7 @@
 use super::journal::{self, read_journal, JournalWriter, DEFAULT_CAP};
 use super::kernel::{read_json, to_json, KernelConfig, LaunchRecord, DEFAULT_GRACE_MS};
 use super::layout::KernelLayout;
-use super::op::{cell_seqs, kernel_processes};
+use super::op::{cell_seqs, kernel_processes, leftovers_dir};
 use super::os::{CellLaunch, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
 use super::python;
@@ -182,6 +182,11 @@ pub struct Daemon {
     /// shim's note, or this daemon's when its shim died), so a fresh one
     /// needs no note of its own.
     py_loss_noted: bool,
+    /// The interpreter's shim whose death was seen (its orphans kept).
+    py_gone_seen: Option<(Pid, u64)>,
+    /// A shim died since the last look: what it held came back to this
+    /// daemon (a subreaper), to be kept on disk ([`Daemon::keep_orphans`]).
+    orphans_due: bool,
 }
 
 /// A stop in progress (see the module doc).
@@ -206,6 +211,8 @@ impl Daemon {
             py: None,
             stop: None,
             py_loss_noted: false,
+            py_gone_seen: None,
+            orphans_due: false,
         }
     }
 
@@ -267,8 +274,20 @@ impl Daemon {
             }
             return step;
         }
+        if let Some(shim) = self.py.filter(|&s| self.py_gone_seen != Some(s)) {
+            let alive = os
+                .process(shim.0)
+                .is_some_and(|p| p.starttime == shim.1 && !p.zombie);
+            if !alive {
+                self.py_gone_seen = Some(shim);
+                self.orphans_due = true;
+            }
+        }
         self.track_cells(os, now);
         self.start_next(os, now);
+        if std::mem::take(&mut self.orphans_due) {
+            self.keep_orphans(os);
+        }
         let busy = self
             .cells
             .values()
@@ -494,6 +513,7 @@ impl Daemon {
                     .is_some_and(|p| p.starttime == start && !p.zombie);
                 if !alive {
                     t.shim = None;
+                    self.orphans_due = true;
                 }
             }
             if t.shim.is_none() && !t.done && !t.shim_death_told {
@@ -805,6 +825,49 @@ impl Daemon {
             .descendants(pid)
             .into_iter()
             .any(|p| table.get(p).is_some_and(|i| !i.zombie) && os.has_env(p, MARKER_NAME, &marker))
+    }
+
+    /// Keeps a record (`leftovers/orphan-<pid>.json`: pid and start time)
+    /// of each process a dead shim left to this daemon: its children other
+    /// than its live shims. While this daemon lives they are its
+    /// descendants (owned: the idle exit and shutdown take them), but a
+    /// killed daemon leaves them to PID 1, and a `setsid env -i` daemon
+    /// carries nothing else that names the kernel (no marker, no cgroup
+    /// without cgroup v2): the record is what lets shutdown, or a later
+    /// daemon's idle exit, still find them (python_cancel seed 222: the
+    /// interpreter's shim killed, then the daemon).
+    fn keep_orphans(&self, os: &mut dyn Os) {
+        let table = Table::snapshot(os);
+        let me = os.self_pid();
+        let shims: BTreeSet<Pid> = self
+            .cells
+            .values()
+            .filter_map(|t| t.shim.map(|s| s.0))
+            .chain(self.py.map(|s| s.0))
+            .collect();
+        let orphans: Vec<(Pid, u64)> = table
+            .iter()
+            .filter(|p| p.ppid == me && p.pid != me && !p.zombie && !shims.contains(&p.pid))
+            .map(|p| (p.pid, p.starttime))
+            .collect();
+        if orphans.is_empty() {
+            return;
+        }
+        let dir = leftovers_dir(&self.kernel);
+        if os.create_dir_all(&dir).is_err() {
+            return;
+        }
+        for (pid, starttime) in orphans {
+            let record = LaunchRecord {
+                shim_pid: pid,
+                shim_starttime: starttime,
+                marker: String::new(),
+                cgroup: None,
+            };
+            // Best effort: a full disk loses only what a killed daemon
+            // would have lost without it.
+            let _ = os.write_atomic(&format!("{dir}/orphan-{pid}.json"), &to_json(&record));
+        }
     }
 
     /// Kills this kernel's interpreters whose shim died: orphaned (they

@@ -277,6 +277,18 @@ pub fn is_done(read: &JournalRead) -> bool {
         .any(|e| matches!(e.kind, EntryKind::Done))
 }
 
+/// The `started` entry's pid, process group and start time, if any.
+pub fn started(read: &JournalRead) -> Option<(u32, u32, u64)> {
+    read.entries.iter().find_map(|e| match e.kind {
+        EntryKind::Started {
+            pid,
+            pgid,
+            starttime,
+        } => Some((pid, pgid, starttime)),
+        _ => None,
+    })
+}
+
 /// The process group recorded by the `started` entry, if any.
 pub fn started_pgid(read: &JournalRead) -> Option<u32> {
     read.entries.iter().find_map(|e| match e.kind {

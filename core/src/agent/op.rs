@@ -691,8 +691,9 @@ fn mark_used(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agen
 /// Where the launch records of acknowledged cells whose shim still runs
 /// (holding leftovers) are kept, so that shutdown and idle exit still find
 /// them after the cell's directory is gone, even when the daemon that
-/// started them is gone too.
-fn leftovers_dir(k: &KernelLayout) -> String {
+/// started them is gone too; and the daemon's records of processes a
+/// killed shim left to it ([`super::daemon`], `orphan-<pid>.json`).
+pub(crate) fn leftovers_dir(k: &KernelLayout) -> String {
     format!("{}/leftovers", k.dir())
 }
 
@@ -761,6 +762,31 @@ fn cancel(os: &mut dyn Os, cell: &CellLayout) -> Result<CancelState, AgentError>
     })
 }
 
+/// The process group a cell's `started` entry names, while it is still
+/// the cell's: a live process leading that group id that started at
+/// another time than the cell's leader (the started process, or the shim
+/// whose group it is) is a later process's group, the id reused (pids
+/// wrap, a rebooted sandbox starts over: kernel a's journal from before a
+/// bounce named the group of the shutdown op itself, reaper seed 500199).
+/// A group whose leader is gone keeps its id while any member lives.
+fn cells_group(
+    table: &Table,
+    (pid, pgid, starttime): (u32, u32, u64),
+    launch: Option<&LaunchRecord>,
+) -> Option<u32> {
+    let leader_start = if pid == pgid {
+        Some(starttime)
+    } else {
+        launch
+            .filter(|l| l.shim_pid == pgid)
+            .map(|l| l.shim_starttime)
+    };
+    match (table.get(pgid), leader_start) {
+        (Some(p), Some(start)) if p.starttime != start => None,
+        _ => Some(pgid),
+    }
+}
+
 /// Everything a kernel owns: its daemon and the daemon's descendants, and
 /// every process of each of its cells.
 pub fn kernel_processes(
@@ -787,17 +813,16 @@ pub fn kernel_processes(
         .map(|c| c.nonce);
     for seq in cell_seqs(os, k) {
         let cell = k.cell(seq);
+        let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
         let pgid = read_journal(os, &cell.journal())
             .ok()
-            .and_then(|r| journal::started_pgid(&r));
-        let shim = read_json::<LaunchRecord>(os, &cell.launch())
-            .ok()
-            .flatten()
-            .filter(|l| {
-                table
-                    .get(l.shim_pid)
-                    .is_some_and(|p| p.starttime == l.shim_starttime)
-            });
+            .and_then(|r| journal::started(&r))
+            .and_then(|started| cells_group(table, started, launch.as_ref()));
+        let shim = launch.filter(|l| {
+            table
+                .get(l.shim_pid)
+                .is_some_and(|p| p.starttime == l.shim_starttime)
+        });
         let scope = CellScope {
             shim: None,
             pgid,

@@ -1387,3 +1387,84 @@ fn a_sequence_number_cancelled_before_its_submit_is_used_and_its_resend_is_idemp
         "acknowledged: never recorded again: {r:?}"
     );
 }
+
+#[test]
+fn what_a_killed_shim_left_to_the_daemon_is_kept_for_after_the_daemon() {
+    // No cgroup: a Python cell's `setsid env -i` daemon (no marker, its own
+    // session) is an orphan under the interpreter's shim. The shim is
+    // killed: it comes back to the kernel daemon (a subreaper). The daemon
+    // is killed next: it goes to PID 1, and only a record the daemon kept
+    // still names it for shutdown (python_cancel seed 222).
+    let mut os = FakeOs::new();
+    let dir = python_kernel_with_submission(&mut os);
+    let k = KernelLayout::new(&dir);
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os); // the interpreter's shim: 60
+    os.add(proc_(61, 60, 60)); // the interpreter
+    os.add(proc_(80, 60, 80)); // the env -i daemon, an orphan under the shim
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    let record = format!("{}/leftovers/orphan-80.json", k.dir());
+    assert!(!os.files.contains_key(&record), "nothing died yet");
+    // The shim is SIGKILLed: its children come back to the daemon (10).
+    os.procs.remove(&60);
+    os.procs.get_mut(&61).unwrap().ppid = os.me;
+    os.procs.get_mut(&80).unwrap().ppid = os.me;
+    os.now = 20;
+    let _ = d.tick(&mut os);
+    assert!(os.files.contains_key(&record));
+    // The daemon is killed: the orphan goes to PID 1 and a shutdown (an
+    // op, not the daemon) still finds it by the record.
+    os.procs.remove(&61);
+    os.procs.get_mut(&80).unwrap().ppid = 1;
+    os.me = 99;
+    os.add(proc_(99, 1, 99));
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    let set = super::op::kernel_processes(&os, &table, &k, &protected);
+    assert_eq!(set, BTreeSet::from([80]));
+    // A pid reused by another process is not the orphan.
+    os.procs.get_mut(&80).unwrap().starttime += 1;
+    let table = Table::snapshot(&os);
+    assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
+}
+
+#[test]
+fn a_cells_process_group_reused_by_a_later_process_is_not_the_cells() {
+    // A cell's journal names its group (the bash it started, pid 7). The
+    // sandbox rebooted (or pids wrapped): pid 7 now leads another group,
+    // a shutdown op's own. A shutdown of the old kernel must spare it
+    // (reaper seed 500199: the op of one shutdown killed another's).
+    let mut os = FakeOs::new();
+    let k = KernelLayout::new("/root/kernels/a");
+    let cell = k.cell(CellSeq(1));
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    w.push(
+        &mut os,
+        EntryKind::Started {
+            pid: 7,
+            pgid: 7,
+            starttime: 3,
+        },
+    )
+    .unwrap();
+    os.add(proc_(7, 1, 7)); // started at 107: a later process
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
+    // The cell's own leader, and a member of its group once the leader is
+    // gone, are still the cell's.
+    os.procs.get_mut(&7).unwrap().starttime = 3;
+    os.add(proc_(8, 1, 7));
+    let table = Table::snapshot(&os);
+    assert_eq!(
+        super::op::kernel_processes(&os, &table, &k, &protected),
+        BTreeSet::from([7, 8])
+    );
+    os.procs.remove(&7);
+    let table = Table::snapshot(&os);
+    assert_eq!(
+        super::op::kernel_processes(&os, &table, &k, &protected),
+        BTreeSet::from([8])
+    );
+}

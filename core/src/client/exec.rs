@@ -153,8 +153,11 @@ impl Client {
         }
     }
 
-    /// The sandbox answered: it is reachable.
+    /// The sandbox answered: it is reachable (and owed shutdowns go).
     fn reached(&mut self, task: &Task) {
+        if !self.owed_shutdowns.is_empty() {
+            self.resend_owed_shutdowns();
+        }
         match task.kernel() {
             Some(k) => {
                 let k = k.clone();
@@ -248,8 +251,8 @@ impl Client {
             Task::Ack(c) => self.note(Some(c.kernel.clone()), format!("could not acknowledge cell {c} ({why}); the kernel's next submit carries the acknowledgement")),
             Task::Shutdown(k) => {
                 let k = k.clone();
-                self.note(Some(k.clone()), format!("could not shut kernel {k} down ({why}); its daemon exits by itself when idle"));
-                self.remove_kernel(&k);
+                self.note(Some(k.clone()), format!("could not shut kernel {k} down ({why}); its daemon exits by itself when idle, and the shutdown is sent again once the sandbox answers"));
+                self.owe_shutdown(&k);
             }
             _ => {
                 if let Some(k) = task.kernel().cloned() {

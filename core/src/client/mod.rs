@@ -107,6 +107,11 @@ pub struct Client {
     /// Next sequence numbers of kernels that are gone, so a kernel opened
     /// again under the same name never reuses a [`CellKey`].
     retired: BTreeMap<KernelName, u64>,
+    /// Kernels whose shutdown was given up on (every attempt failed): the
+    /// client forgot them, but their directories stay on the sandbox (an
+    /// idle daemon exits, its files do not), so the shutdown is sent again
+    /// once the sandbox answers, or when asked for by name.
+    owed_shutdowns: BTreeMap<KernelName, Lang>,
     tasks: BTreeMap<Task, TaskState>,
     execs: BTreeMap<ExecId, Task>,
     install: InstallState,
@@ -136,6 +141,7 @@ impl Client {
             next_exec: 1,
             kernels: BTreeMap::new(),
             retired: BTreeMap::new(),
+            owed_shutdowns: BTreeMap::new(),
             tasks: BTreeMap::new(),
             execs: BTreeMap::new(),
             install: InstallState::Unknown,
@@ -169,6 +175,9 @@ impl Client {
                 }
             }
             None => {
+                // Opened again: its own shutdown will cover what the old
+                // one left.
+                self.owed_shutdowns.remove(&kernel);
                 let mut k = Kernel::new(kernel.clone(), lang, self.now);
                 k.next_seq = self.retired.get(&kernel).copied().unwrap_or(1);
                 self.kernels.insert(kernel.clone(), k);
@@ -363,6 +372,9 @@ impl Client {
     pub fn shutdown(&mut self, kernel: &KernelName, now: Timestamp) {
         self.advance(now);
         match self.kernels.get(kernel).map(|k| &k.phase) {
+            None if self.owed_shutdowns.contains_key(kernel) => {
+                self.resend_owed_shutdown(kernel);
+            }
             None => self.note(
                 Some(kernel.clone()),
                 format!("shutdown of {kernel} ignored: it is not open"),

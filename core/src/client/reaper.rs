@@ -110,6 +110,44 @@ impl Client {
         self.start(Task::Shutdown(name.clone()));
     }
 
+    /// Remembers that `name`'s shutdown was given up on: it is sent again
+    /// once the sandbox answers ([`Client::resend_owed_shutdowns`]).
+    pub(crate) fn owe_shutdown(&mut self, name: &KernelName) {
+        if let Some(k) = self.kernels.get(name) {
+            self.owed_shutdowns.insert(name.clone(), k.lang);
+        }
+        self.remove_kernel(name);
+    }
+
+    /// The sandbox answered: every shutdown given up on is sent again
+    /// (with a fresh set of attempts; if they fail too, it is owed again).
+    pub(crate) fn resend_owed_shutdowns(&mut self) {
+        let names: Vec<KernelName> = self.owed_shutdowns.keys().cloned().collect();
+        for name in names {
+            self.resend_owed_shutdown(&name);
+        }
+    }
+
+    /// Sends `name`'s owed shutdown again: the client holds the kernel,
+    /// shutting down, until it is answered (as after an eviction).
+    pub(crate) fn resend_owed_shutdown(&mut self, name: &KernelName) {
+        let Some(lang) = self.owed_shutdowns.remove(name) else {
+            return;
+        };
+        if self.kernels.contains_key(name) {
+            return; // opened again: its own shutdown covers it
+        }
+        let mut k = super::kernel::Kernel::new(name.clone(), lang, self.now);
+        k.next_seq = self.retired.get(name).copied().unwrap_or(1);
+        k.phase = Phase::ShuttingDown;
+        self.kernels.insert(name.clone(), k);
+        self.note(
+            Some(name.clone()),
+            format!("shutting kernel {name} down again (its shutdown was given up on)"),
+        );
+        self.start(Task::Shutdown(name.clone()));
+    }
+
     /// Drops every trace of a kernel.
     pub(crate) fn remove_kernel(&mut self, name: &KernelName) {
         self.drop_kernel_tasks(name, false);
