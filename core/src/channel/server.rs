@@ -178,6 +178,7 @@ impl Server {
 mod tests {
     use super::*;
     use crate::agent::tests::FakeOs;
+    use crate::protocol::render::StdinSource;
     use crate::protocol::{render, AgentLocation, Op};
 
     fn drain(server: &mut Server) -> Vec<ServerOutput> {
@@ -204,7 +205,9 @@ mod tests {
             root: "/r".into(),
             hash: "h".into(),
         };
-        let gc = render(5, &Op::Gc, &location).stdin;
+        let StdinSource::Bytes(gc) = render(5, &Op::Gc, &location).stdin else {
+            panic!("gc's stdin is its envelope")
+        };
         let probe = &gc[..];
         let mut wire = Frame::new(FrameKind::Request, 9, probe.to_vec()).encode();
         wire.extend(Frame::new(FrameKind::Request, 4, b"not json".to_vec()).encode());
