@@ -3,7 +3,7 @@
 //! Each channel fault is made to happen (counted by the sandbox where it
 //! hit an open channel) and every run is judged by the oracle.
 
-use tether_sim::faults::{Fault, FaultKind, FaultSchedule};
+use tether_sim::faults::{Fault, FaultKind, FaultSchedule, OpTarget};
 use tether_sim::scenario;
 use tether_sim::swarm::World;
 use tether_sim::world::{run_in, Variant};
@@ -90,5 +90,50 @@ fn each_channel_fault_happens_and_the_oracle_passes_it() {
             hit += u64::from(counts.get(*what).copied().unwrap_or(0) > 0);
         }
         assert!(hit >= 5, "{what} hit an open channel in {hit} of 10 runs");
+    }
+}
+
+#[test]
+fn the_faults_aimed_at_ops_hit_ops_on_the_channel_too() {
+    // A lost reply ends the stream before it (as a one-shot exec's
+    // connection closes); a killed op kills the channel process that
+    // carries it; a damaged reply arrives in an intact frame and is
+    // retried. Each once, the cell run once, its output whole.
+    for (fault, what) in [
+        (
+            FaultKind::ReplyLost {
+                op: OpTarget::Submit,
+            },
+            "reply_lost",
+        ),
+        (FaultKind::ReplyLost { op: OpTarget::Wait }, "reply_lost"),
+        (
+            FaultKind::KillOp {
+                op: OpTarget::Submit,
+            },
+            "killed",
+        ),
+        (FaultKind::KillOp { op: OpTarget::Wait }, "killed"),
+        (
+            FaultKind::DamageReply {
+                op: OpTarget::Submit,
+                at_permille: 500,
+                flip: 4,
+            },
+            "damaged",
+        ),
+        (
+            FaultKind::DamageReply {
+                op: OpTarget::Wait,
+                at_permille: 300,
+                flip: 0,
+            },
+            "damaged",
+        ),
+    ] {
+        for name in ["state", "python_state"] {
+            let counts = on_channel(name, 1, vec![(0, fault.clone())]);
+            assert_eq!(counts.get(what), Some(&1), "{name} {fault:?}: {counts:?}");
+        }
     }
 }

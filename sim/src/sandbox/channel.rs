@@ -240,7 +240,12 @@ async fn serve(
                     }
                     ServerOutput::Send { frame, op } => {
                         let Some(bytes) = outgoing(&sb, &trace, &faults, pid, frame, op) else {
-                            continue;
+                            if detached_until.is_some() {
+                                continue;
+                            }
+                            // As a one-shot exec's connection closes before
+                            // its reply: the stream ends under every op on it.
+                            break 'run End::Cut;
                         };
                         if detached_until.is_some() {
                             continue;
@@ -353,7 +358,7 @@ async fn serve(
 }
 
 /// The bytes of `frame` on their way out, after the faults aimed at the
-/// op it answers (`None`: the reply is lost).
+/// op it answers (`None`: the reply is lost, the stream ends before it).
 fn outgoing(
     sb: &Rc<RefCell<Sandbox>>,
     trace: &Trace,
@@ -369,7 +374,9 @@ fn outgoing(
     if op.is_some_and(|op| faults.control.after_op(op)) {
         trace.log(
             "sandbox",
-            format!("channel {pid}: {kind} ran; its reply is LOST (fault)"),
+            format!(
+                "channel {pid}: {kind} ran; its reply is LOST: the stream ends before it (fault)"
+            ),
         );
         count(sb, "reply_lost");
         return None;
