@@ -52,7 +52,9 @@ fn without_faults_the_ops_ride_the_channel_and_it_closes_when_the_client_is_done
 
 #[test]
 fn each_channel_fault_happens_and_the_oracle_passes_it() {
-    let kinds: Vec<(&str, Box<dyn Fn(u64) -> FaultKind>)> = vec![
+    // Each fault with a size that grows with the run's index `i`.
+    type Sized = Box<dyn Fn(u64) -> FaultKind>;
+    let kinds: Vec<(&str, Sized)> = vec![
         (
             "cut",
             Box::new(|i| FaultKind::ChannelCut {
