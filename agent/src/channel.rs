@@ -2,12 +2,11 @@
 //! carries framed op requests and whose stdout carries their replies
 //! (`tether_core::channel::frame`), several ops in flight at once.
 //!
-//! Each request is exactly what a one-shot `op` reads on stdin and runs as
-//! the same [`OpRun`] (same validation, journal and idempotence); only the
-//! transport differs. One thread polls every op in flight, each at its own
-//! wake-up, and sends a heartbeat every [`HEARTBEAT`] so the client can
-//! tell a slow op from a stalled channel. A reader thread cuts frames out
-//! of stdin.
+//! Every decision is core's [`Server`] (the simulation drives the same
+//! one): each request runs as the same `OpRun` a one-shot `op` would
+//! (same validation, journal and idempotence), several at once, with a
+//! heartbeat every [`HEARTBEAT`]. This thread polls it at its wake-ups and
+//! writes its frames; a reader thread hands over stdin's bytes.
 //!
 //! It exits when stdin ends (the client went away: ops still in flight are
 //! abandoned, as a killed one-shot exec's would be — each is idempotent),
@@ -18,21 +17,18 @@
 
 use crate::linux_os::LinuxOs;
 use rustix::process::{wait, WaitOptions};
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
-use tether_core::agent::{OpRun, Os};
-use tether_core::channel::{Decoder, Frame, FrameError, FrameKind, HEARTBEAT};
-use tether_core::protocol::PROTOCOL_VERSION;
+use tether_core::agent::Os;
+use tether_core::channel::{Frame, Server, ServerOutput, HEARTBEAT};
 use tether_core::time::Timestamp;
 
 /// What the reader thread hands over.
 enum Incoming {
-    Frame(Frame),
+    Bytes(Vec<u8>),
     End,
-    Garbage(FrameError),
 }
 
 pub(crate) fn run(args: &[OsString]) -> u8 {
@@ -43,66 +39,30 @@ pub(crate) fn run(args: &[OsString]) -> u8 {
     let incoming = read_frames();
     let mut out = std::io::stdout().lock();
     let mut os = LinuxOs::new();
-    let hello = Frame::new(
-        FrameKind::Hello,
-        0,
-        PROTOCOL_VERSION.to_string().into_bytes(),
-    );
-    if send(&mut out, &hello).is_err() {
-        return 0;
-    }
-    let mut ops: BTreeMap<u64, OpRun> = BTreeMap::new();
-    let mut next_beat = os.now() + HEARTBEAT;
+    let mut server = Server::new(&root, os.now());
     loop {
-        // Poll every op that is due, oldest frame first.
-        let now = os.now();
-        let mut finished = Vec::new();
-        for (&id, op) in ops.iter_mut() {
-            if op.next_wake().is_some_and(|wake| wake > now) {
-                continue;
-            }
-            if let Some(line) = op.poll(&mut os) {
-                finished.push((id, line));
-            }
-        }
-        for (id, line) in finished {
-            ops.remove(&id);
-            if send(&mut out, &Frame::new(FrameKind::Reply, id, line)).is_err() {
-                return 0;
+        server.poll(&mut os);
+        while let Some(output) = server.poll_output() {
+            match output {
+                ServerOutput::Send { frame, .. } => {
+                    if send(&mut out, &frame).is_err() {
+                        return 0;
+                    }
+                }
+                ServerOutput::Accepted { .. } => {}
+                ServerOutput::Note(note) => eprintln!("tether-agent channel: {note}"),
             }
         }
         reap_children();
         let now = os.now();
-        if now >= next_beat {
-            if send(&mut out, &Frame::new(FrameKind::Beat, 0, Vec::new())).is_err() {
-                return 0;
-            }
-            next_beat = now + HEARTBEAT;
-        }
-        let wake = ops
-            .values()
-            .map(|op| op.next_wake().unwrap_or(now))
-            .chain([next_beat])
-            .min()
-            .unwrap_or(next_beat);
-        match next_incoming(&incoming, now, wake) {
-            Ok(Incoming::Frame(frame)) if frame.kind == FrameKind::Request => {
-                // A repeated id replaces nothing: the client never reuses
-                // one, and an op already running keeps its reply.
-                ops.entry(frame.id)
-                    .or_insert_with(|| OpRun::new(&root, &frame.payload));
-            }
-            Ok(Incoming::Frame(frame)) => {
-                eprintln!(
-                    "tether-agent channel: ignored a {:?} frame from the client",
-                    frame.kind
-                );
+        match next_incoming(&incoming, now, server.next_wake(now)) {
+            Ok(Incoming::Bytes(bytes)) => {
+                if let Err(e) = server.handle_input(&bytes) {
+                    eprintln!("tether-agent channel: {e}");
+                    return 2;
+                }
             }
             Ok(Incoming::End) => return 0,
-            Ok(Incoming::Garbage(e)) => {
-                eprintln!("tether-agent channel: {e}");
-                return 2;
-            }
             Err(()) => {}
         }
     }
@@ -125,32 +85,20 @@ fn next_incoming(
     }
 }
 
-/// Starts the thread that cuts frames out of stdin.
+/// Starts the thread that reads stdin (the server cuts the frames).
 fn read_frames() -> Receiver<Incoming> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
-        let mut decoder = Decoder::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            let n = match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => {
-                    let _ = tx.send(Incoming::End);
-                    return;
-                }
-                Ok(n) => n,
+            let got = match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => Incoming::End,
+                Ok(n) => Incoming::Bytes(buf[..n].to_vec()),
             };
-            decoder.push(&buf[..n]);
-            loop {
-                let got = match decoder.next_frame() {
-                    Ok(Some(frame)) => Incoming::Frame(frame),
-                    Ok(None) => break,
-                    Err(e) => Incoming::Garbage(e),
-                };
-                let stop = matches!(got, Incoming::Garbage(_));
-                if tx.send(got).is_err() || stop {
-                    return;
-                }
+            let end = matches!(got, Incoming::End);
+            if tx.send(got).is_err() || end {
+                return;
             }
         }
     });

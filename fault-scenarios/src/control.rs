@@ -53,6 +53,18 @@ pub struct Armed {
     /// The next op matching each target has its reply damaged: (target,
     /// where in thousandths, 0 to cut or the XOR mask).
     pub damage_reply: Vec<(OpTarget, u16, u8)>,
+    /// The next frame a channel sends is cut at this many thousandths of
+    /// its length, and the channel ends.
+    pub channel_cut: Vec<u16>,
+    /// Until this ms, the channel's sandbox end reads nothing.
+    pub channel_half_open_until_ms: u64,
+    /// Until this ms, the channel's sandbox end sends nothing.
+    pub channel_stall_until_ms: u64,
+    /// The next reply on a channel is held back this many ms.
+    pub channel_late_reply: Vec<u64>,
+    /// The next request on a channel starts this many ms late, after the
+    /// channel's stream ended.
+    pub channel_reorder: Vec<u64>,
     /// Every run of the client's tool handler (ground truth: the script
     /// counts them as they happen, across client processes).
     pub tool_runs: Vec<crate::oracle::ToolRunObs>,
@@ -91,6 +103,9 @@ impl Control {
         a.crash_client = None;
         a.kill_op.clear();
         a.damage_reply.clear();
+        a.channel_cut.clear();
+        a.channel_late_reply.clear();
+        a.channel_reorder.clear();
     }
 
     /// Takes the first armed lost reply matching `kind`.

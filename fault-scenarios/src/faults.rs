@@ -166,6 +166,45 @@ pub enum FaultKind {
         /// How long.
         for_ms: u64,
     },
+    /// The channel's stream (on a seed whose client uses the channel) is
+    /// cut in the middle of the next frame the sandbox sends: the first
+    /// `at_permille` thousandths of it arrive, then the connection ends
+    /// and the agent's channel process with it.
+    ChannelCut {
+        /// Where the frame is cut, in thousandths of its length.
+        at_permille: u16,
+    },
+    /// The channel is half-open for `for_ms`: the sandbox's end stops
+    /// reading what the client sends (requests wait, unread, in the
+    /// stream) and goes on beating, so the client sees a live channel
+    /// that answers nothing; then it reads again.
+    ChannelHalfOpen {
+        /// How long.
+        for_ms: u64,
+    },
+    /// The channel's sandbox end sends nothing for `for_ms` (no reply, no
+    /// beat; its ops go on running), then sends what it held back. Longer
+    /// than the client's stall bound with ops in flight, the client
+    /// breaks the channel; shorter, the replies come late.
+    ChannelStall {
+        /// How long.
+        for_ms: u64,
+    },
+    /// The next reply on the channel is held back `ms` (its op ran; beats
+    /// go on): past its deadline, the client has given up on the op and
+    /// sent it again, and the late reply must be dropped.
+    ChannelLateReply {
+        /// How late.
+        ms: u64,
+    },
+    /// The next request on the channel is read, then the channel's stream
+    /// ends at once and the op starts only `hold_ms` later, in the
+    /// channel process that lives on until it is done: the client's retry
+    /// (on a one-shot exec, the channel being down) runs before it.
+    ChannelReorder {
+        /// How long the op waits before it starts.
+        hold_ms: u64,
+    },
 }
 
 /// `reply` damaged as [`FaultKind::DamageReply`] says: cut at
@@ -208,6 +247,11 @@ impl FaultKind {
             FaultKind::FreezeSandbox { .. } => Family::Freeze,
             FaultKind::DamageReply { .. } => Family::DamageReply,
             FaultKind::DiskFull { .. } => Family::DiskFull,
+            FaultKind::ChannelCut { .. } => Family::ChannelCut,
+            FaultKind::ChannelHalfOpen { .. } => Family::ChannelHalfOpen,
+            FaultKind::ChannelStall { .. } => Family::ChannelStall,
+            FaultKind::ChannelLateReply { .. } => Family::ChannelLateReply,
+            FaultKind::ChannelReorder { .. } => Family::ChannelReorder,
         }
     }
 
@@ -246,6 +290,16 @@ impl FaultKind {
             },
             FaultKind::DiskFull { for_ms } => FaultKind::DiskFull {
                 for_ms: half(for_ms)?,
+            },
+            FaultKind::ChannelHalfOpen { for_ms } => FaultKind::ChannelHalfOpen {
+                for_ms: half(for_ms)?,
+            },
+            FaultKind::ChannelStall { for_ms } => FaultKind::ChannelStall {
+                for_ms: half(for_ms)?,
+            },
+            FaultKind::ChannelLateReply { ms } => FaultKind::ChannelLateReply { ms: half(ms)? },
+            FaultKind::ChannelReorder { hold_ms } => FaultKind::ChannelReorder {
+                hold_ms: half(hold_ms)?,
             },
             _ => return None,
         })
@@ -297,11 +351,21 @@ pub enum Family {
     /// [`FaultKind::ReplyLost`] of a plain exec (fail open): it ran, its
     /// output is lost. Drawn only where a scenario asks for it.
     PlainReplyLost,
+    /// [`FaultKind::ChannelCut`]
+    ChannelCut,
+    /// [`FaultKind::ChannelHalfOpen`]
+    ChannelHalfOpen,
+    /// [`FaultKind::ChannelStall`]
+    ChannelStall,
+    /// [`FaultKind::ChannelLateReply`]
+    ChannelLateReply,
+    /// [`FaultKind::ChannelReorder`]
+    ChannelReorder,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 20] = [
+    pub const ALL: [Family; 25] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -322,6 +386,22 @@ impl Family {
         Family::DamageReply,
         Family::DiskFull,
         Family::PlainReplyLost,
+        Family::ChannelCut,
+        Family::ChannelHalfOpen,
+        Family::ChannelStall,
+        Family::ChannelLateReply,
+        Family::ChannelReorder,
+    ];
+
+    /// Faults on the channel's stream, drawn only by a seed whose client
+    /// uses the channel ([`crate::swarm::World::channel`]), after every
+    /// other draw of its world.
+    pub const CHANNEL: [Family; 5] = [
+        Family::ChannelCut,
+        Family::ChannelHalfOpen,
+        Family::ChannelStall,
+        Family::ChannelLateReply,
+        Family::ChannelReorder,
     ];
 
     /// Faults added after [`Family::PROCESSES`]: at the transport boundary,
@@ -429,6 +509,23 @@ impl Family {
             },
             Family::PlainReplyLost => FaultKind::ReplyLost {
                 op: OpTarget::Plain,
+            },
+            Family::ChannelCut => FaultKind::ChannelCut {
+                at_permille: rng.random_range(0..1_000),
+            },
+            // Either side of the client's 5 s stall bound and of an op's
+            // deadline (2.5 to 7 s in the simulation).
+            Family::ChannelHalfOpen => FaultKind::ChannelHalfOpen {
+                for_ms: rng.random_range(200..8_000),
+            },
+            Family::ChannelStall => FaultKind::ChannelStall {
+                for_ms: rng.random_range(500..10_000),
+            },
+            Family::ChannelLateReply => FaultKind::ChannelLateReply {
+                ms: rng.random_range(500..10_000),
+            },
+            Family::ChannelReorder => FaultKind::ChannelReorder {
+                hold_ms: rng.random_range(100..6_000),
             },
         }
     }
@@ -592,6 +689,11 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
             FaultKind::SlowStart { ms, .. } => after(ms),
             FaultKind::CrashClient { down_ms } => after(down_ms),
             FaultKind::FreezeSandbox { for_ms } | FaultKind::DiskFull { for_ms } => after(for_ms),
+            FaultKind::ChannelHalfOpen { for_ms } | FaultKind::ChannelStall { for_ms } => {
+                after(for_ms)
+            }
+            FaultKind::ChannelLateReply { ms } => after(ms),
+            FaultKind::ChannelReorder { hold_ms } => after(hold_ms),
             _ => f.at_ms,
         };
         healed = healed.max(end);

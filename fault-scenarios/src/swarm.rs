@@ -71,6 +71,12 @@ pub struct World {
     /// (`Config::fallback`); off, it refuses the cell with the reason.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub fallback: bool,
+    /// The client's ops ride the sandbox's channel (one long-lived stream,
+    /// several ops in flight, one-shot execs while it is not open), as
+    /// `tether` does; off, every op is its own exec. A seed on the
+    /// channel also draws faults on it ([`Family::CHANNEL`]).
+    #[serde(default)]
+    pub channel: bool,
 }
 
 /// What keeps a kernel from starting on a sandbox: each is answered as
@@ -164,6 +170,7 @@ impl World {
             long_outage: None,
             flaw: None,
             fallback: true,
+            channel: false,
         }
     }
 
@@ -230,6 +237,11 @@ impl World {
         } else {
             (None, true)
         };
+        // Drawn last of all, so every draw above stays what it was.
+        let channel = rng.random_bool(0.5);
+        if channel {
+            families.extend(Family::CHANNEL.into_iter().filter(|_| rng.random_bool(0.5)));
+        }
         World {
             cgroups,
             bash,
@@ -250,6 +262,7 @@ impl World {
             long_outage,
             flaw,
             fallback,
+            channel,
         }
     }
 
@@ -318,6 +331,16 @@ mod tests {
         assert!(worlds.iter().any(|w| w.max_kernels == 2));
         assert!(both(&|w| w.kernel_idle_ms < 5_000));
         assert!(both(&|w| w.long_outage.is_some()));
+        assert!(both(&|w| w.channel));
+        for family in Family::CHANNEL {
+            assert!(both(&|w| w.families.contains(&family)), "{family:?}");
+            assert!(
+                worlds
+                    .iter()
+                    .all(|w| w.channel || !w.families.contains(&family)),
+                "{family:?} only on the channel"
+            );
+        }
     }
 
     #[test]

@@ -118,6 +118,8 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             // Only the fail-open scenario draws it, and that scenario's
             // flawed sandbox is the simulation's (see `unrealisable`).
             Family::PlainReplyLost => false,
+            // The simulation's stream only.
+            f if Family::CHANNEL.contains(f) => false,
             Family::Bounce | Family::Replace => backend == "docker",
             _ => true,
         })
@@ -169,6 +171,15 @@ pub fn unrealisable_schedule(
             FaultKind::DamageReply { .. } | FaultKind::DiskFull { .. } => {
                 return Unrealisable::inherent(
                     "a damaged reply and a full disk are made by the simulation only".to_owned(),
+                )
+            }
+            FaultKind::ChannelCut { .. }
+            | FaultKind::ChannelHalfOpen { .. }
+            | FaultKind::ChannelStall { .. }
+            | FaultKind::ChannelLateReply { .. }
+            | FaultKind::ChannelReorder { .. } => {
+                return Unrealisable::inherent(
+                    "faults on the channel's stream are made by the simulation only".to_owned(),
                 )
             }
             FaultKind::BounceSandbox | FaultKind::ReplaceSandbox if backend != "docker" => {
@@ -604,7 +615,12 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
         FaultKind::ClockJump { .. }
         | FaultKind::KillOp { .. }
         | FaultKind::DamageReply { .. }
-        | FaultKind::DiskFull { .. } => {
+        | FaultKind::DiskFull { .. }
+        | FaultKind::ChannelCut { .. }
+        | FaultKind::ChannelHalfOpen { .. }
+        | FaultKind::ChannelStall { .. }
+        | FaultKind::ChannelLateReply { .. }
+        | FaultKind::ChannelReorder { .. } => {
             // `unrealisable` refused these before the run.
             unreachable!("{what} is not realised live")
         }

@@ -13,8 +13,9 @@ use crate::trace::{excerpt, now_ms, Trace};
 use crate::transport::{call, WireRequest, EXEC_PORT};
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tether::channel::ChannelTransport;
 use tether::transport::{ExecFuture, ExecRequest, Transport};
 use tether::{Driver, MemoryStore};
 use tether_core::bytes::Bytes;
@@ -67,6 +68,13 @@ pub fn config_in(world: &World) -> Config {
 /// Exec over `turmoil::net` to the sandbox's exec server.
 pub struct SimTransport {
     trace: Trace,
+}
+
+impl SimTransport {
+    /// One-shot execs that write into `trace`.
+    pub fn new(trace: Trace) -> SimTransport {
+        SimTransport { trace }
+    }
 }
 
 impl Transport for SimTransport {
@@ -227,6 +235,9 @@ pub struct ClientCtx {
     pub log: Rc<RefCell<ClientLog>>,
     /// The persisted records (they survive a client crash).
     pub store: MemoryStore,
+    /// The current client process's channel, on a seed that runs on it
+    /// (weak: a crashed client's channel goes with it).
+    pub channel: Rc<RefCell<Option<Weak<ChannelTransport>>>>,
 }
 
 impl Host for ClientCtx {
@@ -248,9 +259,15 @@ impl Host for ClientCtx {
 
     fn new_client(&self, incarnation: u64) -> Driver {
         let client = Client::new(config_in(&self.world), self.seed.wrapping_add(incarnation));
-        let transport = Arc::new(SimTransport {
-            trace: self.trace.clone(),
-        });
+        let one_shot = SimTransport::new(self.trace.clone());
+        let transport: Arc<dyn Transport> = if self.world.channel {
+            let channel =
+                crate::channel::transport(one_shot, self.trace.clone(), self.control.clone());
+            *self.channel.borrow_mut() = Some(Arc::downgrade(&channel));
+            channel
+        } else {
+            Arc::new(one_shot)
+        };
         Driver::new(
             client,
             transport,
@@ -287,6 +304,14 @@ impl Host for ClientCtx {
     }
 
     async fn after_shutdown(&self) {
+        // The client is done: its channel goes, as when `tether` exits
+        // (the sandbox's end of it must then leave nothing behind).
+        let channel = self.channel.borrow_mut().take();
+        if let Some(channel) = channel.and_then(|c| c.upgrade()) {
+            self.trace
+                .log("client", format!("channel closed: {:?}", channel.status()));
+            channel.close();
+        }
         // Let exec calls still in flight on the sandbox drain.
         tokio::time::sleep(Duration::from_millis(3_000)).await;
     }

@@ -10,6 +10,7 @@ use crate::oracle::Violation;
 use crate::scenario::Scenario;
 use crate::swarm::World;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +26,10 @@ pub struct RunReport {
     pub trace: String,
     /// Virtual time the run covered, in ms.
     pub virtual_ms: u64,
+    /// What happened on the channel, by what (`seeds`: 1 when the run's
+    /// client used it; streams `opened`, `ops` carried, and each channel
+    /// fault that hit one); empty for a run without it.
+    pub channel: BTreeMap<String, u64>,
 }
 
 /// Runs one scenario with one seed and schedule.
@@ -192,6 +197,8 @@ pub struct Summary {
     pub failures: Vec<Failure>,
     /// Wall time of the whole exploration, ms.
     pub wall_ms: u64,
+    /// [`RunReport::channel`] summed over every run.
+    pub channel: BTreeMap<String, u64>,
 }
 
 impl Summary {
@@ -233,7 +240,27 @@ impl Summary {
             self.wall_ms as f64 / 1000.0,
             total.virtual_ms as f64 / (self.wall_ms.max(1) as f64)
         );
+        let _ = writeln!(s, "{}", self.channel_line(total.seeds));
         s
+    }
+
+    /// How many of `seeds` runs used the channel, and what happened on it.
+    pub fn channel_line(&self, seeds: u64) -> String {
+        let on = self.channel.get("seeds").copied().unwrap_or(0);
+        let rest: Vec<String> = self
+            .channel
+            .iter()
+            .filter(|(k, _)| k.as_str() != "seeds")
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        format!(
+            "channel: {on} of {seeds} runs on the channel; {}",
+            if rest.is_empty() {
+                "nothing happened on it".to_owned()
+            } else {
+                rest.join(", ")
+            }
+        )
     }
 }
 
@@ -246,6 +273,7 @@ struct Done {
     failed: Option<Failure>,
     virtual_ms: u64,
     wall: Duration,
+    channel: BTreeMap<String, u64>,
 }
 
 /// Explores `scenarios` with `run`.
@@ -314,6 +342,9 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
             }
             row.seeds += 1;
             row.virtual_ms += done.virtual_ms;
+            for (k, v) in &done.channel {
+                *summary.channel.entry(k.clone()).or_default() += v;
+            }
             row.wall_ms += u64::try_from(done.wall.as_millis()).unwrap_or(u64::MAX);
             if let Some(failure) = &done.failed {
                 row.failing_seeds += 1;
@@ -359,6 +390,7 @@ fn run_one(job: &Job<'_>, opts: &Options, run: &RunFn<'_>) -> Done {
         }),
         virtual_ms: report.virtual_ms,
         wall: t.elapsed(),
+        channel: report.channel,
     }
 }
 
@@ -432,6 +464,7 @@ mod tests {
             },
             trace: format!("seed {seed}\n"),
             virtual_ms: 1000,
+            channel: BTreeMap::new(),
         }
     }
 

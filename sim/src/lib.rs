@@ -14,10 +14,12 @@
 //!   (shared with the live runner);
 //! - [`explore`]: many seeds, in parallel and sharded, shrinking, the table;
 //! - [`control`]: armed faults shared by the fault loop and the hosts;
+//! - [`channel`]: the real client's channel over a simulated stream;
 //! - [`client_host`]: the real driver over the simulated transport, the script;
 //! - [`sandbox`]: the exec server over `SimOs`, daemons, ground truth;
 //! - [`world`]: one run: the turmoil world, the fault loop, observations.
 
+pub mod channel;
 pub mod client_host;
 pub use tether_scenarios::{control, faults, observe, oracle, scenario, swarm};
 pub mod explore;

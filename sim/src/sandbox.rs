@@ -12,6 +12,8 @@
 //! - [`Sandbox::advance`], called by the world between steps: runs the
 //!   simulated processes up to now and ticks every kernel daemon's
 //!   [`Daemon`] logic;
+//! - the channel host ([`channel`]): `tether-agent channel` as a
+//!   process, core's channel server over a simulated stream;
 //! - ground truth for the oracle: side-effect counts, processes of each
 //!   cell, leaks, bystanders killed.
 
@@ -36,9 +38,11 @@ use tether_core::protocol::install::installed_line;
 use tether_core::protocol::{Envelope, InstallRefusal, OpKind};
 use tether_core::time::Timestamp;
 
+mod channel;
 mod plain;
 mod process_faults;
 
+pub use channel::ChannelCounts;
 pub use process_faults::STOP_SLACK_MS;
 
 /// Ground truth about one cell.
@@ -121,6 +125,9 @@ pub struct Sandbox {
     term_checks: Vec<process_faults::TermCheck>,
     /// What a stopped kernel left running after its stop was over.
     pub term_survivors: Vec<String>,
+    /// What happened on channels (streams opened, ops carried, channel
+    /// faults that hit one).
+    pub channel_counts: ChannelCounts,
 }
 
 impl Sandbox {
@@ -175,7 +182,16 @@ impl Sandbox {
             term_survivors: Vec::new(),
             journal_gaps: Vec::new(),
             two_daemons: BTreeMap::new(),
+            channel_counts: ChannelCounts::new(),
         }
+    }
+
+    /// A shutdown op for `kernel` arrived (on an exec or the channel):
+    /// its daemon's death and its processes' signals from now on are
+    /// expected.
+    fn shutdown_seen(&mut self, kernel: String) {
+        self.check_journals(Some(&kernel));
+        self.shut_kernels.insert(kernel);
     }
 
     /// The simulated OS (for tests and inspection).
@@ -854,9 +870,7 @@ async fn handle(
             .ok()
             .and_then(|e| e.op.kernel().map(|k| k.as_str().to_owned()))
             .unwrap_or_default();
-        let mut s = sb.borrow_mut();
-        s.check_journals(Some(&kernel));
-        s.shut_kernels.insert(kernel);
+        sb.borrow_mut().shutdown_seen(kernel);
     }
     let root = argv
         .iter()
@@ -986,6 +1000,7 @@ pub async fn sandbox_main(
     trace: Trace,
     control: Control,
 ) -> turmoil::Result {
+    tokio::task::spawn_local(channel::listen(sb.clone(), trace.clone(), control.clone()));
     let handler = Rc::new(move |req: WireRequest| -> HandlerFuture {
         Box::pin(handle(sb.clone(), trace.clone(), control.clone(), req))
     });

@@ -47,7 +47,11 @@ pub struct WireResponse {
     pub exit_code: i32,
 }
 
-async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, value: &T) -> io::Result<()> {
+/// Writes one length-prefixed JSON frame.
+pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
+    w: &mut W,
+    value: &T,
+) -> io::Result<()> {
     let body = serde_json::to_vec(value).map_err(io::Error::other)?;
     let len = u32::try_from(body.len())
         .ok()
@@ -58,7 +62,8 @@ async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, value: &T) 
     w.flush().await
 }
 
-async fn read_frame<R: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(
+/// Reads one length-prefixed JSON frame.
+pub async fn read_frame<R: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(
     r: &mut R,
 ) -> io::Result<T> {
     let mut len = [0u8; 4];

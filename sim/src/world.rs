@@ -240,6 +240,21 @@ pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
             FaultKind::DiskFull { for_ms } => out
                 .spans
                 .push((at, at.saturating_add(for_ms).saturating_add(budget))),
+            // One op on the channel fails (at the cut, at its deadline,
+            // when the stream ends under it).
+            FaultKind::ChannelCut { .. }
+            | FaultKind::ChannelLateReply { .. }
+            | FaultKind::ChannelReorder { .. } => out.blips.push(at),
+            // Ops on the channel get no answer until it ends (or until
+            // the client breaks a silent channel): those sent up to a
+            // second before may still be on the way, the last fail at
+            // their deadline.
+            FaultKind::ChannelHalfOpen { for_ms } | FaultKind::ChannelStall { for_ms } => {
+                out.spans.push((
+                    at.saturating_sub(1_000),
+                    at.saturating_add(for_ms).saturating_add(budget),
+                ))
+            }
         }
     }
     out
@@ -322,6 +337,7 @@ pub fn run_in(
         control: control.clone(),
         log: log.clone(),
         store: MemoryStore::new(),
+        channel: Rc::default(),
     };
     sim.client("client", client_main(ctx));
 
@@ -431,10 +447,20 @@ pub fn run_in(
         "world",
         format!("end ({} violations)", violations.len()),
     );
+    let mut channel: std::collections::BTreeMap<String, u64> = sandbox
+        .borrow()
+        .channel_counts
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), *v))
+        .collect();
+    if world.channel {
+        channel.insert("seeds".into(), 1);
+    }
     RunReport {
         violations,
         trace: trace.render(),
         virtual_ms,
+        channel,
     }
 }
 
@@ -531,6 +557,19 @@ fn apply(
                 }
                 FaultKind::FreezeSandbox { for_ms } => sandbox.borrow_mut().freeze(now, for_ms),
                 FaultKind::DiskFull { .. } => sandbox.borrow_mut().fill_disk(now),
+                FaultKind::ChannelCut { at_permille } => {
+                    control.lock().channel_cut.push(at_permille)
+                }
+                FaultKind::ChannelHalfOpen { for_ms } => {
+                    control.lock().channel_half_open_until_ms = now.saturating_add(for_ms)
+                }
+                FaultKind::ChannelStall { for_ms } => {
+                    control.lock().channel_stall_until_ms = now.saturating_add(for_ms)
+                }
+                FaultKind::ChannelLateReply { ms } => control.lock().channel_late_reply.push(ms),
+                FaultKind::ChannelReorder { hold_ms } => {
+                    control.lock().channel_reorder.push(hold_ms)
+                }
             }
         }
     }

@@ -122,14 +122,17 @@ impl Actor {
                 .mux
                 .poll_timeout()
                 .map(|t| self.epoch + Duration::from_millis(t.0));
+            // What the stream said first: an op is routed knowing every
+            // byte that arrived before it (a process resumed after a
+            // suspend must not take its buffered beats for silence).
             tokio::select! {
                 biased;
+                Some(event) = events.recv() => self.on_event(event),
                 command = commands.recv() => match command {
                     Some(command) => self.on_command(command),
                     // The transport is gone: so is the stream (dropped).
                     None => return,
                 },
-                Some(event) = events.recv() => self.on_event(event),
                 () = sleep_until_opt(wake) => {
                     let now = self.now();
                     self.mux.handle_timeout(now);

@@ -62,21 +62,27 @@ pub struct ChannelStatus {
     pub last_break: Option<String>,
 }
 
+/// The channel's knobs for a `tether` command (and the simulation, which
+/// runs the same client): the channel opens at the second op only, so a
+/// command whose cell resolves within its submit never starts one (it
+/// would die with the process unused); one whose cell takes longer waits
+/// on it.
+pub fn mux_config() -> MuxConfig {
+    MuxConfig {
+        open_at_op: 2,
+        ..MuxConfig::default()
+    }
+}
+
 /// The transport for a `tether` command: `spec`'s backend with the agent
-/// at `location`, behind a channel where the backend can stream and `mode`
-/// allows. The channel opens at the second op only: a command whose cell
-/// resolves within its submit never starts one (it would die with the
-/// process unused); one whose cell takes longer waits on it.
+/// at `location`, behind a channel ([`mux_config`]) where the backend can
+/// stream and `mode` allows.
 pub fn transport_for(
     spec: &BackendSpec,
     location: &AgentLocation,
     mode: ChannelMode,
 ) -> Arc<dyn Transport> {
-    let config = MuxConfig {
-        open_at_op: 2,
-        ..MuxConfig::default()
-    };
-    match (mode, channel_for(spec, location, config)) {
+    match (mode, channel_for(spec, location, mux_config())) {
         (ChannelMode::Auto, Some(channel)) => channel,
         _ => spec.transport(),
     }

@@ -39,4 +39,4 @@ pub use shim::interp::{InterpShim, InterpStep};
 pub use shim::{ExitStatus, ShimCore};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -17,8 +17,8 @@ use crate::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
-struct FakeOs {
-    now: u64,
+pub(crate) struct FakeOs {
+    pub(crate) now: u64,
     files: BTreeMap<String, Vec<u8>>,
     procs: BTreeMap<Pid, ProcInfo>,
     env: BTreeMap<Pid, Vec<(String, String)>>,
@@ -42,7 +42,7 @@ fn proc_(pid: Pid, ppid: Pid, pgid: Pid) -> ProcInfo {
 }
 
 impl FakeOs {
-    fn new() -> FakeOs {
+    pub(crate) fn new() -> FakeOs {
         let mut os = FakeOs {
             me: 10,
             ..FakeOs::default()

@@ -11,13 +11,17 @@
 //! - [`frame`]: the framing both sides speak (`KIND ID LEN\n` + payload);
 //! - [`mux`]: the client side's decisions ([`Mux`]): when to open, which
 //!   op goes on the channel, when a silent channel counts as stalled, what
-//!   a break does to the ops in flight, the reopen backoff.
+//!   a break does to the ops in flight, the reopen backoff;
+//! - [`server`]: the agent side's decisions ([`Server`]): the hello, one
+//!   op run per request frame, replies by frame id, the heartbeat.
 
 pub mod frame;
 pub mod mux;
+pub mod server;
 
 pub use frame::{Decoder, Frame, FrameError, FrameKind};
 pub use mux::{Mux, MuxConfig, MuxOutput, Route, StreamId};
+pub use server::{Server, ServerOutput};
 
 use crate::protocol::AgentLocation;
 use std::time::Duration;

@@ -15,9 +15,11 @@
 //!   frame id; a reply is handed back by that id, and a reply for an op
 //!   the caller gave up on ([`Mux::abandon`]) is dropped;
 //! - the channel breaks when its stream ends, when it sends garbage, when
-//!   it says no hello within [`MuxConfig::hello_timeout`], or when ops are
-//!   in flight and nothing at all (not even a heartbeat) arrived for
-//!   [`MuxConfig::stall_after`]. A break fails every op in flight with a
+//!   it says no hello within [`MuxConfig::hello_timeout`], or when nothing
+//!   at all (not even a heartbeat) arrived for [`MuxConfig::stall_after`]:
+//!   noticed by a timer while ops are in flight, and by the next op routed
+//!   while none is (an idle channel arms no timer). Routing and giving up
+//!   on ops never restart that clock: only bytes do. A break fails every op in flight with a
 //!   transport error (the op may have run: the client's retries and
 //!   idempotent ops do the rest) and reopens after a backoff that doubles
 //!   with each break until a reply comes through again.
@@ -125,11 +127,13 @@ enum State {
         stream: StreamId,
         deadline: Timestamp,
     },
-    /// Carrying ops. `quiet_since`: the last byte received, or the moment
-    /// the first op went in flight after a quiet time.
+    /// Carrying ops. `heard_at`: the last byte received (the hello at
+    /// first). Never moved by anything but bytes: a stream that died
+    /// silently stays silent however many ops are routed to it, given up
+    /// on and routed again.
     Open {
         stream: StreamId,
-        quiet_since: Timestamp,
+        heard_at: Timestamp,
     },
 }
 
@@ -198,19 +202,21 @@ impl Mux {
             return Route::OneShot;
         }
         match self.state {
-            State::Open {
-                stream,
-                quiet_since,
-            } => {
+            State::Open { heard_at, .. } if now >= heard_at + self.config.stall_after => {
+                // The agent beats every second: a channel silent this long
+                // is dead (a stream that lost its bytes, a half-open
+                // connection), idle or not. Nothing goes on it.
+                let reason = format!(
+                    "stalled: nothing received for {} ms",
+                    now.saturating_since(heard_at).as_millis()
+                );
+                self.break_channel(now, reason);
+                self.stats.one_shot += 1;
+                Route::OneShot
+            }
+            State::Open { stream, .. } => {
                 let frame = self.next_frame;
                 self.next_frame += 1;
-                if self.pending.is_empty() {
-                    // Silence before this op was not a stall.
-                    self.state = State::Open {
-                        stream,
-                        quiet_since: quiet_since.max(now),
-                    };
-                }
                 self.pending.insert(frame);
                 self.stats.on_channel += 1;
                 let bytes = Frame::new(FrameKind::Request, frame, request.to_vec()).encode();
@@ -264,7 +270,7 @@ impl Mux {
                     self.stats.opened += 1;
                     self.state = State::Open {
                         stream,
-                        quiet_since: now,
+                        heard_at: now,
                     };
                 }
                 (FrameKind::Reply, State::Open { .. }) => {
@@ -283,8 +289,8 @@ impl Mux {
                 }
             }
         }
-        if let State::Open { quiet_since, .. } = &mut self.state {
-            *quiet_since = now;
+        if let State::Open { heard_at, .. } = &mut self.state {
+            *heard_at = now;
         }
     }
 
@@ -316,12 +322,12 @@ impl Mux {
                 );
                 self.break_channel(now, reason);
             }
-            State::Open { quiet_since, .. }
-                if !self.pending.is_empty() && now >= quiet_since + self.config.stall_after =>
+            State::Open { heard_at, .. }
+                if !self.pending.is_empty() && now >= heard_at + self.config.stall_after =>
             {
                 let reason = format!(
                     "stalled: nothing received for {} ms with {} op(s) in flight",
-                    now.saturating_since(quiet_since).as_millis(),
+                    now.saturating_since(heard_at).as_millis(),
                     self.pending.len()
                 );
                 self.break_channel(now, reason);
@@ -343,8 +349,8 @@ impl Mux {
             State::Idle => None,
             State::Closed { retry_at } => Some(retry_at),
             State::Opening { deadline, .. } => Some(deadline),
-            State::Open { quiet_since, .. } => {
-                (!self.pending.is_empty()).then(|| quiet_since + self.config.stall_after)
+            State::Open { heard_at, .. } => {
+                (!self.pending.is_empty()).then(|| heard_at + self.config.stall_after)
             }
         }
     }
@@ -540,27 +546,28 @@ mod tests {
         assert_eq!(mux.last_break(), Some("gone"));
     }
 
+    fn beat(mux: &mut Mux, ms: u64) {
+        let bytes = Frame::new(FrameKind::Beat, 0, Vec::new()).encode();
+        mux.handle_data(StreamId(1), &bytes, at(ms));
+    }
+
     #[test]
-    fn silence_with_ops_in_flight_is_a_stall_but_beats_and_idleness_are_not() {
+    fn silence_is_a_stall_beats_are_not() {
         let mut mux = open_mux();
-        // Idle and silent for a long time: no stall, no timer.
+        // Idle, beating: no timer, still open.
         assert_eq!(mux.poll_timeout(), None);
-        mux.handle_timeout(at(60_000));
-        assert!(mux.is_open());
-        // An op goes in flight after the quiet time: the clock starts now.
+        for s in 1..=60 {
+            beat(&mut mux, s * 1000);
+        }
         let Route::Channel(f) = mux.route(b"wait", at(60_000)) else {
             panic!()
         };
         drain(&mut mux);
         assert_eq!(mux.poll_timeout(), Some(at(65_000)));
         // Beats keep it alive through a long poll.
-        for s in 1..=20 {
-            mux.handle_data(
-                StreamId(1),
-                &Frame::new(FrameKind::Beat, 0, Vec::new()).encode(),
-                at(60_000 + s * 1000),
-            );
-            mux.handle_timeout(at(60_000 + s * 1000));
+        for s in 61..=80 {
+            beat(&mut mux, s * 1000);
+            mux.handle_timeout(at(s * 1000));
         }
         assert!(mux.is_open());
         // Then nothing for 5 s.
@@ -573,6 +580,48 @@ mod tests {
             matches!(&out[1], MuxOutput::Failed { frame, error } if *frame == f && error.detail.contains("stalled")),
             "{out:?}"
         );
+    }
+
+    #[test]
+    fn a_channel_silent_while_idle_takes_no_op_and_reopens() {
+        let mut mux = open_mux();
+        beat(&mut mux, 1_000);
+        // Idle silence arms nothing...
+        mux.handle_timeout(at(60_000));
+        assert!(mux.is_open());
+        // ...but the next op finds a channel silent for 59 s: dead. The
+        // op goes one-shot (no op fails) and a new stream opens later.
+        assert_eq!(mux.route(b"submit", at(60_000)), Route::OneShot);
+        assert_eq!(drain(&mut mux), vec![MuxOutput::Close(StreamId(1))]);
+        assert!(mux.last_break().unwrap().contains("stalled"));
+        assert_eq!(mux.poll_timeout(), Some(at(60_250)));
+        mux.handle_timeout(at(60_250));
+        assert_eq!(drain(&mut mux), vec![MuxOutput::Open(StreamId(2))]);
+    }
+
+    #[test]
+    fn a_dead_channel_is_found_though_every_op_gives_up_before_the_stall_bound() {
+        // Found by the simulation: a stream that silently lost its bytes
+        // (a partition of 82 ms), ops whose deadline (2.5 s) is shorter
+        // than the stall bound (5 s). Each op was given up and routed
+        // again, restarting the silence clock: the channel took every op
+        // forever and the client gave up on a healthy sandbox.
+        let mut mux = open_mux();
+        let mut t = 0;
+        let mut out = Vec::new();
+        while let Route::Channel(f) = mux.route(b"wait", at(t)) {
+            assert!(t < 5_000, "still on a channel silent for {t} ms");
+            t += 2_500;
+            // The deadline passes: given up (the timer may see the stall
+            // first).
+            mux.handle_timeout(at(t));
+            mux.abandon(f);
+            out.extend(drain(&mut mux));
+        }
+        out.extend(drain(&mut mux));
+        assert_eq!(t, 5_000);
+        assert!(out.contains(&MuxOutput::Close(StreamId(1))), "{out:?}");
+        assert!(mux.last_break().unwrap().contains("stalled"));
     }
 
     #[test]
