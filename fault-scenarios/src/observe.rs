@@ -103,6 +103,9 @@ pub struct ClientLog {
     /// Kernels whose record the client still kept after the final
     /// shutdown.
     pub records_left: Vec<String>,
+    /// The background logs the script read (`logs` op) once every fault
+    /// had healed, by kernel: the bytes, or why the read failed.
+    pub background: BTreeMap<String, Result<Vec<u8>, String>>,
 }
 
 impl ClientLog {

@@ -16,6 +16,8 @@ use tether_core::agent::python;
 use tether_core::protocol::CellOutcome;
 use tether_core::protocol::Lang;
 
+mod background;
+
 /// What happened to one scripted cell.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CellObs {
@@ -184,6 +186,47 @@ pub struct Observations {
     /// was to fail open (`None`: a sound sandbox, or one the host cannot
     /// say about).
     pub flawed: Option<Flawed>,
+    /// The background logs of the kernels whose cells print after they
+    /// resolved, read at the end of the script.
+    pub background: Vec<BackgroundObs>,
+}
+
+/// One kernel's background log and what its cells' background processes
+/// printed after their cell resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BackgroundObs {
+    /// The kernel.
+    pub kernel: String,
+    /// What the `logs` op answered once every fault had healed (before
+    /// the final shutdown), or why it failed.
+    pub log: Result<Vec<u8>, String>,
+    /// What was printed after the cells resolved and before the log was
+    /// read, in order: the log holds all of it (from a line start, behind
+    /// a note, once over its cap) unless the kernel lost it.
+    pub written: Vec<u8>,
+    /// What was printed as the log was read or later: the log may hold
+    /// some of it, in order, at its end.
+    pub later: Vec<u8>,
+    /// How many cells wrote to it (each writer looks at its size every
+    /// [`tether_core::agent::background::CHECK_EVERY`] bytes).
+    pub writers: u32,
+    /// What may have lost some of it (its daemon died, a shim was killed,
+    /// the disk was full, the sandbox restarted); empty: nothing. The
+    /// client's evictions of the kernel count too.
+    pub lossy: Vec<String>,
+}
+
+impl Default for BackgroundObs {
+    fn default() -> Self {
+        BackgroundObs {
+            kernel: String::new(),
+            log: Ok(Vec::new()),
+            written: Vec::new(),
+            later: Vec::new(),
+            writers: 0,
+            lossy: Vec::new(),
+        }
+    }
 }
 
 /// A sandbox that cannot start some kernels, and the client's choice.
@@ -542,6 +585,23 @@ pub enum Violation {
         /// The call, the client process, how often.
         detail: String,
     },
+    /// A kernel's background log lost, invented, repeated or reordered
+    /// what its cells' background processes printed after they resolved,
+    /// or broke its cap.
+    BackgroundLog {
+        /// The kernel.
+        kernel: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A cell delivered what a background process printed after its own
+    /// cell resolved (the background log's, never a cell's output).
+    BackgroundInCell {
+        /// The cell that delivered it.
+        cell: String,
+        /// What.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -579,6 +639,8 @@ impl Violation {
             Violation::RefusedToolCallRan { .. } => "refused_tool_call_ran",
             Violation::ToolResultMismatch { .. } => "tool_result_mismatch",
             Violation::ToolHandlerRepeated { .. } => "tool_handler_repeated",
+            Violation::BackgroundLog { .. } => "background_log",
+            Violation::BackgroundInCell { .. } => "background_in_cell",
         }
     }
 }
@@ -689,6 +751,10 @@ impl fmt::Display for Violation {
                 f,
                 "one client process ran the tool handler twice for one call: {detail}"
             ),
+            Violation::BackgroundLog { kernel, detail } => {
+                write!(f, "the background log of kernel {kernel}: {detail}")
+            }
+            Violation::BackgroundInCell { cell, detail } => write!(f, "{cell}: {detail}"),
         }
     }
 }
@@ -801,6 +867,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     check_namespace(obs, &mut v);
     check_shell_state(obs, &mut v);
     check_tools(&obs.tools, &mut v);
+    background::check(obs, &mut v);
     check_evictions(obs, &mut v);
     for detail in &obs.journal_gaps {
         v.push(Violation::JournalGap {

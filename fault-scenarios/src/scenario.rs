@@ -374,6 +374,62 @@ fn cell_restart_cell() -> Vec<Action> {
     ]
 }
 
+fn late_print(after_ms: u64, tag: &str, lines: u32) -> Step {
+    Step::LatePrint {
+        after_ms,
+        tag: tag.into(),
+        lines,
+    }
+}
+
+/// Background children that print after their cell resolved, in two
+/// kernels, while later cells run: one past the background log's cap
+/// (a trim), a few lines after an `exit 3`, a few in another kernel.
+/// Each kernel's log must hold them exactly (the oracle's background
+/// check) and no cell's output any of them.
+fn background_log(all_faults: Vec<Family>) -> Scenario {
+    let mut other = cell(
+        "other_kernel",
+        vec![late_print(400, "other", 2), print("other\n")],
+        Expect::Ok,
+    );
+    other.kernel = Some("other".into());
+    Scenario {
+        name: "background_log",
+        about: "background children print after their cell resolved (over the log's cap, after exit 3, in a second kernel) while later cells run: all of it in its kernel's background log (`tether logs`), once, in order, trimmed from a line start past the cap, none in any cell's output",
+        script: vec![
+            // Resolves at the drain bound (the child holds stdout); the
+            // child prints 1.2 MB during the next cell.
+            Action::Run(cell(
+                "bulk",
+                vec![print("bulk\n"), late_print(1_000, "bulk", 13_000)],
+                Expect::Ok,
+            )),
+            Action::Run(cell(
+                "during",
+                vec![print("a\n"), Step::Sleep { ms: 1_500 }, print("b\n")],
+                Expect::Ok,
+            )),
+            Action::Run(cell(
+                "exits",
+                vec![late_print(700, "exits", 3), Step::Exit { code: 3 }],
+                Expect::Exit(3),
+            )),
+            Action::Run(other),
+            Action::Run(cell(
+                "next",
+                vec![print("next\n"), Step::Sleep { ms: 600 }],
+                Expect::Ok,
+            )),
+            Action::Idle { ms: 1_500 },
+        ],
+        fixed: FaultSchedule::empty(),
+        space: space(all_faults),
+        init_reaps: true,
+        fails_open: false,
+    }
+}
+
 /// A cell that leaves a background child and a setsid daemon behind.
 fn leftovers_script() -> Vec<Action> {
     vec![
@@ -828,6 +884,7 @@ pub fn all() -> Vec<Scenario> {
         },
     ]
     .into_iter()
+    .chain([background_log(all_faults.clone())])
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
     .chain(client_knobs(all_faults))
     .chain([fail_open()])

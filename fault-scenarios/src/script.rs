@@ -269,6 +269,7 @@ async fn run_script(
         outcome = run_one(host, driver, &again, &mut on_event).await;
     }
     host.log().liveness = outcome;
+    read_background_logs(host, driver).await;
     let start = host.now_ms();
     for k in kernels(scenario) {
         let r = driver.shutdown(&k, &mut on_event).await;
@@ -283,6 +284,44 @@ async fn run_script(
     host.log().records_left = left;
     host.log().finished = true;
     host.note("script done");
+}
+
+/// The kernels whose cells print after they resolved
+/// ([`Step::LatePrint`]), sorted, once each.
+pub fn background_kernels(scenario: &Scenario) -> Vec<KernelName> {
+    let mut kernels: Vec<KernelName> = scenario
+        .cells()
+        .filter(|c| {
+            c.workload
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::LatePrint { .. }))
+        })
+        .map(kernel_of)
+        .collect();
+    kernels.sort();
+    kernels.dedup();
+    kernels
+}
+
+/// Reads the background log of each kernel whose cells print after they
+/// resolved, as `tether logs` does (one `logs` op), once every fault has
+/// healed: the oracle's view of it.
+async fn read_background_logs(host: &impl Host, driver: &Driver) {
+    for k in background_kernels(host.scenario()) {
+        let op = tether_core::protocol::Op::Logs { kernel: k.clone() };
+        let read = match driver.query(op, Duration::from_secs(30)).await {
+            Ok(tether_core::protocol::Reply::Logs { data }) => Ok(data.0),
+            Ok(other) => Err(format!("the logs op answered {other:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+        let what = match &read {
+            Ok(data) => format!("{} bytes", data.len()),
+            Err(e) => format!("failed: {e}"),
+        };
+        host.note(&format!("logs of {k}: {what}"));
+        host.log().background.insert(k.to_string(), read);
+    }
 }
 
 fn finish_call(host: &impl Host, name: &str, start: u64, err: Option<DriverError>) {

@@ -564,7 +564,8 @@ pub fn play_cell(
                 out.push_str(&crate::workload::tool_result(name, args));
                 out.push('\n');
             }
-            Step::LeftoverToolCall { .. } => {}
+            // Background processes: what they print later is not the cell's.
+            Step::LeftoverToolCall { .. } | Step::LatePrint { .. } => {}
             Step::SetVar { name, value } => state.assign(name, value, true),
             Step::SetName { name, value } => state.assign(name, value, false),
             Step::ChangeDir { path } => state.chdir(path),

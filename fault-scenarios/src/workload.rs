@@ -188,6 +188,47 @@ pub enum Step {
         /// Its arguments.
         args: String,
     },
+    /// `(sleep S; i=0; while [ $i -lt N ]; do printf …; done) &`: a
+    /// background child of the cell that holds its stdout and, `after_ms`
+    /// later (by then its cell has resolved), prints `lines` numbered
+    /// lines ([`late_text`]). What it prints after its cell resolved is
+    /// the kernel's background log (`tether logs`), never a cell's output.
+    LatePrint {
+        /// How long it waits before it prints.
+        after_ms: u64,
+        /// What its lines start with (`[A-Za-z0-9_-]`, unique in a
+        /// scenario, so each line says whose it is).
+        tag: String,
+        /// How many lines (at most [`MAX_LATE_LINES`]).
+        lines: u32,
+    },
+}
+
+/// A [`Step::LatePrint`] prints at most this many lines.
+pub const MAX_LATE_LINES: u32 = 100_000;
+
+/// What pads each line of a [`Step::LatePrint`], so that a few thousand
+/// lines fill the background log past its cap.
+const LATE_PAD: &str =
+    "................................................................................";
+
+/// Line `i` of [`Step::LatePrint`] `tag`, newline included.
+pub fn late_line(tag: &str, i: u32) -> String {
+    format!("{tag} {i:06} {LATE_PAD}\n")
+}
+
+/// Everything [`Step::LatePrint`] `tag` of `lines` lines prints.
+pub fn late_text(tag: &str, lines: u32) -> String {
+    (0..lines).map(|i| late_line(tag, i)).collect()
+}
+
+/// The shell code of [`Step::LatePrint`] (run in the background by the
+/// shell, by `sh -c` from Python): the same bytes as [`late_text`].
+fn late_shell(after_ms: u64, tag: &str, lines: u32) -> String {
+    format!(
+        "sleep {}; _tw_l=0; while [ \"$_tw_l\" -lt {lines} ]; do printf '{tag} %06d {LATE_PAD}\\n' \"$_tw_l\"; _tw_l=$((_tw_l + 1)); done",
+        secs(after_ms)
+    )
 }
 
 /// How long a workload's tool call waits for its answer (seconds, its
@@ -386,6 +427,19 @@ fn validate_steps(steps: &[Step], depth: usize, count: &mut usize) -> Result<(),
             Step::TrapTerm { then } => validate_steps(then, depth + 1, count)?,
             Step::Expand { name } if !is_var_name(name) => {
                 return Err(WorkloadError::BadVarName { name: name.clone() })
+            }
+            Step::LatePrint { tag, lines, .. }
+                if *lines > MAX_LATE_LINES
+                    || tag.is_empty()
+                    || !tag
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+            {
+                return Err(WorkloadError::BadState {
+                    detail: format!(
+                        "late print {tag:?} of {lines} lines: a tag of [A-Za-z0-9_-], at most {MAX_LATE_LINES} lines"
+                    ),
+                })
             }
             Step::State { change } => validate_change(change)?,
             Step::Show { probe } => validate_probe(probe)?,
@@ -599,6 +653,11 @@ fn shell_step(step: &Step, dir: &str) -> String {
             "(sleep {}; TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}') </dev/null >/dev/null 2>&1 &",
             secs(*after_ms)
         ),
+        Step::LatePrint {
+            after_ms,
+            tag,
+            lines,
+        } => format!("({}) &", late_shell(*after_ms, tag, *lines)),
     }
 }
 
@@ -803,6 +862,16 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
                 "sleep {}; TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}'",
                 secs(*after_ms)
             ))
+        )],
+        // A subprocess on the interpreter's stdout: between cells that is
+        // the background log; while a later cell runs, its output.
+        Step::LatePrint {
+            after_ms,
+            tag,
+            lines,
+        } => vec![format!(
+            "_tw_sp.Popen(['sh', '-c', {}])",
+            py_str(&late_shell(*after_ms, tag, *lines))
         )],
     };
     let mut out = String::new();

@@ -38,10 +38,12 @@ use tether_core::protocol::install::installed_line;
 use tether_core::protocol::{Envelope, InstallRefusal, OpKind};
 use tether_core::time::Timestamp;
 
+mod background;
 mod channel;
 mod plain;
 mod process_faults;
 
+pub use background::BackgroundTruth;
 pub use channel::ChannelCounts;
 pub use process_faults::STOP_SLACK_MS;
 
@@ -128,6 +130,11 @@ pub struct Sandbox {
     /// What happened on channels (streams opened, ops carried, channel
     /// faults that hit one).
     pub channel_counts: ChannelCounts,
+    /// What may have lost background output, by kernel name (`*`: of
+    /// every kernel) ([`background`]).
+    background_lossy: BTreeMap<String, BTreeSet<String>>,
+    /// When the last `logs` op of each kernel read its log.
+    logs_reads: BTreeMap<String, Timestamp>,
 }
 
 impl Sandbox {
@@ -180,6 +187,8 @@ impl Sandbox {
             grace_ms: world.grace_ms,
             term_checks: Vec::new(),
             term_survivors: Vec::new(),
+            background_lossy: BTreeMap::new(),
+            logs_reads: BTreeMap::new(),
             journal_gaps: Vec::new(),
             two_daemons: BTreeMap::new(),
             channel_counts: ChannelCounts::new(),
@@ -284,6 +293,10 @@ impl Sandbox {
                     // It chose to go (idle), while its kernel is in use:
                     // not a death the client could have caused or foreseen.
                     self.self_exits.push((now_ms, pid));
+                    self.note_lossy(
+                        Some(&kernel_name(&kernel_dir)),
+                        format!("its daemon {pid} exited idle"),
+                    );
                     for seq in self.unfinished_cells(&kernel_dir) {
                         self.self_inflicted.push(format!(
                             "daemon {pid} of {} exited by itself at {now_ms} ms while its cell {seq} was unfinished",
@@ -547,6 +560,7 @@ impl Sandbox {
         for d in dirs {
             let dir = format!("{kernels}/{d}");
             if let Some(pid) = self.os.kill_daemon(&dir) {
+                self.note_lossy(Some(&d), format!("its daemon {pid} was killed"));
                 self.stop_interrupted(&dir);
                 self.fault_killed.insert(pid);
                 killed.push(pid);
@@ -575,6 +589,7 @@ impl Sandbox {
             .filter(|&p| self.os.is_alive(p))
             .collect();
         how(&mut self.os);
+        self.note_lossy(None, "the sandbox restarted".into());
         self.forget_stops();
         self.daemons.clear();
         self.roles.clear();
@@ -864,6 +879,16 @@ async fn handle(
         control
             .before_op(op, |what| trace.log("sandbox", what))
             .await;
+    }
+    if op == Some(OpKind::Logs) {
+        // The op reads the log at its first step, at this instant.
+        let kernel = serde_json::from_slice::<Envelope>(&stdin)
+            .ok()
+            .and_then(|e| e.op.kernel().map(|k| k.as_str().to_owned()))
+            .unwrap_or_default();
+        let mut s = sb.borrow_mut();
+        s.advance(now_ms());
+        s.note_logs_read(&kernel);
     }
     if op == Some(OpKind::Shutdown) {
         let kernel = serde_json::from_slice::<Envelope>(&stdin)

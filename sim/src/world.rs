@@ -12,7 +12,7 @@ use crate::control::Control;
 use crate::explore::RunReport;
 use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
-use crate::oracle::{self, CellTruth, Observations, Outages};
+use crate::oracle::{self, BackgroundObs, CellTruth, Observations, Outages};
 use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
 use crate::swarm::World;
@@ -24,6 +24,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use tether::MemoryStore;
 use tether_core::agent::Pid;
 use tether_core::protocol::Lang;
+use tether_scenarios::script;
 use tether_scenarios::shell_model::Flavor;
 
 /// Virtual time after which a run is declared hung.
@@ -629,13 +630,22 @@ fn observe(
             executions: truth.executions,
             // A tool call that failed (its deadline ran out in a clock
             // jump, its cell ended first) printed no result.
-            stdout: observe::without_lines(
-                observe::truth_stdout(scenario, spec, truth.executions, flavor),
-                &cell_key
+            // Plus what its background children printed before it
+            // resolved (a late print that came early is its output).
+            stdout: [
+                observe::without_lines(
+                    observe::truth_stdout(scenario, spec, truth.executions, flavor),
+                    &cell_key
+                        .as_ref()
+                        .map(|(kernel, seq)| sandbox.failed_call_lines(kernel, *seq))
+                        .unwrap_or_default(),
+                ),
+                cell_key
                     .as_ref()
-                    .map(|(kernel, seq)| sandbox.failed_call_lines(kernel, *seq))
+                    .map(|(kernel, seq)| sandbox.early_late_stdout(kernel, *seq))
                     .unwrap_or_default(),
-            ),
+            ]
+            .concat(),
             // A shell cell's own processes write its stderr; a Python
             // cell's is the interpreter's, which serves every cell.
             // Not judged when a kernel evicted and opened again by a later
@@ -679,6 +689,24 @@ fn observe(
         };
         cells.push(observe::cell(scenario, log, spec, truth, flavor));
     }
+    let background = script::background_kernels(scenario)
+        .into_iter()
+        .map(|k| {
+            let truth = sandbox.background_truth(k.as_str());
+            BackgroundObs {
+                kernel: k.to_string(),
+                log: log
+                    .background
+                    .get(k.as_str())
+                    .cloned()
+                    .unwrap_or_else(|| Err("never read".into())),
+                written: truth.written,
+                later: truth.later,
+                writers: truth.writers,
+                lossy: sandbox.background_lossy(k.as_str()),
+            }
+        })
+        .collect();
     let (leaked_processes, leaked_files, leaked_cgroups) = sandbox.leaks();
     let client = observe::client_observations(log, &kernel_deaths);
     Observations {
@@ -693,6 +721,7 @@ fn observe(
         leaked_files,
         leaked_cgroups,
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
+        background,
         self_inflicted: sandbox.self_inflicted.clone(),
         stop_survivors: sandbox.term_survivors.clone(),
         journal_gaps: sandbox.journal_gaps.clone(),

@@ -376,3 +376,28 @@ fn rendered_names_print_their_value_and_fail_when_unbound() {
         "a name must be an identifier"
     );
 }
+
+/// A late print's rendered code runs in the background: the shell is done
+/// first, and its child prints exactly `late_text` after the wait.
+#[test]
+fn a_late_print_prints_its_lines_after_the_shell_is_done() {
+    let w = Workload::new(vec![
+        Step::LatePrint {
+            after_ms: 100,
+            tag: "t-1".into(),
+            lines: 3,
+        },
+        print("main\n"),
+    ]);
+    w.validate().unwrap();
+    let out = run_sh(&render_shell(&w, "/nonexistent"));
+    let want = format!("main\n{}", late_text("t-1", 3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert_eq!(late_line("t", 7), format!("t 000007 {LATE_PAD}\n"));
+    let bad = Workload::new(vec![Step::LatePrint {
+        after_ms: 1,
+        tag: "a b".into(),
+        lines: 1,
+    }]);
+    assert!(bad.validate().is_err());
+}

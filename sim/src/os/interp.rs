@@ -105,6 +105,9 @@ pub(crate) struct Shell {
     pub(crate) state: ShellState,
     /// Run as a Python cell instead.
     pub(crate) python: Option<PyFlavor>,
+    /// The background child of a [`Step::LatePrint`]: what it prints is
+    /// ground truth ([`SimOs::late_writes`]).
+    late: bool,
 }
 
 impl Shell {
@@ -124,6 +127,7 @@ impl Shell {
             vars: BTreeMap::new(),
             state: ShellState::default(),
             python: None,
+            late: false,
         }
     }
 
@@ -523,6 +527,9 @@ impl SimOs {
                     Stream::Stdout => p.stdout,
                     Stream::Stderr => p.stderr,
                 });
+                if shell.late {
+                    self.note_late_write(pid, fd, stream, text.as_bytes());
+                }
                 self.write_fd(pid, fd, text.as_bytes());
                 shell.last_status = 0;
             }
@@ -684,6 +691,36 @@ impl SimOs {
                 spec.env = Some(self.caller_env(pid, shell));
                 spec.background = !shell.bash && shell.python.is_none();
                 spec.stdio = Some((Fd::Null, Fd::Null));
+                if let Err(e) = self.fork_child(pid, shell, spec) {
+                    self.shell_error(pid, shell, &format!("fork: {e}"));
+                }
+            }
+            Step::LatePrint {
+                after_ms,
+                tag,
+                lines,
+            } => {
+                // `( … ) &`: a subshell (a fork of this shell, or `sh -c`
+                // from Python) that sleeps in the foreground, then prints.
+                let mut child = Shell::new(
+                    Workload::new(vec![
+                        Step::Sleep { ms: after_ms },
+                        Step::Print {
+                            stream: Stream::Stdout,
+                            text: tether_scenarios::workload::late_text(&tag, lines),
+                        },
+                    ]),
+                    None,
+                );
+                child.bash = shell.bash && shell.python.is_none();
+                child.late = true;
+                let argv = match shell.python {
+                    Some(_) => vec!["sh".to_owned(), "-c".to_owned()],
+                    None => self.argv_of(pid),
+                };
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                let mut spec = ForkSpec::new(&argv, Program::Shell(Box::new(child)), Role::Cell);
+                spec.background = !shell.bash && shell.python.is_none();
                 if let Err(e) = self.fork_child(pid, shell, spec) {
                     self.shell_error(pid, shell, &format!("fork: {e}"));
                 }

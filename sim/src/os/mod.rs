@@ -6,6 +6,8 @@
 //! - [`signals`]: delivery by disposition (default / ignore / trap, stop);
 //! - [`fs`]: files and directories (O_EXCL, atomic replace);
 //! - [`interp`]: the workload interpreter (a simulated `sh`);
+//! - [`late`]: ground truth of what background children printed after
+//!   their cell resolved (the background log's);
 //! - [`plain`]: a plain exec of a cell's code, outside any kernel (fail
 //!   open);
 //! - [`shim`]: the cell shim, the IO driver of the agent's [`tether_core::agent::CellShim`];
@@ -33,6 +35,7 @@ pub mod events;
 pub mod freeze;
 pub mod fs;
 pub mod interp;
+pub mod late;
 pub mod plain;
 pub mod process;
 pub mod pyshim;
@@ -203,6 +206,8 @@ pub struct SimOs {
     tool_calls: Vec<caller::ToolCallTruth>,
     /// Every answer file written (ground truth).
     answers: Vec<caller::AnswerWrite>,
+    /// Every write of a late printer (ground truth, [`late`]).
+    late_writes: Vec<late::LateWrite>,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -235,6 +240,7 @@ impl SimOs {
             tokens: 0,
             tool_calls: Vec::new(),
             answers: Vec::new(),
+            late_writes: Vec::new(),
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);

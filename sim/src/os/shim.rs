@@ -47,6 +47,11 @@ impl ShimRun {
         self.machine.cell_dir()
     }
 
+    /// Has its cell resolved ([`CellShim::resolved`])?
+    pub(crate) fn resolved(&self) -> bool {
+        self.machine.resolved()
+    }
+
     /// The pipes the machine still reads, with their streams.
     fn reading(&self) -> Vec<(u64, Stream)> {
         let Some((out, err)) = self.pipes else {

@@ -200,6 +200,10 @@ async fn serve(
                         if op == Some(OpKind::Shutdown) {
                             let kernel = kernel.map(|k| k.as_str().to_owned()).unwrap_or_default();
                             sb.borrow_mut().shutdown_seen(kernel);
+                        } else if op == Some(OpKind::Logs) {
+                            // The op reads the log as it runs, at this instant.
+                            let kernel = kernel.map(|k| k.as_str().to_owned()).unwrap_or_default();
+                            sb.borrow_mut().note_logs_read(&kernel);
                         }
                         trace.log(
                             "sandbox",

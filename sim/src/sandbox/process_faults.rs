@@ -34,10 +34,14 @@ impl Sandbox {
     /// SIGKILL from outside to every live shim (cell shims and interpreter
     /// shims); returns their pids.
     pub fn kill_shims(&mut self) -> Vec<Pid> {
-        let pids: Vec<Pid> = self.os.shims().into_iter().map(|(pid, _)| pid).collect();
-        for &pid in &pids {
-            self.os.kill_from_outside(pid);
+        let shims = self.os.shims();
+        for (pid, cell_dir) in &shims {
+            self.os.kill_from_outside(*pid);
+            // `…/kernels/K/cells/N`: what its pipes held is lost.
+            let kernel = cell_dir.rsplit('/').nth(2).unwrap_or_default().to_owned();
+            self.note_lossy(Some(&kernel), format!("its shim {pid} was killed"));
         }
+        let pids: Vec<Pid> = shims.into_iter().map(|(pid, _)| pid).collect();
         self.flush_events();
         pids
     }
@@ -83,6 +87,8 @@ impl Sandbox {
                 owned,
             });
             self.os.term_from_outside(*pid);
+            let kernel = super::kernel_name(kernel_dir);
+            self.note_lossy(Some(&kernel), format!("its daemon {pid} got SIGTERM"));
         }
         self.flush_events();
         daemons.into_iter().map(|(pid, _)| pid).collect()
@@ -108,6 +114,7 @@ impl Sandbox {
         self.advance(now_ms);
         let kernels = format!("{}/kernels", self.root);
         self.os.fill_disk(&kernels);
+        self.note_lossy(None, "the disk was full".into());
     }
 
     /// The disk has room again; runs what is due. Returns how many

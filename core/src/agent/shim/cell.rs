@@ -157,6 +157,13 @@ impl CellShim {
         self.phase == Phase::Linger
     }
 
+    /// Has the cell resolved (its result decided, its journal written or
+    /// queued)? From then on what its pipes carry is the kernel's
+    /// background log, not the cell's output.
+    pub fn resolved(&self) -> bool {
+        matches!(self.phase, Phase::Flush | Phase::Linger | Phase::Exit(_))
+    }
+
     /// When the shim has something to do without new input: now while it
     /// has a step ready, the drain bound while it waits for EOF after the
     /// main process exited, else never (it waits for its pipes and
