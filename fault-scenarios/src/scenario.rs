@@ -402,7 +402,7 @@ fn background_log(all_faults: Vec<Family>) -> Scenario {
             )),
             Action::Run(cell(
                 "again",
-                vec![late_print(400, "again", 2), print("again\n")],
+                vec![late_print(900, "again", 2), print("again\n")],
                 Expect::Ok,
             )),
             // Resolves at the drain bound (the child holds stdout); the

@@ -668,7 +668,9 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
             extra_executions.insert(l.to_owned(), u32::try_from(n).unwrap_or(u32::MAX));
         }
     }
+    let background = background(ctx, &log.client, &cells);
     let obs = Observations {
+        background,
         cells,
         extra_executions,
         collateral,
@@ -697,6 +699,57 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         took: ctx.start.elapsed(),
         channel_ops: None,
     }
+}
+
+/// The background logs the script read, against what the late printers
+/// of the cells that ran once to their end print (live, nothing says
+/// when each printed: the scenario spaces them so the order is sure).
+/// Any fault made live may lose some (not judged then).
+fn background(
+    ctx: &Ctx<'_>,
+    client: &tether_scenarios::observe::ClientLog,
+    cells: &[oracle::CellObs],
+) -> Vec<oracle::BackgroundObs> {
+    let lossy: Vec<String> = if ctx.schedule.0.is_empty() {
+        Vec::new()
+    } else {
+        vec!["faults were made".into()]
+    };
+    tether_scenarios::script::background_kernels(ctx.scenario)
+        .into_iter()
+        .map(|k| {
+            let mut written = Vec::new();
+            let mut writers = 0;
+            for (spec, obs) in ctx.scenario.cells().zip(cells) {
+                if kernel_of(spec) != k
+                    || obs.truth.executions != 1
+                    || !completed(obs.outcome.as_ref())
+                {
+                    continue;
+                }
+                for step in &spec.workload.steps {
+                    if let Step::LatePrint { tag, lines, .. } = step {
+                        written.extend(
+                            tether_scenarios::workload::late_text(tag, *lines).into_bytes(),
+                        );
+                        writers += 1;
+                    }
+                }
+            }
+            oracle::BackgroundObs {
+                kernel: k.to_string(),
+                log: client
+                    .background
+                    .get(k.as_str())
+                    .cloned()
+                    .unwrap_or_else(|| Err("never read".into())),
+                written,
+                later: Vec::new(),
+                writers,
+                lossy: lossy.clone(),
+            }
+        })
+        .collect()
 }
 
 /// The scenario cancels `spec` before its submit registers (its fixed

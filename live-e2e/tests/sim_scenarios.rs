@@ -99,6 +99,7 @@ live! {
     local_python_cancel: "python_cancel" on "local";
     local_python_stuck: "python_stuck" on "local";
     local_fail_open: "fail_open" on "local";
+    local_background_log: "background_log" on "local";
     docker_happy: "happy" on "docker";
     docker_reply_lost: "reply_lost" on "docker";
     docker_cancel_escapes: "cancel_escapes" on "docker";
