@@ -1368,18 +1368,33 @@ fn check_tools(tools: &ToolObs, v: &mut Vec<Violation>) {
     }
 }
 
+/// How a caller says its deadline ran out (`tether_core`'s `Caller::poll`).
+const DEADLINE_MESSAGE: &str = "no answer within";
+
+/// An outage at least this long (ms) may run a tool call's deadline out.
+const LONG_OUTAGE_MS: u64 = 10_000;
+
 /// The other half of tool calls: they work. A call a cell's own process
 /// made while the cell ran (not a leftover of an ended cell) carries the
 /// cell's credential, so the sandbox never refuses it; and one whose cell
 /// ran to its end once and resolved `ok` was answered, unless the world
-/// excuses it: a full disk (no calls directory, no request written) or a
-/// clock jump (the caller's deadline ran out). Cancels, killed shims and
+/// excuses it: a full disk (no calls directory, no request written), a
+/// clock jump, or a long outage that ran the caller's deadline out. Cancels, killed shims and
 /// lost sandboxes end the cell otherwise than `ok`, so they need no excuse.
 fn check_tool_calls_work(obs: &Observations, v: &mut Vec<Violation>) {
     let tools = &obs.tools;
     let excused = obs.disk_filled || obs.sandbox_clock_jumps_ms > 0;
+    // A call ends at its deadline (the workloads' 30 s) when the host's
+    // answer cannot reach it in time: a long outage, the client's
+    // retries after it, and the cell may still end `ok` (a resume).
+    let long_outage = obs.outages.as_ref().is_some_and(|o| {
+        o.spans
+            .iter()
+            .any(|&(from, to)| to.saturating_sub(from) >= LONG_OUTAGE_MS)
+    });
     for c in tools.calls.iter().filter(|c| !c.leftover) {
         let Some(failed) = &c.failed else { continue };
+        let deadline = failed.starts_with(DEADLINE_MESSAGE);
         let refused =
             !c.id.is_empty() && tools.answers.iter().any(|a| a.id == c.id && !a.journaled);
         let cell = c
@@ -1389,7 +1404,7 @@ fn check_tool_calls_work(obs: &Observations, v: &mut Vec<Violation>) {
         let ran_ok = cell.is_some_and(|o| {
             o.outcome == Some(CellOutcome::Ok) && o.truth.executions == 1 && o.truth.ran_to_end
         });
-        if refused || (ran_ok && !excused) {
+        if refused || (ran_ok && !excused && !(deadline && long_outage)) {
             let label = cell.map_or(c.cell.as_str(), |o| o.label.as_str());
             v.push(Violation::ToolCallFailed {
                 detail: format!(
@@ -1954,8 +1969,16 @@ mod tests {
         let mut jumped = o.clone();
         jumped.sandbox_clock_jumps_ms = 5_000;
         assert_eq!(check(&jumped), vec![]);
-        let mut cancelled = o;
+        let mut cancelled = o.clone();
         cancelled.cells[0].outcome = Some(CellOutcome::Cancelled);
         assert_eq!(check(&cancelled), vec![]);
+        let mut late = o;
+        late.tools.calls[0].failed = Some("no answer within 30 s (the deadline per call)".into());
+        assert_eq!(tool_kinds(&late), vec!["tool_call_failed"]);
+        late.outages = Some(Outages {
+            spans: vec![(1_000, 31_000)],
+            ..Outages::default()
+        });
+        assert_eq!(check(&late), vec![]);
     }
 }
