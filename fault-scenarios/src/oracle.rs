@@ -173,6 +173,8 @@ pub struct Observations {
     pub leaked_records: Vec<String>,
     /// The script finished (did not hang until the simulation's end).
     pub finished: bool,
+    /// The sandbox's disk was full at some time (writes failed).
+    pub disk_filled: bool,
     /// Driver errors, stalls, simulation errors.
     pub harness_errors: Vec<String>,
     /// What a kernel whose daemon got SIGTERM still ran once its stop
@@ -256,6 +258,9 @@ pub struct ToolCallObs {
     pub id: String,
     /// The cell (its directory) whose process made it.
     pub cell: String,
+    /// That cell's key (`kernel#seq`), where the host knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// Made by a background process of the cell.
     pub leftover: bool,
     /// What the caller printed on success (the result and a newline).
@@ -602,6 +607,12 @@ pub enum Violation {
         /// What.
         detail: String,
     },
+    /// A call a cell made while it ran, with its credential, was refused
+    /// by the sandbox, or never answered though its cell ran to its end.
+    ToolCallFailed {
+        /// The call, its cell, how it ended.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -641,6 +652,7 @@ impl Violation {
             Violation::ToolHandlerRepeated { .. } => "tool_handler_repeated",
             Violation::BackgroundLog { .. } => "background_log",
             Violation::BackgroundInCell { .. } => "background_in_cell",
+            Violation::ToolCallFailed { .. } => "tool_call_failed",
         }
     }
 }
@@ -747,6 +759,9 @@ impl fmt::Display for Violation {
                 f,
                 "a cell got a tool result its handler never returned: {detail}"
             ),
+            Violation::ToolCallFailed { detail } => {
+                write!(f, "a tool call of a running cell failed: {detail}")
+            }
             Violation::ToolHandlerRepeated { detail } => write!(
                 f,
                 "one client process ran the tool handler twice for one call: {detail}"
@@ -868,6 +883,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     check_shell_state(obs, &mut v);
     check_tools(&obs.tools, &mut v);
     background::check(obs, &mut v);
+    check_tool_calls_work(obs, &mut v);
     check_evictions(obs, &mut v);
     for detail in &obs.journal_gaps {
         v.push(Violation::JournalGap {
@@ -1419,6 +1435,59 @@ fn check_tools(tools: &ToolObs, v: &mut Vec<Violation>) {
     }
 }
 
+/// How a caller says its deadline ran out (`tether_core`'s `Caller::poll`).
+const DEADLINE_MESSAGE: &str = "no answer within";
+
+/// An outage at least this long (ms) may run a tool call's deadline out.
+const LONG_OUTAGE_MS: u64 = 10_000;
+
+/// The other half of tool calls: they work. A call a cell's own process
+/// made while the cell ran (not a leftover of an ended cell) carries the
+/// cell's credential, so the sandbox never refuses it; and one whose cell
+/// ran to its end once and resolved `ok` was answered, unless the world
+/// excuses it: a full disk (no calls directory, no request written), a
+/// clock jump, or a long outage that ran the caller's deadline out. Cancels, killed shims and
+/// lost sandboxes end the cell otherwise than `ok`, so they need no excuse.
+fn check_tool_calls_work(obs: &Observations, v: &mut Vec<Violation>) {
+    let tools = &obs.tools;
+    let excused = obs.disk_filled || obs.sandbox_clock_jumps_ms > 0;
+    // A call ends at its deadline (the workloads' 30 s) when the host's
+    // answer cannot reach it in time: a long outage, the client's
+    // retries after it, and the cell may still end `ok` (a resume).
+    let long_outage = obs.outages.as_ref().is_some_and(|o| {
+        o.spans
+            .iter()
+            .any(|&(from, to)| to.saturating_sub(from) >= LONG_OUTAGE_MS)
+    });
+    for c in tools.calls.iter().filter(|c| !c.leftover) {
+        let Some(failed) = &c.failed else { continue };
+        let deadline = failed.starts_with(DEADLINE_MESSAGE);
+        let refused =
+            !c.id.is_empty() && tools.answers.iter().any(|a| a.id == c.id && !a.journaled);
+        let cell = c
+            .key
+            .as_ref()
+            .and_then(|k| obs.cells.iter().find(|o| o.key.as_ref() == Some(k)));
+        let ran_ok = cell.is_some_and(|o| {
+            o.outcome == Some(CellOutcome::Ok) && o.truth.executions == 1 && o.truth.ran_to_end
+        });
+        if refused || (ran_ok && !excused && !(deadline && long_outage)) {
+            let label = cell.map_or(c.cell.as_str(), |o| o.label.as_str());
+            v.push(Violation::ToolCallFailed {
+                detail: format!(
+                    "call {:?} of {label} {}: {failed}",
+                    c.id,
+                    if refused {
+                        "was refused by the sandbox"
+                    } else {
+                        "was never answered, its cell resolved ok"
+                    }
+                ),
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1851,12 +1920,14 @@ mod tests {
                 ToolCallObs {
                     id: "a".into(),
                     cell: "/k/1".into(),
+                    key: Some("k#1".into()),
                     answered: Some("tool t {}\n".into()),
                     ..ToolCallObs::default()
                 },
                 ToolCallObs {
                     id: "b".into(),
                     cell: "/k/1".into(),
+                    key: Some("k#1".into()),
                     leftover: true,
                     failed: Some("refused".into()),
                     ..ToolCallObs::default()
@@ -1936,5 +2007,45 @@ mod tests {
         let mut o = tools_good();
         o.tools.runs[1].incarnation = 0;
         assert_eq!(tool_kinds(&o), vec!["tool_handler_repeated"]);
+    }
+
+    #[test]
+    fn a_refused_call_of_the_running_cell_fires() {
+        let mut o = tools_good();
+        o.tools.calls[0].answered = None;
+        o.tools.calls[0].failed = Some("refused".into());
+        o.tools.answers[0].journaled = false;
+        o.tools.runs.clear();
+        // Even where the world could excuse an unanswered call.
+        o.disk_filled = true;
+        assert_eq!(tool_kinds(&o), vec!["tool_call_failed"]);
+    }
+
+    #[test]
+    fn an_unanswered_call_of_a_cell_that_ran_ok_fires_unless_excused() {
+        let mut o = tools_good();
+        o.tools.calls[0].answered = None;
+        o.tools.calls[0].failed = Some("not inside a tether cell".into());
+        o.tools.calls[0].id = String::new();
+        o.tools.answers.remove(0);
+        o.tools.runs.clear();
+        assert_eq!(tool_kinds(&o), vec!["tool_call_failed"]);
+        let mut full = o.clone();
+        full.disk_filled = true;
+        assert_eq!(check(&full), vec![]);
+        let mut jumped = o.clone();
+        jumped.sandbox_clock_jumps_ms = 5_000;
+        assert_eq!(check(&jumped), vec![]);
+        let mut cancelled = o.clone();
+        cancelled.cells[0].outcome = Some(CellOutcome::Cancelled);
+        assert_eq!(check(&cancelled), vec![]);
+        let mut late = o;
+        late.tools.calls[0].failed = Some("no answer within 30 s (the deadline per call)".into());
+        assert_eq!(tool_kinds(&late), vec!["tool_call_failed"]);
+        late.outages = Some(Outages {
+            spans: vec![(1_000, 31_000)],
+            ..Outages::default()
+        });
+        assert_eq!(check(&late), vec![]);
     }
 }

@@ -622,6 +622,10 @@ impl Sandbox {
                         .cell
                         .as_ref()
                         .map_or_else(String::new, |r| r.cell_dir.clone()),
+                    key: c.cell.as_ref().and_then(|r| {
+                        r.seq
+                            .map(|seq| format!("{}#{seq}", kernel_name(&r.kernel_dir)))
+                    }),
                     leftover: c.leftover,
                     answered: match &c.end {
                         CallEnd::Answered { stdout } => Some(stdout.clone()),
