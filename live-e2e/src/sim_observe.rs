@@ -619,12 +619,17 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         if expects_no_run(scenario, spec) && executions != 0 {
             extra.push(format!("{} must never run, ran {executions}", spec.label));
         }
-        // A restarted or replaced sandbox takes every process with it.
-        let restarted = ctx
-            .schedule
-            .0
-            .iter()
-            .any(|f| matches!(f.kind, FaultKind::BounceSandbox | FaultKind::ReplaceSandbox));
+        // A restarted or replaced sandbox takes every process with it, and
+        // so does a stopped kernel: a daemon that gets SIGTERM (live, every
+        // daemon of the sandbox gets it, as `docker stop` sends it) ends
+        // everything its kernel owns, leftovers included (core's
+        // `agent::daemon` module doc, "Stop").
+        let restarted = ctx.schedule.0.iter().any(|f| {
+            matches!(
+                f.kind,
+                FaultKind::BounceSandbox | FaultKind::ReplaceSandbox | FaultKind::TermDaemon
+            )
+        });
         // A cell the client was asked to cancel (a fault can cancel the
         // bystander while a new client resumes it) is no bystander.
         let spared = !restarted && !seen.cancel_requested;
