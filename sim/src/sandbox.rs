@@ -901,12 +901,7 @@ async fn handle(
             .unwrap_or_default();
         sb.borrow_mut().shutdown_seen(kernel);
     }
-    let root = argv
-        .iter()
-        .position(|a| a == "--root")
-        .and_then(|i| argv.get(i + 1))
-        .cloned()
-        .unwrap_or_default();
+    let root = root_arg(&argv);
     let (pid, boot) = {
         let mut s = sb.borrow_mut();
         s.advance(now_ms());
@@ -1035,6 +1030,15 @@ pub async fn sandbox_main(
     });
     serve(EXEC_PORT, handler).await?;
     Ok(())
+}
+
+/// The agent's `--root` argument (empty when absent).
+pub(crate) fn root_arg(argv: &[String]) -> String {
+    argv.iter()
+        .position(|a| a == "--root")
+        .and_then(|i| argv.get(i + 1))
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

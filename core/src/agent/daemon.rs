@@ -371,16 +371,9 @@ impl Daemon {
             t.shim = None;
             t.shim_death_seen = true;
             t.shim_death_told = true;
-            let started = read_journal(os, &cell.journal()).ok().and_then(|r| {
-                r.entries.iter().find_map(|e| match e.kind {
-                    EntryKind::Started {
-                        pid,
-                        pgid,
-                        starttime,
-                    } => Some((pid, pgid, starttime)),
-                    _ => None,
-                })
-            });
+            let started = read_journal(os, &cell.journal())
+                .ok()
+                .and_then(|r| journal::started(&r));
             let same_main = started.is_some_and(|(pid, _, start)| {
                 os.process(pid)
                     .is_some_and(|p| p.starttime == start && !p.zombie)
@@ -585,11 +578,7 @@ impl Daemon {
                     // the interpreter's descendants, found below while it
                     // still lives.)
                     let table = table.get_or_insert_with(|| Table::snapshot(os));
-                    let other_groups: Vec<String> = groups
-                        .iter()
-                        .filter(|(s, _)| *s != seq)
-                        .map(|(_, g)| g.clone())
-                        .collect();
+                    let other_groups = groups_but(&groups, seq);
                     let others = procs::OtherCells::new(os, &t.marker, &other_groups);
                     let protected = procs::protected(table, self_pid);
                     for p in table.iter() {
@@ -670,11 +659,7 @@ impl Daemon {
                 // grace ends) and every earlier cell's leftovers descend
                 // from the interpreter too, and a finished cell is no
                 // longer in `markers`.
-                let other_groups: Vec<String> = groups
-                    .iter()
-                    .filter(|(s, _)| *s != seq)
-                    .map(|(_, g)| g.clone())
-                    .collect();
+                let other_groups = groups_but(&groups, seq);
                 let others = procs::OtherCells::new(os, &t.marker, &other_groups);
                 if let Some(interp) = interp.filter(|_| t.python) {
                     set.extend(procs::descendants_except(os, table, interp, &others));
@@ -1173,4 +1158,14 @@ impl Daemon {
             next_wake: now + TICK,
         }
     }
+}
+
+/// The cgroups of every tracked cell but `seq`'s: what a search for
+/// `seq`'s processes must leave alone.
+fn groups_but(groups: &[(CellSeq, String)], seq: CellSeq) -> Vec<String> {
+    groups
+        .iter()
+        .filter(|(s, _)| *s != seq)
+        .map(|(_, g)| g.clone())
+        .collect()
 }

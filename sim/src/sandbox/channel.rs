@@ -94,12 +94,7 @@ async fn serve(
     };
     wait_while_frozen(&sb).await;
     let argv = start.argv;
-    let root = argv
-        .iter()
-        .position(|a| a == "--root")
-        .and_then(|i| argv.get(i + 1))
-        .cloned()
-        .unwrap_or_default();
+    let root = super::root_arg(&argv);
     let (pid, boot, mut server) = {
         let mut s = sb.borrow_mut();
         s.advance(now_ms());
