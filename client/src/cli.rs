@@ -3,8 +3,8 @@
 
 use crate::agent_bin::{AgentBinary, AgentRef};
 use crate::backend::BackendSpec;
-use crate::channel::{can_stream, channel_for, transport_for, ChannelMode};
-use crate::driver::{Driver, DriverError, DriverStats};
+use crate::channel::{channel_for, transport_for, ChannelMode};
+use crate::driver::{Driver, DriverError};
 use crate::duration::parse_duration;
 use crate::persist::{self, Attached, MuxPaths};
 use crate::records::{FileStore, KernelLock, Locking, RecordStore};
@@ -465,7 +465,7 @@ impl Context {
         let Some(idle) = self.persist else {
             return own;
         };
-        if self.channel == ChannelMode::Off || !can_stream(&self.backend) {
+        if self.channel == ChannelMode::Off {
             return own;
         }
         let paths = match self.mux_paths(agent_hash) {
@@ -703,7 +703,9 @@ async fn mux(ctx: &Context, args: MuxArgs) -> Result<i32, Failure> {
             transport: channel,
             status: Box::new(move || {
                 let status = watched.status();
-                serde_json::json!({ "channel": {
+                serde_json::json!({
+                    "helpers_started": watched.helpers_started(),
+                    "channel": {
                     "open": status.open,
                     "pid": status.pid,
                     "opened": status.stats.opened,
@@ -794,7 +796,7 @@ async fn run(ctx: &Context, args: RunArgs) -> Result<i32, Failure> {
     };
     driver.settle(&mut |e| printer.event(e)).await?;
     ctrl_c.abort();
-    Ok(printer.finish(&outcome, driver.stats()))
+    Ok(printer.finish(&outcome, &driver))
 }
 
 /// SIGINT, caught from now on. Registered here, before the cell is
@@ -837,7 +839,7 @@ async fn resume(ctx: &Context, args: ResumeArgs) -> Result<i32, Failure> {
         .last()
         .map(|(_, o)| o.clone())
         .unwrap_or(CellOutcome::Ok);
-    Ok(printer.finish(&last, driver.stats()))
+    Ok(printer.finish(&last, &driver))
 }
 
 async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
@@ -886,7 +888,7 @@ async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
         .last()
         .map(|(_, o)| o.clone())
         .unwrap_or(CellOutcome::Cancelled);
-    Ok(printer.finish(&last, driver.stats()))
+    Ok(printer.finish(&last, &driver))
 }
 
 /// Sends SIGINT to the tether that holds `kernel`'s lock, if its lock
@@ -1125,14 +1127,15 @@ impl Printer {
 
     /// Reports the final outcome (in JSON with the exec calls made, by op
     /// kind); returns the exit code.
-    pub fn finish(&mut self, outcome: &CellOutcome, stats: &DriverStats) -> i32 {
+    pub fn finish(&mut self, outcome: &CellOutcome, driver: &Driver) -> i32 {
         let code = exit_code(outcome);
         if self.json {
             self.json_line(serde_json::json!({
                 "event": "exit",
                 "outcome": outcome,
                 "exit_code": code,
-                "execs": stats.execs,
+                "execs": driver.stats().execs,
+                "helpers_started": driver.helpers_started(),
             }));
         } else {
             match outcome {

@@ -312,6 +312,12 @@ impl Driver {
         &self.stats
     }
 
+    /// The local processes (ssh masters, Modal bridges) its transport
+    /// started: none for a warm `tether` that goes through `tether mux`.
+    pub fn helpers_started(&self) -> u64 {
+        self.transport.helpers_started()
+    }
+
     /// Now, on the driver's clock.
     pub fn now(&self) -> Timestamp {
         to_timestamp(self.epoch, Instant::now())

@@ -364,6 +364,10 @@ impl Transport for SshTransport {
     fn describe(&self) -> String {
         self.opts.to_string()
     }
+
+    fn helpers_started(&self) -> u64 {
+        self.master.started()
+    }
 }
 
 /// The one string for the remote shell: the quoted argv, then the

@@ -23,6 +23,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The longest control socket path this accepts: `sun_path` is 108 bytes
@@ -43,6 +44,8 @@ pub(crate) struct Master {
     host: String,
     persist_secs: u64,
     starting: tokio::sync::Mutex<()>,
+    /// Masters this process started (each a new connection).
+    started: AtomicU64,
 }
 
 impl Master {
@@ -66,7 +69,13 @@ impl Master {
             host: opts.host.clone(),
             persist_secs: opts.persist.as_secs().max(1),
             starting: tokio::sync::Mutex::new(()),
+            started: AtomicU64::new(0),
         }
+    }
+
+    /// How many masters (connections) this process started.
+    pub(crate) fn started(&self) -> u64 {
+        self.started.load(Ordering::Relaxed)
     }
 
     /// The control socket's path.
@@ -139,6 +148,7 @@ impl Master {
         let _ = std::fs::remove_file(ctl);
         let log = ctl.with_extension("log");
         let _ = std::fs::remove_file(&log);
+        self.started.fetch_add(1, Ordering::Relaxed);
         let status = tokio::process::Command::new("ssh")
             .args(&self.connect_args)
             .args(["-N", "-f", "-o", "ControlMaster=yes", "-o"])

@@ -75,4 +75,12 @@ pub trait Transport: Send + Sync + 'static {
 
     /// A short description for messages, e.g. `local (latency 50ms)`.
     fn describe(&self) -> String;
+
+    /// How many local processes this transport started to reach the
+    /// sandbox: ssh masters (each a new connection), Modal bridges (each
+    /// a new Python importing Modal's client). What a warm cell should
+    /// never pay; 0 for backends that start none.
+    fn helpers_started(&self) -> u64 {
+        0
+    }
 }

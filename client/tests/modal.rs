@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::mux;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -509,31 +510,62 @@ fn a_client_that_goes_away_leaves_the_bridge_to_close_its_streams_and_exit() {
     drop((stream, t));
 }
 
-/// The CLI over the stand-in: state persists across `tether run`
-/// processes, and each starts one bridge (one Python process) for all
-/// its execs, however many ops its cell takes.
+/// The CLI over the stand-in goes through the background process (`tether
+/// mux`): state persists across `tether run` processes; the first one
+/// starts a bridge of its own and the background process, whose bridge
+/// carries the channel; the warm ones after it start no Python process
+/// and make no `Sandbox.exec`, however many ops their cells take.
 #[test]
-fn the_cli_starts_one_bridge_per_process_not_per_exec() {
-    if !python3("the_cli_starts_one_bridge_per_process_not_per_exec") {
+fn the_cli_goes_through_the_background_process_and_starts_no_python() {
+    if !python3("the_cli_goes_through_the_background_process_and_starts_no_python") {
         return;
     }
     let standin = StandIn::new();
     let world = common::World::with_backend(&standin.spec("sb-test"));
-    let out = world.run("k", "cd /tmp; x=7");
-    assert!(out.status.success(), "{}", common::show(&out));
-    assert_eq!(standin.imports(), 1);
-    let execs = standin.execs();
-    // Waits past its submit: more ops (and the channel) on one bridge.
+    mux::ok(&world.run("k", "cd /tmp; x=7"));
+    mux::open_mux(&world);
+    let (imports, execs) = (standin.imports(), standin.execs());
+    assert_eq!(
+        imports, 2,
+        "the first `tether`'s bridge and the background process's"
+    );
+    mux::warm_runs_use_the_background_process(&world);
+    // Waits past its submit: more ops, all on the background channel.
     let out = world.run("k", "pwd; echo $x; sleep 1; echo done");
-    assert!(out.status.success(), "{}", common::show(&out));
+    mux::ok(&out);
     assert_eq!(common::text(&out.stdout), "/tmp\n7\ndone\n");
     assert_eq!(
         standin.imports(),
-        2,
-        "one Python process for the second run"
+        imports,
+        "no Python process for warm runs"
     );
-    assert!(
-        standin.execs() > execs + 1,
-        "several execs on that one bridge"
-    );
+    assert_eq!(standin.execs(), execs, "no Sandbox.exec for warm runs");
+}
+
+/// On the stand-in, through the CLI: the background process killed with
+/// `kill -9` while a cell waits (its bridge ends with it, and so does the
+/// channel), and the channel's process in the sandbox killed while a cell
+/// waits: each cell completes once, its output whole and in order.
+#[test]
+fn the_background_process_or_its_channel_killed_mid_cell_loses_nothing() {
+    if !python3("the_background_process_or_its_channel_killed_mid_cell_loses_nothing") {
+        return;
+    }
+    let standin = StandIn::new();
+    let world = common::World::with_backend(&standin.spec("sb-test"));
+    let sandbox = mux::Sandbox {
+        dir: standin
+            .dir
+            .path()
+            .join("sandboxes/sb-test")
+            .to_string_lossy()
+            .into_owned(),
+        sh: &mux::local_sh,
+    };
+    let cut = mux::mux_killed_mid_cell(&world, &sandbox);
+    let bridge = mux::num(&cut.before, &["channel", "pid"]) as u32;
+    mux::wait_until("the killed background process's bridge exits", || {
+        !common::alive(bridge)
+    });
+    mux::channel_killed_mid_cell(&world, &sandbox);
 }

@@ -1,162 +1,22 @@
 //! The background process (`tether mux`) that keeps a sandbox's channel
 //! open between `tether` commands, end to end with real processes on the
-//! local backend and on docker: warm runs go through it (no new exec),
-//! its death by `kill -9` mid-cell loses nothing and runs nothing twice,
-//! a stopped one costs a bounded wait, it exits when idle, and a stale or
-//! bad socket costs a note, never a hang or a failed cell.
+//! local backend, on docker and over ssh (the Modal stand-in's are in
+//! `tests/modal.rs`): warm runs go through it (no new exec, no new
+//! connection), its death by `kill -9` mid-cell, or its channel's process
+//! killed on the sandbox, loses nothing and runs nothing twice, a stopped
+//! one costs a bounded wait, it exits when idle, and a stale or bad
+//! socket costs a note, never a hang or a failed cell.
 
 mod common;
 
+use common::mux::{
+    channel_killed_mid_cell, cut_mid_cell, local_sh, mux_killed_mid_cell, num, ok, open_mux,
+    status, stop_muxes, wait_until, warm_runs_use_the_background_process, Sandbox,
+};
 use common::{alive, finish, kill, show, text, World};
-use serde_json::Value;
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// How long anything here may take before the test fails.
-const BOUND: Duration = Duration::from_secs(60);
-
-/// Polls `done` until it holds, failing after [`BOUND`].
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < BOUND, "not within {BOUND:?}: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The running background process's status, if one answers.
-fn status(w: &World) -> Option<Value> {
-    let out = w.tether(&["mux", "--status"]);
-    if out.status.code() != Some(0) {
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-fn num(v: &Value, path: &[&str]) -> u64 {
-    let mut at = v;
-    for key in path {
-        at = &at[*key];
-    }
-    at.as_u64()
-        .unwrap_or_else(|| panic!("no number at {path:?} in {v}"))
-}
-
-/// A background process whose channel is open; its status.
-fn open_mux(w: &World) -> Value {
-    let mut last = None;
-    wait_until("the background process's channel opens", || {
-        last = status(w);
-        last.as_ref()
-            .is_some_and(|s| s["channel"]["open"] == Value::Bool(true))
-    });
-    last.unwrap()
-}
-
-fn ok(out: &std::process::Output) {
-    assert_eq!(out.status.code(), Some(0), "{}", show(out));
-}
-
-/// How the test reaches the sandbox's files (a side-effect file, a gate).
-struct Sandbox<'a> {
-    dir: String,
-    sh: &'a dyn Fn(&str) -> String,
-}
-
-/// A warm `tether run true` goes through the background process: one op
-/// on its channel per cell, no one-shot exec, no new channel.
-fn warm_runs_use_the_background_process(w: &World) {
-    ok(&w.run("k", "true"));
-    let before = open_mux(w);
-    for _ in 0..3 {
-        let out = w.run("k", "true");
-        ok(&out);
-        assert_eq!(text(&out.stderr), "", "{}", show(&out));
-    }
-    let after = status(w).expect("the background process still runs");
-    assert_eq!(after["pid"], before["pid"], "{before}\n{after}");
-    assert_eq!(after["channel"]["pid"], before["channel"]["pid"]);
-    for same in ["opened", "one_shot", "broken"] {
-        assert_eq!(
-            num(&after, &["channel", same]),
-            num(&before, &["channel", same]),
-            "{same}: {before}\n{after}"
-        );
-    }
-    assert_eq!(
-        num(&after, &["channel", "on_channel"]) - num(&before, &["channel", "on_channel"]),
-        3,
-        "one op per warm cell: {before}\n{after}"
-    );
-}
-
-/// `kill -9` of the background process while a cell waits: the `tether`
-/// goes on without it (or `tether resume` does); the cell ran once, its
-/// output complete and in order; the next `tether` says the socket was
-/// stale and starts a new background process.
-fn killed_mid_cell(w: &World, sandbox: &Sandbox) {
-    let side = format!("{}/side", sandbox.dir);
-    let gate = format!("{}/gate", sandbox.dir);
-    ok(&w.run("k", "true"));
-    let before = open_mux(w);
-    let pid = num(&before, &["pid"]) as u32;
-    let code = format!(
-        "for i in 1 2 3; do echo $i; done; echo ran >> {side}; \
-         while [ ! -e {gate} ]; do sleep 0.02; done; for i in 4 5 6; do echo $i; done"
-    );
-    let child = w.spawn(&["run", "--kernel", "k", &code]);
-    wait_until("the cell ran its first half", || {
-        (sandbox.sh)(&format!("cat {side} 2>/dev/null")).contains("ran")
-    });
-    let during = status(w).expect("the background process runs");
-    assert!(
-        num(&during, &["execs"]) > num(&before, &["execs"]),
-        "the cell's ops go through the background process: {before}\n{during}"
-    );
-    kill("KILL", pid);
-    (sandbox.sh)(&format!("touch {gate}"));
-    let run = finish(child, "tether run (background process killed)");
-    let resumed = w.tether(&["resume", "--kernel", "k"]);
-    ok(&resumed);
-    let code = run.status.code();
-    assert!(code == Some(0) || code == Some(75), "{}", show(&run));
-    let output = text(&run.stdout) + &text(&resumed.stdout);
-    assert_eq!(
-        output,
-        "1\n2\n3\n4\n5\n6\n",
-        "{}\n{}",
-        show(&run),
-        show(&resumed)
-    );
-    assert_eq!((sandbox.sh)(&format!("cat {side}")), "ran\n", "ran once");
-    // `resume` found the stale socket (unless the run's own output did).
-    let notes = text(&run.stderr) + &text(&resumed.stderr);
-    assert!(notes.contains("stale socket"), "{notes}");
-    let after = open_mux(w);
-    assert_ne!(after["pid"], before["pid"]);
-    // The dead one's channel ended with its stdin: only the new one's is left.
-    let root = w.root.path().to_string_lossy().into_owned();
-    wait_until("one channel process is left on the sandbox", || {
-        channel_processes(sandbox, &root) == 1
-    });
-    let out = w.run("k", "echo again");
-    ok(&out);
-    assert_eq!(text(&out.stdout), "again\n");
-    assert_eq!(text(&out.stderr), "", "no note with a live one");
-}
-
-/// How many `tether-agent channel --root ROOT` processes run on the sandbox.
-fn channel_processes(sandbox: &Sandbox, root: &str) -> usize {
-    // argv[1] and argv[3] (the scan's own shell only mentions them).
-    (sandbox.sh)(&format!(
-        "for p in /proc/[0-9]*; do \
-           a=$(tr '\\000' '\\n' < $p/cmdline 2>/dev/null | sed -n '2p;4p' | tr '\\n' ' '); \
-           [ \"$a\" = 'channel {root} ' ] && echo x; \
-         done"
-    ))
-    .lines()
-    .count()
-}
+use tether_require::sshd::Sshd;
+use tether_require::{have, Need};
 
 /// With `--persist 1s`, the background process exits a second after the
 /// last `tether` left, and removes its socket; the next run starts a new
@@ -164,17 +24,19 @@ fn channel_processes(sandbox: &Sandbox, root: &str) -> usize {
 fn idle_exit(w: &World) {
     stop_muxes(w);
     ok(&w.tether(&["--persist", "1s", "run", "--kernel", "idle", "true"]));
-    let pids = {
-        let mut pids = Vec::new();
-        wait_until("the background process runs", || {
-            pids = w.mux_pids();
-            !pids.is_empty()
-        });
-        pids
+    // Its log says why it stopped: under load it may be gone before a
+    // poll for its pid would see it run.
+    let logs = |w: &World| -> String {
+        std::fs::read_dir(w.runtime_dir().join("tether"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .collect()
     };
-    for pid in &pids {
-        wait_until("the idle background process exits", || !alive(*pid));
-    }
+    wait_until("the idle background process exits", || {
+        logs(w).contains("stopped: Idle") && w.mux_pids().is_empty()
+    });
     let sockets = |w: &World| -> Vec<String> {
         std::fs::read_dir(w.runtime_dir().join("tether"))
             .unwrap()
@@ -293,22 +155,6 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn local_sh(script: &str) -> String {
-    let out = std::process::Command::new("sh")
-        .args(["-c", script])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Stops this world's background processes (TERM), waiting for them.
-fn stop_muxes(w: &World) {
-    for pid in w.mux_pids() {
-        kill("TERM", pid);
-        wait_until("the background process stops", || !alive(pid));
-    }
-}
-
 #[test]
 fn local_warm_runs_use_the_background_process() {
     warm_runs_use_the_background_process(&World::new());
@@ -322,7 +168,18 @@ fn local_background_process_killed_mid_cell_loses_nothing() {
         dir: scratch.path().to_string_lossy().into_owned(),
         sh: &local_sh,
     };
-    killed_mid_cell(&w, &sandbox);
+    let _ = mux_killed_mid_cell(&w, &sandbox);
+}
+
+#[test]
+fn local_channel_killed_mid_cell_loses_nothing() {
+    let w = World::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox {
+        dir: scratch.path().to_string_lossy().into_owned(),
+        sh: &local_sh,
+    };
+    channel_killed_mid_cell(&w, &sandbox);
 }
 
 #[test]
@@ -370,7 +227,7 @@ impl Drop for Container {
 /// All of the above on docker, in one container.
 #[test]
 fn on_docker_the_background_process_keeps_the_channel() {
-    if !tether_require::have(module_path!(), tether_require::Need::Docker) {
+    if !have(module_path!(), Need::Docker) {
         return;
     }
     let name = format!("tether-persist-test-{}", std::process::id());
@@ -389,11 +246,69 @@ fn on_docker_the_background_process_keeps_the_channel() {
         dir: "/tmp/persist-test".into(),
         sh: &sh,
     };
-    killed_mid_cell(&w, &sandbox);
+    let _ = mux_killed_mid_cell(&w, &sandbox);
+    channel_killed_mid_cell(&w, &sandbox);
     stopped_mux(&w, &sandbox);
     one_per_sandbox(&w);
     stop_retires_it(&w);
     idle_exit(&w);
     bad_socket_and_bad_dir(&w);
+    drop(w);
+}
+
+/// Over ssh (a private sshd on loopback, whose log counts connections):
+/// the background process holds the channel as a session on the host's
+/// one connection, so warm `tether run`s open no connection and no
+/// session of their own; the background process killed, the channel's
+/// process on the host killed, or the ssh master killed while a cell
+/// waits: the cell completes once, its output whole and in order; only
+/// the killed master costs a connection (its successor's).
+#[test]
+fn over_ssh_the_background_process_keeps_the_connection_and_the_channel() {
+    if !have(module_path!(), Need::Sshd) {
+        return;
+    }
+    let sshd = Sshd::start();
+    let w = World::with_backend(&sshd.spec());
+    let scratch = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox {
+        dir: scratch.path().to_string_lossy().into_owned(),
+        sh: &local_sh,
+    };
+    let connections = sshd.connections();
+    warm_runs_use_the_background_process(&w);
+    assert_eq!(
+        sshd.connections() - connections,
+        1,
+        "one connection for the first `tether`, the background process and the warm \
+         runs:\n{}",
+        sshd.log()
+    );
+    let _ = mux_killed_mid_cell(&w, &sandbox);
+    channel_killed_mid_cell(&w, &sandbox);
+    assert_eq!(
+        sshd.connections() - connections,
+        1,
+        "neither a killed background process nor a killed channel costs a connection:\n{}",
+        sshd.log()
+    );
+    let cut = cut_mid_cell(&w, &sandbox, "master-killed", |_| {
+        let masters = sshd.masters();
+        assert_eq!(masters.len(), 1, "one master: {masters:?}");
+        kill("KILL", masters[0]);
+    });
+    ok(&cut.run);
+    let after = open_mux(&w);
+    assert_eq!(
+        after["pid"], cut.before["pid"],
+        "the same background process"
+    );
+    assert_eq!(
+        sshd.connections() - connections,
+        2,
+        "one new connection after the master was killed:\n{}",
+        sshd.log()
+    );
+    stop_retires_it(&w);
     drop(w);
 }

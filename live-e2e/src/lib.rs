@@ -34,4 +34,6 @@ pub mod modal_box;
 pub mod procs;
 pub mod sim_observe;
 pub mod sim_run;
-pub mod sshd;
+/// The private sshd lives with the other test needs (the client's
+/// tests start it too).
+pub use tether_require::sshd;

@@ -197,7 +197,9 @@ fn cells_over_ssh_share_one_connection_in_process_and_across_tether_processes() 
         "one connection for every cell, one-shot or on the channel:\n{}",
         sshd.log()
     );
-    // Whole `tether` processes find the same master (ControlPersist).
+    // Whole `tether` processes find the same master (ControlPersist), and
+    // from the second on go through the background process (`tether mux`),
+    // whose channel is a session on it.
     let state = tempfile::tempdir().unwrap();
     // The last one waits past its submit: its channel opens (a session on
     // the same connection) and carries the wait.
@@ -211,6 +213,7 @@ fn cells_over_ssh_share_one_connection_in_process_and_across_tether_processes() 
             .arg(root.path().join("cli"))
             .args(["run", &code])
             .env("XDG_STATE_HOME", state.path())
+            .env("XDG_RUNTIME_DIR", state.path().join("run"))
             .env("TETHER_AGENT_BIN", &agent().path)
             .output()
             .unwrap();
@@ -227,6 +230,18 @@ fn cells_over_ssh_share_one_connection_in_process_and_across_tether_processes() 
         "`tether run` reuses the connection:\n{}",
         sshd.log()
     );
+    // The first `tether` started the sandbox's background process: `stop`
+    // retires it with the kernel (tests/persist.rs covers it on ssh).
+    let stop = std::process::Command::new(tether_cli())
+        .args(["--backend", &sshd.spec(), "--root"])
+        .arg(root.path().join("cli"))
+        .arg("stop")
+        .env("XDG_STATE_HOME", state.path())
+        .env("XDG_RUNTIME_DIR", state.path().join("run"))
+        .env("TETHER_AGENT_BIN", &agent().path)
+        .output()
+        .unwrap();
+    assert!(stop.status.success(), "{stop:?}");
 }
 
 /// What is killed under a waiting cell.

@@ -11,6 +11,8 @@
 
 #![warn(missing_docs)]
 
+pub mod sshd;
+
 use std::fmt;
 use std::io::Write;
 use std::path::Path;

@@ -88,12 +88,6 @@ pub fn transport_for(
     }
 }
 
-/// Whether `spec`'s backend can keep a command running with open pipes
-/// (what a channel needs).
-pub fn can_stream(spec: &BackendSpec) -> bool {
-    matches!(spec, BackendSpec::Local(_) | BackendSpec::Docker(_))
-}
-
 /// A channel over `spec`'s backend, if that backend can stream.
 pub fn channel_for(
     spec: &BackendSpec,
@@ -266,6 +260,10 @@ impl Transport for ChannelTransport {
 
     fn describe(&self) -> String {
         format!("{} (channel)", self.inner.describe())
+    }
+
+    fn helpers_started(&self) -> u64 {
+        self.inner.helpers_started()
     }
 }
 

@@ -212,6 +212,10 @@ impl Transport for ModalTransport {
     fn describe(&self) -> String {
         self.opts.to_string()
     }
+
+    fn helpers_started(&self) -> u64 {
+        self.bridges_started()
+    }
 }
 
 impl StreamExec for ModalTransport {

@@ -298,4 +298,9 @@ impl Transport for PersistTransport {
     fn describe(&self) -> String {
         format!("{} (via tether mux)", self.fallback.describe())
     }
+
+    /// This process's own (the fallback's): the multiplexer's are its own.
+    fn helpers_started(&self) -> u64 {
+        self.fallback.helpers_started()
+    }
 }

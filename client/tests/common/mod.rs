@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub, clippy::new_without_default)]
 
+pub mod mux;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};

@@ -4,7 +4,7 @@
 //! client checks it strictly), and a config file of its own. Nothing of
 //! the system's ssh configuration is read or changed. Killed when dropped.
 
-use crate::backends::SSHD;
+use crate::SSHD;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -41,7 +41,7 @@ impl Sshd {
     ///
     /// # Panics
     ///
-    /// When it cannot start (the caller checked [`crate::backends::sshd`]).
+    /// When it cannot start (the caller checked [`crate::Need::Sshd`]).
     pub fn start() -> Sshd {
         let dir = tempfile::Builder::new()
             .prefix("tether-sshd")
