@@ -7,13 +7,17 @@
 //! - warm `tether run true`: wall time of the whole CLI process (start,
 //!   hash the agent, read the record, one cell, exit), median, with the
 //!   channel off, on for the process only (`--persist off`), and through
-//!   the sandbox's background process (`tether mux`, warm);
+//!   the sandbox's background process (`tether mux`, warm), on every
+//!   backend, with the ssh masters and Modal bridges each mode started
+//!   (from the runs' `--json` exit lines and the background process's
+//!   status);
 //! - bare `sh -c true` through the same transport, median; on ssh also
 //!   `ssh host true` on a new connection each time, and through the
 //!   transport's master with one `ssh` process per exec (process-mux); on
 //!   docker also `docker exec CONTAINER true` from the shell's point of
-//!   view (a new `docker` process each time), in the same interleaved loop
-//!   as the CLI;
+//!   view (a new `docker` process each time), and on ssh `ssh host true`
+//!   again, in the same interleaved loop as the CLI (the ratio of a warm
+//!   `tether run true` via the background process to it);
 //! - a warm cell `true` in-process, one-shot execs and on an open channel;
 //! - output latency: the first byte of a cell that prints then sleeps,
 //!   in-process, one-shot and on the channel;
@@ -173,6 +177,10 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 r.mux_ops.clone(),
             ),
             (
+                "… ssh masters / Modal bridges started (off; own; mux)",
+                r.helpers.clone(),
+            ),
+            (
                 "bare `sh -c true` via the transport, median",
                 ms(r.bare_exec),
             ),
@@ -211,10 +219,21 @@ async fn run_in(agent: &AgentBinary, scratch: &Path, args: &BenchArgs) -> Result
                 ms(process_mux),
             ));
         }
-        if let Some(bare) = r.docker_exec {
-            rows.push(("bare `docker exec C true`, median", ms(bare)));
-            rows.push((
+        let bare_label = match spec {
+            BackendSpec::Ssh(_) => Some((
+                "bare `ssh host true` (new connection), CLI's loop",
+                "via tether mux / `ssh host true`",
+            )),
+            BackendSpec::Docker(_) => Some((
+                "bare `docker exec C true`, median",
                 "via tether mux / `docker exec C true`",
+            )),
+            _ => None,
+        };
+        if let (Some(bare), Some((label, ratio))) = (r.bare_cli, bare_label) {
+            rows.push((label, ms(bare)));
+            rows.push((
+                ratio,
                 format!(
                     "{:.2}",
                     r.cli_run_mux.as_secs_f64() / bare.as_secs_f64().max(1e-9)
@@ -256,7 +275,11 @@ struct Results {
     cli_run_auto: Duration,
     cli_run_mux: Duration,
     mux_ops: String,
-    docker_exec: Option<Duration>,
+    /// Helper processes the warm `tether run`s started: off; auto; mux.
+    helpers: String,
+    /// The backend's bare command from a shell (`docker exec C true`,
+    /// `ssh host true`), in the CLI's loop.
+    bare_cli: Option<Duration>,
     /// CPU per `docker exec C true` and per warm `tether run true` via
     /// the background process, every process involved on this machine.
     cpu: Option<(Duration, Duration)>,
@@ -414,6 +437,7 @@ async fn measure(
         cmd
     };
     let run_true = ["run", "--kernel", "cli", "true"];
+    let run_true_json = ["--json", "run", "--kernel", "cli", "true"];
     let warm = cli("off", &run_true).status().map_err(fail)?;
     if !warm.success() {
         return Err(fail(format!("`tether run true` failed: {warm}")));
@@ -446,32 +470,54 @@ async fn measure(
         BackendSpec::Docker(opts) => Some(opts.container.clone()),
         _ => None,
     };
+    // The backend's own bare command from a shell, timed in the same
+    // loop as the CLI: `docker exec C true`, `ssh host true` (a new
+    // connection each).
+    let bare_command = || -> Option<Command> {
+        match spec {
+            BackendSpec::Docker(opts) => {
+                let mut cmd = Command::new("docker");
+                cmd.args(["exec", &opts.container, "true"]);
+                Some(cmd)
+            }
+            BackendSpec::Ssh(opts) => Some(opts.client_command(None, &["true"])),
+            _ => None,
+        }
+    };
     // Interleaved, so a load that comes and goes hits all alike.
-    let (mut runs_off, mut runs_auto, mut runs_mux, mut bare_docker) =
+    let (mut runs_off, mut runs_auto, mut runs_mux, mut bare_runs) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Helper processes (ssh masters, Modal bridges) the `tether`s
+    // themselves started, per mode, from their `--json` exit lines.
+    let mut helpers = [0u64; 3];
     for _ in 0..iterations {
-        for (mode, runs) in [
+        for (i, (mode, runs)) in [
             ("off", &mut runs_off),
             ("auto", &mut runs_auto),
             ("mux", &mut runs_mux),
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let t0 = Instant::now();
-            let status = cli(mode, &run_true).status().map_err(fail)?;
-            runs.push(t0.elapsed());
-            if !status.success() {
-                return Err(fail(format!("`tether run true` failed: {status}")));
-            }
-        }
-        if let Some(container) = &docker_exec {
-            let t0 = Instant::now();
-            let status = Command::new("docker")
-                .args(["exec", container, "true"])
-                .stdin(Stdio::null())
-                .status()
+            let out = cli(mode, &run_true_json)
+                .stdout(Stdio::piped())
+                .output()
                 .map_err(fail)?;
-            bare_docker.push(t0.elapsed());
+            runs.push(t0.elapsed());
+            if !out.status.success() {
+                return Err(fail(format!("`tether run true` failed: {}", out.status)));
+            }
+            helpers[i] += exit_line(&out.stdout)["helpers_started"]
+                .as_u64()
+                .unwrap_or(0);
+        }
+        if let Some(mut bare) = bare_command() {
+            let t0 = Instant::now();
+            let status = bare.stdin(Stdio::null()).status().map_err(fail)?;
+            bare_runs.push(t0.elapsed());
             if !status.success() {
-                return Err(fail(format!("`docker exec {container} true`: {status}")));
+                return Err(fail(format!("{bare:?}: {status}")));
             }
         }
     }
@@ -512,6 +558,14 @@ async fn measure(
         delta("one_shot"),
         delta("opened")
     );
+    let mux_helpers = after["helpers_started"]
+        .as_u64()
+        .unwrap_or(0)
+        .saturating_sub(before["helpers_started"].as_u64().unwrap_or(0));
+    let helpers = format!(
+        "{}; {}; {} (+{mux_helpers} in tether mux)",
+        helpers[0], helpers[1], helpers[2]
+    );
     if let Some(pid) = after["pid"]
         .as_u64()
         .and_then(|p| rustix::process::Pid::from_raw(p as i32))
@@ -522,12 +576,7 @@ async fn measure(
         .stdout(Stdio::piped())
         .output()
         .map_err(fail)?;
-    let cli_execs = String::from_utf8_lossy(&json.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["event"] == "exit")
-        .map(|v| describe_execs(&v["execs"]))
-        .unwrap_or_else(|| "?".into());
+    let cli_execs = describe_execs(&exit_line(&json.stdout)["execs"]);
     let _ = cli("off", &["stop"]).stderr(Stdio::null()).status();
 
     // What every Modal exec paid before the bridge: a new interpreter
@@ -557,7 +606,8 @@ async fn measure(
         cli_run_auto: median(runs_auto),
         cli_run_mux: median(runs_mux),
         mux_ops,
-        docker_exec: (!bare_docker.is_empty()).then(|| median(bare_docker)),
+        bare_cli: (!bare_runs.is_empty()).then(|| median(bare_runs)),
+        helpers,
         cpu,
         bare_exec: median(bare),
         cell: median(cells),
@@ -809,6 +859,15 @@ fn rss_kib(pid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The `exit` line of a `tether --json` run's stdout (null if none).
+fn exit_line(stdout: &[u8]) -> serde_json::Value {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "exit")
+        .unwrap_or_default()
 }
 
 fn describe_execs(execs: &serde_json::Value) -> String {
