@@ -8,6 +8,9 @@
 //! (`TETHER_REQUIRE=docker,python3,sshd`), in which case the test fails
 //! with the reason. CI sets it to what its machine has, so a need that
 //! disappears fails the run instead of turning it silently thinner.
+//!
+//! Also here, [`sshd`]: the private sshd on loopback that the ssh tests
+//! of every crate start once [`Need::Sshd`] is met.
 
 #![warn(missing_docs)]
 
