@@ -183,18 +183,16 @@ fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_exec() {
     assert_eq!(record.acked.len(), 1, "the last ack waits for a submit");
 
     // A new driver (a new `tether run` process) with that record: still
-    // one exec for the cell.
+    // one exec for the cell. A silent cell: a wait returns a short linger
+    // after a cell's first output, so a printing cell whose exit comes later
+    // than that (a loaded machine) takes a second exec to collect its end.
     drop(driver);
     let mut driver = rig.driver(11);
     rt.block_on(driver.resume(record, false, &mut |_| ()))
         .unwrap();
-    let mut events = Vec::new();
-    let outcome = shell_cell(&rt, &mut driver, "echo warm", &mut |e| {
-        events.push(e.clone())
-    });
+    let outcome = shell_cell(&rt, &mut driver, "true", &mut |_| ());
     rt.block_on(driver.settle(&mut |_| ())).unwrap();
     assert_eq!(outcome, CellOutcome::Ok);
-    assert_eq!(stdout_of(&events), b"warm\n");
     assert_eq!(driver.stats().total(), 1, "{:?}", driver.stats());
     assert_eq!(driver.stats().execs.get(&OpKind::Submit), Some(&1));
     rt.block_on(driver.shutdown(&kernel(), &mut |_| ()))

@@ -9,7 +9,7 @@
 
 use super::process::{CellRef, ExitStatus, Fd, ForkSpec, Program, Role};
 use super::python::PyInterp;
-use super::shim::core_exit;
+use super::shim::reading;
 use super::SimOs;
 use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
 use tether_core::protocol::Stream;
@@ -22,8 +22,10 @@ pub(crate) struct PyShimRun {
     /// Until its first step: when the exec of the agent binary is over.
     start_at: Option<Timestamp>,
     machine: InterpShim,
-    /// stdout, stderr, reports (read ends).
-    reads: Option<[u64; 3]>,
+    /// stdout, stderr (read ends).
+    pipes: Option<(u64, u64)>,
+    /// The report pipe (read end).
+    ctl: Option<u64>,
     ctl_eof: bool,
     stdin: Option<u64>,
 }
@@ -34,7 +36,8 @@ impl PyShimRun {
             start_at: Some(start_at),
             machine: InterpShim::new(launch.clone()),
             launch,
-            reads: None,
+            pipes: None,
+            ctl: None,
             ctl_eof: false,
             stdin: None,
         }
@@ -45,42 +48,22 @@ impl PyShimRun {
         self.machine.cell_dir()
     }
 
-    /// The output pipes the machine still reads, with their streams.
-    fn reading(&self) -> Vec<(u64, Stream)> {
-        let Some([out, err, _]) = self.reads else {
-            return Vec::new();
-        };
-        [(out, Stream::Stdout), (err, Stream::Stderr)]
-            .into_iter()
-            .filter(|&(_, stream)| self.machine.reading(stream))
-            .collect()
-    }
-
     /// The report pipe, while the machine reads it.
     fn reports(&self) -> Option<u64> {
-        let [_, _, ctl] = self.reads?;
-        (self.machine.reading_reports() && !self.ctl_eof).then_some(ctl)
+        self.ctl
+            .filter(|_| self.machine.reading_reports() && !self.ctl_eof)
     }
 
     /// When this shim next has something to do.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
-        let now = os.now;
-        if let Some(at) = self.start_at {
-            return Some(at);
-        }
-        if os.procs.values().any(|c| c.ppid == pid && !c.alive()) {
-            return Some(now);
-        }
-        let mut pipes = self.reading().into_iter().map(|(id, _)| id);
-        if pipes.any(|id| os.pipe_has_news(id))
-            || self.reports().is_some_and(|id| os.pipe_has_news(id))
-        {
-            return Some(now);
-        }
-        if self.machine.lingering() && os.children_of(pid).is_empty() {
-            return Some(now);
-        }
-        self.machine.poll_timeout(os)
+        let pipes = reading(self.pipes, &self.machine).map(|(id, _)| id);
+        os.shim_due(
+            pid,
+            self.start_at,
+            pipes.chain(self.reports()),
+            &self.machine,
+        )
+        .or_else(|| self.machine.poll_timeout(os))
     }
 }
 
@@ -140,7 +123,7 @@ impl SimOs {
                 }
                 InterpStep::Pump => {
                     let read = self.pyshim_read(shim);
-                    if !read && !self.pyshim_reap(pid, shim) {
+                    if !read && !self.shim_reap(pid, &mut shim.machine) {
                         return progress;
                     }
                 }
@@ -150,7 +133,7 @@ impl SimOs {
                 InterpStep::LeaveCgroup { pid: py, .. } => self.join_cgroup_of(py, pid),
                 InterpStep::CloseInput => {
                     self.pyshim_close_stdin(pid, shim);
-                    if let Some([_, _, ctl]) = shim.reads {
+                    if let Some(ctl) = shim.ctl {
                         shim.ctl_eof = true;
                         if let Some(p) = self.procs.get_mut(&pid) {
                             p.reads.retain(|&id| id != ctl);
@@ -163,7 +146,7 @@ impl SimOs {
                 }
                 InterpStep::Linger => {
                     let read = self.pyshim_read(shim);
-                    let reaped = self.pyshim_reap(pid, shim);
+                    let reaped = self.shim_reap(pid, &mut shim.machine);
                     if !self.children_of(pid).is_empty() {
                         return progress || read || reaped;
                     }
@@ -195,18 +178,7 @@ impl SimOs {
     /// Hands the machine what stdout, stderr and the report pipe hold.
     /// True if anything.
     fn pyshim_read(&mut self, shim: &mut PyShimRun) -> bool {
-        let mut any = false;
-        for (id, stream) in shim.reading() {
-            let (data, at_eof) = self.read_pipe(id);
-            if !data.is_empty() {
-                any = true;
-                let _ = shim.machine.handle_output(self, stream, &data);
-            }
-            if at_eof {
-                any = true;
-                shim.machine.handle_eof(stream);
-            }
-        }
+        let mut any = self.shim_read(shim.pipes, &mut shim.machine);
         if let Some(ctl) = shim.reports() {
             let (data, at_eof) = self.read_pipe(ctl);
             if !data.is_empty() {
@@ -219,15 +191,6 @@ impl SimOs {
             }
         }
         any
-    }
-
-    /// `waitpid(-1, WNOHANG)`: the interpreter and any reparented orphan.
-    fn pyshim_reap(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
-        let reaped = self.reap_children(pid);
-        for &(child, status) in &reaped {
-            shim.machine.handle_exit(child, core_exit(status));
-        }
-        !reaped.is_empty()
     }
 
     /// Forks the interpreter (own session, `marker`), with the bootstrap's
@@ -273,7 +236,8 @@ impl SimOs {
             cell_dir: shim.launch.cell_dir.trim_end_matches('/').to_owned(),
             seq: None,
         }));
-        shim.reads = Some([out, err, ctl]);
+        shim.pipes = Some((out, err));
+        shim.ctl = Some(ctl);
         shim.stdin = Some(stdin);
         let py = self
             .fork(pid, spec)

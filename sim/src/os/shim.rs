@@ -11,7 +11,9 @@ use super::process::{CellRef, Disposition, ExitStatus, Fd, ForkSpec, Program, Ro
 use super::SimOs;
 use std::time::Duration;
 use tether_core::agent::shim::PUMP_MS;
-use tether_core::agent::{CellLaunch, CellShim, ExitStatus as CoreExit, Os, Pid, ShimStep};
+use tether_core::agent::{
+    CellLaunch, CellShim, ExitStatus as CoreExit, InterpShim, Os, Pid, ShimStep,
+};
 use tether_core::protocol::Stream;
 use tether_core::time::Timestamp;
 use tether_scenarios::workload::Step;
@@ -52,45 +54,89 @@ impl ShimRun {
         self.machine.resolved()
     }
 
-    /// The pipes the machine still reads, with their streams.
-    fn reading(&self) -> Vec<(u64, Stream)> {
-        let Some((out, err)) = self.pipes else {
-            return Vec::new();
-        };
-        [(out, Stream::Stdout), (err, Stream::Stderr)]
-            .into_iter()
-            .filter(|&(_, stream)| self.machine.reading(stream))
-            .collect()
-    }
-
     /// When this shim next has something to do.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
-        let now = os.now;
-        if let Some(at) = self.start_at {
+        let pipes = reading(self.pipes, &self.machine).map(|(id, _)| id);
+        if let Some(at) = os.shim_due(pid, self.start_at, pipes, &self.machine) {
             return Some(at);
-        }
-        if os.procs.values().any(|c| c.ppid == pid && !c.alive()) {
-            return Some(now);
-        }
-        if self
-            .reading()
-            .into_iter()
-            .any(|(id, _)| os.pipe_has_news(id))
-        {
-            return Some(now);
-        }
-        if self.machine.lingering() && os.children_of(pid).is_empty() {
-            return Some(now);
         }
         let tick = self.next_tick.filter(|_| {
             let calls = format!("{}/calls", self.cell_dir().trim_end_matches('/'));
             os.list_dir(&calls).is_ok_and(|names| !names.is_empty())
         });
-        match (self.machine.poll_timeout(now), tick) {
+        match (self.machine.poll_timeout(os.now), tick) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
+}
+
+/// The output side both shim machines share (core's [`CellShim`] and
+/// [`InterpShim`]): the streams they still read, what they are handed
+/// from them, the exits they are told of; one driver reads and reaps for
+/// both.
+pub(crate) trait ShimOutput {
+    /// Does it still read `stream`?
+    fn reading(&self, stream: Stream) -> bool;
+    /// Is it waiting for the cell's process tree to empty?
+    fn lingering(&self) -> bool;
+    /// Output read from `stream`.
+    fn output(&mut self, os: &mut SimOs, stream: Stream, data: &[u8]);
+    /// `stream` is at its end.
+    fn eof(&mut self, stream: Stream);
+    /// A child it reaped.
+    fn exited(&mut self, now: Timestamp, pid: Pid, status: CoreExit);
+}
+
+impl ShimOutput for CellShim {
+    fn reading(&self, stream: Stream) -> bool {
+        CellShim::reading(self, stream)
+    }
+    fn lingering(&self) -> bool {
+        CellShim::lingering(self)
+    }
+    fn output(&mut self, os: &mut SimOs, stream: Stream, data: &[u8]) {
+        // As the real shim: a journal that cannot be written is reported
+        // on stderr, and it goes on.
+        let _ = self.handle_output(os, stream, data);
+    }
+    fn eof(&mut self, stream: Stream) {
+        self.handle_eof(stream);
+    }
+    fn exited(&mut self, now: Timestamp, pid: Pid, status: CoreExit) {
+        self.handle_exit(now, pid, status);
+    }
+}
+
+impl ShimOutput for InterpShim {
+    fn reading(&self, stream: Stream) -> bool {
+        InterpShim::reading(self, stream)
+    }
+    fn lingering(&self) -> bool {
+        InterpShim::lingering(self)
+    }
+    fn output(&mut self, os: &mut SimOs, stream: Stream, data: &[u8]) {
+        // As for a cell shim: an unwritable journal does not stop it.
+        let _ = self.handle_output(os, stream, data);
+    }
+    fn eof(&mut self, stream: Stream) {
+        self.handle_eof(stream);
+    }
+    fn exited(&mut self, _: Timestamp, pid: Pid, status: CoreExit) {
+        self.handle_exit(pid, status);
+    }
+}
+
+/// Of a shim's stdout and stderr pipes, those its machine still reads.
+pub(crate) fn reading(
+    pipes: Option<(u64, u64)>,
+    machine: &impl ShimOutput,
+) -> impl Iterator<Item = (u64, Stream)> + '_ {
+    let pipes = pipes.map(|(out, err)| [(out, Stream::Stdout), (err, Stream::Stderr)]);
+    pipes
+        .into_iter()
+        .flatten()
+        .filter(|&(_, stream)| machine.reading(stream))
 }
 
 fn cell_ref(launch: &CellLaunch) -> CellRef {
@@ -148,18 +194,18 @@ impl SimOs {
                     shim.next_tick = Some(self.now + Duration::from_millis(PUMP_MS));
                     // Output first, then exits: what a process wrote
                     // before it died is journaled before its end.
-                    let read = self.shim_read(shim);
-                    if !read && !self.shim_reap(pid, shim) {
+                    let read = self.shim_read(shim.pipes, &mut shim.machine);
+                    if !read && !self.shim_reap(pid, &mut shim.machine) {
                         return progress;
                     }
                 }
                 ShimStep::FinalRead => {
                     shim.next_tick = None;
-                    self.shim_read(shim);
+                    self.shim_read(shim.pipes, &mut shim.machine);
                 }
                 ShimStep::Linger => {
-                    let read = self.shim_read(shim);
-                    let reaped = self.shim_reap(pid, shim);
+                    let read = self.shim_read(shim.pipes, &mut shim.machine);
+                    let reaped = self.shim_reap(pid, &mut shim.machine);
                     if !self.children_of(pid).is_empty() {
                         return progress || read || reaped;
                     }
@@ -167,8 +213,8 @@ impl SimOs {
                 }
                 ShimStep::Retry => {
                     // Until the machine's retry time (its next wake).
-                    let read = self.shim_read(shim);
-                    let reaped = self.shim_reap(pid, shim);
+                    let read = self.shim_read(shim.pipes, &mut shim.machine);
+                    let reaped = self.shim_reap(pid, &mut shim.machine);
                     return progress || read || reaped;
                 }
                 ShimStep::Exit(code) => {
@@ -194,30 +240,54 @@ impl SimOs {
         true
     }
 
-    /// Hands the machine what the pipes it reads hold. True if anything.
-    fn shim_read(&mut self, shim: &mut ShimRun) -> bool {
+    /// When a shim has something to do at once (or, before it began,
+    /// when it begins): a child to reap, news on a pipe it reads, or its
+    /// lingering over. `None`: only its machine's timers can wake it.
+    pub(crate) fn shim_due(
+        &self,
+        pid: Pid,
+        start_at: Option<Timestamp>,
+        mut pipes: impl Iterator<Item = u64>,
+        machine: &impl ShimOutput,
+    ) -> Option<Timestamp> {
+        if start_at.is_some() {
+            return start_at;
+        }
+        let due = self.procs.values().any(|c| c.ppid == pid && !c.alive())
+            || pipes.any(|id| self.pipe_has_news(id))
+            || (machine.lingering() && self.children_of(pid).is_empty());
+        due.then_some(self.now)
+    }
+
+    /// Hands `machine` what the stdout and stderr pipes it reads hold.
+    /// True if anything.
+    pub(crate) fn shim_read(
+        &mut self,
+        pipes: Option<(u64, u64)>,
+        machine: &mut impl ShimOutput,
+    ) -> bool {
         let mut any = false;
-        for (id, stream) in shim.reading() {
+        let open: Vec<_> = reading(pipes, machine).collect();
+        for (id, stream) in open {
             let (data, at_eof) = self.read_pipe(id);
             if !data.is_empty() {
                 any = true;
-                // As the real shim: a journal that cannot be written is
-                // reported on stderr, and it goes on.
-                let _ = shim.machine.handle_output(self, stream, &data);
+                machine.output(self, stream, &data);
             }
             if at_eof {
                 any = true;
-                shim.machine.handle_eof(stream);
+                machine.eof(stream);
             }
         }
         any
     }
 
-    /// `waitpid(-1, WNOHANG)`: the main process and any reparented orphan.
-    fn shim_reap(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
+    /// `waitpid(-1, WNOHANG)`: the shim's main child (the cell's shell,
+    /// the interpreter) and any reparented orphan.
+    pub(crate) fn shim_reap(&mut self, pid: Pid, machine: &mut impl ShimOutput) -> bool {
         let reaped = self.reap_children(pid);
         for &(child, status) in &reaped {
-            shim.machine.handle_exit(self.now, child, core_exit(status));
+            machine.exited(self.now, child, core_exit(status));
         }
         !reaped.is_empty()
     }
