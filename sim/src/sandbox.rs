@@ -380,6 +380,24 @@ impl Sandbox {
         self.advance(now_ms);
     }
 
+    /// Steps the sandbox through each wake-up due before `before_ms`, in
+    /// time order, so that a process or daemon that falls due between two
+    /// simulation steps acts at its own millisecond, not at the next step.
+    pub fn advance_through(&mut self, before_ms: u64) {
+        let mut done = self.virtual_ms(self.os.now_ts());
+        while let Some(wake) = self.next_wake().filter(|&w| w < before_ms) {
+            let at = wake.max(done);
+            self.advance(at);
+            // Something still due at the instant just stepped to (a frozen
+            // sandbox's daemons) waits for the step's own advance, as it
+            // did before; this also bounds the loop.
+            if self.next_wake().is_some_and(|w| w <= at) {
+                break;
+            }
+            done = at;
+        }
+    }
+
     /// When something on the sandbox is next due (virtual ms).
     pub fn next_wake(&self) -> Option<u64> {
         let os = self.os.next_wake().map(|t| self.virtual_ms(t));
@@ -1043,7 +1061,46 @@ pub(crate) fn root_arg(argv: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::journal_gap;
+    use super::{journal_gap, Sandbox};
+    use crate::swarm::World;
+    use crate::trace::Trace;
+    use tether_core::agent::Os;
+    use tether_core::protocol::Lang;
+
+    #[test]
+    fn a_daemon_due_between_two_steps_ticks_at_its_own_millisecond() {
+        let scenario = crate::scenario::by_name("happy").unwrap();
+        let world = World::classic(&scenario);
+        let mut sb = Sandbox::new(1, Trace::new(), "/agent", "tether-agent", &world);
+        // A kernel daemon started by an exec at 0 ms, as `spawn` starts it.
+        let kdir = "/agent/kernels/k";
+        let exec = sb
+            .os
+            .begin_exec(&["tether-agent".into(), "op".into()])
+            .unwrap();
+        sb.os.create_dir_all(&format!("{kdir}/cells")).unwrap();
+        let config = tether_core::agent::kernel::KernelConfig {
+            lang: Lang::Shell,
+            nonce: "n".into(),
+            idle_timeout_ms: 600_000,
+            grace_ms: 300,
+        };
+        sb.os
+            .write_atomic(
+                &format!("{kdir}/config.json"),
+                &serde_json::to_vec(&config).unwrap(),
+            )
+            .unwrap();
+        sb.os.spawn_daemon(kdir, "n").unwrap();
+        sb.os.end_exec(exec, 0);
+        sb.advance(0);
+        let tick = u64::try_from(tether_core::agent::daemon::TICK.as_millis()).unwrap();
+        assert_eq!(sb.next_wake(), Some(tick));
+        // The next step begins at 2.5 ticks: the daemon ticked at its two
+        // due instants, not once late at the step.
+        sb.advance_through(tick * 5 / 2);
+        assert_eq!(sb.next_wake(), Some(3 * tick));
+    }
 
     #[test]
     fn a_journal_must_number_its_entries_from_one_without_gaps() {

@@ -31,6 +31,17 @@ use tether_scenarios::shell_model::Flavor;
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
 pub use tether_scenarios::observe::CALL_BUDGET_MS;
 
+/// Virtual time per simulation step. Each step costs turmoil a `block_on`
+/// per host and one for its network, busy or idle: with 1 ms that was about
+/// three quarters of the explorer's CPU time. Within a step each host's
+/// timers still fire at their own millisecond, and the sandbox's processes
+/// and daemons are stepped through their own wake-ups (see [`run_in`]); what
+/// the step rounds up to its multiple is message delivery between the hosts
+/// (turmoil's 1-10 ms latency becomes 5 or 10 ms) and the instant a
+/// scheduled fault lands (every drawn fault time and duration is 10 ms or
+/// more). `README.md`, "Benchmarks", has the measurements.
+pub const STEP: Duration = Duration::from_millis(5);
+
 /// Which build of the product runs: the real one, or a deliberately broken
 /// variant (only with the `mutations` feature, never in release builds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,7 +328,7 @@ pub fn run_in(
         .rng_seed(seed)
         .epoch(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
         .simulation_duration(MAX_VIRTUAL)
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(STEP)
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(10))
         .build();
@@ -370,6 +381,9 @@ pub fn run_in(
     let mut harness = Vec::new();
     loop {
         let now = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // What fell due on the sandbox during the last step happens at its
+        // own instant, before anything due at `now`.
+        sandbox.borrow_mut().advance_through(now);
         while agenda.last().is_some_and(|(at, _)| *at <= now) {
             let Some((_, tick)) = agenda.pop() else { break };
             apply(
