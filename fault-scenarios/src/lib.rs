@@ -21,6 +21,11 @@
 //! - [`script`]: the one client script, over a small [`script::Host`]
 //!   trait each host implements;
 //! - [`oracle`]: observations of a run and the invariants they must meet;
+//! - [`explore`]: the explorer, over any host's way of running one seed:
+//!   seeds in parallel and sharded, progress, shrinking, the table, the
+//!   replay command of each failure;
+//! - [`race`]: race files (a reviewer's race kept as JSON), read, checked
+//!   and written;
 //! - [`excerpt`]: one-line excerpts of bytes for traces and reports.
 
 #![warn(missing_docs)]
@@ -28,9 +33,11 @@
 pub mod catalog;
 pub mod control;
 pub mod excerpt;
+pub mod explore;
 pub mod faults;
 pub mod observe;
 pub mod oracle;
+pub mod race;
 pub mod scenario;
 pub mod script;
 pub mod shell_model;

@@ -13,6 +13,7 @@
 //! - [`observe`]: what the client saw, and the client's half of the observations
 //!   (shared with the live runner);
 //! - [`explore`]: many seeds, in parallel and sharded, shrinking, the table;
+//! - [`race`]: race files (a reviewer's race kept as JSON);
 //! - [`control`]: armed faults shared by the fault loop and the hosts;
 //! - [`channel`]: the real client's channel over a simulated stream;
 //! - [`client_host`]: the real driver over the simulated transport, the script;
@@ -21,8 +22,7 @@
 
 pub mod channel;
 pub mod client_host;
-pub use tether_scenarios::{control, faults, observe, oracle, scenario, swarm};
-pub mod explore;
+pub use tether_scenarios::{control, explore, faults, observe, oracle, race, scenario, swarm};
 pub mod os;
 pub mod sandbox;
 pub mod trace;

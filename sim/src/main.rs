@@ -11,11 +11,12 @@ use serde::Serialize;
 use std::io::Write as _;
 use std::process::ExitCode;
 use tether_sim::explore::{self, Options, RunReport, Shard};
-use tether_sim::faults::{FaultKind, FaultSchedule};
+use tether_sim::faults::FaultSchedule;
+use tether_sim::race::{self, race_files, scenario_names, Race};
 use tether_sim::scenario::{self, Scenario};
 use tether_sim::swarm::World;
 use tether_sim::trace;
-use tether_sim::world::{self, Race, Variant};
+use tether_sim::world::{self, Variant, MAX_VIRTUAL};
 
 /// Every run kept every invariant.
 const OK: u8 = 0;
@@ -233,11 +234,6 @@ fn emit_json(value: &impl Serialize) -> Result<(), String> {
     emit(&format!("{text}\n"))
 }
 
-fn scenario_names() -> String {
-    let names: Vec<_> = scenario::all().iter().map(|s| s.name).collect();
-    names.join(", ")
-}
-
 fn pick(name: Option<&str>) -> Result<Vec<Scenario>, String> {
     match name {
         None => Ok(scenario::all()),
@@ -284,43 +280,6 @@ fn variant_error(name: &str, built: &[&str]) -> String {
     }
 }
 
-/// A fault schedule from `--schedule`: inline JSON or a file.
-fn load_schedule(text: &str) -> Result<FaultSchedule, String> {
-    let json = if text.trim_start().starts_with('[') {
-        text.to_owned()
-    } else {
-        std::fs::read_to_string(text).map_err(|e| format!("cannot read schedule {text}: {e}"))?
-    };
-    let schedule = FaultSchedule::from_json(&json).map_err(|e| {
-        format!(
-            "schedule {text:?} is not a fault schedule: {e} (expected a JSON array like \
-             [{{\"at_ms\":0,\"kind\":\"reply_lost\",\"op\":\"submit\"}}])"
-        )
-    })?;
-    check_schedule(&schedule).map_err(|e| format!("schedule {text:?}: {e}"))?;
-    Ok(schedule)
-}
-
-/// A race file, with its scenario looked up and its schedule checked.
-fn load_race(file: &str) -> Result<(Race, Scenario), String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    let race: Race = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "{file} is not a race file: {e} (expected JSON {{\"scenario\": NAME, \"seed\": N, \
-             \"schedule\": [FAULT, …]}}; see `tether-sim race --help`)"
-        )
-    })?;
-    let s = scenario::by_name(&race.scenario).ok_or_else(|| {
-        format!(
-            "{file} names scenario {:?}, which does not exist; there are: {}",
-            race.scenario,
-            scenario_names()
-        )
-    })?;
-    check_schedule(&race.schedule).map_err(|e| format!("{file}: {e}"))?;
-    Ok((race, s))
-}
-
 /// Replays every race file of `dir`: one line each (or one JSON array),
 /// exit 1 if any run breaks an invariant. Every file is checked before
 /// any runs, so a malformed one is a usage error, not a half-done run.
@@ -336,7 +295,7 @@ fn run_race(race: &Race, s: &Scenario) -> RunReport {
 }
 
 fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
-    let files = world::race_files(std::path::Path::new(dir))?;
+    let files = race_files(std::path::Path::new(dir))?;
     if files.is_empty() {
         return Err(format!("{dir} holds no race files (*.json)"));
     }
@@ -344,7 +303,7 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     for f in &files {
         races.push((
             f.display().to_string(),
-            load_race(&f.display().to_string())?,
+            Race::load_checked(&f.display().to_string(), MAX_VIRTUAL)?,
         ));
     }
     let mut rows = Vec::new();
@@ -381,35 +340,6 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     }
     eprintln!("tether-sim: {} race file(s), {failed} failing", files.len());
     Ok(u8::from(failed > 0))
-}
-
-/// Times and durations of a schedule must lie within one run (a run ends
-/// after [`world::MAX_VIRTUAL`]); anything past it is a typo.
-fn check_schedule(schedule: &FaultSchedule) -> Result<(), String> {
-    let end = u64::try_from(world::MAX_VIRTUAL.as_millis()).unwrap_or(u64::MAX);
-    for (i, f) in schedule.0.iter().enumerate() {
-        let spans: &[(&str, u64)] = match f.kind {
-            FaultKind::PartitionExec { for_ms } | FaultKind::HoldExec { for_ms } => {
-                &[("for_ms", for_ms)]
-            }
-            FaultKind::ExecLatency { ms, for_ms } => &[("ms", ms), ("for_ms", for_ms)],
-            FaultKind::SlowStart { ms, .. } => &[("ms", ms)],
-            FaultKind::CrashClient { down_ms } => &[("down_ms", down_ms)],
-            // A clock jump may be any length (a suspend of days); the
-            // other kinds have no duration. New kinds: add their spans.
-            _ => &[],
-        };
-        for (field, value) in std::iter::once(&("at_ms", f.at_ms)).chain(spans) {
-            if *value > end {
-                return Err(format!(
-                    "fault {} ({f}): {field} {value} is past the end of a run \
-                     (at most {end} ms)",
-                    i + 1
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// `list --json`.
@@ -477,57 +407,6 @@ fn show_run(
     } else {
         VIOLATION
     })
-}
-
-fn compact(value: &impl Serialize) -> Result<String, String> {
-    serde_json::to_string(value).map_err(|e| e.to_string())
-}
-
-/// A race file's text, in the layout of `sim/races/*.json`: one fault a line.
-fn race_text(race: &Race) -> Result<String, String> {
-    let faults = race
-        .schedule
-        .0
-        .iter()
-        .map(compact)
-        .collect::<Result<Vec<_>, _>>()?;
-    let schedule = if faults.is_empty() {
-        "[]".to_owned()
-    } else {
-        format!("[\n    {}\n  ]", faults.join(",\n    "))
-    };
-    let world = match &race.world {
-        Some(w) => format!(",\n  \"world\": {}", compact(w)?),
-        None => String::new(),
-    };
-    Ok(format!(
-        "{{\n  \"about\": {},\n  \"scenario\": {},\n  \"seed\": {},\n  \"schedule\": {schedule}{world}\n}}\n",
-        compact(&race.about)?,
-        compact(&race.scenario)?,
-        race.seed,
-    ))
-}
-
-fn save_race(path: &str, race: &Race) -> Result<(), String> {
-    let text = race_text(race)?;
-    if let Some(dir) = std::path::Path::new(path).parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("--save-race {path}: cannot create {}: {e}", dir.display()))?;
-        }
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => {
-                format!("--save-race {path}: the file exists; pick another name or remove it")
-            }
-            _ => format!("--save-race {path}: cannot create it: {e}"),
-        })?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| format!("--save-race {path}: cannot write it: {e}"))
 }
 
 fn run(command: Command) -> Result<u8, String> {
@@ -605,9 +484,7 @@ fn run(command: Command) -> Result<u8, String> {
                     variant.name()
                 );
             }
-            let summary = explore::explore(&scenarios, &opts, &|s, seed, schedule| {
-                world::run(s, seed, schedule, variant)
-            });
+            let summary = explore::explore(&scenarios, &opts, &world::Sim(variant));
             for f in &summary.failures {
                 eprint!("{}", f.render());
             }
@@ -651,7 +528,7 @@ fn run(command: Command) -> Result<u8, String> {
                 None => s.world(seed),
             };
             let schedule = match schedule {
-                Some(text) => load_schedule(&text)?,
+                Some(text) => race::load_schedule(&text, MAX_VIRTUAL)?,
                 None => s.schedule_in(seed, &world),
             };
             let variant = variant(&variant_name)?;
@@ -673,7 +550,7 @@ fn run(command: Command) -> Result<u8, String> {
                     schedule: schedule.clone(),
                     world: Some(world.clone()),
                 };
-                save_race(path, &race)?;
+                race.save(path)?;
                 eprintln!(
                     "tether-sim: saved the race to {path}; replay it with: tether-sim race {path}"
                 );
@@ -684,7 +561,7 @@ fn run(command: Command) -> Result<u8, String> {
             race_dir(&file, json)
         }
         Command::Race { file, json } => {
-            let (race, s) = load_race(&file)?;
+            let (race, s) = Race::load_checked(&file, MAX_VIRTUAL)?;
             let report = run_race(&race, &s);
             show_run(
                 &report,
@@ -708,44 +585,5 @@ mod tests {
         assert!(e.contains("--features mutations"), "{e}");
         let e = variant_error("nope", &["real"]);
         assert!(e.contains("\"nope\"") && e.contains("real"), "{e}");
-    }
-
-    #[test]
-    fn schedules_past_the_end_of_a_run_are_refused() {
-        let bad = FaultSchedule::from_json(
-            r#"[{"at_ms":0,"kind":"partition_exec","for_ms":18446744073709551615}]"#,
-        )
-        .unwrap();
-        let e = check_schedule(&bad).unwrap_err();
-        assert!(e.contains("for_ms") && e.contains("fault 1"), "{e}");
-        let late = FaultSchedule::from_json(r#"[{"at_ms":240001,"kind":"kill_daemon"}]"#).unwrap();
-        assert!(check_schedule(&late).unwrap_err().contains("at_ms"));
-        let jump =
-            FaultSchedule::from_json(r#"[{"at_ms":5,"kind":"clock_jump","ms":99999999}]"#).unwrap();
-        assert_eq!(check_schedule(&jump), Ok(()));
-    }
-
-    #[test]
-    fn a_saved_race_reads_back() {
-        let race = Race {
-            about: "a \"quoted\" race".into(),
-            scenario: "reply_lost".into(),
-            seed: 7,
-            schedule: FaultSchedule::from_json(
-                r#"[{"at_ms":0,"kind":"reply_lost","op":"submit"},{"at_ms":9,"kind":"kill_daemon"}]"#,
-            )
-            .unwrap(),
-            world: Some(scenario::by_name("reply_lost").unwrap().world(7)),
-        };
-        let text = race_text(&race).unwrap();
-        assert_eq!(serde_json::from_str::<Race>(&text).unwrap(), race);
-        let empty = Race {
-            schedule: FaultSchedule::empty(),
-            ..race
-        };
-        assert_eq!(
-            serde_json::from_str::<Race>(&race_text(&empty).unwrap()).unwrap(),
-            empty
-        );
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::client_host::{client_main, ClientCtx};
 use crate::control::Control;
-use crate::explore::RunReport;
+use crate::explore::{RunReport, RunSeed};
 use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
 use crate::oracle::{self, BackgroundObs, CellTruth, Observations, Outages};
@@ -17,7 +17,6 @@ use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
 use crate::swarm::World;
 use crate::trace::Trace;
-use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -127,63 +126,6 @@ impl Variant {
     }
 }
 
-/// A reviewer's race: a scenario and a fault schedule, kept as a file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Race {
-    /// What the race is about.
-    #[serde(default)]
-    pub about: String,
-    /// The scenario.
-    pub scenario: String,
-    /// The seed (for the parts of the world the schedule does not fix).
-    #[serde(default)]
-    pub seed: u64,
-    /// The faults.
-    pub schedule: FaultSchedule,
-    /// The world it ran in; a race file written before the swarm has
-    /// none and runs in [`World::classic`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub world: Option<World>,
-}
-
-impl Race {
-    /// The world to replay it in.
-    pub fn world_for(&self, scenario: &Scenario) -> World {
-        self.world
-            .clone()
-            .unwrap_or_else(|| World::classic(scenario))
-    }
-}
-
-impl Race {
-    /// Reads a race file.
-    pub fn load(path: &str) -> Result<Race, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-        let mut race: Race =
-            serde_json::from_str(&text).map_err(|e| format!("{path} is not a race file: {e}"))?;
-        // In time order, as FaultSchedule::from_json gives it.
-        race.schedule.0.sort();
-        Ok(race)
-    }
-}
-
-/// The race files (`*.json`) directly in `dir`, sorted by name.
-pub fn race_files(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let mut files = Vec::new();
-    for entry in entries {
-        let path = entry
-            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
-            .path();
-        if path.is_file() && path.extension().is_some_and(|x| x == "json") {
-            files.push(path);
-        }
-    }
-    files.sort();
-    Ok(files)
-}
-
 pub use tether_scenarios::faults::healed_at_ms;
 
 /// What in `schedule` kept the sandbox from answering the client, for
@@ -280,6 +222,16 @@ enum Tick {
     Release,
     Thaw,
     DiskFree,
+}
+
+/// The turmoil host, as the explorer drives it: every seed in its own
+/// world, on this build's `Variant`.
+pub struct Sim(pub Variant);
+
+impl RunSeed for Sim {
+    fn run(&self, scenario: &Scenario, seed: u64, schedule: &FaultSchedule) -> RunReport {
+        run(scenario, seed, schedule, self.0)
+    }
 }
 
 /// Runs `scenario` with `seed` and `schedule` in the seed's world
@@ -480,6 +432,7 @@ pub fn run_in(
         trace: trace.render(),
         virtual_ms,
         channel,
+        skipped: None,
     }
 }
 

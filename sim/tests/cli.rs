@@ -80,7 +80,7 @@ fn scratch(name: &str) -> PathBuf {
 
 fn race_files() -> Vec<PathBuf> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/races");
-    let files = tether_sim::world::race_files(Path::new(dir)).unwrap();
+    let files = tether_sim::race::race_files(Path::new(dir)).unwrap();
     assert!(!files.is_empty(), "no race files in {dir}");
     files
 }

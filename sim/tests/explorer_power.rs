@@ -11,7 +11,7 @@
 
 use tether_sim::explore::{explore, Options};
 use tether_sim::scenario;
-use tether_sim::world::{run, Variant};
+use tether_sim::world::{Sim, Variant};
 
 fn env_number(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -38,9 +38,7 @@ fn the_explorer_finds_no_violation() {
     // One scenario at a time, so a killed mutant stops at its first
     // failing scenario instead of running the others.
     for s in scenario::all() {
-        let summary = explore(std::slice::from_ref(&s), &opts, &|s, seed, schedule| {
-            run(s, seed, schedule, Variant::Real)
-        });
+        let summary = explore(std::slice::from_ref(&s), &opts, &Sim(Variant::Real));
         if let Some(failure) = summary.failures.first() {
             panic!(
                 "{} failed at seed {}:\n{}",

@@ -5,7 +5,7 @@
 
 use tether_sim::explore::{explore, Options};
 use tether_sim::scenario;
-use tether_sim::world::{run, Variant};
+use tether_sim::world::{run, Sim, Variant};
 
 fn caught(variant: &str, scenarios: &[&str]) {
     let variant = Variant::parse(variant).unwrap();
@@ -20,9 +20,7 @@ fn caught(variant: &str, scenarios: &[&str]) {
         shrink_first: 1,
         ..Options::default()
     };
-    let summary = explore(&scenarios, &opts, &|s, seed, schedule| {
-        run(s, seed, schedule, variant)
-    });
+    let summary = explore(&scenarios, &opts, &Sim(variant));
     let failure = summary
         .failures
         .iter()

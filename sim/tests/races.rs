@@ -1,7 +1,8 @@
 //! Every reviewer race under `sim/races/` replays without a violation.
 
+use tether_sim::race::{race_files, Race};
 use tether_sim::scenario;
-use tether_sim::world::{race_files, run, Race, Variant};
+use tether_sim::world::{run, Variant};
 
 #[test]
 fn every_race_file_passes() {

@@ -2,8 +2,10 @@
 //! shows progress on stderr, shrinks the schedules of failing seeds and
 //! ends with a table per scenario.
 //!
-//! It is generic over the function that runs one seed ([`RunFn`]), so the
-//! explorer itself is tested without a world.
+//! It is generic over the host's way of running one seed ([`RunSeed`]):
+//! the turmoil world of `tether-sim` and the real processes of
+//! `tether-live` drive the same loop, and the explorer itself is tested
+//! without either.
 
 use crate::faults::{shrink, FaultSchedule};
 use crate::oracle::Violation;
@@ -30,10 +32,23 @@ pub struct RunReport {
     /// client used it; streams `opened`, `ops` carried, and each channel
     /// fault that hit one); empty for a run without it.
     pub channel: BTreeMap<String, u64>,
+    /// Why the host could not run it (nothing was judged); `None` for a
+    /// run that ran.
+    pub skipped: Option<String>,
 }
 
-/// Runs one scenario with one seed and schedule.
-pub type RunFn<'a> = dyn Fn(&Scenario, u64, &FaultSchedule) -> RunReport + Sync + 'a;
+/// A host's way of running one seed.
+pub trait RunSeed: Sync {
+    /// The faults `seed` runs under in `world`: by default the scenario's
+    /// own draw ([`Scenario::schedule_in`]); a host that cannot make
+    /// every fault real draws from the ones it can.
+    fn schedule(&self, scenario: &Scenario, seed: u64, world: &World) -> FaultSchedule {
+        scenario.schedule_in(seed, world)
+    }
+
+    /// Runs `scenario` with `seed` under `schedule` and judges it.
+    fn run(&self, scenario: &Scenario, seed: u64, schedule: &FaultSchedule) -> RunReport;
+}
 
 /// Which part of the seed space this process explores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +107,14 @@ pub struct Options {
     pub stop_at_first: bool,
     /// How a failure's replay command starts (up to the subcommand's flags).
     pub replay_prefix: String,
+    /// Each seed runs one scenario, the seed modulo the number of
+    /// scenarios (a seed alone names a run: for hosts whose runs are too
+    /// slow to run every scenario on every seed), instead of every one.
+    pub rotate: bool,
+    /// One line per run on stderr instead of a progress bar (for hosts
+    /// whose runs take seconds each), with the whole trace of a run that
+    /// fails.
+    pub per_run: bool,
 }
 
 impl Default for Options {
@@ -107,6 +130,8 @@ impl Default for Options {
             progress: false,
             stop_at_first: false,
             replay_prefix: "cargo run -p tether-sim -- replay".into(),
+            rotate: false,
+            per_run: false,
         }
     }
 }
@@ -179,6 +204,8 @@ pub struct Row {
     pub virtual_ms: u64,
     /// Wall time spent, ms (summed over workers).
     pub wall_ms: u64,
+    /// Seeds the host could not run (counted in `seeds`).
+    pub skipped: u64,
 }
 
 impl Row {
@@ -241,6 +268,10 @@ impl Summary {
             total.virtual_ms as f64 / (self.wall_ms.max(1) as f64)
         );
         let _ = writeln!(s, "{}", self.channel_line(total.seeds));
+        let skipped: u64 = self.rows.iter().map(|r| r.skipped).sum();
+        if skipped > 0 {
+            let _ = writeln!(s, "{skipped} of {} runs skipped (not judged)", total.seeds);
+        }
         s
     }
 
@@ -270,23 +301,39 @@ struct Job<'s> {
 }
 
 struct Done {
+    /// The run's line for [`Options::per_run`].
+    line: String,
     failed: Option<Failure>,
+    skipped: bool,
     virtual_ms: u64,
     wall: Duration,
     channel: BTreeMap<String, u64>,
 }
 
-/// Explores `scenarios` with `run`.
-pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summary {
+/// Explores `scenarios` on `host`.
+pub fn explore(scenarios: &[Scenario], opts: &Options, host: &dyn RunSeed) -> Summary {
     let started = Instant::now();
-    let jobs: Vec<Job<'_>> = scenarios
-        .iter()
-        .flat_map(|scenario| {
-            (opts.first_seed..opts.first_seed.saturating_add(opts.seeds))
-                .filter(|&seed| opts.shard.owns(seed))
-                .map(move |seed| Job { scenario, seed })
-        })
-        .collect();
+    let seeds = || {
+        (opts.first_seed..opts.first_seed.saturating_add(opts.seeds))
+            .filter(|&seed| opts.shard.owns(seed))
+    };
+    let jobs: Vec<Job<'_>> = if opts.rotate {
+        let len = u64::try_from(scenarios.len()).unwrap_or(u64::MAX);
+        seeds()
+            .filter_map(|seed| {
+                let i = usize::try_from(seed.checked_rem(len)?).ok()?;
+                Some(Job {
+                    scenario: &scenarios[i],
+                    seed,
+                })
+            })
+            .collect()
+    } else {
+        scenarios
+            .iter()
+            .flat_map(|scenario| seeds().map(move |seed| Job { scenario, seed }))
+            .collect()
+    };
     let results: Mutex<Vec<Option<Done>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     let finished = AtomicUsize::new(0);
@@ -307,7 +354,10 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
                     finished.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
-                let done = run_one(job, opts, run);
+                let done = run_one(job, opts, host);
+                if opts.per_run {
+                    eprintln!("{}", done.line);
+                }
                 if done.failed.is_some() {
                     failing.fetch_add(1, Ordering::SeqCst);
                     if let Ok(mut s) = stopped.lock() {
@@ -318,13 +368,13 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
                     r[i] = Some(done);
                 }
                 let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
-                if opts.progress {
+                if opts.progress && !opts.per_run {
                     progress(n, jobs.len(), failing.load(Ordering::SeqCst), started);
                 }
             });
         }
     });
-    if opts.progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if opts.progress && !opts.per_run && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!();
     }
     let results = results.into_inner().unwrap_or_default();
@@ -341,6 +391,7 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
                 continue;
             }
             row.seeds += 1;
+            row.skipped += u64::from(done.skipped);
             row.virtual_ms += done.virtual_ms;
             for (k, v) in &done.channel {
                 *summary.channel.entry(k.clone()).or_default() += v;
@@ -352,7 +403,7 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
                 if shrunk < opts.shrink_first {
                     shrunk += 1;
                     let small = shrink(&failure.schedule, opts.shrink_budget, |s| {
-                        !run(scenario, failure.seed, s).violations.is_empty()
+                        !host.run(scenario, failure.seed, s).violations.is_empty()
                     });
                     failure.shrunk = Some(small);
                 }
@@ -365,20 +416,41 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, run: &RunFn<'_>) -> Summa
     summary
 }
 
-fn run_one(job: &Job<'_>, opts: &Options, run: &RunFn<'_>) -> Done {
+fn run_one(job: &Job<'_>, opts: &Options, host: &dyn RunSeed) -> Done {
     let t = Instant::now();
     let world = job.scenario.world(job.seed);
-    let schedule = job.scenario.schedule_in(job.seed, &world);
-    let mut report = run(job.scenario, job.seed, &schedule);
+    let schedule = host.schedule(job.scenario, job.seed, &world);
+    let mut report = host.run(job.scenario, job.seed, &schedule);
     if opts.check_determinism {
-        let again = run(job.scenario, job.seed, &schedule);
+        let again = host.run(job.scenario, job.seed, &schedule);
         if let Some(detail) = first_difference(&report.trace, &again.trace) {
             report.violations.push(Violation::Harness {
                 detail: format!("same seed, different trace: {detail}"),
             });
         }
     }
+    let verdict = match (&report.skipped, report.violations.len()) {
+        (Some(why), _) => format!("SKIPPED ({why})"),
+        (None, 0) => "ok".to_owned(),
+        (None, n) => format!("{n} VIOLATION(S)"),
+    };
+    // A failing run's line carries its whole report (a live run is too
+    // slow to replay just to read it).
+    let line = format!(
+        "seed {} {}: {verdict}, {} fault(s), {:.1} s{}",
+        job.seed,
+        job.scenario.name,
+        schedule.len(),
+        t.elapsed().as_secs_f64(),
+        if report.violations.is_empty() || !opts.per_run {
+            String::new()
+        } else {
+            format!("\n{}", report.trace)
+        }
+    );
     Done {
+        line,
+        skipped: report.skipped.is_some(),
         failed: (!report.violations.is_empty()).then(|| Failure {
             scenario: job.scenario.name.into(),
             seed: job.seed,
@@ -451,21 +523,51 @@ mod tests {
     use crate::faults::FaultKind;
     use crate::scenario;
 
-    /// A fake world: fails whenever the schedule kills the daemon.
-    fn fake(_: &Scenario, seed: u64, s: &FaultSchedule) -> RunReport {
-        let bad = s.0.iter().any(|f| f.kind == FaultKind::KillDaemon);
-        RunReport {
-            violations: if bad {
-                vec![Violation::Harness {
-                    detail: "killed".into(),
-                }]
-            } else {
-                vec![]
-            },
-            trace: format!("seed {seed}\n"),
-            virtual_ms: 1000,
-            channel: BTreeMap::new(),
+    /// A fake host: fails whenever the schedule kills the daemon, and
+    /// cannot run the `timeout` scenario.
+    struct Fake;
+
+    impl RunSeed for Fake {
+        fn run(&self, s: &Scenario, seed: u64, schedule: &FaultSchedule) -> RunReport {
+            let bad = schedule.0.iter().any(|f| f.kind == FaultKind::KillDaemon);
+            RunReport {
+                violations: if bad {
+                    vec![Violation::Harness {
+                        detail: "killed".into(),
+                    }]
+                } else {
+                    vec![]
+                },
+                trace: format!("seed {seed}\n"),
+                virtual_ms: 1000,
+                channel: BTreeMap::new(),
+                skipped: (s.name == "timeout").then(|| "no timeouts here".into()),
+            }
         }
+    }
+
+    #[test]
+    fn a_rotating_exploration_runs_one_scenario_per_seed_and_counts_skips() {
+        let scenarios = vec![
+            scenario::by_name("happy").unwrap(),
+            scenario::by_name("timeout").unwrap(),
+        ];
+        let opts = Options {
+            first_seed: 10,
+            seeds: 7,
+            rotate: true,
+            per_run: true,
+            ..Options::default()
+        };
+        let summary = explore(&scenarios, &opts, &Fake);
+        // Seeds 10, 12, 14, 16 are even: `happy`; 11, 13, 15: `timeout`.
+        let counts: Vec<_> = summary
+            .rows
+            .iter()
+            .map(|r| (r.scenario.as_str(), r.seeds, r.skipped))
+            .collect();
+        assert_eq!(counts, [("happy", 4, 0), ("timeout", 3, 3)]);
+        assert!(summary.table().contains("3 of 7 runs skipped"));
     }
 
     #[test]
@@ -477,7 +579,7 @@ mod tests {
             check_determinism: true,
             ..Options::default()
         };
-        let summary = explore(&scenarios, &opts, &fake);
+        let summary = explore(&scenarios, &opts, &Fake);
         assert_eq!(summary.rows[0].seeds, 60);
         assert!(summary.rows[0].failing_seeds > 0);
         let first = &summary.failures[0];
@@ -497,7 +599,7 @@ mod tests {
                     shard: Shard { k, n: 3 },
                     ..Options::default()
                 };
-                explore(&scenarios, &opts, &fake).rows[0].seeds
+                explore(&scenarios, &opts, &Fake).rows[0].seeds
             })
             .sum();
         assert_eq!(total, 10);
