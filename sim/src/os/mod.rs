@@ -55,7 +55,6 @@ pub use signals::{SignalEffect, SimSignal};
 use self::process::{ForkSpec, Pipe, Proc, Program};
 use std::collections::{BTreeMap, BTreeSet};
 use tether_core::agent::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
-use tether_core::protocol::Lang;
 use tether_core::time::Timestamp;
 
 /// How a simulated sandbox is set up.
@@ -414,7 +413,6 @@ impl SimOs {
             Program::Caller(c) => c.wake(),
             Program::Shell(shell) => shell.wake(self, p.pid),
             Program::Shim(shim) => shim.wake(self, p.pid),
-            Program::PyShim(shim) => shim.wake(self, p.pid),
             Program::Python(py) => py.wake(self, p.pid),
             Program::Init | Program::External | Program::Running => None,
         }
@@ -461,7 +459,6 @@ impl SimOs {
             Program::Shell(_) => self.run_shell(pid),
             Program::Caller(_) => self.run_caller(pid),
             Program::Shim(_) => self.run_shim(pid),
-            Program::PyShim(_) => self.run_pyshim(pid),
             Program::Python(_) => self.run_python(pid),
             Program::Init | Program::External | Program::Running => false,
         }
@@ -573,7 +570,6 @@ impl SimOs {
             .map(|p| {
                 let dir = match &p.program {
                     Program::Shim(s) => s.cell_dir().to_owned(),
-                    Program::PyShim(s) => s.cell_dir().to_owned(),
                     _ => String::new(),
                 };
                 (p.pid, dir)
@@ -825,14 +821,8 @@ impl Os for SimOs {
             "marker": [launch.marker.0, launch.marker.1],
         })
         .to_string();
-        // As `tether-agent shim`: a Python launch runs the interpreter shim.
         let start_at = self.now + self.config.shim_start;
-        let program = match launch.lang {
-            Lang::Shell => Program::Shim(Box::new(shim::ShimRun::new(launch.clone(), start_at))),
-            Lang::Python => {
-                Program::PyShim(Box::new(pyshim::PyShimRun::new(launch.clone(), start_at)))
-            }
-        };
+        let program = Program::Shim(Box::new(shim::Shim::new(launch.clone(), start_at)));
         let mut spec = ForkSpec::new(&[&exe, "shim", "--launch", &json], program, Role::Shim);
         spec.stdio = Some((process::Fd::Null, process::Fd::Null));
         let pid = self.fork(self.current, spec)?;

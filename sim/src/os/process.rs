@@ -6,9 +6,8 @@
 
 use super::events::ProcEventKind;
 use super::interp::Shell;
-use super::pyshim::PyShimRun;
 use super::python::PyInterp;
-use super::shim::ShimRun;
+use super::shim::Shim;
 use super::signals::SimSignal;
 use super::SimOs;
 use std::collections::BTreeMap;
@@ -127,12 +126,10 @@ pub(crate) enum Program {
     Init,
     /// Driven from outside (op commands, daemons): reaps its children at once.
     External,
-    /// The simulated cell shim.
-    Shim(Box<ShimRun>),
+    /// A simulated shim (a shell cell's, or a Python kernel's).
+    Shim(Box<Shim>),
     /// A shell interpreting a workload.
     Shell(Box<Shell>),
-    /// The Python kernel's interpreter shim.
-    PyShim(Box<PyShimRun>),
     /// A Python kernel's interpreter.
     Python(Box<PyInterp>),
     /// `sleep` until then.

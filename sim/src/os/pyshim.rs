@@ -19,12 +19,10 @@ use tether_core::time::Timestamp;
 pub(crate) struct PyShimRun {
     launch: CellLaunch,
     /// Until its first step: when the exec of the agent binary is over.
-    start_at: Option<Timestamp>,
+    pub(super) start_at: Option<Timestamp>,
     machine: InterpShim,
-    /// stdout, stderr (read ends).
-    pipes: Option<(u64, u64)>,
-    /// The report pipe (read end).
-    ctl: Option<u64>,
+    /// stdout, stderr, reports (read ends).
+    reads: Option<[u64; 3]>,
     ctl_eof: bool,
     stdin: Option<u64>,
 }
@@ -35,8 +33,7 @@ impl PyShimRun {
             start_at: Some(start_at),
             machine: InterpShim::new(launch.clone()),
             launch,
-            pipes: None,
-            ctl: None,
+            reads: None,
             ctl_eof: false,
             stdin: None,
         }
@@ -47,41 +44,29 @@ impl PyShimRun {
         self.machine.cell_dir()
     }
 
+    /// The output pipes the machine still reads, with their streams.
+    fn reading(&self) -> Vec<(u64, Stream)> {
+        let pipes = self.reads.map(|[out, err, _]| (out, err));
+        reading(pipes, |s| self.machine.reading(s))
+    }
+
     /// The report pipe, while the machine reads it.
     fn reports(&self) -> Option<u64> {
-        self.ctl
-            .filter(|_| self.machine.reading_reports() && !self.ctl_eof)
+        let [_, _, ctl] = self.reads?;
+        (self.machine.reading_reports() && !self.ctl_eof).then_some(ctl)
     }
 
     /// When this shim next has something to do.
-    pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
-        let pipes = reading(self.pipes, &self.machine).map(|(id, _)| id);
-        os.shim_due(
-            pid,
-            self.start_at,
-            pipes.chain(self.reports()),
-            &self.machine,
-        )
-        .or_else(|| self.machine.poll_timeout(os))
+    pub(super) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
+        let pipes = self.reading().into_iter().map(|(id, _)| id);
+        let lingering = self.machine.lingering();
+        os.shim_due(pid, self.start_at, pipes.chain(self.reports()), lingering)
+            .or_else(|| self.machine.poll_timeout(os))
     }
 }
 
 impl SimOs {
-    /// Runs the interpreter shim `pid` as far as it gets now.
-    pub(crate) fn run_pyshim(&mut self, pid: Pid) -> bool {
-        let take = |p| match p {
-            Program::PyShim(shim) => Ok(shim),
-            other => Err(other),
-        };
-        self.step_program(pid, take, Program::PyShim, |os, shim| {
-            os.as_process(pid, |os| os.drive_pyshim(pid, shim))
-        })
-    }
-
-    fn drive_pyshim(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
-        if !self.shim_begins(pid, &mut shim.start_at) {
-            return false;
-        }
+    pub(super) fn drive_pyshim(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
         let mut progress = false;
         loop {
             match shim.machine.poll_step(self) {
@@ -122,7 +107,11 @@ impl SimOs {
                 }
                 InterpStep::Pump => {
                     let read = self.pyshim_read(shim);
-                    if !read && !self.shim_reap(pid, &mut shim.machine) {
+                    if !read
+                        && !self.shim_reap(pid, |_, child, status| {
+                            shim.machine.handle_exit(child, status)
+                        })
+                    {
                         return progress;
                     }
                 }
@@ -132,7 +121,7 @@ impl SimOs {
                 InterpStep::LeaveCgroup { pid: py, .. } => self.join_cgroup_of(py, pid),
                 InterpStep::CloseInput => {
                     self.pyshim_close_stdin(pid, shim);
-                    if let Some(ctl) = shim.ctl {
+                    if let Some([_, _, ctl]) = shim.reads {
                         shim.ctl_eof = true;
                         if let Some(p) = self.procs.get_mut(&pid) {
                             p.reads.retain(|&id| id != ctl);
@@ -145,7 +134,9 @@ impl SimOs {
                 }
                 InterpStep::Linger => {
                     let read = self.pyshim_read(shim);
-                    let reaped = self.shim_reap(pid, &mut shim.machine);
+                    let reaped = self.shim_reap(pid, |_, child, status| {
+                        shim.machine.handle_exit(child, status)
+                    });
                     if !self.children_of(pid).is_empty() {
                         return progress || read || reaped;
                     }
@@ -177,7 +168,14 @@ impl SimOs {
     /// Hands the machine what stdout, stderr and the report pipe hold.
     /// True if anything.
     fn pyshim_read(&mut self, shim: &mut PyShimRun) -> bool {
-        let mut any = self.shim_read(shim.pipes, &mut shim.machine);
+        let pipes = shim.reading();
+        let machine = &mut shim.machine;
+        let mut any = self.read_pipes(&pipes, |os, stream, data| match data {
+            Some(data) => {
+                let _ = machine.handle_output(os, stream, data);
+            }
+            None => machine.handle_eof(stream),
+        });
         if let Some(ctl) = shim.reports() {
             let (data, at_eof) = self.read_pipe(ctl);
             if !data.is_empty() {
@@ -217,12 +215,7 @@ impl SimOs {
         if let Some(pipe) = self.pipes.get_mut(&stdin) {
             pipe.writers += 1;
         }
-        let mut env = self
-            .procs
-            .get(&pid)
-            .map(|p| p.env.clone())
-            .unwrap_or_default();
-        env.insert(marker.0.clone(), marker.1.clone());
+        let env = self.marked_env(pid, marker);
         let kernel_dir = shim.launch.kernel_dir.trim_end_matches('/').to_owned();
         let interp = PyInterp::new(kernel_dir.clone(), stdin, ctl, env.clone());
         let args: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -235,8 +228,7 @@ impl SimOs {
             cell_dir: shim.launch.cell_dir.trim_end_matches('/').to_owned(),
             seq: None,
         }));
-        shim.pipes = Some((out, err));
-        shim.ctl = Some(ctl);
+        shim.reads = Some([out, err, ctl]);
         shim.stdin = Some(stdin);
         let py = self
             .fork(pid, spec)

@@ -8,17 +8,61 @@
 
 use super::interp::{CellFiles, Shell};
 use super::process::{CellRef, Disposition, ExitStatus, Fd, ForkSpec, Program, Role};
+use super::pyshim::PyShimRun;
 use super::SimOs;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tether_core::agent::shim::PUMP_MS;
-use tether_core::agent::{
-    CellLaunch, CellShim, ExitStatus as CoreExit, InterpShim, Os, Pid, ShimStep,
-};
-use tether_core::protocol::Stream;
+use tether_core::agent::{CellLaunch, CellShim, ExitStatus as CoreExit, Os, Pid, ShimStep};
+use tether_core::protocol::{Lang, Stream};
 use tether_core::time::Timestamp;
 use tether_scenarios::workload::Step;
 
-/// A shim's machine and the simulated pipes it reads.
+/// A shim process's program: as `tether-agent shim` runs one or the
+/// other by the launch's language, a shell cell's shim or a Python
+/// kernel's interpreter shim.
+#[derive(Debug)]
+// Its variants differ in size, but it lives boxed in `Program::Shim`.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Shim {
+    /// A shell cell's shim.
+    Cell(ShimRun),
+    /// A Python kernel's interpreter shim.
+    Interp(PyShimRun),
+}
+
+impl Shim {
+    pub(crate) fn new(launch: CellLaunch, start_at: Timestamp) -> Shim {
+        match launch.lang {
+            Lang::Shell => Shim::Cell(ShimRun::new(launch, start_at)),
+            Lang::Python => Shim::Interp(PyShimRun::new(launch, start_at)),
+        }
+    }
+
+    /// The cell directory it serves (an interpreter shim's: a pseudo one).
+    pub(crate) fn cell_dir(&self) -> &str {
+        match self {
+            Shim::Cell(s) => s.cell_dir(),
+            Shim::Interp(s) => s.cell_dir(),
+        }
+    }
+
+    /// Has the shell cell it serves resolved? (An interpreter shim serves
+    /// every cell of its kernel: never.)
+    pub(crate) fn resolved(&self) -> bool {
+        matches!(self, Shim::Cell(s) if s.machine.resolved())
+    }
+
+    /// When this shim next has something to do.
+    pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
+        match self {
+            Shim::Cell(s) => s.wake(os, pid),
+            Shim::Interp(s) => s.wake(os, pid),
+        }
+    }
+}
+
+/// A shell cell shim's machine and the simulated pipes it reads.
 #[derive(Debug)]
 pub(crate) struct ShimRun {
     launch: CellLaunch,
@@ -49,15 +93,15 @@ impl ShimRun {
         self.machine.cell_dir()
     }
 
-    /// Has its cell resolved ([`CellShim::resolved`])?
-    pub(crate) fn resolved(&self) -> bool {
-        self.machine.resolved()
+    /// The pipes the machine still reads, with their streams.
+    fn reading(&self) -> Vec<(u64, Stream)> {
+        reading(self.pipes, |s| self.machine.reading(s))
     }
 
-    /// When this shim next has something to do.
-    pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
-        let pipes = reading(self.pipes, &self.machine).map(|(id, _)| id);
-        if let Some(at) = os.shim_due(pid, self.start_at, pipes, &self.machine) {
+    fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
+        let pipes = self.reading().into_iter().map(|(id, _)| id);
+        let lingering = self.machine.lingering();
+        if let Some(at) = os.shim_due(pid, self.start_at, pipes, lingering) {
             return Some(at);
         }
         let tick = self.next_tick.filter(|_| {
@@ -71,72 +115,18 @@ impl ShimRun {
     }
 }
 
-/// The output side both shim machines share (core's [`CellShim`] and
-/// [`InterpShim`]): the streams they still read, what they are handed
-/// from them, the exits they are told of; one driver reads and reaps for
-/// both.
-pub(crate) trait ShimOutput {
-    /// Does it still read `stream`?
-    fn reading(&self, stream: Stream) -> bool;
-    /// Is it waiting for the cell's process tree to empty?
-    fn lingering(&self) -> bool;
-    /// Output read from `stream`.
-    fn output(&mut self, os: &mut SimOs, stream: Stream, data: &[u8]);
-    /// `stream` is at its end.
-    fn eof(&mut self, stream: Stream);
-    /// A child it reaped.
-    fn exited(&mut self, now: Timestamp, pid: Pid, status: CoreExit);
-}
-
-impl ShimOutput for CellShim {
-    fn reading(&self, stream: Stream) -> bool {
-        CellShim::reading(self, stream)
-    }
-    fn lingering(&self) -> bool {
-        CellShim::lingering(self)
-    }
-    fn output(&mut self, os: &mut SimOs, stream: Stream, data: &[u8]) {
-        // As the real shim: a journal that cannot be written is reported
-        // on stderr, and it goes on.
-        let _ = self.handle_output(os, stream, data);
-    }
-    fn eof(&mut self, stream: Stream) {
-        self.handle_eof(stream);
-    }
-    fn exited(&mut self, now: Timestamp, pid: Pid, status: CoreExit) {
-        self.handle_exit(now, pid, status);
-    }
-}
-
-impl ShimOutput for InterpShim {
-    fn reading(&self, stream: Stream) -> bool {
-        InterpShim::reading(self, stream)
-    }
-    fn lingering(&self) -> bool {
-        InterpShim::lingering(self)
-    }
-    fn output(&mut self, os: &mut SimOs, stream: Stream, data: &[u8]) {
-        // As for a cell shim: an unwritable journal does not stop it.
-        let _ = self.handle_output(os, stream, data);
-    }
-    fn eof(&mut self, stream: Stream) {
-        self.handle_eof(stream);
-    }
-    fn exited(&mut self, _: Timestamp, pid: Pid, status: CoreExit) {
-        self.handle_exit(pid, status);
-    }
-}
-
-/// Of a shim's stdout and stderr pipes, those its machine still reads.
+/// Of a shim's stdout and stderr pipes, those its machine still `reads`.
 pub(crate) fn reading(
     pipes: Option<(u64, u64)>,
-    machine: &impl ShimOutput,
-) -> impl Iterator<Item = (u64, Stream)> + '_ {
-    let pipes = pipes.map(|(out, err)| [(out, Stream::Stdout), (err, Stream::Stderr)]);
-    pipes
+    reads: impl Fn(Stream) -> bool,
+) -> Vec<(u64, Stream)> {
+    let Some((out, err)) = pipes else {
+        return Vec::new();
+    };
+    [(out, Stream::Stdout), (err, Stream::Stderr)]
         .into_iter()
-        .flatten()
-        .filter(|&(_, stream)| machine.reading(stream))
+        .filter(|&(_, stream)| reads(stream))
+        .collect()
 }
 
 fn cell_ref(launch: &CellLaunch) -> CellRef {
@@ -154,21 +144,22 @@ fn cell_ref(launch: &CellLaunch) -> CellRef {
 }
 
 impl SimOs {
-    /// Runs the shim `pid` as far as it gets now. True if it did anything.
+    /// Runs the shim `pid` (either kind) as far as it gets now. True if it
+    /// did anything.
     pub(crate) fn run_shim(&mut self, pid: Pid) -> bool {
         let take = |p| match p {
             Program::Shim(shim) => Ok(shim),
             other => Err(other),
         };
         self.step_program(pid, take, Program::Shim, |os, shim| {
-            os.as_process(pid, |os| os.drive_shim(pid, shim))
+            os.as_process(pid, |os| match &mut **shim {
+                Shim::Cell(s) => os.shim_begins(pid, &mut s.start_at) && os.drive_shim(pid, s),
+                Shim::Interp(s) => os.shim_begins(pid, &mut s.start_at) && os.drive_pyshim(pid, s),
+            })
         })
     }
 
     fn drive_shim(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
-        if !self.shim_begins(pid, &mut shim.start_at) {
-            return false;
-        }
         let mut progress = false;
         loop {
             match shim.machine.poll_step(self) {
@@ -194,18 +185,24 @@ impl SimOs {
                     shim.next_tick = Some(self.now + Duration::from_millis(PUMP_MS));
                     // Output first, then exits: what a process wrote
                     // before it died is journaled before its end.
-                    let read = self.shim_read(shim.pipes, &mut shim.machine);
-                    if !read && !self.shim_reap(pid, &mut shim.machine) {
+                    let read = self.shim_read(shim);
+                    if !read
+                        && !self.shim_reap(pid, |at, child, status| {
+                            shim.machine.handle_exit(at, child, status)
+                        })
+                    {
                         return progress;
                     }
                 }
                 ShimStep::FinalRead => {
                     shim.next_tick = None;
-                    self.shim_read(shim.pipes, &mut shim.machine);
+                    self.shim_read(shim);
                 }
                 ShimStep::Linger => {
-                    let read = self.shim_read(shim.pipes, &mut shim.machine);
-                    let reaped = self.shim_reap(pid, &mut shim.machine);
+                    let read = self.shim_read(shim);
+                    let reaped = self.shim_reap(pid, |at, child, status| {
+                        shim.machine.handle_exit(at, child, status)
+                    });
                     if !self.children_of(pid).is_empty() {
                         return progress || read || reaped;
                     }
@@ -213,8 +210,10 @@ impl SimOs {
                 }
                 ShimStep::Retry => {
                     // Until the machine's retry time (its next wake).
-                    let read = self.shim_read(shim.pipes, &mut shim.machine);
-                    let reaped = self.shim_reap(pid, &mut shim.machine);
+                    let read = self.shim_read(shim);
+                    let reaped = self.shim_reap(pid, |at, child, status| {
+                        shim.machine.handle_exit(at, child, status)
+                    });
                     return progress || read || reaped;
                 }
                 ShimStep::Exit(code) => {
@@ -226,9 +225,9 @@ impl SimOs {
         }
     }
 
-    /// As both shims begin: false while the exec of the agent binary is
-    /// not over; then the shim is a child subreaper.
-    pub(crate) fn shim_begins(&mut self, pid: Pid, start_at: &mut Option<Timestamp>) -> bool {
+    /// As a shim begins: false while the exec of the agent binary is not
+    /// over; then the shim is a child subreaper.
+    fn shim_begins(&mut self, pid: Pid, start_at: &mut Option<Timestamp>) -> bool {
         match *start_at {
             Some(at) if self.now < at => return false,
             Some(_) => *start_at = None,
@@ -240,56 +239,91 @@ impl SimOs {
         true
     }
 
-    /// When a shim has something to do at once (or, before it began,
-    /// when it begins): a child to reap, news on a pipe it reads, or its
-    /// lingering over. `None`: only its machine's timers can wake it.
+    /// When a shim has something to do at once (before it began: when it
+    /// begins): a child to reap, news on a pipe it reads, its lingering
+    /// over. `None`: only its machine's timers wake it.
     pub(crate) fn shim_due(
         &self,
         pid: Pid,
         start_at: Option<Timestamp>,
         mut pipes: impl Iterator<Item = u64>,
-        machine: &impl ShimOutput,
+        lingering: bool,
     ) -> Option<Timestamp> {
         if start_at.is_some() {
             return start_at;
         }
         let due = self.procs.values().any(|c| c.ppid == pid && !c.alive())
             || pipes.any(|id| self.pipe_has_news(id))
-            || (machine.lingering() && self.children_of(pid).is_empty());
+            || (lingering && self.children_of(pid).is_empty());
         due.then_some(self.now)
     }
 
-    /// Hands `machine` what the stdout and stderr pipes it reads hold.
-    /// True if anything.
-    pub(crate) fn shim_read(
+    /// Reads what each of `pipes` holds and hands it to `f` (`None`: the
+    /// pipe is at its end), as the agent's `read_pipes` does for both
+    /// shims. True if anything was read or ended.
+    pub(crate) fn read_pipes(
         &mut self,
-        pipes: Option<(u64, u64)>,
-        machine: &mut impl ShimOutput,
+        pipes: &[(u64, Stream)],
+        mut f: impl FnMut(&mut SimOs, Stream, Option<&[u8]>),
     ) -> bool {
         let mut any = false;
-        let open: Vec<_> = reading(pipes, machine).collect();
-        for (id, stream) in open {
+        for &(id, stream) in pipes {
             let (data, at_eof) = self.read_pipe(id);
             if !data.is_empty() {
                 any = true;
-                machine.output(self, stream, &data);
+                f(self, stream, Some(&data));
             }
             if at_eof {
                 any = true;
-                machine.eof(stream);
+                f(self, stream, None);
             }
         }
         any
     }
 
-    /// `waitpid(-1, WNOHANG)`: the shim's main child (the cell's shell,
-    /// the interpreter) and any reparented orphan.
-    pub(crate) fn shim_reap(&mut self, pid: Pid, machine: &mut impl ShimOutput) -> bool {
+    /// The shim `pid`'s environment with the cell's `marker` in it: what
+    /// the process it starts (a cell's shell, an interpreter) inherits.
+    pub(crate) fn marked_env(
+        &self,
+        pid: Pid,
+        marker: &(String, String),
+    ) -> BTreeMap<String, String> {
+        let mut env = self
+            .procs
+            .get(&pid)
+            .map(|p| p.env.clone())
+            .unwrap_or_default();
+        env.insert(marker.0.clone(), marker.1.clone());
+        env
+    }
+
+    /// `waitpid(-1, WNOHANG)` for a shim: its main child (the cell's
+    /// shell, the interpreter) and any reparented orphan, each handed to
+    /// `f`. True if any.
+    pub(crate) fn shim_reap(
+        &mut self,
+        pid: Pid,
+        mut f: impl FnMut(Timestamp, Pid, CoreExit),
+    ) -> bool {
         let reaped = self.reap_children(pid);
         for &(child, status) in &reaped {
-            machine.exited(self.now, child, core_exit(status));
+            f(self.now, child, core_exit(status));
         }
         !reaped.is_empty()
+    }
+
+    /// Hands the machine what the pipes it reads hold. True if anything.
+    fn shim_read(&mut self, shim: &mut ShimRun) -> bool {
+        let machine = &mut shim.machine;
+        let pipes = reading(shim.pipes, |s| machine.reading(s));
+        self.read_pipes(&pipes, |os, stream, data| match data {
+            // As the real shim: a journal that cannot be written is
+            // reported on stderr, and it goes on.
+            Some(data) => {
+                let _ = machine.handle_output(os, stream, data);
+            }
+            None => machine.handle_eof(stream),
+        })
     }
 
     /// Starts the cell's shell (the workload interpreter over the cell's
@@ -336,12 +370,7 @@ impl SimOs {
         spec.new_session = true;
         spec.stdio = Some((Fd::Pipe(out), Fd::Pipe(err)));
         spec.origin = Some(Some(cell_ref(launch)));
-        let mut env = self
-            .procs
-            .get(&pid)
-            .map(|p| p.env.clone())
-            .unwrap_or_default();
-        env.insert(marker.0.clone(), marker.1.clone());
+        let mut env = self.marked_env(pid, marker);
         env.extend(calls_env.iter().cloned());
         spec.env = Some(env);
         let main = self
