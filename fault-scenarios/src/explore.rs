@@ -410,7 +410,10 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, host: &dyn RunSeed) -> Su
                 summary.failures.push(failure);
             }
         }
-        summary.rows.push(row);
+        // Rotating, a scenario no seed fell on has nothing to show.
+        if row.seeds > 0 || !opts.rotate {
+            summary.rows.push(row);
+        }
     }
     summary.wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     summary

@@ -7,12 +7,14 @@
 //! cargo run --release -p tether-live -- explore --backend docker --seeds 50 --seed 5000
 //! ```
 //!
-//! Exit status: 0 when no run broke an invariant, 1 otherwise, 2 on bad
-//! arguments.
+//! One line per run on stderr (the whole report of a run that breaks an
+//! invariant), then the explorer's table and the replay command of each
+//! failure. Exit status: 0 when no run broke an invariant, 1 otherwise, 2
+//! on bad arguments.
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use tether_live::explore::{self, Options};
+use tether_live::explore::Live;
 use tether_scenarios::faults::FaultSchedule;
 
 #[derive(Parser)]
@@ -47,9 +49,9 @@ enum Command {
         /// Exactly this schedule (JSON, as a report prints it).
         #[arg(long)]
         schedule: Option<String>,
-        /// Print every run's full report, not only those that fail.
+        /// Print the summary as JSON on stdout (instead of the table).
         #[arg(long)]
-        verbose: bool,
+        json: bool,
     },
 }
 
@@ -61,7 +63,7 @@ fn main() -> ExitCode {
         scenario,
         jobs,
         schedule,
-        verbose,
+        json,
     } = Cli::parse().command;
     let schedule = match schedule.map(|s| FaultSchedule::from_json(&s)).transpose() {
         Ok(s) => s,
@@ -70,58 +72,33 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let opts = Options {
-        backend,
-        seed,
-        seeds,
-        scenario,
-        jobs,
-        schedule,
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
+    let live = Live { backend, schedule };
+    eprintln!(
+        "exploring {seeds} seed(s) from {seed} on {} ({jobs} at once)",
+        live.backend
+    );
+    let summary = match live.explore(seed, seeds, scenario.as_deref(), jobs) {
+        Ok(summary) => summary,
         Err(e) => {
-            eprintln!("tokio runtime: {e}");
+            eprintln!("tether-live: {e}");
             return ExitCode::from(2);
         }
     };
-    println!(
-        "exploring {} seed(s) from {} on {} ({} at once)",
-        opts.seeds, opts.seed, opts.backend, opts.jobs
-    );
-    let start = std::time::Instant::now();
-    let outcomes = rt.block_on(explore::explore(&opts, |o| {
-        println!("{}", explore::describe(o, &opts.backend));
-        if let (true, Some(r)) = (verbose, &o.report) {
-            if o.violations().is_empty() {
-                println!("{r}");
+    for f in &summary.failures {
+        eprint!("{}", f.render());
+    }
+    if json {
+        match serde_json::to_string_pretty(&summary) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("tether-live: {e}");
+                return ExitCode::from(2);
             }
         }
-    }));
-    let ran = outcomes.iter().filter(|o| o.report.is_some()).count();
-    let skipped = outcomes.len() - ran;
-    let bad: Vec<_> = outcomes
-        .iter()
-        .filter(|o| !o.violations().is_empty())
-        .collect();
-    let faults: usize = outcomes
-        .iter()
-        .filter(|o| o.report.is_some())
-        .map(|o| o.schedule.len())
-        .sum();
-    println!(
-        "{ran} run(s) on {} ({faults} faults), {skipped} skipped, {} with violations, {:.0} s",
-        opts.backend,
-        bad.len(),
-        start.elapsed().as_secs_f64()
-    );
-    for o in &bad {
-        println!("  replay: {}", o.replay(&opts.backend));
+    } else {
+        print!("{}", summary.table());
     }
-    if bad.is_empty() {
+    if summary.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

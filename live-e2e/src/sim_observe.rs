@@ -32,7 +32,7 @@ use tether_core::client::CellKey;
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_scenarios::faults::{CancelPoint, FaultKind};
 use tether_scenarios::observe::{self, CellSeen, ClientLog};
-use tether_scenarios::oracle::{self, CellTruth, Observations};
+use tether_scenarios::oracle::{self, CellTruth, Observations, Violation};
 use tether_scenarios::scenario::{CellSpec, Expect, Scenario};
 use tether_scenarios::script::{kernel_of, GRACE};
 use tether_scenarios::shell_model::Flavor;
@@ -509,7 +509,7 @@ pub struct Report {
     /// What the client reported and the sandbox showed of kernel deaths.
     pub deaths: String,
     /// Broken invariants and expectations.
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     /// How long the run took.
     pub took: Duration,
     /// Ops the client's channel carried, when its ops went on one
@@ -685,12 +685,13 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         interpreter_deaths: log.interpreter_deaths.clone(),
         ..observe::client_observations(&log.client, &log.kernel_deaths)
     };
-    let mut violations: Vec<String> = oracle::check(&obs)
-        .iter()
-        .chain(&oracle::expectations(scenario, &ctx.schedule, &obs))
-        .map(ToString::to_string)
-        .collect();
-    violations.extend(extra);
+    let mut violations = oracle::check(&obs);
+    violations.extend(oracle::expectations(scenario, &ctx.schedule, &obs));
+    violations.extend(
+        extra
+            .into_iter()
+            .map(|detail| Violation::Expectation { detail }),
+    );
     Report {
         scenario: scenario.name.into(),
         backend: backend.into(),

@@ -7,7 +7,7 @@
 //! `TETHER_LIVE_SEED` moves the first seed (to explore other schedules
 //! with the same tests).
 
-use tether_live::explore::{self, Options};
+use tether_live::explore::{self, Live};
 use tether_require::Need;
 
 fn first_seed(default: u64) -> u64 {
@@ -17,52 +17,43 @@ fn first_seed(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-async fn explore_on(backend: &str, seed: u64, seeds: u64) {
-    let opts = Options {
+fn explore_on(backend: &str, seed: u64, seeds: u64) {
+    let live = Live {
         backend: backend.into(),
-        seed,
-        seeds,
-        scenario: None,
-        jobs: 1,
         schedule: None,
     };
-    let outcomes = explore::explore(&opts, |o| println!("{}", explore::describe(o, backend))).await;
-    let ran = outcomes.iter().filter(|o| o.report.is_some()).count();
+    let summary = live.explore(seed, seeds, None, 1).expect("catalog");
+    let ran: u64 = summary.rows.iter().map(|r| r.seeds - r.skipped).sum();
     assert!(ran > 0, "no schedule ran on {backend}");
-    let bad: Vec<String> = outcomes
-        .iter()
-        .filter(|o| !o.violations().is_empty())
-        .map(|o| explore::describe(o, backend))
-        .collect();
+    let bad: Vec<String> = summary.failures.iter().map(|f| f.render()).collect();
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
 /// Four random schedules on this machine.
-#[tokio::test]
-async fn random_schedules_on_local_hold_every_invariant() {
-    explore_on("local", first_seed(1_000), 4).await;
+#[test]
+fn random_schedules_on_local_hold_every_invariant() {
+    explore_on("local", first_seed(1_000), 4);
 }
 
 /// Two random schedules (restarts and replacements included) in a
 /// container.
-#[tokio::test]
-async fn random_schedules_on_docker_hold_every_invariant() {
+#[test]
+fn random_schedules_on_docker_hold_every_invariant() {
     if !tether_require::have(
         "random_schedules_on_docker_hold_every_invariant",
         Need::Docker,
     ) {
         return;
     }
-    explore_on("docker", first_seed(5_000), 2).await;
+    explore_on("docker", first_seed(5_000), 2);
 }
 
-/// A seed names its run: the same seed draws the same scenario and
-/// schedule, and its replay command carries both.
+/// A seed names its run: the same seed draws the same schedule, from
+/// the faults the backend can make, and a failure's replay command
+/// carries the seed, its scenario and its schedule.
 #[test]
 fn a_seed_names_its_run() {
-    let a = explore::scenario_for(42, None).expect("catalog");
-    let b = explore::scenario_for(42, None).expect("catalog");
-    assert_eq!(a.name, b.name);
+    let a = tether_scenarios::scenario::all().remove(0);
     let s1 = explore::schedule_for(&a, 42, "local");
     assert_eq!(s1, explore::schedule_for(&a, 42, "local"));
     // The drawn faults (all but the scenario's fixed ones) are ones the
@@ -73,5 +64,25 @@ fn a_seed_names_its_run() {
             "{f} cannot be made on local"
         );
     }
-    assert!(explore::scenario_for(1, Some("no_such")).is_err());
+    let live = Live {
+        backend: "local".into(),
+        schedule: None,
+    };
+    let failure = tether_scenarios::explore::Failure {
+        scenario: a.name.into(),
+        seed: 42,
+        schedule: s1.clone(),
+        shrunk: None,
+        world: a.world(42),
+        violations: Vec::new(),
+        replay_prefix: live.options(42, 1, 1).replay_prefix,
+    };
+    let replay = failure.replay_command();
+    assert!(
+        replay.contains("--backend local")
+            && replay.contains(&format!("--scenario {} --seed 42", a.name))
+            && replay.contains(&s1.to_json()),
+        "{replay}"
+    );
+    assert!(live.explore(1, 1, Some("no_such"), 1).is_err());
 }
