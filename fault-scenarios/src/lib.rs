@@ -21,6 +21,8 @@
 //! - [`script`]: the one client script, over a small [`script::Host`]
 //!   trait each host implements;
 //! - [`oracle`]: observations of a run and the invariants they must meet;
+//! - [`outages`]: what a fault schedule does to the client's execs, the
+//!   oracle's measure of an honest `unknown`;
 //! - [`explore`]: the explorer, over any host's way of running one seed:
 //!   seeds in parallel and sharded, progress, shrinking, the table, the
 //!   replay command of each failure;
@@ -37,6 +39,7 @@ pub mod explore;
 pub mod faults;
 pub mod observe;
 pub mod oracle;
+pub mod outages;
 pub mod race;
 pub mod scenario;
 pub mod script;

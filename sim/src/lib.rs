@@ -22,7 +22,9 @@
 
 pub mod channel;
 pub mod client_host;
-pub use tether_scenarios::{control, explore, faults, observe, oracle, race, scenario, swarm};
+pub use tether_scenarios::{
+    control, explore, faults, observe, oracle, outages, race, scenario, swarm,
+};
 pub mod os;
 pub mod sandbox;
 pub mod trace;

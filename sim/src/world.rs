@@ -12,7 +12,8 @@ use crate::control::Control;
 use crate::explore::{RunReport, RunSeed};
 use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
-use crate::oracle::{self, BackgroundObs, CellTruth, Observations, Outages};
+use crate::oracle::{self, BackgroundObs, CellTruth, Observations};
+use crate::outages::outages;
 use crate::sandbox::{sandbox_main, Sandbox};
 use crate::scenario::Scenario;
 use crate::swarm::World;
@@ -127,92 +128,6 @@ impl Variant {
 }
 
 pub use tether_scenarios::faults::healed_at_ms;
-
-/// What in `schedule` kept the sandbox from answering the client, for
-/// the oracle's judgement of `unknown` outcomes.
-pub fn outages(schedule: &FaultSchedule, world: &World) -> Outages {
-    let config = crate::client_host::config_in(world);
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let budget = ms(config.exec_budget());
-    let backoffs = (1..config.max_attempts)
-        .map(|n| {
-            ms(tether_core::client::backoff(
-                config.backoff_base,
-                config.backoff_max,
-                n,
-            ))
-        })
-        .collect();
-    let mut out = Outages {
-        spans: Vec::new(),
-        blips: Vec::new(),
-        backoffs_ms: backoffs,
-        attempts: config.max_attempts,
-        budget_ms: budget,
-    };
-    for f in &schedule.0 {
-        let at = f.at_ms;
-        match f.kind {
-            // A call sent during a partition fails at once; one in flight
-            // when it begins fails at its deadline (one failure, not an
-            // outage: that is a blip).
-            FaultKind::PartitionExec { for_ms } => {
-                out.spans.push((at, at.saturating_add(for_ms)));
-                out.blips.push(at);
-            }
-            // A call held back fails at its deadline; calls up to a second
-            // old (the longest injected latency) may still be on the way.
-            FaultKind::HoldExec { for_ms } => out.spans.push((
-                at.saturating_sub(1_000),
-                at.saturating_add(for_ms).saturating_add(budget),
-            )),
-            FaultKind::DropConnection
-            | FaultKind::ReplyLost { .. }
-            | FaultKind::SlowStart { .. }
-            | FaultKind::BounceSandbox
-            | FaultKind::ReplaceSandbox => out.blips.push(at),
-            // Slower calls, not failed ones (latency stays far below an
-            // exec's budget); the rest never cost the client an exec.
-            FaultKind::ExecLatency { .. }
-            | FaultKind::KillDaemon
-            | FaultKind::CrashClient { .. }
-            | FaultKind::Cancel { .. }
-            | FaultKind::ClockJump { .. } => {}
-            // A killed op, a damaged reply: one failed exec.
-            FaultKind::KillOp { .. } | FaultKind::DamageReply { .. } => out.blips.push(at),
-            // Exec calls wait out a freeze; those up to a second old may
-            // still be on the way, and the last fail at their deadline.
-            FaultKind::FreezeSandbox { for_ms } => out.spans.push((
-                at.saturating_sub(1_000),
-                at.saturating_add(for_ms).saturating_add(budget),
-            )),
-            // The agent's processes die; the exec server answers on.
-            FaultKind::KillShim | FaultKind::KillInterpreter | FaultKind::TermDaemon => {}
-            // The agent answers, with I/O errors: it can neither take a
-            // cell nor record what one did, so the client cannot learn
-            // more than a sandbox that does not answer would tell it.
-            FaultKind::DiskFull { for_ms } => out
-                .spans
-                .push((at, at.saturating_add(for_ms).saturating_add(budget))),
-            // One op on the channel fails (at the cut, at its deadline,
-            // when the stream ends under it).
-            FaultKind::ChannelCut { .. }
-            | FaultKind::ChannelLateReply { .. }
-            | FaultKind::ChannelReorder { .. } => out.blips.push(at),
-            // Ops on the channel get no answer until it ends (or until
-            // the client breaks a silent channel): those sent up to a
-            // second before may still be on the way, the last fail at
-            // their deadline.
-            FaultKind::ChannelHalfOpen { for_ms } | FaultKind::ChannelStall { for_ms } => {
-                out.spans.push((
-                    at.saturating_sub(1_000),
-                    at.saturating_add(for_ms).saturating_add(budget),
-                ))
-            }
-        }
-    }
-    out
-}
 
 /// Timed actions of the fault loop.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -389,7 +304,7 @@ pub fn run_in(
     );
     obs.tools = sandbox.borrow().tool_obs();
     obs.tools.runs = control.lock().tool_runs.clone();
-    obs.outages = Some(outages(schedule, world));
+    obs.outages = Some(outages(schedule, &crate::client_host::config_in(world)));
     obs.flawed = world.flaw.map(|flaw| oracle::Flawed {
         flaw,
         fallback: world.fallback,
