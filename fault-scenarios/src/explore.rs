@@ -310,6 +310,20 @@ struct Done {
     channel: BTreeMap<String, u64>,
 }
 
+/// The scenarios an exploration runs: the whole catalog, or the one
+/// `name`d.
+pub fn pick(name: Option<&str>) -> Result<Vec<Scenario>, String> {
+    match name {
+        None => Ok(crate::scenario::all()),
+        Some(n) => crate::scenario::by_name(n).map(|s| vec![s]).ok_or_else(|| {
+            format!(
+                "no scenario {n:?}; there are: {}",
+                crate::race::scenario_names()
+            )
+        }),
+    }
+}
+
 /// Explores `scenarios` on `host`.
 pub fn explore(scenarios: &[Scenario], opts: &Options, host: &dyn RunSeed) -> Summary {
     let started = Instant::now();

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tether_scenarios::explore::{self, Options, RunReport, RunSeed, Summary};
 use tether_scenarios::faults::{FaultSchedule, FaultSpace};
 use tether_scenarios::oracle::Violation;
-use tether_scenarios::scenario::{self, Scenario};
+use tether_scenarios::scenario::Scenario;
 use tether_scenarios::swarm::World;
 
 /// The real-process host, as the explorer drives it.
@@ -138,12 +138,7 @@ impl Live {
         scenario: Option<&str>,
         jobs: usize,
     ) -> Result<Summary, String> {
-        let scenarios = match scenario {
-            Some(name) => {
-                vec![scenario::by_name(name).ok_or_else(|| format!("no scenario {name:?}"))?]
-            }
-            None => scenario::all(),
-        };
+        let scenarios = explore::pick(scenario)?;
         let opts = self.options(first_seed, seeds, jobs);
         Ok(explore::explore(&scenarios, &opts, self))
     }

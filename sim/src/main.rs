@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use tether_sim::explore::{self, Options, RunReport, Shard};
 use tether_sim::faults::FaultSchedule;
-use tether_sim::race::{self, race_files, scenario_names, Race};
+use tether_sim::race::{self, race_files, Race};
 use tether_sim::scenario::{self, Scenario};
 use tether_sim::swarm::World;
 use tether_sim::trace;
@@ -234,15 +234,6 @@ fn emit_json(value: &impl Serialize) -> Result<(), String> {
     emit(&format!("{text}\n"))
 }
 
-fn pick(name: Option<&str>) -> Result<Vec<Scenario>, String> {
-    match name {
-        None => Ok(scenario::all()),
-        Some(n) => scenario::by_name(n)
-            .map(|s| vec![s])
-            .ok_or_else(|| format!("no scenario {n:?}; there are: {}", scenario_names())),
-    }
-}
-
 /// The broken variants (they exist only in builds with `--features
 /// mutations`).
 const MUTATION_VARIANTS: [&str; 6] = [
@@ -449,7 +440,7 @@ fn run(command: Command) -> Result<u8, String> {
             variant: variant_name,
             max_faults,
         } => {
-            let mut scenarios = pick(scenario.as_deref())?;
+            let mut scenarios = explore::pick(scenario.as_deref())?;
             if let Some(n) = max_faults {
                 for s in &mut scenarios {
                     s.space.max_faults = n;
@@ -521,7 +512,7 @@ fn run(command: Command) -> Result<u8, String> {
             save_race: save_to,
             about,
         } => {
-            let s = pick(Some(&scenario))?.remove(0);
+            let s = explore::pick(Some(&scenario))?.remove(0);
             let world = match world_text {
                 Some(text) => serde_json::from_str::<World>(&text)
                     .map_err(|e| format!("--world {text:?} is not a world: {e}"))?,
