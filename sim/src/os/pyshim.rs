@@ -12,6 +12,7 @@ use super::python::PyInterp;
 use super::shim::reading;
 use super::SimOs;
 use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
+use tether_core::protocol::Stream;
 use tether_core::time::Timestamp;
 
 /// The interpreter shim's machine and the simulated pipes it holds.
