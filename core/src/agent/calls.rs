@@ -392,3 +392,6 @@ impl Caller {
         None
     }
 }
+
+#[cfg(test)]
+mod tests;
