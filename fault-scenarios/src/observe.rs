@@ -106,6 +106,9 @@ pub struct ClientLog {
     /// The background logs the script read (`logs` op) once every fault
     /// had healed, by kernel: the bytes, or why the read failed.
     pub background: BTreeMap<String, Result<Vec<u8>, String>>,
+    /// The tool calls the client reported answered (`tool_answered`: the
+    /// journal says the answer reached the cell), by id.
+    pub tool_answered: Vec<String>,
 }
 
 impl ClientLog {
@@ -194,6 +197,7 @@ impl ClientLog {
                     seen.leftovers_reported |= !pids.is_empty();
                 }
             }
+            Event::ToolAnswered { id, .. } => self.tool_answered.push(id.clone()),
             Event::CellResolved { cell, outcome } => {
                 if let Some(l) = self.label_of(cell) {
                     let seen = self.cells.entry(l).or_default();

@@ -17,6 +17,10 @@ use tether_core::protocol::CellOutcome;
 use tether_core::protocol::Lang;
 
 mod background;
+mod call_ends;
+mod interpreter;
+
+pub use interpreter::OrphanRunObs;
 
 /// What happened to one scripted cell.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -191,6 +195,9 @@ pub struct Observations {
     /// The background logs of the kernels whose cells print after they
     /// resolved, read at the end of the script.
     pub background: Vec<BackgroundObs>,
+    /// Python cells taken by an interpreter whose daemon had died (empty
+    /// where the host cannot say).
+    pub orphan_runs: Vec<OrphanRunObs>,
 }
 
 /// One kernel's background log and what its cells' background processes
@@ -249,6 +256,8 @@ pub struct ToolObs {
     pub answers: Vec<ToolAnswerObs>,
     /// Every run of the client's tool handler.
     pub runs: Vec<ToolRunObs>,
+    /// The calls the client reported answered (`tool_answered`), by id.
+    pub reported_answered: Vec<String>,
 }
 
 /// One call, as its caller saw it end.
@@ -267,6 +276,15 @@ pub struct ToolCallObs {
     pub answered: Option<String>,
     /// Its error otherwise.
     pub failed: Option<String>,
+    /// When it started (virtual ms), where the host knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// When it ended (`None`: killed, or still waiting at the end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<u64>,
+    /// Its cell had ended (journal done, or calls directory gone) when it
+    /// started.
+    pub cell_ended_at_start: bool,
 }
 
 /// One answer file written.
@@ -613,6 +631,34 @@ pub enum Violation {
         /// The call, its cell, how it ended.
         detail: String,
     },
+    /// A call answered in the sandbox before its cell's result, in a
+    /// cell that ran once to its end, was never reported answered by the
+    /// client.
+    ToolAnswerUnreported {
+        /// The call and its cell.
+        detail: String,
+    },
+    /// A call made after its cell ended was not refused at once.
+    ToolCallLingered {
+        /// The call, its cell, how long it took.
+        detail: String,
+    },
+    /// A cell carried the note that the interpreter died for a death an
+    /// earlier cell had reported already.
+    LossReportedTwice {
+        /// The cell.
+        cell: String,
+        /// When the client delivered its note.
+        at_ms: u64,
+    },
+    /// An interpreter whose daemon had died took a cell the client
+    /// started after that death.
+    OrphanInterpreterRan {
+        /// The cell.
+        cell: String,
+        /// When it started, was taken, and the daemon died.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -653,6 +699,10 @@ impl Violation {
             Violation::BackgroundLog { .. } => "background_log",
             Violation::BackgroundInCell { .. } => "background_in_cell",
             Violation::ToolCallFailed { .. } => "tool_call_failed",
+            Violation::ToolCallLingered { .. } => "tool_call_lingered",
+            Violation::ToolAnswerUnreported { .. } => "tool_answer_unreported",
+            Violation::LossReportedTwice { .. } => "loss_reported_twice",
+            Violation::OrphanInterpreterRan { .. } => "orphan_interpreter_ran",
         }
     }
 }
@@ -770,6 +820,21 @@ impl fmt::Display for Violation {
                 write!(f, "the background log of kernel {kernel}: {detail}")
             }
             Violation::BackgroundInCell { cell, detail } => write!(f, "{cell}: {detail}"),
+            Violation::ToolAnswerUnreported { detail } => write!(
+                f,
+                "a tool call answered in its cell was never reported answered: {detail}"
+            ),
+            Violation::ToolCallLingered { detail } => {
+                write!(f, "a tool call of an ended cell was not refused at once: {detail}")
+            }
+            Violation::LossReportedTwice { cell, at_ms } => write!(
+                f,
+                "{cell} reported the interpreter's death at {at_ms} ms, a death an earlier cell reported"
+            ),
+            Violation::OrphanInterpreterRan { cell, detail } => write!(
+                f,
+                "{cell} ran in the interpreter of a dead daemon (its old namespace): {detail}"
+            ),
         }
     }
 }
@@ -884,6 +949,8 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     check_tools(&obs.tools, &mut v);
     background::check(obs, &mut v);
     check_tool_calls_work(obs, &mut v);
+    call_ends::check(obs, &mut v);
+    interpreter::check(obs, &mut v);
     check_evictions(obs, &mut v);
     for detail in &obs.journal_gaps {
         v.push(Violation::JournalGap {
@@ -1957,6 +2024,7 @@ mod tests {
                     result: "tool t {}".into(),
                 },
             ],
+            reported_answered: vec!["a".into()],
         };
         o
     }

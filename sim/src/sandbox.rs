@@ -646,13 +646,16 @@ impl Sandbox {
                     }),
                     leftover: c.leftover,
                     answered: match &c.end {
-                        CallEnd::Answered { stdout } => Some(stdout.clone()),
-                        CallEnd::Failed { .. } => None,
+                        Some(CallEnd::Answered { stdout }) => Some(stdout.clone()),
+                        _ => None,
                     },
                     failed: match &c.end {
-                        CallEnd::Failed { message, .. } => Some(message.clone()),
-                        CallEnd::Answered { .. } => None,
+                        Some(CallEnd::Failed { message, .. }) => Some(message.clone()),
+                        _ => None,
                     },
+                    started_ms: Some(self.virtual_ms(c.started)),
+                    ended_ms: c.at.map(|t| self.virtual_ms(t)),
+                    cell_ended_at_start: c.cell_ended_at_start,
                 })
                 .collect(),
             answers: self
@@ -666,7 +669,22 @@ impl Sandbox {
                 })
                 .collect(),
             runs: Vec::new(),
+            reported_answered: Vec::new(),
         }
+    }
+
+    /// Ground truth of the Python cells taken by interpreters whose
+    /// daemon had died.
+    pub fn orphan_runs(&self) -> Vec<tether_scenarios::oracle::OrphanRunObs> {
+        self.os
+            .orphan_runs()
+            .iter()
+            .map(|r| tether_scenarios::oracle::OrphanRunObs {
+                key: format!("{}#{}", kernel_name(&r.kernel_dir), r.seq),
+                daemon_died_ms: self.virtual_ms(r.daemon_died),
+                at_ms: self.virtual_ms(r.at),
+            })
+            .collect()
     }
 
     /// The lines the tool calls of cell `seq` of `kernel` would have
@@ -684,7 +702,12 @@ impl Sandbox {
                     .as_ref()
                     .is_some_and(|r| r.kernel_dir == dir && r.seq == Some(seq))
             })
-            .filter(|c| matches!(c.end, tether_core::agent::calls::CallEnd::Failed { .. }))
+            .filter(|c| {
+                matches!(
+                    c.end,
+                    Some(tether_core::agent::calls::CallEnd::Failed { .. })
+                )
+            })
             .map(|c| {
                 format!(
                     "{}\n",

@@ -183,6 +183,19 @@ impl CallDesk {
                 }
             }
         }
+        self.note_answers(os, journal)
+    }
+
+    /// Answers that appeared for journaled calls are journaled as
+    /// `tool_answered` (each once), unless the cell's result is there.
+    pub fn note_answers(
+        &mut self,
+        os: &mut dyn Os,
+        journal: &mut JournalWriter,
+    ) -> Result<(), OsError> {
+        if journal.has_result() {
+            return Ok(());
+        }
         let waiting: Vec<String> = self
             .seen
             .iter()

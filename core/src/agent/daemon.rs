@@ -178,10 +178,6 @@ pub struct Daemon {
     py: Option<(Pid, u64)>,
     /// Told to stop (SIGTERM), and when.
     stop: Option<Stop>,
-    /// The current interpreter's death was told in a cell's journal (the
-    /// shim's note, or this daemon's when its shim died), so a fresh one
-    /// needs no note of its own.
-    py_loss_noted: bool,
     /// The interpreter's shim whose death was seen (its orphans kept).
     py_gone_seen: Option<(Pid, u64)>,
     /// A shim died since the last look: what it held came back to this
@@ -210,7 +206,6 @@ impl Daemon {
             exiting: None,
             py: None,
             stop: None,
-            py_loss_noted: false,
             py_gone_seen: None,
             orphans_due: false,
         }
@@ -470,7 +465,6 @@ impl Daemon {
             .collect();
         let mut drop = Vec::new();
         let mut interp_lost = Vec::new();
-        let mut loss_noted = false;
         for (&seq, t) in self.cells.iter_mut() {
             let cell = self.kernel.cell(seq);
             if !t.done && !os.exists(&cell.submission()) {
@@ -488,14 +482,8 @@ impl Daemon {
                 t.done = true;
                 if let Ok(read) = read_journal(os, &cell.journal()) {
                     for e in &read.entries {
-                        match &e.kind {
-                            EntryKind::Leftovers { pids } => t.leftovers.clone_from(pids),
-                            EntryKind::Output { data, .. }
-                                if t.python && python::is_loss_note(data.as_slice()) =>
-                            {
-                                loss_noted = true;
-                            }
-                            _ => {}
+                        if let EntryKind::Leftovers { pids } = &e.kind {
+                            t.leftovers.clone_from(pids);
                         }
                     }
                 }
@@ -780,12 +768,10 @@ impl Daemon {
         for seq in drop {
             self.cells.remove(&seq);
         }
-        self.py_loss_noted |= loss_noted;
         if !interp_lost.is_empty() {
             // The cell that ran carries the note; the next starts afresh.
             self.kill_orphaned_interpreters(os);
             self.py = None;
-            self.py_loss_noted = false;
         }
     }
 
@@ -911,7 +897,12 @@ impl Daemon {
             if config.lang == Lang::Python && self.interpreter_lost(os) {
                 self.kill_orphaned_interpreters(os);
                 self.py = None;
-                if !std::mem::take(&mut self.py_loss_noted) {
+                // Told by the cell it died in (the shim's note), else
+                // nobody was told: it died between cells.
+                let told = python::told_file(&self.kernel);
+                let was_told = os.exists(&told);
+                let _ = os.remove_all(&told);
+                if !was_told {
                     // Nobody was told: it died between cells.
                     let _ = w.output(
                         os,
@@ -1018,8 +1009,10 @@ impl Daemon {
         let dir = python::py_dir(&self.kernel);
         os.create_dir_all(&dir)
             .map_err(|e| format!("cannot create {dir}: {e}"))?;
-        // A new interpreter starts with no cell handed to it.
+        // A new interpreter starts with no cell handed to it, and no
+        // death of it told.
         let _ = os.remove_all(&python::run_file(&self.kernel));
+        let _ = os.remove_all(&python::told_file(&self.kernel));
         let launch = CellLaunch {
             kernel_dir: self.kernel.dir().to_owned(),
             cell_dir: dir,

@@ -356,6 +356,17 @@ pub fn run_file(kernel: &KernelLayout) -> String {
     format!("{}/run", py_dir(kernel))
 }
 
+/// Made by the interpreter shim when it tells a cell that the
+/// interpreter died during it (the loss note), before the cell's result:
+/// the daemon, finding the interpreter gone before the next cell, then
+/// knows its death was told. Kept on the kernel, not read from the cell's
+/// journal: the client may ack that journal away (and submit the next
+/// cell) before the daemon ever looks at it (python_stuck, fault-free:
+/// the loss said twice).
+pub fn told_file(kernel: &KernelLayout) -> String {
+    format!("{}/loss-told", py_dir(kernel))
+}
+
 /// The record of the interpreter shim the daemon started
 /// ([`super::kernel::LaunchRecord`]), so that a later daemon of the kernel
 /// can find it and kill it.
@@ -411,6 +422,14 @@ pub fn loss_note(detail: &str) -> Vec<u8> {
 /// Is `output` (a chunk of a cell's stderr) a loss note?
 pub fn is_loss_note(output: &[u8]) -> bool {
     output.starts_with(b"tether: the Python interpreter") && output.ends_with(LOSS.as_bytes())
+}
+
+/// Does a cell's journal carry a loss note (on stderr)? Then the death of
+/// its interpreter was told, and the next cell does not say it again.
+pub fn carries_loss_note(read: &crate::protocol::JournalRead) -> bool {
+    read.entries.iter().any(|e| {
+        matches!(&e.kind, crate::protocol::EntryKind::Output { data, .. } if is_loss_note(data.as_slice()))
+    })
 }
 
 /// The outcome when the interpreter died during a cell.

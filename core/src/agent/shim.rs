@@ -240,6 +240,14 @@ impl ShimCore {
         leftovers: Vec<Pid>,
         cancel: Option<CancelReason>,
     ) -> Result<CellOutcome, OsError> {
+        // A last look for answers, so that every call answered before the
+        // result is journaled answered before it (the pump looks only
+        // every tick, and a cell may end right after its last call got
+        // its answer): the client then knows which of its answers reached
+        // the cell. No new request is taken now (the cell has ended).
+        if let Some(desk) = self.calls.as_mut() {
+            let _ = desk.note_answers(os, &mut self.journal);
+        }
         let result = EntryKind::Result {
             outcome: outcome.clone(),
         };

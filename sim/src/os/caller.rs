@@ -22,9 +22,13 @@ pub(crate) struct CallerRun {
     caller: Option<Caller>,
     next_poll: Timestamp,
     leftover: bool,
+    /// Its entry in [`SimOs::tool_calls`], once it started.
+    truth: Option<usize>,
 }
 
-/// What one simulated tool call came to (ground truth).
+/// What one simulated tool call came to (ground truth), from the moment
+/// it starts: a call killed, or still waiting when the script ends, has
+/// no end.
 #[derive(Clone, Debug)]
 pub struct ToolCallTruth {
     /// The cell whose process made it.
@@ -37,10 +41,16 @@ pub struct ToolCallTruth {
     pub args: String,
     /// Made by a background process of the cell (a leftover).
     pub leftover: bool,
-    /// What the caller printed and its status.
-    pub end: CallEnd,
+    /// What the caller printed and its status (`None`: it never ended).
+    pub end: Option<CallEnd>,
     /// When it ended.
-    pub at: Timestamp,
+    pub at: Option<Timestamp>,
+    /// When it started (looked at its environment and wrote its request).
+    pub started: Timestamp,
+    /// Its cell had ended when it started: the journal's `done` flag was
+    /// there, or the calls directory was gone. Read from the simulated
+    /// file system here, not through the caller's own test of it.
+    pub cell_ended_at_start: bool,
 }
 
 /// One answer file written in the sandbox (ground truth).
@@ -73,6 +83,7 @@ impl CallerRun {
             caller: None,
             next_poll: start_at,
             leftover,
+            truth: None,
         }
     }
 
@@ -105,6 +116,7 @@ impl SimOs {
                     .get(&pid)
                     .map(|p| p.env.clone())
                     .unwrap_or_default();
+                self.note_call_start(pid, run, &env);
                 let starttime = self.procs.get(&pid).map_or(0, |p| p.starttime);
                 let id = format!("s{}p{pid}t{starttime}", self.boots);
                 let lookup = |k: &str| env.get(k).cloned();
@@ -122,12 +134,10 @@ impl SimOs {
             run.next_poll = now + CALLER_POLL;
             return true;
         };
-        let (out, err, cell) = self
+        let (out, err) = self
             .procs
             .get(&pid)
-            .map_or((Fd::Null, Fd::Null, None), |p| {
-                (p.stdout, p.stderr, p.origin.clone())
-            });
+            .map_or((Fd::Null, Fd::Null), |p| (p.stdout, p.stderr));
         let code = match &end {
             CallEnd::Answered { stdout } => {
                 self.write_fd(pid, out, stdout.as_bytes());
@@ -139,21 +149,47 @@ impl SimOs {
                 i32::from(*code)
             }
         };
-        self.tool_calls.push(ToolCallTruth {
-            cell,
-            id: run
+        if let Some(t) = run.truth.and_then(|i| self.tool_calls.get_mut(i)) {
+            t.id = run
                 .caller
                 .as_ref()
                 .map(|c| c.id().to_owned())
-                .unwrap_or_default(),
+                .unwrap_or_default();
+            t.end = Some(end);
+            t.at = Some(now);
+        }
+        self.exit_proc(pid, ExitStatus::Code(code));
+        true
+    }
+
+    /// Records the call `run` of `pid` as started now, with whether its
+    /// cell (named by the calls directory in `env`) had ended by then.
+    fn note_call_start(
+        &mut self,
+        pid: Pid,
+        run: &mut CallerRun,
+        env: &std::collections::BTreeMap<String, String>,
+    ) {
+        use tether_core::protocol::calls::ENV_DIR;
+        let cell_ended_at_start = env.get(ENV_DIR).is_some_and(|dir| {
+            let cell = dir.trim_end_matches('/').trim_end_matches("/calls");
+            let journal = tether_core::agent::layout::CellLayout::from_dir(cell).journal();
+            self.fs
+                .exists(&tether_core::agent::journal::done_flag(&journal))
+                || !self.fs.exists(dir)
+        });
+        run.truth = Some(self.tool_calls.len());
+        self.tool_calls.push(ToolCallTruth {
+            cell: self.procs.get(&pid).and_then(|p| p.origin.clone()),
+            id: String::new(),
             name: run.name.clone(),
             args: run.args.clone(),
             leftover: run.leftover,
-            end,
-            at: now,
+            end: None,
+            at: None,
+            started: self.now,
+            cell_ended_at_start,
         });
-        self.exit_proc(pid, ExitStatus::Code(code));
-        true
     }
 
     /// Notes an answer file being written at `path` (ground truth).

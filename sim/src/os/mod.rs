@@ -36,6 +36,7 @@ pub mod freeze;
 pub mod fs;
 pub mod interp;
 pub mod late;
+pub mod orphans;
 pub mod plain;
 pub mod process;
 pub mod pyshim;
@@ -207,6 +208,10 @@ pub struct SimOs {
     answers: Vec<caller::AnswerWrite>,
     /// Every write of a late printer (ground truth, [`late`]).
     late_writes: Vec<late::LateWrite>,
+    /// When each daemon died ([`orphans`]).
+    daemon_deaths: BTreeMap<orphans::DaemonId, Timestamp>,
+    /// Cells taken by interpreters of dead daemons ([`orphans`]).
+    orphan_runs: Vec<orphans::OrphanRun>,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -240,6 +245,8 @@ impl SimOs {
             tool_calls: Vec::new(),
             answers: Vec::new(),
             late_writes: Vec::new(),
+            daemon_deaths: BTreeMap::new(),
+            orphan_runs: Vec::new(),
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);

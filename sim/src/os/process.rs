@@ -432,6 +432,10 @@ impl SimOs {
         if !p.alive() {
             return;
         }
+        self.note_daemon_exit(pid);
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
         p.state = RunState::Zombie(status);
         p.pending.clear();
         let (out, err, pgid, ppid) = (p.stdout, p.stderr, p.pgid, p.ppid);

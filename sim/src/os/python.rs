@@ -25,6 +25,8 @@ use tether_scenarios::workload::Workload;
 #[derive(Debug)]
 pub(crate) struct PyInterp {
     kernel_dir: String,
+    /// The daemon whose shim started it (ground truth, [`super::orphans`]).
+    pub(crate) daemon: Option<super::orphans::DaemonId>,
     stdin: u64,
     ctl: u64,
     inbuf: Vec<u8>,
@@ -45,6 +47,7 @@ impl PyInterp {
     ) -> PyInterp {
         PyInterp {
             kernel_dir,
+            daemon: None,
             stdin,
             ctl,
             inbuf: Vec::new(),
@@ -186,6 +189,7 @@ impl SimOs {
             cell_dir: dir.trim_end_matches('/').to_owned(),
             seq: Some(seq),
         };
+        self.note_py_cell_start(py.daemon, &py.kernel_dir, seq);
         let code = self.fs.read(&format!("{dir}/code"));
         let workload = match code {
             Ok(code) => Workload::decode(&code).map_err(|e| format!("SyntaxError: {e}")),

@@ -425,6 +425,10 @@ impl InterpShim {
         let left: Vec<Pid> = procs::cell_processes(os, &table, &scope, &protected)
             .into_iter()
             .collect();
+        if reported.is_err() {
+            // Before the note and the result: see `python::told_file`.
+            let _ = os.write_atomic(&python::told_file(&self.kernel), b"");
+        }
         let written = c.core.finish_python(os, reported, left);
         if let Some(group) = c.group.take() {
             if os.remove_cgroup(&group).is_err() {
