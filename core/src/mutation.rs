@@ -28,6 +28,11 @@ pub enum Mutation {
     /// A plain exec (fail open) that failed in transport is sent again,
     /// though it may have run.
     PlainExecResent,
+    /// A cancel's STOP + KILL come on the tick after its TERM, not after
+    /// the grace period.
+    KillBeforeGrace,
+    /// The kernel daemon ignores SIGTERM: it runs on, and starts cells.
+    DaemonIgnoresTerm,
 }
 
 thread_local! {

@@ -21,6 +21,7 @@ mod call_ends;
 mod interpreter;
 
 pub use interpreter::OrphanRunObs;
+mod escalation;
 
 /// What happened to one scripted cell.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -185,6 +186,14 @@ pub struct Observations {
     /// should have been over (its grace period and a stated slack later):
     /// processes left behind, orphaned.
     pub stop_survivors: Vec<String>,
+    /// STOP or KILL a kernel daemon sent to a cell's processes sooner
+    /// than the grace period after its own TERM to that cell (see
+    /// [`escalation`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub early_kills: Vec<String>,
+    /// Shims a kernel daemon started after it caught SIGTERM.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub started_after_term: Vec<String>,
     /// Tool calls: what the sandbox's callers got, the answer files
     /// written there, and the runs of the client's tool handler.
     pub tools: ToolObs,
@@ -659,6 +668,17 @@ pub enum Violation {
         /// When it started, was taken, and the daemon died.
         detail: String,
     },
+    /// A daemon sent STOP or KILL to a cell's processes before the grace
+    /// period after its TERM had passed.
+    KillBeforeGrace {
+        /// Which daemon, cell and process, when.
+        detail: String,
+    },
+    /// A daemon that caught SIGTERM started a cell after it.
+    StartedAfterTerm {
+        /// Which daemon, what it started, when.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -703,6 +723,8 @@ impl Violation {
             Violation::ToolAnswerUnreported { .. } => "tool_answer_unreported",
             Violation::LossReportedTwice { .. } => "loss_reported_twice",
             Violation::OrphanInterpreterRan { .. } => "orphan_interpreter_ran",
+            Violation::KillBeforeGrace { .. } => "kill_before_grace",
+            Violation::StartedAfterTerm { .. } => "started_after_term",
         }
     }
 }
@@ -835,6 +857,12 @@ impl fmt::Display for Violation {
                 f,
                 "{cell} ran in the interpreter of a dead daemon (its old namespace): {detail}"
             ),
+            Violation::KillBeforeGrace { detail } => {
+                write!(f, "a cancel killed before its grace period was over: {detail}")
+            }
+            Violation::StartedAfterTerm { detail } => {
+                write!(f, "a stopped daemon started a cell: {detail}")
+            }
         }
     }
 }
@@ -952,6 +980,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     call_ends::check(obs, &mut v);
     interpreter::check(obs, &mut v);
     check_evictions(obs, &mut v);
+    escalation::check(obs, &mut v);
     for detail in &obs.journal_gaps {
         v.push(Violation::JournalGap {
             detail: detail.clone(),

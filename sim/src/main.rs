@@ -236,13 +236,15 @@ fn emit_json(value: &impl Serialize) -> Result<(), String> {
 
 /// The broken variants (they exist only in builds with `--features
 /// mutations`).
-const MUTATION_VARIANTS: [&str; 6] = [
+const MUTATION_VARIANTS: [&str; 8] = [
     "cancel-pgid-only",
     "resubmit-new-id",
     "transport-error-is-death",
     "daemon-exits-at-term",
     "fallback-when-off",
     "plain-exec-resent",
+    "kill-before-grace",
+    "daemon-ignores-term",
 ];
 
 /// The variants this build runs.

@@ -40,6 +40,7 @@ use tether_core::time::Timestamp;
 
 mod background;
 mod channel;
+mod escalation;
 mod plain;
 mod process_faults;
 
@@ -135,6 +136,8 @@ pub struct Sandbox {
     background_lossy: BTreeMap<String, BTreeSet<String>>,
     /// When the last `logs` op of each kernel read its log.
     logs_reads: BTreeMap<String, Timestamp>,
+    /// What the escalation checks saw ([`escalation`]).
+    escalation: escalation::EscalationTruth,
 }
 
 impl Sandbox {
@@ -189,6 +192,7 @@ impl Sandbox {
             term_survivors: Vec::new(),
             background_lossy: BTreeMap::new(),
             logs_reads: BTreeMap::new(),
+            escalation: escalation::EscalationTruth::default(),
             journal_gaps: Vec::new(),
             two_daemons: BTreeMap::new(),
             channel_counts: ChannelCounts::new(),
@@ -227,6 +231,7 @@ impl Sandbox {
             // A kernel opened again after its shutdown (an eviction) is
             // judged again.
             let kernel = kernel_name(&spawn.kernel_dir);
+            self.escalation.daemon_spawned(spawn.pid);
             self.shut_kernels.remove(&kernel);
             self.kernel_of_pid.insert(spawn.pid, kernel);
             self.daemons.insert(
@@ -251,6 +256,7 @@ impl Sandbox {
                 continue;
             }
             let caught_term = self.os.take_caught_term(pid);
+            let launched_before = self.launched_if_stopped(pid, caught_term);
             let Some(run) = self.daemons.get_mut(&pid) else {
                 continue;
             };
@@ -258,6 +264,7 @@ impl Sandbox {
                 self.trace
                     .at(now_ms, "sandbox", format!("daemon {pid} caught TERM"));
                 run.logic.terminate(now);
+                self.escalation.daemon_termed(pid, now);
                 run.stopped = true;
                 run.next_wake = now;
             }
@@ -283,6 +290,9 @@ impl Sandbox {
                         self.stopped_daemon_exited(&kernel_dir, now_ms);
                     }
                 }
+            }
+            if let Some(before) = launched_before {
+                self.note_launches_after_term(pid, &kernel_dir, &before, now);
             }
             if began_exit {
                 self.exiting_daemons.insert(pid);
@@ -420,6 +430,9 @@ impl Sandbox {
                 ProcEventKind::Spawn {
                     pid, argv, cell, ..
                 } => {
+                    // A reused pid is a new process: no cell's unless it
+                    // says so.
+                    self.cell_of.remove(pid);
                     if let Some(c) = cell {
                         self.kernel_of_pid.insert(*pid, kernel_name(&c.kernel_dir));
                         if let Some(seq) = c.seq {
@@ -481,6 +494,7 @@ impl Sandbox {
                 ProcEventKind::Signal {
                     from, to, signal, ..
                 } if *from != 0 => {
+                    self.note_escalation_signal(e.at, *from, *to, *signal);
                     if let Some(c) = self.cell_of.get(to) {
                         // A daemon's exit sweep kills what its kernel owns,
                         // bystanders' leftovers included, as a shutdown does.

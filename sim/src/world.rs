@@ -66,6 +66,12 @@ pub enum Variant {
     /// A plain exec lost in transport is sent again.
     #[cfg(feature = "mutations")]
     PlainExecResent,
+    /// A cancel kills on the tick after its TERM.
+    #[cfg(feature = "mutations")]
+    KillBeforeGrace,
+    /// The daemon ignores SIGTERM.
+    #[cfg(feature = "mutations")]
+    DaemonIgnoresTerm,
 }
 
 impl Variant {
@@ -85,10 +91,15 @@ impl Variant {
             "fallback-when-off" => Ok(Variant::FallbackWhenOff),
             #[cfg(feature = "mutations")]
             "plain-exec-resent" => Ok(Variant::PlainExecResent),
+            #[cfg(feature = "mutations")]
+            "kill-before-grace" => Ok(Variant::KillBeforeGrace),
+            #[cfg(feature = "mutations")]
+            "daemon-ignores-term" => Ok(Variant::DaemonIgnoresTerm),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
-                 daemon-exits-at-term, fallback-when-off, plain-exec-resent"
+                 daemon-exits-at-term, fallback-when-off, plain-exec-resent, \
+                 kill-before-grace, daemon-ignores-term"
             )),
         }
     }
@@ -109,6 +120,10 @@ impl Variant {
             Variant::FallbackWhenOff => "fallback-when-off",
             #[cfg(feature = "mutations")]
             Variant::PlainExecResent => "plain-exec-resent",
+            #[cfg(feature = "mutations")]
+            Variant::KillBeforeGrace => "kill-before-grace",
+            #[cfg(feature = "mutations")]
+            Variant::DaemonIgnoresTerm => "daemon-ignores-term",
         }
     }
 
@@ -123,6 +138,8 @@ impl Variant {
             Variant::DaemonExitsAtTerm => Some(Mutation::DaemonExitsAtTerm),
             Variant::FallbackWhenOff => Some(Mutation::FallbackWhenOff),
             Variant::PlainExecResent => Some(Mutation::PlainExecResent),
+            Variant::KillBeforeGrace => Some(Mutation::KillBeforeGrace),
+            Variant::DaemonIgnoresTerm => Some(Mutation::DaemonIgnoresTerm),
         }
     }
 }
@@ -612,6 +629,8 @@ fn observe(
         background,
         self_inflicted: sandbox.self_inflicted.clone(),
         stop_survivors: sandbox.term_survivors.clone(),
+        early_kills: sandbox.early_kills(),
+        started_after_term: sandbox.started_after_term(),
         journal_gaps: sandbox.journal_gaps.clone(),
         two_daemons: sandbox.two_daemons.values().cloned().collect(),
         // The simulation's own errors come first, then the client's.

@@ -221,6 +221,11 @@ impl Daemon {
             self.cells.clear();
             return;
         }
+        #[cfg(feature = "mutations")]
+        if crate::mutation::active(crate::mutation::Mutation::DaemonIgnoresTerm) {
+            // The planted bug: the TERM changes nothing.
+            return;
+        }
         if self.stop.is_none() {
             self.stop = Some(Stop {
                 since: now,
@@ -692,7 +697,7 @@ impl Daemon {
                     }
                     procs::signal_each(os, &set, Signal::Term);
                     c.term_sent = true;
-                } else if now >= c.since + grace {
+                } else if now >= c.since + grace || kill_before_grace() {
                     procs::stop_and_kill(os, &set);
                     if let Some(interp) = interp.filter(|_| cell_running) {
                         // The interpreter did not stop: it dies with its
@@ -1150,6 +1155,19 @@ impl Daemon {
         DaemonStep::Continue {
             next_wake: now + TICK,
         }
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::KillBeforeGrace`]: never,
+/// without the `mutations` feature.
+fn kill_before_grace() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::KillBeforeGrace)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
     }
 }
 
