@@ -433,6 +433,70 @@ fn background_log(all_faults: Vec<Family>) -> Scenario {
     }
 }
 
+/// A shell cell's shim killed from outside while the cell has escaped
+/// its session (a setsid daemon) and its marker too (`setsid env -i`):
+/// the daemon ends the cell as a cancel does, and where there is no
+/// cgroup (half the swarmed worlds) the only trace of the `env -i`
+/// daemon is that it came back to the kernel daemon (a subreaper) when
+/// the shim died. Nothing of the cell may survive its resolution.
+fn shim_killed_escapes() -> Scenario {
+    Scenario {
+        name: "shim_killed_escapes",
+        about: "a shell cell's shim is killed after the cell left a setsid daemon and a setsid env -i daemon: both end before the cell resolves, with or without cgroups",
+        script: vec![
+            // No expectation: a fault that delays the submit past the
+            // kill lets the cell run to its end (its daemons leftovers).
+            Action::Run(CellSpec {
+                expect: None,
+                ..cell(
+                    "orphaned",
+                    vec![
+                        print("start\n"),
+                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+                        Step::EnvIDaemon { sleep_ms: 600_000 },
+                        Step::Sleep { ms: 3_000 },
+                    ],
+                    Expect::Unknown,
+                )
+            }),
+            Action::Run(cell("after", vec![print("after\n")], Expect::Ok)),
+        ],
+        fixed: fixed(vec![(500, FaultKind::KillShim)]),
+        space: space(network()),
+        init_reaps: true,
+        fails_open: false,
+    }
+}
+
+/// The kernel daemon gets SIGTERM mid-cell (`docker stop`, a host
+/// shutdown): it stops the kernel (the running cell resolves with the
+/// stop, nothing of the kernel runs on) and starts no cell after it; the
+/// next cell runs on a fresh daemon, which reports the loss.
+fn daemon_termed() -> Scenario {
+    Scenario {
+        name: "daemon_termed",
+        about: "the kernel daemon gets SIGTERM mid-cell: the cell resolves with the stop, the stopped daemon starts nothing more, the next cell runs on a fresh daemon that reports the loss",
+        script: vec![
+            Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
+            // No expectation: a fault that delays the submit past the
+            // TERM lets the cell run on a fresh daemon.
+            Action::Run(CellSpec {
+                expect: None,
+                ..cell(
+                    "during",
+                    vec![print("a\n"), Step::Sleep { ms: 3_000 }],
+                    Expect::Unknown,
+                )
+            }),
+            Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
+        ],
+        fixed: fixed(vec![(1_000, FaultKind::TermDaemon)]),
+        space: space(network()),
+        init_reaps: true,
+        fails_open: false,
+    }
+}
+
 /// A cell that leaves a background child and a setsid daemon behind.
 fn leftovers_script() -> Vec<Action> {
     vec![
@@ -887,6 +951,7 @@ pub fn all() -> Vec<Scenario> {
         },
     ]
     .into_iter()
+    .chain([shim_killed_escapes(), daemon_termed()])
     .chain([background_log(all_faults.clone())])
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
     .chain(client_knobs(all_faults))
