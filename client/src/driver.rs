@@ -651,6 +651,7 @@ mod tests {
             next_seq,
             cells: Vec::new(),
             acked: Vec::new(),
+            shutting_down: false,
         })
     }
 

@@ -515,10 +515,9 @@ fn the_reaper_evicts_idle_kernels_and_the_lru_beyond_the_cap_but_never_one_in_fl
         })
         .collect();
     assert_eq!(evicted, vec!["b"], "a is older but has a cell in flight");
-    assert!(h
-        .effects
-        .iter()
-        .any(|e| matches!(e, Effect::Forget(k) if k.as_str() == "b")));
+    // Kept, marked shutting down, until the shutdown is answered.
+    assert!(h.records[&kname("b")].shutting_down, "{}", h.trace);
+    assert!(h.records[&kname("b")].cells.is_empty());
     assert!(h
         .client
         .run_cell(&kname("b"), Bytes::from(""), None, h.now)
@@ -532,6 +531,11 @@ fn the_reaper_evicts_idle_kernels_and_the_lru_beyond_the_cap_but_never_one_in_fl
             == 2
     });
     assert!(h.now >= Timestamp(0) + Duration::from_secs(600));
+    assert!(h
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::Forget(k) if k.as_str() == "b")));
+    assert!(!h.records.contains_key(&kname("b")));
     assert!(h
         .events
         .iter()
@@ -948,4 +952,43 @@ fn a_shutdown_given_up_on_is_sent_again_once_the_sandbox_answers() {
     h.settle();
     assert_eq!(h.outcome(&more), Some(CellOutcome::Ok));
     assert_eq!(h.sent(OpKind::Shutdown), shutdowns);
+}
+
+#[test]
+fn a_shutdown_begun_by_a_crashed_client_is_sent_again_by_the_next() {
+    // two_kernels seed 100281: the reaper evicted a kernel during a
+    // partition and the client crashed before the shutdown got through;
+    // its record was already forgotten, so the next client process knew
+    // nothing of it and its daemon, shim and files outlived the run.
+    let mut h = Harness::new(33);
+    h.open("b", Lang::Shell);
+    let cell = h.run("b", "out 1", None);
+    h.settle();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    h.net = Net::Down;
+    h.client.shutdown(&kname("b"), h.now);
+    h.run_until(|h| h.sent(OpKind::Shutdown) >= 1);
+    // The client process dies here: what survives is its record.
+    let record = h.records[&kname("b")].clone();
+    assert!(record.shutting_down, "{}", h.trace);
+    assert!(h.agent.kernels.contains_key(&kname("b")), "never reached");
+    let mut h2 = Harness::with(Client::new(support::config(), 34), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.run_until(|h| h.client.kernels().all(|k| k.as_str() != "b"));
+    assert_eq!(h2.sent(OpKind::Submit), 0);
+    assert!(!h2.agent.kernels.contains_key(&kname("b")), "{}", h2.trace);
+    assert!(
+        h2.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Forget(k) if k.as_str() == "b")),
+        "{}",
+        h2.trace
+    );
+    // A new kernel of that name starts from a fresh sequence number past
+    // the old one's (no cell key reused).
+    h2.open("b", Lang::Shell);
+    let again = h2.run("b", "out 2", None);
+    h2.settle();
+    assert_eq!(h2.outcome(&again), Some(CellOutcome::Ok));
+    assert!(again.seq.0 > cell.seq.0, "{again:?} after {cell:?}");
 }

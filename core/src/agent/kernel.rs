@@ -128,6 +128,30 @@ pub fn probe(os: &dyn Os, kernel: &KernelLayout, expect: Option<&Identity>) -> P
     }
 }
 
+/// Notes that the kernel whose shut list is `shut` (see
+/// [`super::layout::Layout::shut`]) is being shut down under `nonce`: a
+/// spawn of that nonce can still arrive later (an exec held by the
+/// network, a channel request run after the client's one-shot retry) and
+/// must not start a daemon again for a kernel its client has shut down.
+/// Every nonce is kept, not just the last: a stale spawn of an older
+/// daemon can arrive after a newer one was shut down too. A line per
+/// shutdown; the client makes a fresh nonce for every new daemon.
+pub fn record_shut(os: &mut dyn Os, shut: &str, nonce: &str) -> Result<(), OsError> {
+    if let Some((dir, _)) = shut.rsplit_once('/') {
+        os.create_dir_all(dir)?;
+    }
+    os.append(shut, format!("{nonce}\n").as_bytes())
+}
+
+/// Was a daemon of this nonce shut down (see [`record_shut`])? A list that
+/// cannot be read counts as none: refusing every spawn of the kernel would
+/// be worse than the stale spawn it guards against.
+pub fn was_shut(os: &dyn Os, shut: &str, nonce: &str) -> bool {
+    os.read_file(shut)
+        .ok()
+        .is_some_and(|list| list.split(|&b| b == b'\n').any(|l| l == nonce.as_bytes()))
+}
+
 /// The recorded daemon's pid when it is alive.
 pub fn live_daemon(os: &dyn Os, kernel: &KernelLayout) -> Option<Identity> {
     match probe(os, kernel, None) {

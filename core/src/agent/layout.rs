@@ -11,6 +11,7 @@
 //!                        /cells/{seq}/    submission.json, code, journal,
 //!                                         cancel, launch.json, end, cgroup,
 //!                                         shell.new (the cell's snapshot)
+//! {root}/shut/{kernel}                    nonces of its shut-down daemons
 //! ```
 
 use crate::ids::{CellSeq, KernelName};
@@ -37,6 +38,13 @@ impl Layout {
     /// `{root}/kernels`.
     pub fn kernels_dir(&self) -> String {
         format!("{}/kernels", self.root)
+    }
+
+    /// `{root}/shut/{kernel}`: the nonces under which `kernel` was shut
+    /// down, one a line (see [`super::kernel::was_shut`]). Outside the
+    /// kernel directory, which shutdown removes.
+    pub fn shut(&self, kernel: &KernelName) -> String {
+        format!("{}/shut/{}", self.root, kernel.as_str())
     }
 
     /// The paths of one kernel.

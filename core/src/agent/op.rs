@@ -230,6 +230,17 @@ impl OpRun {
                     idle_timeout_ms,
                     grace_ms,
                 };
+                if kernel::was_shut(os, &self.layout.shut(&kernel), &config.nonce) {
+                    // Its client shut this daemon's kernel down: this
+                    // spawn is a stale copy that arrived late.
+                    return Err(err(
+                        ErrorKind::Conflict,
+                        format!(
+                            "kernel {kernel} was shut down after a spawn with nonce {}; a spawn of a new daemon needs a new nonce",
+                            config.nonce
+                        ),
+                    ));
+                }
                 let (identity, fresh) = spawn(os, &self.layout.kernel(&kernel), &config)?;
                 self.reply(Reply::Spawned { identity, fresh })
             }
@@ -335,6 +346,13 @@ impl OpRun {
                 let k = self.layout.kernel(&kernel);
                 if !os.exists(k.dir()) {
                     return self.reply(Reply::ShutDown { killed: 0 });
+                }
+                if let Ok(Some(config)) = read_json::<KernelConfig>(os, &k.config()) {
+                    // Before the sweep, so that a spawn running alongside
+                    // it already refuses. Best effort: a shutdown that
+                    // cannot write the list (disk full) still stops the
+                    // kernel, which matters more.
+                    let _ = kernel::record_shut(os, &self.layout.shut(&kernel), &config.nonce);
                 }
                 self.shutdown_step(
                     os,

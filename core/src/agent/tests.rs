@@ -1468,3 +1468,70 @@ fn a_cells_process_group_reused_by_a_later_process_is_not_the_cells() {
         BTreeSet::from([8])
     );
 }
+
+fn spawn_op(nonce: &str) -> crate::protocol::Op {
+    crate::protocol::Op::Spawn {
+        kernel: KernelName::new("k").unwrap(),
+        lang: Lang::Shell,
+        nonce: nonce.into(),
+        idle_timeout_ms: 60_000,
+        grace_ms: 100,
+    }
+}
+
+/// Runs one op to its reply, moving the clock to each wake-up in between.
+fn op_to_end(os: &mut FakeOs, op: crate::protocol::Op) -> ReplyEnvelope {
+    let env = crate::protocol::Envelope {
+        v: crate::protocol::PROTOCOL_VERSION,
+        id: 1,
+        op,
+    };
+    let mut run = OpRun::new("/r", &serde_json::to_vec(&env).unwrap());
+    loop {
+        if let Some(line) = run.poll(os) {
+            return serde_json::from_slice(&line).unwrap();
+        }
+        os.now = run.next_wake().expect("a waiting op wakes").0;
+    }
+}
+
+#[test]
+fn a_spawn_that_arrives_after_its_kernels_shutdown_starts_nothing() {
+    // reaper seed 187: a spawn carried by the channel ran late, after the
+    // client's one-shot retry had spawned the kernel and the reaper had
+    // shut it down; it started a daemon again that outlived the run.
+    let mut os = FakeOs::new();
+    let spawned = op_to_end(&mut os, spawn_op("n1"));
+    assert!(spawned.error.is_none(), "{spawned:?}");
+    assert!(os.procs.contains_key(&50));
+    let shut = op_to_end(
+        &mut os,
+        crate::protocol::Op::Shutdown {
+            kernel: KernelName::new("k").unwrap(),
+        },
+    );
+    assert!(shut.error.is_none(), "{shut:?}");
+    assert!(!os.procs.contains_key(&50), "the daemon was killed");
+    assert!(!os.exists("/r/kernels/k"));
+    // The late copy of the first spawn: refused, no daemon, no files.
+    let late = op_to_end(&mut os, spawn_op("n1"));
+    let error = late.error.expect("a stale spawn is refused");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
+    assert!(!os.procs.contains_key(&50));
+    assert!(!os.exists("/r/kernels/k"));
+    // A new daemon (a new nonce) for the same name still starts, and once
+    // it is shut down too, neither nonce starts one again.
+    let again = op_to_end(&mut os, spawn_op("n2"));
+    assert!(again.error.is_none(), "{again:?}");
+    assert!(os.procs.contains_key(&50));
+    let _ = op_to_end(
+        &mut os,
+        crate::protocol::Op::Shutdown {
+            kernel: KernelName::new("k").unwrap(),
+        },
+    );
+    for nonce in ["n1", "n2"] {
+        assert!(op_to_end(&mut os, spawn_op(nonce)).error.is_some());
+        assert!(!os.procs.contains_key(&50));
+    }
+}

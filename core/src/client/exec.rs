@@ -306,7 +306,7 @@ impl Client {
                     Some(k.clone()),
                     format!("shutting kernel {k} down failed: {why}"),
                 );
-                self.remove_kernel(&k);
+                self.shut_down(&k);
             }
         }
     }
@@ -373,7 +373,7 @@ impl Client {
                 }
                 if let Task::Shutdown(k) = &task {
                     let k = k.clone();
-                    self.remove_kernel(&k);
+                    self.shut_down(&k);
                 }
             }
             _ => self.fatal(task, why),
@@ -409,7 +409,7 @@ impl Client {
                     .get(&k)
                     .is_some_and(|k| k.phase == Phase::ShuttingDown) =>
             {
-                self.remove_kernel(&k);
+                self.shut_down(&k);
             }
             // Cancel and ack replies need nothing more; parse_reply
             // guarantees the reply kind matches the op.

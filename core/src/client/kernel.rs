@@ -105,6 +105,7 @@ impl Kernel {
                 .map(|c| c.rec.clone())
                 .collect(),
             acked: self.acked.iter().copied().collect(),
+            shutting_down: self.phase == Phase::ShuttingDown,
         }
     }
 

@@ -250,12 +250,23 @@ impl Client {
     /// (in a new process): the daemon is probed, then every submitted cell
     /// is waited for from its cursor, never submitted again. With `replay`
     /// the wait starts at cursor 0 and everything is delivered again. A
-    /// kernel of that name already in this client is replaced.
+    /// kernel of that name already in this client is replaced. A record
+    /// marked shutting down has its shutdown sent again instead.
     pub fn resume(&mut self, record: KernelRecord, replay: bool, now: Timestamp) {
         self.advance(now);
         let name = record.kernel.clone();
         if self.kernels.contains_key(&name) {
             self.remove_kernel(&name);
+        }
+        if record.shutting_down {
+            // An earlier process began this kernel's shutdown and never saw
+            // it answered: send it again; its cells died with the kernel.
+            let next = self.retired.get(&name).copied().unwrap_or(1);
+            self.retired.insert(name.clone(), record.next_seq.max(next));
+            self.owed_shutdowns.insert(name.clone(), record.lang);
+            self.resend_owed_shutdown(&name);
+            self.arm_reap();
+            return;
         }
         let mut k = Kernel::new(name.clone(), record.lang, self.now);
         k.identity = record.identity;

@@ -79,8 +79,10 @@ impl Client {
         self.begin_shutdown(name);
     }
 
-    /// Resolves the kernel's cells as cancelled, forgets its record and
-    /// sends the shutdown; the kernel is dropped when that is answered.
+    /// Resolves the kernel's cells as cancelled, persists its record as
+    /// shutting down (no cells) and sends the shutdown; the kernel is
+    /// dropped, and its record forgotten, when that is answered
+    /// ([`Client::shut_down`]).
     pub(crate) fn begin_shutdown(&mut self, name: &KernelName) {
         let Some(k) = self.kernels.get(name) else {
             return;
@@ -106,12 +108,26 @@ impl Client {
         }
         self.timers.stop(&Timer::GiveUp(name.clone()));
         self.timers.stop(&Timer::FlushAcks(name.clone()));
-        self.effects.push_back(super::Effect::Forget(name.clone()));
+        // Kept until the shutdown is answered: a client process that
+        // crashes before then leaves it to the next one (two_kernels seed
+        // 100281: an eviction forgotten at once left the kernel's daemon,
+        // shim and files running after a crash).
+        if let Some(k) = self.kernels.get(name) {
+            self.effects.push_back(super::Effect::Persist(k.record()));
+        }
         self.start(Task::Shutdown(name.clone()));
     }
 
+    /// The agent answered `name`'s shutdown (or has nothing left of it):
+    /// the kernel and its record go.
+    pub(crate) fn shut_down(&mut self, name: &KernelName) {
+        self.remove_kernel(name);
+        self.effects.push_back(super::Effect::Forget(name.clone()));
+    }
+
     /// Remembers that `name`'s shutdown was given up on: it is sent again
-    /// once the sandbox answers ([`Client::resend_owed_shutdowns`]).
+    /// once the sandbox answers ([`Client::resend_owed_shutdowns`]). Its
+    /// record stays, marked shutting down, for a later client process.
     pub(crate) fn owe_shutdown(&mut self, name: &KernelName) {
         if let Some(k) = self.kernels.get(name) {
             self.owed_shutdowns.insert(name.clone(), k.lang);
@@ -143,7 +159,7 @@ impl Client {
         self.kernels.insert(name.clone(), k);
         self.note(
             Some(name.clone()),
-            format!("shutting kernel {name} down again (its shutdown was given up on)"),
+            format!("shutting kernel {name} down again (an earlier shutdown was not answered)"),
         );
         self.start(Task::Shutdown(name.clone()));
     }

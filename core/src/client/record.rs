@@ -27,6 +27,13 @@ pub struct KernelRecord {
     /// carries them (or, when the kernel stays idle, acks of their own).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acked: Vec<CellSeq>,
+    /// The kernel is being shut down (by request or by the reaper) and the
+    /// agent has not answered yet: a new client process sends the shutdown
+    /// again ([`super::Client::resume`]) instead of leaving the daemon and
+    /// its files to outlive the kernel. The record is forgotten once the
+    /// shutdown is answered.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shutting_down: bool,
 }
 
 /// One unacknowledged cell as persisted.
