@@ -219,7 +219,17 @@ async fn run_script(
         for record in host.records() {
             // The script still means to cancel the cell it was running.
             let (label, cancel_after) = host.log().pending_cancel(scenario);
-            resume_one(host, driver, record, label, cancel_after, &mut on_event).await;
+            let start = host.now_ms();
+            // A cell submitted before the crash whose acceptance was never
+            // seen (its reply lost) is the agent's, or will be once the
+            // resume resends it: its cancel counts from the resume.
+            if let Some(seen) = host.log().cells.get_mut(&label) {
+                seen.accepted_at.get_or_insert(start);
+            }
+            let canceller = cancel_watch(host, driver.cancel_handle(), label, cancel_after);
+            let r = with_canceller(driver.resume(record, false, &mut on_event), canceller).await;
+            finish_call(host, "resume", start, r.err());
+            host.after_cell().await;
         }
     }
     while let Some(action) = scenario.script.get(next.get()) {
@@ -250,15 +260,6 @@ async fn run_script(
         tokio::time::sleep(Duration::from_millis(healed - now)).await;
     }
     host.control().disarm_script_faults();
-    let mut resumed = false;
-    for k in kernels(scenario) {
-        resumed |= resume_written_off(host, driver, &k, &mut on_event).await;
-    }
-    if resumed {
-        // What the written-off cells left, now that the caller is done
-        // with them (a cancel it sent on resume has run its course).
-        host.snapshot().await;
-    }
     let alive = liveness_cell(scenario, "liveness");
     let mut outcome = run_one(host, driver, &alive, &mut on_event).await;
     if outcome.as_ref() != Some(&CellOutcome::Ok) && !host.log().state_lost.is_empty() {
@@ -329,79 +330,6 @@ fn finish_call(host: &impl Host, name: &str, start: u64, err: Option<DriverError
     }
     let now = host.now_ms();
     host.log().call(name, start, now, err);
-}
-
-/// Resumes `record` in `driver`, cancelling `label` after `cancel_after`
-/// ms if the script means to cancel it.
-async fn resume_one(
-    host: &impl Host,
-    driver: &mut Driver,
-    record: KernelRecord,
-    label: String,
-    cancel_after: Option<u64>,
-    on_event: &mut dyn FnMut(&Event),
-) {
-    let start = host.now_ms();
-    // A cell submitted whose acceptance was never seen (its reply lost) is
-    // the agent's, or will be once the resume resends it: its cancel
-    // counts from the resume.
-    if let Some(seen) = host.log().cells.get_mut(&label) {
-        seen.accepted_at.get_or_insert(start);
-    }
-    let canceller = cancel_watch(host, driver.cancel_handle(), label, cancel_after);
-    let r = with_canceller(driver.resume(record, false, on_event), canceller).await;
-    finish_call(host, "resume", start, r.err());
-    host.after_cell().await;
-}
-
-/// A cell the client gave up on (`unknown`) stays in its kernel's record
-/// and may still run in the sandbox, ahead of any cell submitted after it
-/// (two_kernels seed 100139: a cell looping until cancelled, written off
-/// during a 19 s hold, kept the next cell waiting to the end of the run).
-/// The caller's part, as the CLI asks of it (`tether run` refuses a kernel
-/// with an unresolved cell until `tether resume` or `tether cancel`): once
-/// the sandbox answers again, resume it before running another cell on
-/// that kernel, and cancel it if the script meant to (counted from the
-/// resume: its acceptance was not seen). True when there was one.
-async fn resume_written_off(
-    host: &impl Host,
-    driver: &mut Driver,
-    kernel: &KernelName,
-    on_event: &mut dyn FnMut(&Event),
-) -> bool {
-    let Some(mut record) = host.records().into_iter().find(|r| &r.kernel == kernel) else {
-        return false;
-    };
-    // Only a cell whose submit may have reached the sandbox can be running
-    // there; one never sent was written off and must never run later (a
-    // resume would send it).
-    record.cells.retain(|c| c.submitted);
-    if record.cells.is_empty() {
-        return false;
-    }
-    let seqs: Vec<_> = record.cells.iter().map(|c| c.seq).collect();
-    let scenario = host.scenario();
-    let (label, cancel_after) = {
-        let log = host.log();
-        let label = log
-            .cells
-            .iter()
-            .find(|(_, c)| {
-                c.key
-                    .as_ref()
-                    .is_some_and(|k| &k.kernel == kernel && seqs.contains(&k.seq))
-            })
-            .map(|(l, _)| l.clone())
-            .unwrap_or_default();
-        let after = scenario
-            .cells()
-            .find(|c| c.label == label)
-            .and_then(|c| c.cancel_after_ms);
-        (label, after)
-    };
-    host.note(&format!("resume {kernel}: cell {label} was written off"));
-    resume_one(host, driver, record, label, cancel_after, on_event).await;
-    true
 }
 
 async fn run_one(
