@@ -101,7 +101,8 @@ pub enum Step {
         count: u32,
     },
     /// Appends one line to the side-effect file `name`, to count how many
-    /// times the cell really ran. Shell builtin: never forks.
+    /// times the cell really ran. Shell builtin: never forks. Rendered as
+    /// Python, the line is the interpreter's pid.
     WriteSideEffect {
         /// The file's name in the side-effect directory (`[A-Za-z0-9_.-]`,
         /// not starting with `.`).
@@ -822,8 +823,11 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
             format!("for _tw_i in range({count}):"),
             "    _tw_sp.Popen(['true'])".to_owned(),
         ],
+        // The line is the interpreter's pid: a live observer learns from it
+        // which interpreter ran the cell, even one that was born and died
+        // between two of its looks at the process table.
         Step::WriteSideEffect { name } => vec![format!(
-            "with open({}, 'a') as _tw_f: _tw_f.write('x\\n')",
+            "with open({}, 'a') as _tw_f: _tw_f.write('%d\\n' % _tw_os.getpid())",
             py_str(&format!("{dir}/{name}"))
         )],
         Step::SetVar { name, value } => {

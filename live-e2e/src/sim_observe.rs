@@ -202,24 +202,35 @@ async fn ps(ctx: &Ctx<'_>) -> Option<Vec<Proc>> {
 /// How often the cell `label` ran, on this sandbox and any it replaced.
 async fn runs(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
     let here = runs_here(ctx, label).await?;
-    Some(
-        here + ctx
-            .log
-            .borrow()
-            .runs_on_replaced
-            .get(label)
-            .copied()
-            .unwrap_or(0),
-    )
+    Some(here + runs_replaced(ctx, label))
+}
+
+/// How often the cell `label` ran on sandboxes replaced since.
+fn runs_replaced(ctx: &Ctx<'_>, label: &str) -> usize {
+    ctx.log
+        .borrow()
+        .runs_on_replaced
+        .get(label)
+        .copied()
+        .unwrap_or(0)
 }
 
 async fn runs_here(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
+    Some(side_lines(ctx, label).await?.len())
+}
+
+/// The lines of the side-effect file of the cell `label` on this sandbox,
+/// one per run (a Python cell's line is its interpreter's pid).
+async fn side_lines(ctx: &Ctx<'_>, label: &str) -> Option<Vec<String>> {
     let path = format!("{}/{label}", ctx.side_dir());
     let out = exec(ctx, vec!["cat".into(), path]).await?;
     Some(if out.exit_code == 0 {
-        out.stdout.iter().filter(|b| **b == b'\n').count()
+        String::from_utf8_lossy(&out.stdout)
+            .split_terminator('\n')
+            .map(str::to_owned)
+            .collect()
     } else {
-        0
+        Vec::new()
     })
 }
 
@@ -308,13 +319,20 @@ fn of_cell(ctx: &Ctx<'_>, p: &Proc, tags: &[String], key: Option<&CellKey>) -> b
 pub(crate) async fn after_cell(ctx: &Ctx<'_>) {
     let Some(procs) = ps(ctx).await else { return };
     let now = ctx.now_ms();
-    observe_interpreters(ctx, &procs, now);
-    let Some(label) = ctx.log.borrow().client.current.clone() else {
+    let current = ctx.log.borrow().client.current.clone();
+    let lines = match &current {
+        Some(label) => side_lines(ctx, label).await,
+        None => None,
+    };
+    let ran_on = current
+        .as_deref()
+        .zip(lines.as_deref())
+        .and_then(|(label, lines)| ran_on(ctx, label, lines));
+    observe_interpreters(ctx, &procs, now, ran_on.as_ref());
+    let (Some(label), Some(lines)) = (current, lines) else {
         return;
     };
-    let Some(count) = runs(ctx, &label).await else {
-        return;
-    };
+    let count = lines.len() + runs_replaced(ctx, &label);
     let tagged = ctx.cells.iter().find(|t| t.spec.label == label);
     let mut log = ctx.log.borrow_mut();
     let Some(seen) = log.client.cells.get(&label) else {
@@ -347,7 +365,40 @@ fn stopped(seen: &CellSeen) -> bool {
     )
 }
 
-fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64) {
+/// The interpreters a Python cell ran on, by its side-effect lines.
+struct RanOn {
+    /// The cell's kernel.
+    kernel: String,
+    /// Each interpreter that ran it.
+    pids: BTreeSet<u32>,
+    /// When the cell's call began: every run of it came later.
+    since: u64,
+}
+
+/// Which interpreters ran the Python cell `label` (`None` for a shell
+/// cell, or one that never ran here).
+fn ran_on(ctx: &Ctx<'_>, label: &str, lines: &[String]) -> Option<RanOn> {
+    let spec = &ctx.cells.iter().find(|t| t.spec.label == label)?.spec;
+    if spec.lang != Lang::Python {
+        return None;
+    }
+    let pids: BTreeSet<u32> = lines.iter().filter_map(|l| l.parse().ok()).collect();
+    let since = ctx.log.borrow().client.cells.get(label)?.started_at?;
+    (!pids.is_empty()).then(|| RanOn {
+        kernel: kernel_of(spec).as_str().to_owned(),
+        pids,
+        since,
+    })
+}
+
+/// Finds the Python kernels' interpreters in `procs` and records a death
+/// for each that is gone: the one the observation before saw (dead since
+/// then at the earliest), and those that ran the cell just resolved
+/// (`ran`; dead since the cell began at the earliest). The latter is how
+/// an interpreter is known that lived only between two observations (a
+/// kernel respawned after a loss, its interpreter then killed by a
+/// cancel's escalation).
+fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64, ran: Option<&RanOn>) {
     let mut log = ctx.log.borrow_mut();
     let kernels: BTreeSet<String> = ctx
         .scenario
@@ -367,11 +418,19 @@ fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64) {
                     .find(|p| p.ppid == s.pid && !p.is_zombie() && p.args.contains("python3"))
             })
             .map(|p| p.pid);
-        let before = log.interpreters.insert(k, interp).flatten();
+        let before = log.interpreters.insert(k.clone(), interp).flatten();
         if before.is_some() && before != interp {
             log.interpreter_deaths.push(since + 1);
         }
         log.interpreter_pids.extend(interp);
+        if let Some(r) = ran.filter(|r| r.kernel == k) {
+            for &pid in &r.pids {
+                if Some(pid) != interp && Some(pid) != before {
+                    log.interpreter_deaths.push(r.since);
+                }
+                log.interpreter_pids.insert(pid);
+            }
+        }
     }
     log.last_observed = now;
 }

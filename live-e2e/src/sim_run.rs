@@ -625,13 +625,22 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             unreachable!("{what} is not realised live")
         }
         FaultKind::KillShim | FaultKind::KillInterpreter => {
-            let pids = if kind == FaultKind::KillShim {
-                sim_observe::shims(ctx).await
-            } else {
+            let interpreter = kind == FaultKind::KillInterpreter;
+            let pids = if interpreter {
                 sim_observe::interpreters(ctx).await
+            } else {
+                sim_observe::shims(ctx).await
             };
+            let at = ctx.now_ms();
             signal(ctx, "-9", &pids).await;
             ctx.switch.note(format!("{pids:?} killed"));
+            if interpreter && !pids.is_empty() {
+                // Their namespaces are gone from the KILL on, whether or
+                // not a later look at the process table saw them alive.
+                let mut log = ctx.log.borrow_mut();
+                log.interpreter_deaths.push(at);
+                log.interpreter_pids.extend(&pids);
+            }
         }
         FaultKind::TermDaemon => {
             let pids = sim_observe::daemons(ctx).await;

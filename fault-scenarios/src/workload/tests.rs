@@ -217,15 +217,22 @@ fn rendered_python_does_the_same() {
     if !tether_require::have("render_python", tether_require::Need::Python3) {
         return;
     }
-    let out = Command::new("python3")
+    let child = Command::new("python3")
         .arg("-c")
         .arg(&code)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "it's \"100%\"\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err", "{code}");
     assert_eq!(out.status.code(), Some(4));
-    assert_eq!(count_lines(&dir.path().join("runs")), 1);
+    // One line, naming the interpreter that ran it (the live observer's
+    // evidence of which interpreter a cell ran on).
+    let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
+    assert_eq!(runs, format!("{pid}\n"));
 }
 
 /// `(pgid, sid)` from `/proc/PID/stat`, cut after the last `)`.
