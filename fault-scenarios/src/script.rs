@@ -85,6 +85,13 @@ pub trait Host {
     }
     /// The script's cells are done: the host records what they left alive.
     fn snapshot(&self) -> impl Future<Output = ()>;
+    /// Every fault is due by now (the liveness cell comes next): the host
+    /// waits for one it is still making. A fault takes no time in the
+    /// simulation; a live host finds its target first (a `ps`), so under
+    /// load a TERM due before the liveness cell may land during it.
+    fn faults_made(&self) -> impl Future<Output = ()> {
+        async {}
+    }
     /// Every kernel was shut down: the host lets what is in flight drain.
     fn after_shutdown(&self) -> impl Future<Output = ()> {
         async {}
@@ -259,6 +266,7 @@ async fn run_script(
     if healed > now {
         tokio::time::sleep(Duration::from_millis(healed - now)).await;
     }
+    host.faults_made().await;
     host.control().disarm_script_faults();
     let alive = liveness_cell(scenario, "liveness");
     let mut outcome = run_one(host, driver, &alive, &mut on_event).await;

@@ -767,15 +767,17 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
 }
 
 /// The background logs the script read, against what the late printers
-/// of the cells that ran once to their end print (live, nothing says
-/// when each printed: the scenario spaces them so the order is sure).
-/// Any fault made live may lose some (not judged then).
+/// of the cells that ran once print (live, nothing says when each
+/// printed: the scenario spaces them so the order is sure). Any fault
+/// made live may lose some (not judged then); so may a cell that ran
+/// but did not complete as far as the client knows (`unknown` after a
+/// lost reply: it may have run to its end, its printer with it).
 fn background(
     ctx: &Ctx<'_>,
     client: &tether_scenarios::observe::ClientLog,
     cells: &[oracle::CellObs],
 ) -> Vec<oracle::BackgroundObs> {
-    let lossy: Vec<String> = if ctx.schedule.0.is_empty() {
+    let faulted: Vec<String> = if ctx.schedule.0.is_empty() {
         Vec::new()
     } else {
         vec!["faults were made".into()]
@@ -785,12 +787,16 @@ fn background(
         .map(|k| {
             let mut written = Vec::new();
             let mut writers = 0;
+            let mut lossy = faulted.clone();
             for (spec, obs) in ctx.scenario.cells().zip(cells) {
-                if kernel_of(spec) != k
-                    || obs.truth.executions != 1
-                    || !completed(obs.outcome.as_ref())
-                {
+                if kernel_of(spec) != k || obs.truth.executions != 1 {
                     continue;
+                }
+                if !completed(obs.outcome.as_ref()) {
+                    lossy.push(format!(
+                        "{} ran but did not complete as far as the client knows",
+                        spec.label
+                    ));
                 }
                 for step in &spec.workload.steps {
                     if let Step::LatePrint { tag, lines, .. } = step {
@@ -811,7 +817,7 @@ fn background(
                 written,
                 later: Vec::new(),
                 writers,
-                lossy: lossy.clone(),
+                lossy,
             }
         })
         .collect()

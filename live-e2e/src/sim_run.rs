@@ -261,6 +261,8 @@ pub(crate) struct Ctx<'a> {
     healed_now: u64,
     /// How long after `ready_at` the later faults are over.
     healed_later: u64,
+    /// The fault loop has made every fault it will make.
+    faults_done: std::cell::Cell<bool>,
 }
 
 impl Ctx<'_> {
@@ -339,6 +341,13 @@ impl ScriptHost for Ctx<'_> {
         while self.sandbox_changing.get() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    async fn faults_made(&self) {
+        // The liveness wait ends when every fault is due; one the loop is
+        // still making (or that a loaded machine woke it late for) is
+        // made first, so it cannot land on the liveness cell.
+        poll_until(|| self.faults_done.get().then_some(())).await;
     }
 
     async fn snapshot(&self) {
@@ -477,11 +486,15 @@ pub async fn run_schedule_with(
         sandbox_changing: std::cell::Cell::new(false),
         healed_now,
         healed_later,
+        faults_done: std::cell::Cell::new(false),
     };
     for f in faults {
         apply(&ctx, host, f.kind).await;
     }
-    tokio::join!(script::client_main(&ctx), fault_loop(&ctx, host, later));
+    tokio::join!(script::client_main(&ctx), async {
+        fault_loop(&ctx, host, later).await;
+        ctx.faults_done.set(true);
+    });
     let mut channel_ops = None;
     if let Some(channel) = closer {
         let stats = channel.status().stats;
