@@ -18,6 +18,7 @@ use std::future::Future;
 use std::time::Duration;
 use tether::driver::DriverError;
 use tether::{Driver, RecordStore};
+use tether_core::agent::tombstone::STOPPED;
 use tether_core::bytes::Bytes;
 use tether_core::client::{Config, Event, KernelRecord};
 use tether_core::ids::KernelName;
@@ -270,9 +271,13 @@ async fn run_script(
     host.control().disarm_script_faults();
     let alive = liveness_cell(scenario, "liveness");
     let mut outcome = run_one(host, driver, &alive, &mut on_event).await;
-    if outcome.as_ref() != Some(&CellOutcome::Ok) && !host.log().state_lost.is_empty() {
+    if outcome.as_ref() != Some(&CellOutcome::Ok)
+        && (!host.log().state_lost.is_empty() || stopped_under(outcome.as_ref()))
+    {
         // After a reported loss the first cell may go down with the old
-        // kernel; the next one must run on a fresh kernel.
+        // kernel, and a kernel told to stop (SIGTERM) closes a cell that
+        // reached it while it stopped with the stop as its error (the
+        // cell never ran); the next one must run on a fresh kernel.
         let again = liveness_cell(scenario, "liveness2");
         outcome = run_one(host, driver, &again, &mut on_event).await;
     }
@@ -292,6 +297,12 @@ async fn run_script(
     host.log().records_left = left;
     host.log().finished = true;
     host.note("script done");
+}
+
+/// A cell's kernel was stopped (SIGTERM) before the cell finished: the
+/// daemon's own error for it.
+fn stopped_under(outcome: Option<&CellOutcome>) -> bool {
+    matches!(outcome, Some(CellOutcome::Error { message }) if message == STOPPED)
 }
 
 /// The kernels whose cells print after they resolved
