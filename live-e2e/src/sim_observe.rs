@@ -262,31 +262,41 @@ pub(crate) async fn daemons(ctx: &Ctx<'_>) -> Vec<u32> {
         .collect()
 }
 
-/// The kernels' shims (cell shims and interpreter shims) alive now.
-pub(crate) async fn shims(ctx: &Ctx<'_>) -> Vec<u32> {
-    ps(ctx)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|p| !p.is_zombie() && is_shim(ctx, p))
-        .map(|p| p.pid)
-        .collect()
+/// The kernels' shims alive now, by kind, and their Python interpreters,
+/// from one look at the process table.
+pub(crate) struct Shims {
+    /// Every shim (cell shims and interpreter shims).
+    pub(crate) all: Vec<u32>,
+    /// The interpreter shims (a Python kernel's), with or without their
+    /// interpreter yet.
+    pub(crate) of_interpreters: Vec<u32>,
+    /// The interpreters (`python3` children of an interpreter shim).
+    pub(crate) interpreters: Vec<u32>,
 }
 
-/// The kernels' Python interpreters (children of an interpreter shim)
-/// alive now.
-pub(crate) async fn interpreters(ctx: &Ctx<'_>) -> Vec<u32> {
+/// See [`Shims`].
+pub(crate) async fn shims(ctx: &Ctx<'_>) -> Shims {
     let table = ps(ctx).await.unwrap_or_default();
-    let shims: Vec<u32> = table
+    let live: Vec<&Proc> = table
         .iter()
         .filter(|p| !p.is_zombie() && is_shim(ctx, p))
+        .collect();
+    let all: Vec<u32> = live.iter().map(|p| p.pid).collect();
+    let of_interpreters = live
+        .iter()
+        .filter(|p| p.args.contains("\"lang\":\"python\""))
         .map(|p| p.pid)
         .collect();
-    table
-        .into_iter()
-        .filter(|p| !p.is_zombie() && shims.contains(&p.ppid) && p.args.starts_with("python3"))
+    let interpreters = table
+        .iter()
+        .filter(|p| !p.is_zombie() && all.contains(&p.ppid) && p.args.starts_with("python3"))
         .map(|p| p.pid)
-        .collect()
+        .collect();
+    Shims {
+        all,
+        of_interpreters,
+        interpreters,
+    }
 }
 
 fn is_shim(ctx: &Ctx<'_>, p: &Proc) -> bool {

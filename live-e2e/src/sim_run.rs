@@ -638,21 +638,23 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             unreachable!("{what} is not realised live")
         }
         FaultKind::KillShim | FaultKind::KillInterpreter => {
-            let interpreter = kind == FaultKind::KillInterpreter;
-            let pids = if interpreter {
-                sim_observe::interpreters(ctx).await
+            let shims = sim_observe::shims(ctx).await;
+            let (pids, lost) = if kind == FaultKind::KillInterpreter {
+                (&shims.interpreters, !shims.interpreters.is_empty())
             } else {
-                sim_observe::shims(ctx).await
+                // An interpreter is lost with its shim, even one the shim
+                // is still starting (no `python3` in the table yet).
+                (&shims.all, !shims.of_interpreters.is_empty())
             };
             let at = ctx.now_ms();
-            signal(ctx, "-9", &pids).await;
+            signal(ctx, "-9", pids).await;
             ctx.switch.note(format!("{pids:?} killed"));
-            if interpreter && !pids.is_empty() {
-                // Their namespaces are gone from the KILL on, whether or
-                // not a later look at the process table saw them alive.
+            if lost {
+                // The namespaces are gone from the KILL on, whether or not
+                // a later look at the process table saw their interpreter.
                 let mut log = ctx.log.borrow_mut();
                 log.interpreter_deaths.push(at);
-                log.interpreter_pids.extend(&pids);
+                log.interpreter_pids.extend(&shims.interpreters);
             }
         }
         FaultKind::TermDaemon => {
