@@ -178,6 +178,10 @@ pub struct Daemon {
     py: Option<(Pid, u64)>,
     /// Told to stop (SIGTERM), and when.
     stop: Option<Stop>,
+    /// An interpreter was lost with its shim and no cell's journal told
+    /// it (the cell had its result already: a cancel the shim settled
+    /// before it was killed): the next Python cell carries the note.
+    py_loss_untold: bool,
     /// The interpreter's shim whose death was seen (its orphans kept).
     py_gone_seen: Option<(Pid, u64)>,
     /// A shim died since the last look: what it held came back to this
@@ -206,6 +210,7 @@ impl Daemon {
             exiting: None,
             py: None,
             stop: None,
+            py_loss_untold: false,
             py_gone_seen: None,
             orphans_due: false,
         }
@@ -470,6 +475,7 @@ impl Daemon {
             .collect();
         let mut drop = Vec::new();
         let mut interp_lost = Vec::new();
+        let mut shim_loss_told = false;
         for (&seq, t) in self.cells.iter_mut() {
             let cell = self.kernel.cell(seq);
             if !t.done && !os.exists(&cell.submission()) {
@@ -546,7 +552,7 @@ impl Daemon {
                     }
                     if t.python && !w.has_result() {
                         let note = python::loss_note(python::SHIM_DIED);
-                        let _ = w.output(os, Stream::Stderr, &note);
+                        shim_loss_told |= w.output(os, Stream::Stderr, &note).is_ok();
                     }
                     // A shim that settled a cancel's result and then saw
                     // its tree empty leaves only `done` to write.
@@ -774,9 +780,18 @@ impl Daemon {
             self.cells.remove(&seq);
         }
         if !interp_lost.is_empty() {
-            // The cell that ran carries the note; the next starts afresh.
+            // The cell that ran carries the note, if it can still take
+            // one; else the next does. Either way the next starts afresh.
             self.kill_orphaned_interpreters(os);
             self.py = None;
+            // A loss told neither here nor by the shim itself (its marker)
+            // is told by the next Python cell.
+            self.py_loss_untold =
+                !shim_loss_told && !os.exists(&python::told_file(&self.kernel));
+        } else if shim_loss_told {
+            // Told at a later tick (its journal could not be written at
+            // the first look).
+            self.py_loss_untold = false;
         }
     }
 
@@ -898,6 +913,11 @@ impl Daemon {
                         request_id: sub.request_id.clone(),
                     },
                 );
+            }
+            if config.lang == Lang::Python && std::mem::take(&mut self.py_loss_untold) {
+                // Lost with its shim under a cell that had its result
+                // already: nobody was told.
+                let _ = w.output(os, Stream::Stderr, &python::loss_note(python::SHIM_DIED));
             }
             if config.lang == Lang::Python && self.interpreter_lost(os) {
                 self.kill_orphaned_interpreters(os);

@@ -836,6 +836,72 @@ fn a_python_cell_acked_before_the_daemon_saw_done_does_not_block_the_next() {
     assert_eq!(os.files.get(&run).map(Vec::as_slice), Some(&b"2"[..]));
 }
 
+/// The interpreter's shim killed after a cancel's result was settled
+/// and before `done` (python_cancel seed 1195, live): the cancelled cell
+/// can take no note, so the next Python cell carries it; without it the
+/// next cell finds the namespace gone and nobody said so.
+#[test]
+fn an_interpreter_lost_after_its_cells_result_is_told_by_the_next_cell() {
+    let mut os = FakeOs::new();
+    let dir = python_kernel_with_submission(&mut os);
+    let k = KernelLayout::new(&dir);
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 1, "the interpreter's shim (60)");
+    os.add(proc_(61, 60, 60)); // the interpreter
+    let cell = k.cell(CellSeq(1));
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    w.push(
+        &mut os,
+        EntryKind::Started {
+            pid: 61,
+            pgid: 60,
+            starttime: 161,
+        },
+    )
+    .unwrap();
+    // Cancelled: the shim settles the result, then is killed -9 (the
+    // interpreter with it) before it writes `done`.
+    os.files.insert(cell.cancel(), b"cancel\n".to_vec());
+    w.push(
+        &mut os,
+        EntryKind::Result {
+            outcome: CellOutcome::Cancelled,
+        },
+    )
+    .unwrap();
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    os.procs.remove(&60);
+    os.procs.remove(&61);
+    os.now = 20;
+    let _ = d.tick(&mut os);
+    let j = cell.journal();
+    assert_eq!(result_in(&os, &j), Some(CellOutcome::Cancelled));
+    let noted = |os: &FakeOs, j: &str| {
+        parse_journal(&os.files[j]).entries.iter().any(|e| {
+            matches!(&e.kind, EntryKind::Output { stream: Stream::Stderr, data }
+                if super::python::is_loss_note(data.as_slice()))
+        })
+    };
+    assert!(!noted(&os, &j), "a note after the result");
+    // Cell 2 starts on a fresh interpreter and says the namespace is lost.
+    let sub = Submission {
+        request_id: RequestId("r2".into()),
+        seq: CellSeq(2),
+        code: Bytes(b"x".to_vec()),
+        timeout_ms: None,
+    };
+    os.files
+        .insert(k.cell(CellSeq(2)).submission(), to_json(&sub));
+    for now in [30, 40, 50] {
+        os.now = now;
+        let _ = d.tick(&mut os);
+    }
+    assert_eq!(os.launches.len(), 2, "a fresh interpreter's shim");
+    assert!(noted(&os, &k.cell(CellSeq(2)).journal()));
+}
+
 #[test]
 fn zombies_are_never_a_kernel_process_a_shutdown_waits_for() {
     // Under a PID 1 that never reaps (many containers), a killed shim of an
