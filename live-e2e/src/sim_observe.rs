@@ -223,14 +223,18 @@ async fn runs_here(ctx: &Ctx<'_>, label: &str) -> Option<usize> {
 /// one per run (a Python cell's line is its interpreter's pid).
 async fn side_lines(ctx: &Ctx<'_>, label: &str) -> Option<Vec<String>> {
     let path = format!("{}/{label}", ctx.side_dir());
-    let out = exec(ctx, vec!["cat".into(), path]).await?;
-    Some(if out.exit_code == 0 {
+    // A file that is not there is a cell that never ran; any other failure
+    // (an exec killed by a container on its way down) is no observation,
+    // not a count of 0 (shell_state seed 5022 on docker, during a bounce:
+    // a later count then looked like a run after the resolution).
+    let script = r#"if [ -e "$1" ]; then exec cat "$1"; fi"#;
+    let argv = ["sh", "-c", script, "sh", &path].map(str::to_owned);
+    let out = exec(ctx, argv.to_vec()).await?;
+    (out.exit_code == 0).then(|| {
         String::from_utf8_lossy(&out.stdout)
             .split_terminator('\n')
             .map(str::to_owned)
             .collect()
-    } else {
-        Vec::new()
     })
 }
 
