@@ -115,6 +115,11 @@ pub struct Sandbox {
     /// Journals whose entry numbers are not 1, 2, 3, … (a gap or a
     /// repeat), read before each shutdown and at the snapshot.
     pub journal_gaps: Vec<String>,
+    /// Agent processes (execs, channels) whose op code panicked. The
+    /// op runs in the connection's task, so a panic there would only
+    /// drop the connection, which the client takes for a transport fault
+    /// and retries: the crash would pass unseen.
+    pub op_panics: Vec<String>,
     /// Kernels that had two daemons alive at once, neither of them
     /// exiting (at most one may own a kernel's cells).
     pub two_daemons: BTreeMap<String, String>,
@@ -194,6 +199,7 @@ impl Sandbox {
             logs_reads: BTreeMap::new(),
             escalation: escalation::EscalationTruth::default(),
             journal_gaps: Vec::new(),
+            op_panics: Vec::new(),
             two_daemons: BTreeMap::new(),
             channel_counts: ChannelCounts::new(),
         }
@@ -887,6 +893,10 @@ impl Drop for ExecGuard {
             return;
         }
         if let Ok(mut sb) = self.sb.try_borrow_mut() {
+            if std::thread::panicking() {
+                sb.op_panics
+                    .push(format!("the op of agent process {} panicked", self.pid));
+            }
             if sb.os.current_boot_id() == self.boot && sb.os.is_alive(self.pid) {
                 sb.os.end_exec(self.pid, 129);
             }
@@ -1098,9 +1108,11 @@ pub(crate) fn root_arg(argv: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{journal_gap, Sandbox};
+    use super::{journal_gap, ExecGuard, Sandbox};
     use crate::swarm::World;
     use crate::trace::Trace;
+    use std::cell::RefCell;
+    use std::rc::Rc;
     use tether_core::agent::Os;
     use tether_core::protocol::Lang;
 
@@ -1137,6 +1149,37 @@ mod tests {
         // due instants, not once late at the step.
         sb.advance_through(tick * 5 / 2);
         assert_eq!(sb.next_wake(), Some(3 * tick));
+    }
+
+    #[test]
+    fn an_agent_process_whose_op_panics_is_recorded_and_a_dropped_one_is_not() {
+        let world = crate::scenario::by_name("happy").unwrap().world(1);
+        let sb = Rc::new(RefCell::new(Sandbox::new(
+            1,
+            Trace::new(),
+            "/root",
+            "/agent",
+            &world,
+        )));
+        let guard = |sb: &Rc<RefCell<Sandbox>>| ExecGuard {
+            sb: sb.clone(),
+            pid: 4242,
+            boot: String::new(),
+            done: false,
+        };
+        // A connection torn down (the client went, a fault) is no panic.
+        drop(guard(&sb));
+        assert!(sb.borrow().op_panics.is_empty());
+        let in_task = guard(&sb);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _guard = in_task;
+            panic!("a bug in the op");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(
+            sb.borrow().op_panics,
+            vec!["the op of agent process 4242 panicked".to_owned()]
+        );
     }
 
     #[test]

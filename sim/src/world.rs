@@ -303,6 +303,9 @@ pub fn run_in(
     sandbox.borrow_mut().advance(virtual_ms);
     // A daemon that exited by itself (idle timeout) died too.
     kernel_deaths.extend(sandbox.borrow().self_exits.iter().copied());
+    // The agent's code must never panic; a panicked op looked to the
+    // client like a dropped connection, so only the sandbox can tell.
+    harness.extend(sandbox.borrow().op_panics.iter().cloned());
     kernel_deaths.sort();
     drop(sim);
 
