@@ -24,7 +24,10 @@ pub enum FrameKind {
     /// Agent → client: the reply line of the request with the same id.
     Reply,
     /// Agent → client, every [`super::HEARTBEAT`]: the agent is alive, so
-    /// a silent channel is a stalled one.
+    /// a silent channel is a stalled one. Its id is the highest request id
+    /// the agent has received on this stream (0: none yet), so a client
+    /// whose requests are lost on the way (a half-open path, a middlebox
+    /// that drops bytes) can tell while the beats still come through.
     Beat,
 }
 
@@ -54,7 +57,8 @@ impl FrameKind {
 pub struct Frame {
     /// What it is.
     pub kind: FrameKind,
-    /// The request it belongs to (0 for hello and beat).
+    /// The request it belongs to (0 for hello; for a beat, the last
+    /// request received).
     pub id: u64,
     /// Its bytes.
     pub payload: Vec<u8>,

@@ -19,7 +19,14 @@
 //!   at all (not even a heartbeat) arrived for [`MuxConfig::stall_after`]:
 //!   noticed by a timer while ops are in flight, and by the next op routed
 //!   while none is (an idle channel arms no timer). Routing and giving up
-//!   on ops never restart that clock: only bytes do. A break fails every op in flight with a
+//!   on ops never restart that clock: only bytes do;
+//! - the channel also breaks when a request frame sent on it was not
+//!   acknowledged within [`MuxConfig::stall_after`] (by a beat, whose id
+//!   is the last request the agent received, or by a reply): the agent
+//!   is alive and beats, but what the client sends is lost on the way (a
+//!   half-open path, a middlebox that drops bytes). Ops given up on still
+//!   count: a lost request is a lost stream whoever still waits for it.
+//!   A break fails every op in flight with a
 //!   transport error (the op may have run: the client's retries and
 //!   idempotent ops do the rest) and reopens after a backoff that doubles
 //!   with each break until a reply comes through again.
@@ -37,7 +44,8 @@ pub struct MuxConfig {
     /// How long a started stream may take to say hello.
     pub hello_timeout: Duration,
     /// With ops in flight, how long the channel may stay silent before it
-    /// counts as stalled (the agent beats every [`super::HEARTBEAT`]).
+    /// counts as stalled (the agent beats every [`super::HEARTBEAT`]); and
+    /// how long a request sent may go unacknowledged by the agent.
     pub stall_after: Duration,
     /// The first reopen waits this long after a break.
     pub reopen_base: Duration,
@@ -145,6 +153,10 @@ pub struct Mux {
     next_stream: u64,
     next_frame: u64,
     pending: BTreeSet<u64>,
+    /// Request frames sent on the current stream that the agent has not
+    /// said it received, oldest first, with when they were sent (frame ids
+    /// grow, so the agent's acknowledgement of one covers those before).
+    unacked: VecDeque<(u64, Timestamp)>,
     decoder: Decoder,
     /// Breaks since the last reply that came through a channel.
     failures: u32,
@@ -162,6 +174,7 @@ impl Mux {
             next_stream: 1,
             next_frame: 1,
             pending: BTreeSet::new(),
+            unacked: VecDeque::new(),
             decoder: Decoder::new(),
             failures: 0,
             last_break: None,
@@ -214,10 +227,18 @@ impl Mux {
                 self.stats.one_shot += 1;
                 Route::OneShot
             }
+            State::Open { .. } if self.deaf(now).is_some() => {
+                // Beating, but deaf to us: nothing goes on it either.
+                let reason = self.deaf(now).unwrap_or_default();
+                self.break_channel(now, reason);
+                self.stats.one_shot += 1;
+                Route::OneShot
+            }
             State::Open { stream, .. } => {
                 let frame = self.next_frame;
                 self.next_frame += 1;
                 self.pending.insert(frame);
+                self.unacked.push_back((frame, now));
                 self.stats.on_channel += 1;
                 let bytes = Frame::new(FrameKind::Request, frame, request.to_vec()).encode();
                 self.outputs.push_back(MuxOutput::Transmit(stream, bytes));
@@ -274,6 +295,9 @@ impl Mux {
                     };
                 }
                 (FrameKind::Reply, State::Open { .. }) => {
+                    // A reply means its request arrived, and so did every
+                    // one sent before it on this stream.
+                    self.acknowledge(frame.id);
                     if self.pending.remove(&frame.id) {
                         self.failures = 0;
                         self.outputs.push_back(MuxOutput::Reply {
@@ -282,7 +306,9 @@ impl Mux {
                         });
                     }
                 }
-                (FrameKind::Beat, State::Open { .. } | State::Opening { .. }) => {}
+                (FrameKind::Beat, State::Open { .. } | State::Opening { .. }) => {
+                    self.acknowledge(frame.id);
+                }
                 (kind, _) => {
                     return self
                         .break_channel(now, format!("the agent sent an unexpected {kind:?} frame"))
@@ -332,6 +358,11 @@ impl Mux {
                 );
                 self.break_channel(now, reason);
             }
+            State::Open { .. } => {
+                if let Some(reason) = self.deaf(now) {
+                    self.break_channel(now, reason);
+                }
+            }
             _ => {}
         }
     }
@@ -350,9 +381,36 @@ impl Mux {
             State::Closed { retry_at } => Some(retry_at),
             State::Opening { deadline, .. } => Some(deadline),
             State::Open { heard_at, .. } => {
-                (!self.pending.is_empty()).then(|| heard_at + self.config.stall_after)
+                let silent = (!self.pending.is_empty()).then(|| heard_at + self.config.stall_after);
+                let deaf = self
+                    .unacked
+                    .front()
+                    .map(|&(_, sent_at)| sent_at + self.config.stall_after);
+                silent.into_iter().chain(deaf).min()
             }
         }
+    }
+
+    /// The agent says it received every request up to `frame`.
+    fn acknowledge(&mut self, frame: u64) {
+        while self.unacked.front().is_some_and(|&(id, _)| id <= frame) {
+            self.unacked.pop_front();
+        }
+    }
+
+    /// Why the open channel counts as deaf at `now`: a request sent at
+    /// least [`MuxConfig::stall_after`] ago that the agent never
+    /// acknowledged.
+    fn deaf(&self, now: Timestamp) -> Option<String> {
+        let &(frame, sent_at) = self.unacked.front()?;
+        (now >= sent_at + self.config.stall_after).then(|| {
+            format!(
+                "deaf: the agent acknowledged none of {} request(s) sent since {} ms ago \
+                 (first frame {frame})",
+                self.unacked.len(),
+                now.saturating_since(sent_at).as_millis()
+            )
+        })
     }
 
     fn current(&self) -> Option<StreamId> {
@@ -378,6 +436,7 @@ impl Mux {
         }
         self.failures = self.failures.saturating_add(1);
         self.stats.broken += 1;
+        self.unacked.clear();
         self.decoder = Decoder::new();
         let wait = backoff(
             self.config.reopen_base,
@@ -546,8 +605,9 @@ mod tests {
         assert_eq!(mux.last_break(), Some("gone"));
     }
 
-    fn beat(mux: &mut Mux, ms: u64) {
-        let bytes = Frame::new(FrameKind::Beat, 0, Vec::new()).encode();
+    /// A beat at `ms` acknowledging requests up to `ack`.
+    fn beat(mux: &mut Mux, ms: u64, ack: u64) {
+        let bytes = Frame::new(FrameKind::Beat, ack, Vec::new()).encode();
         mux.handle_data(StreamId(1), &bytes, at(ms));
     }
 
@@ -557,16 +617,17 @@ mod tests {
         // Idle, beating: no timer, still open.
         assert_eq!(mux.poll_timeout(), None);
         for s in 1..=60 {
-            beat(&mut mux, s * 1000);
+            beat(&mut mux, s * 1000, 0);
         }
         let Route::Channel(f) = mux.route(b"wait", at(60_000)) else {
             panic!()
         };
         drain(&mut mux);
         assert_eq!(mux.poll_timeout(), Some(at(65_000)));
-        // Beats keep it alive through a long poll.
+        // Beats that acknowledge the request keep it alive through a long
+        // poll.
         for s in 61..=80 {
-            beat(&mut mux, s * 1000);
+            beat(&mut mux, s * 1000, f);
             mux.handle_timeout(at(s * 1000));
         }
         assert!(mux.is_open());
@@ -585,7 +646,7 @@ mod tests {
     #[test]
     fn a_channel_silent_while_idle_takes_no_op_and_reopens() {
         let mut mux = open_mux();
-        beat(&mut mux, 1_000);
+        beat(&mut mux, 1_000, 0);
         // Idle silence arms nothing...
         mux.handle_timeout(at(60_000));
         assert!(mux.is_open());
@@ -625,6 +686,99 @@ mod tests {
     }
 
     #[test]
+    fn a_channel_that_beats_but_never_receives_what_is_sent_breaks() {
+        // Found by the simulation (background_log seed 100038): a
+        // partition emptied the link while the client's frames were held,
+        // so no request after it reached the agent, whose beats kept
+        // coming. Every op waited out its deadline on that stream for 86 s
+        // and the channel never broke.
+        let mut mux = open_mux();
+        let mut out = Vec::new();
+        let mut t = 0;
+        let mut sent = Vec::new();
+        while let Route::Channel(f) = mux.route(b"wait", at(t)) {
+            assert!(t < 5_000, "still on a channel deaf for {t} ms");
+            sent.push(f);
+            // Beats every second, acknowledging nothing; each op is given
+            // up at its 2.5 s deadline (so none is in flight at a stall
+            // check), and the next is routed.
+            for _ in 0..5 {
+                t += 500;
+                if t % 1_000 == 0 {
+                    beat(&mut mux, t, 0);
+                }
+                if mux.poll_timeout().is_some_and(|due| due <= at(t)) {
+                    mux.handle_timeout(at(t));
+                }
+            }
+            mux.abandon(f);
+            out.extend(drain(&mut mux));
+        }
+        out.extend(drain(&mut mux));
+        assert!(out.contains(&MuxOutput::Close(StreamId(1))), "{out:?}");
+        let why = mux.last_break().unwrap();
+        assert!(why.contains("deaf"), "{why}");
+        assert_eq!(t, 5_000, "broken at the bound, not before: {why}");
+        assert_eq!(sent.len(), 2);
+        // It reopens at the backoff, like any break.
+        assert_eq!(mux.poll_timeout(), Some(at(5_250)));
+
+        // With an op in flight, the timer alone finds it.
+        let mut mux = open_mux();
+        let Route::Channel(f) = mux.route(b"wait", at(100)) else {
+            panic!()
+        };
+        drain(&mut mux);
+        for s in 1..=5 {
+            beat(&mut mux, s * 1_000, 0);
+        }
+        // Not silent (the last beat was at 5 s), but deaf since 100 ms.
+        assert_eq!(mux.poll_timeout(), Some(at(5_100)));
+        mux.handle_timeout(at(5_099));
+        assert!(mux.is_open());
+        mux.handle_timeout(at(5_100));
+        let out = drain(&mut mux);
+        assert_eq!(out[0], MuxOutput::Close(StreamId(1)));
+        assert!(
+            matches!(&out[1], MuxOutput::Failed { frame, error } if *frame == f && error.detail.contains("deaf")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_request_or_a_later_reply_keeps_the_channel_open() {
+        let mut mux = open_mux();
+        let Route::Channel(f1) = mux.route(b"slow", at(0)) else {
+            panic!()
+        };
+        let Route::Channel(f2) = mux.route(b"quick", at(0)) else {
+            panic!()
+        };
+        drain(&mut mux);
+        // The reply to the later request says the earlier one arrived
+        // too (one ordered stream).
+        mux.handle_data(StreamId(1), &reply(f2, "ok"), at(10));
+        drain(&mut mux);
+        // The caller gives up on the slow op, and a long poll runs for a
+        // minute with beats acknowledging its request: no deaf break.
+        mux.abandon(f1);
+        let Route::Channel(f3) = mux.route(b"wait", at(20)) else {
+            panic!()
+        };
+        for s in 1..=60 {
+            beat(&mut mux, s * 1_000, f3);
+            mux.handle_timeout(at(s * 1_000));
+        }
+        assert!(mux.is_open(), "{:?}", mux.last_break());
+        assert_eq!(
+            mux.poll_timeout(),
+            Some(at(65_000)),
+            "only silence is timed"
+        );
+        assert_eq!(mux.stats().broken, 0);
+    }
+
+    #[test]
     fn an_abandoned_op_neither_stalls_the_channel_nor_gets_its_late_reply() {
         let mut mux = open_mux();
         let Route::Channel(f) = mux.route(b"x", at(1)) else {
@@ -632,7 +786,12 @@ mod tests {
         };
         drain(&mut mux);
         mux.abandon(f);
+        // No silence timer for it; only its request must still be
+        // acknowledged (a beat says it arrived)...
+        assert_eq!(mux.poll_timeout(), Some(at(5_001)));
+        beat(&mut mux, 1_000, f);
         assert_eq!(mux.poll_timeout(), None);
+        // ...and its late reply is dropped.
         mux.handle_data(StreamId(1), &reply(f, "late"), at(10_000));
         assert!(drain(&mut mux).is_empty());
         assert!(mux.is_open());

@@ -19,7 +19,9 @@
 //!   first; a finished op's reply line goes out as a reply frame with its
 //!   request's id;
 //! - a beat goes out every [`HEARTBEAT`], ops or not, so the client can
-//!   tell a slow op from a stalled channel;
+//!   tell a slow op from a stalled channel; its id acknowledges the
+//!   highest request id received so far, so the client can also tell a
+//!   stream that loses its requests from one whose ops are slow;
 //! - bytes that are not frames end the channel ([`FrameError`]: the stream
 //!   cannot be resynchronised); a frame the client should never send is
 //!   ignored with a note.
@@ -66,6 +68,8 @@ pub struct Server {
     root: String,
     decoder: Decoder,
     ops: BTreeMap<u64, Running>,
+    /// The highest request id received (what a beat acknowledges).
+    received: u64,
     next_beat: Timestamp,
     outputs: VecDeque<ServerOutput>,
 }
@@ -83,6 +87,7 @@ impl Server {
             root: root.to_owned(),
             decoder: Decoder::new(),
             ops: BTreeMap::new(),
+            received: 0,
             next_beat: now + HEARTBEAT,
             outputs: VecDeque::from([ServerOutput::Send {
                 frame: hello,
@@ -103,6 +108,9 @@ impl Server {
                 )));
                 continue;
             }
+            // Counted before anything can refuse it: the beat says what
+            // arrived, not what ran.
+            self.received = self.received.max(frame.id);
             if self.ops.contains_key(&frame.id) {
                 continue;
             }
@@ -143,7 +151,7 @@ impl Server {
         let now = os.now();
         if now >= self.next_beat {
             self.outputs.push_back(ServerOutput::Send {
-                frame: Frame::new(FrameKind::Beat, 0, Vec::new()),
+                frame: Frame::new(FrameKind::Beat, self.received, Vec::new()),
                 op: None,
             });
             self.next_beat = now + HEARTBEAT;
@@ -254,7 +262,8 @@ mod tests {
         assert!(drain(&mut server).is_empty());
         os.now += 1_000;
         server.poll(&mut os);
-        assert_eq!(frames(&drain(&mut server)), vec![(FrameKind::Beat, 0)]);
+        // Its id acknowledges the highest request id received.
+        assert_eq!(frames(&drain(&mut server)), vec![(FrameKind::Beat, 9)]);
         // Garbage ends the channel, and stays an error.
         assert!(server.handle_input(b"oops\n").is_err());
         assert!(server.handle_input(b"B 0 0\n").is_err());
