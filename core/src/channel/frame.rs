@@ -24,8 +24,8 @@ pub enum FrameKind {
     /// Agent → client: the reply line of the request with the same id.
     Reply,
     /// Agent → client, every [`super::HEARTBEAT`]: the agent is alive, so
-    /// a silent channel is a stalled one. Its id is the highest request id
-    /// the agent has received on this stream (0: none yet), so a client
+    /// a silent channel is a stalled one. Its id counts the bytes the agent
+    /// has received on this stream, so a client
     /// whose requests are lost on the way (a half-open path, a middlebox
     /// that drops bytes) can tell while the beats still come through.
     Beat,
@@ -57,8 +57,8 @@ impl FrameKind {
 pub struct Frame {
     /// What it is.
     pub kind: FrameKind,
-    /// The request it belongs to (0 for hello; for a beat, the last
-    /// request received).
+    /// The request it belongs to (0 for hello; for a beat, the bytes
+    /// received).
     pub id: u64,
     /// Its bytes.
     pub payload: Vec<u8>,

@@ -20,12 +20,15 @@
 //!   noticed by a timer while ops are in flight, and by the next op routed
 //!   while none is (an idle channel arms no timer). Routing and giving up
 //!   on ops never restart that clock: only bytes do;
-//! - the channel also breaks when a request frame sent on it was not
-//!   acknowledged within [`MuxConfig::stall_after`] (by a beat, whose id
-//!   is the last request the agent received, or by a reply): the agent
-//!   is alive and beats, but what the client sends is lost on the way (a
-//!   half-open path, a middlebox that drops bytes). Ops given up on still
-//!   count: a lost request is a lost stream whoever still waits for it.
+//! - the channel also breaks when a request frame sent on it is not
+//!   acknowledged (by a beat, whose id counts the bytes the agent has
+//!   received on this stream, or by a reply) and the acknowledged count
+//!   has not grown for [`MuxConfig::stall_after`] since it was sent: the
+//!   agent is alive and beats, but what the client sends is lost on the
+//!   way (a half-open path, a middlebox that drops bytes). Counting bytes,
+//!   not frames, lets a large request on a slow link take as long as it
+//!   keeps moving. Ops given up on still count: a lost request is a lost
+//!   stream whoever still waits for it.
 //!   A break fails every op in flight with a
 //!   transport error (the op may have run: the client's retries and
 //!   idempotent ops do the rest) and reopens after a backoff that doubles
@@ -145,6 +148,15 @@ enum State {
     },
 }
 
+/// A request frame the agent has not acknowledged yet.
+#[derive(Debug)]
+struct Unacked {
+    frame: u64,
+    /// The stream's byte count once it was written.
+    end: u64,
+    sent_at: Timestamp,
+}
+
 /// The client side of one channel. See the module doc for the drain order.
 #[derive(Debug)]
 pub struct Mux {
@@ -154,9 +166,14 @@ pub struct Mux {
     next_frame: u64,
     pending: BTreeSet<u64>,
     /// Request frames sent on the current stream that the agent has not
-    /// said it received, oldest first, with when they were sent (frame ids
-    /// grow, so the agent's acknowledgement of one covers those before).
-    unacked: VecDeque<(u64, Timestamp)>,
+    /// said it received, oldest first (one ordered stream: acknowledging
+    /// one covers those before).
+    unacked: VecDeque<Unacked>,
+    /// Bytes written to the current stream.
+    sent_bytes: u64,
+    /// Bytes the agent said it received on it, and when that last grew.
+    acked_bytes: u64,
+    acked_at: Timestamp,
     decoder: Decoder,
     /// Breaks since the last reply that came through a channel.
     failures: u32,
@@ -175,6 +192,9 @@ impl Mux {
             next_frame: 1,
             pending: BTreeSet::new(),
             unacked: VecDeque::new(),
+            sent_bytes: 0,
+            acked_bytes: 0,
+            acked_at: Timestamp(0),
             decoder: Decoder::new(),
             failures: 0,
             last_break: None,
@@ -238,9 +258,14 @@ impl Mux {
                 let frame = self.next_frame;
                 self.next_frame += 1;
                 self.pending.insert(frame);
-                self.unacked.push_back((frame, now));
                 self.stats.on_channel += 1;
                 let bytes = Frame::new(FrameKind::Request, frame, request.to_vec()).encode();
+                self.sent_bytes += bytes.len() as u64;
+                self.unacked.push_back(Unacked {
+                    frame,
+                    end: self.sent_bytes,
+                    sent_at: now,
+                });
                 self.outputs.push_back(MuxOutput::Transmit(stream, bytes));
                 Route::Channel(frame)
             }
@@ -297,7 +322,15 @@ impl Mux {
                 (FrameKind::Reply, State::Open { .. }) => {
                     // A reply means its request arrived, and so did every
                     // one sent before it on this stream.
-                    self.acknowledge(frame.id);
+                    let end = self
+                        .unacked
+                        .iter()
+                        .take_while(|u| u.frame <= frame.id)
+                        .last()
+                        .map(|u| u.end);
+                    if let Some(end) = end {
+                        self.acknowledge(end, now);
+                    }
                     if self.pending.remove(&frame.id) {
                         self.failures = 0;
                         self.outputs.push_back(MuxOutput::Reply {
@@ -307,7 +340,7 @@ impl Mux {
                     }
                 }
                 (FrameKind::Beat, State::Open { .. } | State::Opening { .. }) => {
-                    self.acknowledge(frame.id);
+                    self.acknowledge(frame.id, now);
                 }
                 (kind, _) => {
                     return self
@@ -385,30 +418,38 @@ impl Mux {
                 let deaf = self
                     .unacked
                     .front()
-                    .map(|&(_, sent_at)| sent_at + self.config.stall_after);
+                    .map(|u| u.sent_at.max(self.acked_at) + self.config.stall_after);
                 silent.into_iter().chain(deaf).min()
             }
         }
     }
 
-    /// The agent says it received every request up to `frame`.
-    fn acknowledge(&mut self, frame: u64) {
-        while self.unacked.front().is_some_and(|&(id, _)| id <= frame) {
+    /// The agent says it received the stream's first `bytes` bytes.
+    fn acknowledge(&mut self, bytes: u64, now: Timestamp) {
+        if bytes > self.acked_bytes {
+            self.acked_bytes = bytes;
+            self.acked_at = now;
+        }
+        while self.unacked.front().is_some_and(|u| u.end <= bytes) {
             self.unacked.pop_front();
         }
     }
 
-    /// Why the open channel counts as deaf at `now`: a request sent at
-    /// least [`MuxConfig::stall_after`] ago that the agent never
-    /// acknowledged.
+    /// Why the open channel counts as deaf at `now`: a request sent, not
+    /// acknowledged, and no progress in what the agent received for
+    /// [`MuxConfig::stall_after`] since.
     fn deaf(&self, now: Timestamp) -> Option<String> {
-        let &(frame, sent_at) = self.unacked.front()?;
-        (now >= sent_at + self.config.stall_after).then(|| {
+        let oldest = self.unacked.front()?;
+        let since = oldest.sent_at.max(self.acked_at);
+        (now >= since + self.config.stall_after).then(|| {
             format!(
-                "deaf: the agent acknowledged none of {} request(s) sent since {} ms ago \
-                 (first frame {frame})",
+                "deaf: the agent received {} of {} bytes sent, none more for {} ms \
+                 ({} request(s) unacknowledged, first frame {})",
+                self.acked_bytes,
+                self.sent_bytes,
+                now.saturating_since(since).as_millis(),
                 self.unacked.len(),
-                now.saturating_since(sent_at).as_millis()
+                oldest.frame
             )
         })
     }
@@ -437,6 +478,8 @@ impl Mux {
         self.failures = self.failures.saturating_add(1);
         self.stats.broken += 1;
         self.unacked.clear();
+        self.sent_bytes = 0;
+        self.acked_bytes = 0;
         self.decoder = Decoder::new();
         let wait = backoff(
             self.config.reopen_base,
@@ -605,7 +648,17 @@ mod tests {
         assert_eq!(mux.last_break(), Some("gone"));
     }
 
-    /// A beat at `ms` acknowledging requests up to `ack`.
+    /// The bytes these outputs write to the stream.
+    fn sent(out: &[MuxOutput]) -> u64 {
+        out.iter()
+            .map(|o| match o {
+                MuxOutput::Transmit(_, bytes) => bytes.len() as u64,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// A beat at `ms` acknowledging the stream's first `ack` bytes.
     fn beat(mux: &mut Mux, ms: u64, ack: u64) {
         let bytes = Frame::new(FrameKind::Beat, ack, Vec::new()).encode();
         mux.handle_data(StreamId(1), &bytes, at(ms));
@@ -622,12 +675,12 @@ mod tests {
         let Route::Channel(f) = mux.route(b"wait", at(60_000)) else {
             panic!()
         };
-        drain(&mut mux);
+        let total = sent(&drain(&mut mux));
         assert_eq!(mux.poll_timeout(), Some(at(65_000)));
         // Beats that acknowledge the request keep it alive through a long
         // poll.
         for s in 61..=80 {
-            beat(&mut mux, s * 1000, f);
+            beat(&mut mux, s * 1000, total);
             mux.handle_timeout(at(s * 1000));
         }
         assert!(mux.is_open());
@@ -754,7 +807,7 @@ mod tests {
         let Route::Channel(f2) = mux.route(b"quick", at(0)) else {
             panic!()
         };
-        drain(&mut mux);
+        let mut total = sent(&drain(&mut mux));
         // The reply to the later request says the earlier one arrived
         // too (one ordered stream).
         mux.handle_data(StreamId(1), &reply(f2, "ok"), at(10));
@@ -762,11 +815,12 @@ mod tests {
         // The caller gives up on the slow op, and a long poll runs for a
         // minute with beats acknowledging its request: no deaf break.
         mux.abandon(f1);
-        let Route::Channel(f3) = mux.route(b"wait", at(20)) else {
+        let Route::Channel(_) = mux.route(b"wait", at(20)) else {
             panic!()
         };
+        total += sent(&drain(&mut mux));
         for s in 1..=60 {
-            beat(&mut mux, s * 1_000, f3);
+            beat(&mut mux, s * 1_000, total);
             mux.handle_timeout(at(s * 1_000));
         }
         assert!(mux.is_open(), "{:?}", mux.last_break());
@@ -779,17 +833,48 @@ mod tests {
     }
 
     #[test]
+    fn a_large_request_may_take_long_while_it_moves_and_breaks_once_it_stops() {
+        let mut mux = open_mux();
+        let Route::Channel(_) = mux.route(&[b'x'; 1_000], at(0)) else {
+            panic!()
+        };
+        let total = sent(&drain(&mut mux));
+        // A slow link: 100 bytes a second arrive, for ten seconds.
+        for s in 1..=10 {
+            beat(&mut mux, s * 1_000, s * 100);
+            mux.handle_timeout(at(s * 1_000));
+        }
+        assert!(mux.is_open(), "{:?}", mux.last_break());
+        // Then nothing more arrives (the beats still do): deaf 5 s after
+        // the last progress.
+        for s in 11..=14 {
+            beat(&mut mux, s * 1_000, 1_000);
+            mux.handle_timeout(at(s * 1_000));
+        }
+        assert_eq!(mux.poll_timeout(), Some(at(15_000)));
+        mux.handle_timeout(at(14_999));
+        assert!(mux.is_open());
+        mux.handle_timeout(at(15_000));
+        assert!(!mux.is_open());
+        let why = mux.last_break().unwrap();
+        assert!(
+            why.contains("deaf") && why.contains(&format!("1000 of {total} bytes")),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn an_abandoned_op_neither_stalls_the_channel_nor_gets_its_late_reply() {
         let mut mux = open_mux();
         let Route::Channel(f) = mux.route(b"x", at(1)) else {
             panic!()
         };
-        drain(&mut mux);
+        let total = sent(&drain(&mut mux));
         mux.abandon(f);
         // No silence timer for it; only its request must still be
         // acknowledged (a beat says it arrived)...
         assert_eq!(mux.poll_timeout(), Some(at(5_001)));
-        beat(&mut mux, 1_000, f);
+        beat(&mut mux, 1_000, total);
         assert_eq!(mux.poll_timeout(), None);
         // ...and its late reply is dropped.
         mux.handle_data(StreamId(1), &reply(f, "late"), at(10_000));

@@ -19,9 +19,9 @@
 //!   first; a finished op's reply line goes out as a reply frame with its
 //!   request's id;
 //! - a beat goes out every [`HEARTBEAT`], ops or not, so the client can
-//!   tell a slow op from a stalled channel; its id acknowledges the
-//!   highest request id received so far, so the client can also tell a
-//!   stream that loses its requests from one whose ops are slow;
+//!   tell a slow op from a stalled channel; its id counts the bytes
+//!   received so far, so the client can also tell a stream that loses
+//!   its requests from one whose ops (or whose large requests) are slow;
 //! - bytes that are not frames end the channel ([`FrameError`]: the stream
 //!   cannot be resynchronised); a frame the client should never send is
 //!   ignored with a note.
@@ -68,7 +68,7 @@ pub struct Server {
     root: String,
     decoder: Decoder,
     ops: BTreeMap<u64, Running>,
-    /// The highest request id received (what a beat acknowledges).
+    /// Bytes received from the client (what a beat acknowledges).
     received: u64,
     next_beat: Timestamp,
     outputs: VecDeque<ServerOutput>,
@@ -99,6 +99,9 @@ impl Server {
     /// Bytes from the client. An error means the stream is not frames:
     /// the channel must end (every later call says so again).
     pub fn handle_input(&mut self, bytes: &[u8]) -> Result<(), FrameError> {
+        // Counted as they arrive, before anything can refuse them: the
+        // beat says what arrived, not what ran.
+        self.received += bytes.len() as u64;
         self.decoder.push(bytes);
         while let Some(frame) = self.decoder.next_frame()? {
             if frame.kind != FrameKind::Request {
@@ -108,9 +111,6 @@ impl Server {
                 )));
                 continue;
             }
-            // Counted before anything can refuse it: the beat says what
-            // arrived, not what ran.
-            self.received = self.received.max(frame.id);
             if self.ops.contains_key(&frame.id) {
                 continue;
             }
@@ -262,8 +262,11 @@ mod tests {
         assert!(drain(&mut server).is_empty());
         os.now += 1_000;
         server.poll(&mut os);
-        // Its id acknowledges the highest request id received.
-        assert_eq!(frames(&drain(&mut server)), vec![(FrameKind::Beat, 9)]);
+        // Its id acknowledges every byte received.
+        assert_eq!(
+            frames(&drain(&mut server)),
+            vec![(FrameKind::Beat, wire.len() as u64)]
+        );
         // Garbage ends the channel, and stays an error.
         assert!(server.handle_input(b"oops\n").is_err());
         assert!(server.handle_input(b"B 0 0\n").is_err());
