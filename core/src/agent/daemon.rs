@@ -786,8 +786,7 @@ impl Daemon {
             self.py = None;
             // A loss told neither here nor by the shim itself (its marker)
             // is told by the next Python cell.
-            self.py_loss_untold =
-                !shim_loss_told && !os.exists(&python::told_file(&self.kernel));
+            self.py_loss_untold = !shim_loss_told && !os.exists(&python::told_file(&self.kernel));
         } else if shim_loss_told {
             // Told at a later tick (its journal could not be written at
             // the first look).
