@@ -100,6 +100,8 @@ live! {
     local_python_stuck: "python_stuck" on "local";
     local_fail_open: "fail_open" on "local";
     local_background_log: "background_log" on "local";
+    local_shim_killed_escapes: "shim_killed_escapes" on "local";
+    local_daemon_termed: "daemon_termed" on "local";
     docker_happy: "happy" on "docker";
     docker_reply_lost: "reply_lost" on "docker";
     docker_cancel_escapes: "cancel_escapes" on "docker";
