@@ -178,10 +178,6 @@ pub struct Daemon {
     py: Option<(Pid, u64)>,
     /// Told to stop (SIGTERM), and when.
     stop: Option<Stop>,
-    /// An interpreter was lost with its shim and no cell's journal told
-    /// it (the cell had its result already: a cancel the shim settled
-    /// before it was killed): the next Python cell carries the note.
-    py_loss_untold: bool,
     /// The interpreter's shim whose death was seen (its orphans kept).
     py_gone_seen: Option<(Pid, u64)>,
     /// A shim died since the last look: what it held came back to this
@@ -210,7 +206,6 @@ impl Daemon {
             exiting: None,
             py: None,
             stop: None,
-            py_loss_untold: false,
             py_gone_seen: None,
             orphans_due: false,
         }
@@ -786,11 +781,16 @@ impl Daemon {
             self.py = None;
             // A loss told neither here nor by the shim itself (its marker)
             // is told by the next Python cell.
-            self.py_loss_untold = !shim_loss_told && !os.exists(&python::told_file(&self.kernel));
+            let untold = python::untold_file(&self.kernel);
+            if !shim_loss_told && !os.exists(&python::told_file(&self.kernel)) {
+                let _ = os.write_atomic(&untold, b"");
+            } else {
+                let _ = os.remove_all(&untold);
+            }
         } else if shim_loss_told {
             // Told at a later tick (its journal could not be written at
             // the first look).
-            self.py_loss_untold = false;
+            let _ = os.remove_all(&python::untold_file(&self.kernel));
         }
     }
 
@@ -913,7 +913,9 @@ impl Daemon {
                     },
                 );
             }
-            if config.lang == Lang::Python && std::mem::take(&mut self.py_loss_untold) {
+            let untold = python::untold_file(&self.kernel);
+            if config.lang == Lang::Python && os.exists(&untold) {
+                let _ = os.remove_all(&untold);
                 // Lost with its shim under a cell that had its result
                 // already: nobody was told.
                 let _ = w.output(os, Stream::Stderr, &python::loss_note(python::SHIM_DIED));

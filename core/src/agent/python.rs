@@ -367,6 +367,14 @@ pub fn told_file(kernel: &KernelLayout) -> String {
     format!("{}/loss-told", py_dir(kernel))
 }
 
+/// Made by the daemon when an interpreter was lost with its shim and no
+/// cell's journal told it (the cell had its result already: a cancel the
+/// shim settled before it was killed): the next Python cell carries the
+/// note. On disk beside [`told_file`], so a restarted daemon still tells it.
+pub fn untold_file(kernel: &KernelLayout) -> String {
+    format!("{}/loss-untold", py_dir(kernel))
+}
+
 /// The record of the interpreter shim the daemon started
 /// ([`super::kernel::LaunchRecord`]), so that a later daemon of the kernel
 /// can find it and kill it.
