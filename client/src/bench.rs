@@ -898,7 +898,7 @@ fn container_cpu_file(container: &str) -> Option<PathBuf> {
 /// exec involves on this machine: this process's reaped children (the
 /// `tether` and `docker` commands), dockerd, containerd, the containerd
 /// shims (they reap runc), the container's cgroup, and the background
-/// process `mux` with its children (its `docker exec -i`).
+/// process `mux` (whose channel is an Engine API exec, no child).
 fn docker_cpu(container_usage: &Path, mux: u32) -> Duration {
     /// `USER_HZ` on Linux.
     const TICK: Duration = Duration::from_millis(10);

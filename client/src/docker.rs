@@ -1,5 +1,7 @@
-//! The `docker` transport: the sandbox is a container, an exec is
-//! `docker exec -i CONTAINER argv…` with stdin piped.
+//! The `docker` transport: the sandbox is a container, an exec is an
+//! exec of the Docker Engine API (the `bollard` crate, over the daemon's
+//! socket: `DOCKER_HOST` or `/var/run/docker.sock`) with its pipes
+//! attached, and the channel one such exec that stays open.
 //!
 //! Specs: `docker:NAME` (an existing container, by name or id),
 //! `docker:NAME?image=IMG` (that container, created from IMG when it does
@@ -9,23 +11,32 @@
 //! after tether exits: its kernels live in it. Remove it with
 //! `docker rm -f NAME`.
 //!
-//! Failures of docker itself are told apart from the command's own exit
-//! status by docker's messages on stderr (the agent never prints those):
-//! no such container, container not running or paused, daemon not
-//! reachable → [`TransportErrorKind::Unreachable`]; another daemon error
-//! → [`TransportErrorKind::Io`] (the command may have run). A command that
-//! cannot be found is exit 127 (126 when it cannot be executed), as a
-//! shell reports it, whatever docker's own code for it is.
+//! Docker's failures are typed, not read from a CLI's stderr: an exec that
+//! could not be created or started (no such container, container stopped
+//! or paused, daemon not reachable) never ran →
+//! [`TransportErrorKind::Unreachable`]; a failure once it started (the
+//! connection cut mid-stream, its status unreadable) →
+//! [`TransportErrorKind::Io`] (the command may have run). The exit status
+//! is the exec's own, whatever the command printed. A command the runtime
+//! cannot start is exit 127 (126 when it cannot be executed), as a shell
+//! reports it, with docker's message on stderr.
 
 use crate::backend::BackendError;
-use crate::subprocess::{run_helper, HelperOutput};
 use crate::transport::{
     ExecFuture, ExecOutput, ExecRequest, Transport, TransportError, TransportErrorKind,
 };
+use bollard::container::LogOutput;
+use bollard::errors::Error as EngineError;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig};
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+use bollard::Docker;
+use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use std::fmt;
-use std::io::ErrorKind;
-use tokio::process::Command;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::OnceCell;
 
 /// Options of the `docker` backend.
@@ -158,8 +169,21 @@ fn check_image(image: &str) -> Result<(), BackendError> {
 #[derive(Debug)]
 pub struct DockerTransport {
     opts: DockerOptions,
+    /// The Engine API client, its version agreed with the daemon on first
+    /// use (a failure is tried again on the next exec).
+    engine: OnceCell<Docker>,
     /// The container was found or made (only with `image`).
     ready: OnceCell<()>,
+}
+
+/// An exec that started, its pipes attached.
+pub(crate) struct Attached {
+    /// The exec's id (for its exit status).
+    pub id: String,
+    /// What it writes: stdout and stderr frames, demultiplexed.
+    pub output: Pin<Box<dyn Stream<Item = Result<LogOutput, EngineError>> + Send>>,
+    /// Its stdin; shut down to close it.
+    pub input: Pin<Box<dyn AsyncWrite + Send>>,
 }
 
 impl DockerTransport {
@@ -167,6 +191,7 @@ impl DockerTransport {
     pub fn new(opts: DockerOptions) -> DockerTransport {
         DockerTransport {
             opts,
+            engine: OnceCell::new(),
             ready: OnceCell::new(),
         }
     }
@@ -176,34 +201,146 @@ impl DockerTransport {
         &self.opts
     }
 
+    async fn engine(&self) -> Result<&Docker, TransportError> {
+        self.engine
+            .get_or_try_init(|| async {
+                let cannot =
+                    |e: EngineError| unreachable(format!("cannot reach the Docker daemon: {e}"));
+                Docker::connect_with_defaults()
+                    .map_err(cannot)?
+                    .negotiate_version()
+                    .await
+                    .map_err(cannot)
+            })
+            .await
+    }
+
     /// Makes sure the container exists and runs (with `image` only; a
     /// named container without one is the user's to start).
-    pub(crate) async fn ensure(&self) -> Result<(), TransportError> {
+    async fn ensure(&self) -> Result<(), TransportError> {
         let Some(image) = &self.opts.image else {
             return Ok(());
         };
+        let engine = self.engine().await?;
         self.ready
-            .get_or_try_init(|| ensure_container(&self.opts.container, image))
+            .get_or_try_init(|| ensure_container(engine, &self.opts.container, image))
             .await
             .map(|_| ())
+    }
+
+    /// Creates and starts an exec of `argv` with stdin, stdout and stderr
+    /// attached. An error means it never started.
+    pub(crate) async fn start(&self, argv: &[String]) -> Result<Attached, TransportError> {
+        if argv.is_empty() {
+            return Err(io_error("empty argv".into()));
+        }
+        self.ensure().await?;
+        let engine = self.engine().await?;
+        let container = &self.opts.container;
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv.to_vec()),
+            ..ExecConfig::default()
+        };
+        let exec = engine
+            .create_exec(container, config)
+            .await
+            .map_err(|e| not_started(container, &e))?;
+        let options = StartExecOptions {
+            detach: false,
+            tty: false,
+            output_capacity: None,
+        };
+        match engine.start_exec(&exec.id, Some(options)).await {
+            Ok(StartExecResults::Attached { output, input }) => Ok(Attached {
+                id: exec.id,
+                output,
+                input,
+            }),
+            Ok(StartExecResults::Detached) => Err(io_error(format!(
+                "container {container}: docker started the exec detached"
+            ))),
+            // The daemon answered and refused: nothing started.
+            Err(e @ EngineError::DockerResponseServerError { .. }) => {
+                Err(not_started(container, &e))
+            }
+            Err(e) => Err(io_error(format!("container {container}: {e}"))),
+        }
+    }
+
+    /// The exit status of a finished exec, and whether its process ever
+    /// started (the daemon's pid for it is 0 when the runtime could not
+    /// start it). Its output ends a moment before the daemon records the
+    /// status, so a still-running answer is asked again (bounded).
+    async fn exit_status(&self, id: &str) -> Result<(i32, bool), TransportError> {
+        let engine = self.engine().await?;
+        let container = &self.opts.container;
+        for _ in 0..200 {
+            let info = engine
+                .inspect_exec(id)
+                .await
+                .map_err(|e| io_error(format!("container {container}: exit status: {e}")))?;
+            if info.running != Some(true) {
+                let code = info
+                    .exit_code
+                    .and_then(|c| i32::try_from(c).ok())
+                    .ok_or_else(|| {
+                        io_error(format!(
+                            "container {container}: the exec has no exit status"
+                        ))
+                    })?;
+                return Ok((code, info.pid != Some(0)));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Err(io_error(format!(
+            "container {container}: the exec's output ended but it still runs"
+        )))
     }
 }
 
 impl Transport for DockerTransport {
     fn exec(&self, req: ExecRequest) -> ExecFuture<'_> {
         Box::pin(async move {
-            if req.argv.is_empty() {
-                return Err(TransportError {
-                    kind: TransportErrorKind::Io,
-                    detail: "empty argv".into(),
-                });
+            let Attached {
+                id,
+                mut output,
+                mut input,
+            } = self.start(&req.argv).await?;
+            let feed = async move {
+                // A command that exits without reading its stdin breaks
+                // the write: its exit status says what happened.
+                let _ = input.write_all(&req.stdin).await;
+                let _ = input.shutdown().await;
+            };
+            let collect = async {
+                let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+                while let Some(frame) = output.next().await {
+                    match frame
+                        .map_err(|e| io_error(format!("container {}: {e}", self.opts.container)))?
+                    {
+                        LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                            stdout.extend_from_slice(&message);
+                        }
+                        LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+                        LogOutput::StdIn { .. } => {}
+                    }
+                }
+                Ok::<_, TransportError>((stdout, stderr))
+            };
+            let ((), collected) = tokio::join!(feed, collect);
+            let (stdout, stderr) = collected?;
+            let (exit_code, started) = self.exit_status(&id).await?;
+            if !started {
+                return not_run(&self.opts.container, &stdout);
             }
-            self.ensure().await?;
-            let mut cmd = Command::new("docker");
-            cmd.args(["exec", "-i", &self.opts.container])
-                .args(&req.argv);
-            let out = docker(cmd, req.stdin).await?;
-            classify(&self.opts.container, out)
+            Ok(ExecOutput {
+                stdout,
+                stderr,
+                exit_code,
+            })
         })
     }
 
@@ -212,151 +349,102 @@ impl Transport for DockerTransport {
     }
 }
 
-/// Runs a docker CLI command; a missing CLI means no sandbox is reachable.
-async fn docker(cmd: Command, stdin: Vec<u8>) -> Result<HelperOutput, TransportError> {
-    run_helper(cmd, stdin).await.map_err(|e| TransportError {
-        kind: if e.kind() == ErrorKind::NotFound {
-            TransportErrorKind::Unreachable
-        } else {
-            TransportErrorKind::Io
-        },
-        detail: if e.kind() == ErrorKind::NotFound {
-            "the docker command is not installed on this machine".into()
-        } else {
-            format!("cannot run docker: {e}")
-        },
-    })
+fn unreachable(detail: String) -> TransportError {
+    TransportError {
+        kind: TransportErrorKind::Unreachable,
+        detail,
+    }
 }
 
-/// Messages with which docker says the command never started because the
-/// container or the daemon is not there.
-const NOT_THERE: [&str; 6] = [
-    "No such container",
-    "is not running",
-    "is paused",
-    "Cannot connect to the Docker daemon",
-    "error during connect",
-    "is restarting",
-];
-
-/// Tells docker's failures from the command's exit status.
-fn classify(container: &str, out: HelperOutput) -> Result<ExecOutput, TransportError> {
-    if out.code != 0 {
-        let err = out.stderr_text();
-        let from_docker = err.starts_with("Error response from daemon:")
-            || err.starts_with("Error: No such container:")
-            || err.starts_with("Cannot connect to the Docker daemon")
-            || err.starts_with("error during connect");
-        if from_docker && out.stdout.is_empty() && NOT_THERE.iter().any(|m| err.contains(m)) {
-            return Err(TransportError {
-                kind: TransportErrorKind::Unreachable,
-                detail: format!("container {container}: {err}"),
-            });
-        }
-        if from_docker {
-            return Err(TransportError {
-                kind: TransportErrorKind::Io,
-                detail: format!("container {container}: {err}"),
-            });
-        }
-        // The runtime could not start the command: not found is 127,
-        // not executable 126, as a shell would say. Docker prints this on
-        // the exec's stdout (the command never wrote there), sometimes on
-        // stderr: either way it becomes stderr.
-        const OCI: &str = "OCI runtime exec failed";
-        let message = if out.stdout.starts_with(OCI.as_bytes()) {
-            Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        } else if err.starts_with(OCI) {
-            Some(err.clone())
-        } else {
-            None
-        };
-        if let Some(message) = message {
-            let code = if message.contains("no such file or directory")
-                || message.contains("executable file not found")
-            {
-                127
-            } else if message.contains("permission denied") {
-                126
-            } else {
-                return Err(TransportError {
-                    kind: TransportErrorKind::Unreachable,
-                    detail: format!("container {container}: {message}"),
-                });
-            };
-            return Ok(ExecOutput {
-                stdout: Vec::new(),
-                stderr: format!("{message}\n").into_bytes(),
-                exit_code: code,
-            });
-        }
+fn io_error(detail: String) -> TransportError {
+    TransportError {
+        kind: TransportErrorKind::Io,
+        detail,
     }
+}
+
+/// An exec the daemon did not create or start: it never ran. The daemon's
+/// own message when it gave one (`No such container: c`, `Container c is
+/// paused, …`, `… is not running`).
+fn not_started(container: &str, e: &EngineError) -> TransportError {
+    let why = match e {
+        EngineError::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    unreachable(format!("container {container}: {why}"))
+}
+
+/// The runtime could not start the command: docker writes why where its
+/// stdout would be. Reported as a shell would: 127 for not found, 126 for
+/// not executable, the message on stderr; any other reason is the
+/// sandbox's (`Unreachable`: nothing ran).
+fn not_run(container: &str, docker_said: &[u8]) -> Result<ExecOutput, TransportError> {
+    let message = String::from_utf8_lossy(docker_said).trim().to_owned();
+    let code = if message.contains("no such file or directory")
+        || message.contains("executable file not found")
+    {
+        127
+    } else if message.contains("permission denied") {
+        126
+    } else {
+        return Err(unreachable(format!(
+            "container {container}: the command did not start: {message}"
+        )));
+    };
     Ok(ExecOutput {
-        stdout: out.stdout,
-        stderr: out.stderr,
-        exit_code: out.code,
+        stdout: Vec::new(),
+        stderr: format!("{message}\n").into_bytes(),
+        exit_code: code,
     })
 }
 
 /// Finds, starts or creates the container `name` (from `image`).
-async fn ensure_container(name: &str, image: &str) -> Result<(), TransportError> {
+async fn ensure_container(engine: &Docker, name: &str, image: &str) -> Result<(), TransportError> {
+    let server_status = |e: &EngineError| match e {
+        EngineError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    };
     for _ in 0..3 {
-        let mut inspect = Command::new("docker");
-        inspect.args(["container", "inspect", "-f", "{{.State.Running}}", name]);
-        let out = docker(inspect, Vec::new()).await?;
-        if out.code == 0 {
-            if String::from_utf8_lossy(&out.stdout).trim() == "true" {
-                return Ok(());
+        match engine.inspect_container(name, None).await {
+            Ok(info) => {
+                if info.state.and_then(|s| s.running) == Some(true) {
+                    return Ok(());
+                }
+                return engine
+                    .start_container(name, None)
+                    .await
+                    .map_err(|e| unreachable(format!("cannot start container {name}: {e}")));
             }
-            let mut start = Command::new("docker");
-            start.args(["start", name]);
-            let started = docker(start, Vec::new()).await?;
-            if started.code == 0 {
-                return Ok(());
+            Err(e) if server_status(&e) == Some(404) => {}
+            Err(e) => return Err(unreachable(format!("cannot inspect container {name}: {e}"))),
+        }
+        let config = ContainerCreateBody {
+            image: Some(image.to_owned()),
+            entrypoint: Some(vec!["sleep".into()]),
+            cmd: Some(vec!["infinity".into()]),
+            labels: Some([("tether.sandbox".to_owned(), "1".to_owned())].into()),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        };
+        let options = CreateContainerOptionsBuilder::new().name(name).build();
+        match engine.create_container(Some(options), config).await {
+            // Started on the next turn (inspect sees it stopped).
+            Ok(_) => {}
+            // Another client created it meanwhile: look again.
+            Err(e) if server_status(&e) == Some(409) => {}
+            Err(e) => {
+                return Err(unreachable(format!(
+                    "cannot create container {name} from {image}: {e}"
+                )))
             }
-            return Err(TransportError {
-                kind: TransportErrorKind::Unreachable,
-                detail: format!("cannot start container {name}: {}", started.stderr_text()),
-            });
-        }
-        let err = out.stderr_text();
-        if !err.contains("No such") {
-            return Err(TransportError {
-                kind: TransportErrorKind::Unreachable,
-                detail: format!("cannot inspect container {name}: {err}"),
-            });
-        }
-        let mut run = Command::new("docker");
-        run.args([
-            "run",
-            "-d",
-            "--init",
-            "--name",
-            name,
-            "--label",
-            "tether.sandbox=1",
-            "--entrypoint",
-            "sleep",
-            image,
-            "infinity",
-        ]);
-        let created = docker(run, Vec::new()).await?;
-        if created.code == 0 {
-            return Ok(());
-        }
-        let err = created.stderr_text();
-        // Another client created it meanwhile: look again.
-        if !err.contains("Conflict") && !err.contains("already in use") {
-            return Err(TransportError {
-                kind: TransportErrorKind::Unreachable,
-                detail: format!("cannot create container {name} from {image}: {err}"),
-            });
         }
     }
-    Err(TransportError {
-        kind: TransportErrorKind::Unreachable,
-        detail: format!("container {name} keeps changing; try again"),
-    })
+    Err(unreachable(format!(
+        "container {name} keeps changing; try again"
+    )))
 }
 
 #[cfg(test)]
@@ -397,45 +485,20 @@ mod tests {
         }
     }
 
-    fn helper(code: i32, stdout: &[u8], stderr: &str) -> HelperOutput {
-        HelperOutput {
-            stdout: stdout.to_vec(),
-            stderr: stderr.as_bytes().to_vec(),
-            code,
-        }
-    }
-
     #[test]
-    fn docker_failures_are_transport_errors_and_exit_codes_are_not() {
-        let e = classify(
-            "c",
-            helper(1, b"", "Error response from daemon: No such container: c\n"),
-        )
-        .unwrap_err();
-        assert_eq!(e.kind, TransportErrorKind::Unreachable);
-        let e = classify(
-            "c",
-            helper(
-                1,
-                b"",
-                "Cannot connect to the Docker daemon at unix:///x. Is the docker daemon running?",
-            ),
-        )
-        .unwrap_err();
-        assert_eq!(e.kind, TransportErrorKind::Unreachable);
-        let out = classify("c", helper(1, b"x", "boom")).unwrap();
-        assert_eq!(out.exit_code, 1);
-        // A command's own message that merely sounds like docker's.
-        let out = classify("c", helper(1, b"", "Error: the service is not running")).unwrap();
-        assert_eq!(out.exit_code, 1);
+    fn a_command_the_runtime_could_not_start_reads_as_a_shell_would_say_it() {
         let oci = "OCI runtime exec failed: exec failed: unable to start container process: \
-                   exec: \"/nope\": stat /nope: no such file or directory: unknown";
-        let out = classify("c", helper(126, b"", oci)).unwrap();
-        assert_eq!(out.exit_code, 127);
-        // Where docker really puts it: on stdout.
-        let out = classify("c", helper(126, oci.as_bytes(), "")).unwrap();
+                   exec: \"/nope\": stat /nope: no such file or directory: unknown\r\n";
+        let out = not_run("c", oci.as_bytes()).unwrap();
         assert_eq!(out.exit_code, 127);
         assert!(out.stdout.is_empty());
         assert!(String::from_utf8_lossy(&out.stderr).contains("/nope"));
+        let denied = "OCI runtime exec failed: exec failed: unable to start container process: \
+                      exec: \"/etc/passwd\": permission denied: unknown\r\n";
+        assert_eq!(not_run("c", denied.as_bytes()).unwrap().exit_code, 126);
+        let other = "OCI runtime exec failed: exec failed: cgroup gone: unknown";
+        let e = not_run("c", other.as_bytes()).unwrap_err();
+        assert_eq!(e.kind, TransportErrorKind::Unreachable);
+        assert!(e.detail.contains("cgroup gone"), "{e}");
     }
 }

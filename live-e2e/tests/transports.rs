@@ -82,6 +82,16 @@ async fn docker_exec_round_trips_bytes_and_keeps_exit_codes_apart_from_docker_er
         .await
         .unwrap();
     assert_eq!(out.exit_code, 127, "a missing agent is 127: {out:?}");
+    // A command that prints what docker prints when it cannot start one,
+    // and exits as docker would: still the command's own output and
+    // status (the exec's process started; a CLI's text could not tell).
+    let mimic = "echo 'OCI runtime exec failed: no such file or directory'; exit 126";
+    let out = exec(&t, &["sh", "-c", mimic], b"").await.unwrap();
+    assert_eq!(out.exit_code, 126, "{out:?}");
+    assert!(
+        out.stdout.starts_with(b"OCI runtime exec failed"),
+        "{out:?}"
+    );
     let mut args = vec!["printf", "%s\\0"];
     args.extend(HOSTILE);
     let out = exec(&t, &args, b"").await.unwrap();

@@ -53,8 +53,8 @@ pub struct ChannelStatus {
     /// Ops go on the channel now.
     pub open: bool,
     /// The local process of the current stream (the agent itself on the
-    /// local backend, the `docker` client on docker, the bridge on modal;
-    /// none on ssh).
+    /// local backend, the bridge on modal; none on docker and ssh, whose
+    /// streams are sessions on a connection).
     pub pid: Option<u32>,
     /// Counters.
     pub stats: MuxStats,

@@ -7,7 +7,8 @@
 //!   injected latency is slept before it starts and added to every write
 //!   (a frame arrives one round trip after it was sent, as a one-shot
 //!   exec's command starts one round trip after the call);
-//! - `docker`: `docker exec -i CONTAINER argv…`, stdin piped;
+//! - `docker`: an exec of the Engine API with its pipes attached
+//!   ([`crate::docker`]): no process on this machine per stream;
 //! - `ssh`: a session on the host's one multiplexed connection
 //!   ([`crate::ssh`]): no process on this machine per stream;
 //! - `modal`: `Sandbox.exec` through the transport's bridge
@@ -21,12 +22,14 @@ use crate::docker::DockerTransport;
 use crate::local::LocalTransport;
 use crate::ssh::SshTransport;
 use crate::transport::{OpKind, TransportError, TransportErrorKind};
+use bollard::container::LogOutput;
+use bollard::errors::Error as EngineError;
+use futures_util::StreamExt;
 use std::future::Future;
-use std::io::ErrorKind;
 use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::process::{Child, Command};
 
 /// A running command with its pipes.
@@ -38,12 +41,11 @@ pub struct ChannelStream {
     /// Its stderr (what it says when it fails to start).
     pub stderr: Box<dyn AsyncRead + Send + Unpin>,
     /// The process on this machine that is the stream (the command
-    /// itself, or the `docker` client that runs it, or the Modal bridge
-    /// that carries it); none over ssh, whose sessions share one
-    /// connection.
+    /// itself, or the Modal bridge that carries it); none over ssh and
+    /// docker, whose streams are sessions on a connection.
     pub pid: Option<u32>,
     /// Owns the stream: dropping it kills the local process or closes
-    /// the ssh session (nothing for a Modal stream: dropping its stdin
+    /// the ssh session or the docker exec's connection (nothing for a Modal stream: dropping its stdin
     /// ends it, and the bridge is shared).
     pub keep: Box<dyn std::any::Any + Send>,
     /// Added before every write (injected latency).
@@ -102,20 +104,54 @@ impl StreamExec for LocalTransport {
 impl StreamExec for DockerTransport {
     fn open_stream(&self, argv: Vec<String>) -> OpenFuture<'_> {
         Box::pin(async move {
-            self.ensure().await?;
-            let mut command = Command::new("docker");
-            command
-                .args(["exec", "-i", &self.options().container])
-                .args(&argv);
-            spawn(command, Duration::ZERO).map_err(|e| TransportError {
-                kind: if e.kind() == ErrorKind::NotFound {
-                    TransportErrorKind::Unreachable
-                } else {
-                    TransportErrorKind::Io
-                },
-                detail: format!("cannot run docker for the channel: {e}"),
+            let attached = self.start(&argv).await?;
+            let (stdout, stderr, pump) = demultiplex(attached.output);
+            Ok(ChannelStream {
+                stdin: Box::new(attached.input),
+                stdout: Box::new(stdout),
+                stderr: Box::new(stderr),
+                pid: None,
+                keep: Box::new(AbortOnDrop(pump)),
+                send_delay: Duration::ZERO,
             })
         })
+    }
+}
+
+/// Splits an exec's output frames into a stdout and a stderr pipe, each
+/// ending when the exec's output ends (an error ends them too: the
+/// channel sees its stream end and breaks).
+fn demultiplex(
+    mut output: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<LogOutput, EngineError>> + Send>,
+    >,
+) -> (DuplexStream, DuplexStream, tokio::task::JoinHandle<()>) {
+    const PIPE: usize = 1 << 16;
+    let (mut out_w, out_r) = tokio::io::duplex(PIPE);
+    let (mut err_w, err_r) = tokio::io::duplex(PIPE);
+    let pump = tokio::spawn(async move {
+        while let Some(Ok(frame)) = output.next().await {
+            let written = match frame {
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    out_w.write_all(&message).await
+                }
+                LogOutput::StdErr { message } => err_w.write_all(&message).await,
+                LogOutput::StdIn { .. } => Ok(()),
+            };
+            if written.is_err() {
+                break; // the channel dropped its reader
+            }
+        }
+    });
+    (out_r, err_r, pump)
+}
+
+/// Ends the exec's connection when the stream is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
