@@ -6,12 +6,13 @@
 //!   (the agent binary replaces [`StdinSource::AgentBinary`]), bounded by the
 //!   effect's deadline; its result goes back through `handle_exec`;
 //! - [`Effect::Persist`] / [`Effect::Forget`] → the [`RecordStore`], done
-//!   synchronously *before* any later effect is looked at, so a record is
+//!   synchronously *before* any later effect is looked at, and synced
+//!   ([`RecordStore::sync`]) before the next exec starts, so a record is
 //!   durable before the submit it describes is sent; the events queued
 //!   before a `Persist` are handed to `on_event` before it is saved, so a
 //!   persisted cursor never covers output that was not delivered; a
 //!   `Persist` followed directly by another of the same kernel is skipped
-//!   (the later record is written, one fsync instead of two);
+//!   (the later record is written);
 //! - timers → `tokio::time::sleep_until(poll_timeout)`, then
 //!   `handle_timeout`;
 //! - cancels from a [`CancelHandle`] (Ctrl-C, a test, the simulation) →
@@ -508,6 +509,10 @@ impl Driver {
                 }
                 match effect {
                     Effect::Exec { id, op, deadline } => {
+                        // Every record saved before this exec must be
+                        // there after a crash of this machine (the exec
+                        // may start what the record says was sent).
+                        self.store.sync()?;
                         *self.stats.execs.entry(op.kind()).or_default() += 1;
                         let req = self.request(id.0, &op);
                         let transport = Arc::clone(&self.transport);

@@ -4,7 +4,8 @@
 //!
 //! [`FileStore`] keeps one JSON file per kernel under
 //! `$XDG_STATE_HOME/tether/<sandbox-id>/<kernel>.json` (default
-//! `~/.local/state`), written atomically (temporary file, fsync, rename).
+//! `~/.local/state`), written atomically (temporary file, rename) and
+//! synced when the driver needs it durable (before its next exec).
 //! [`MemoryStore`] keeps them in memory and can be cloned, so a simulated
 //! client host that crashes and restarts finds its records again.
 //!
@@ -26,8 +27,20 @@ use tether_core::ids::KernelName;
 pub trait RecordStore: Send {
     /// The record of `kernel`, if there is one.
     fn load(&self, kernel: &KernelName) -> Result<Option<KernelRecord>, RecordError>;
-    /// Stores `record` durably before returning (replacing an older one).
+    /// Stores `record` atomically, replacing an older one: a reader, and
+    /// this process dying at any point, see the old or the new one. It
+    /// outlives a crash of the machine only after [`RecordStore::sync`].
     fn save(&mut self, record: &KernelRecord) -> Result<(), RecordError>;
+    /// Makes every save so far outlive a crash of the machine. The driver
+    /// calls it before the next exec leaves this process, which is when
+    /// a record must be there whatever happens; the last save before a
+    /// `tether` exits is not synced (lost in a crash of the machine, the
+    /// record is one save older: `tether resume` reads the cell's end from
+    /// the sandbox again and repeats its output, as after a crash between
+    /// the output and the save; nothing runs twice).
+    fn sync(&mut self) -> Result<(), RecordError> {
+        Ok(())
+    }
     /// Removes the record of `kernel` (no error if there is none).
     fn forget(&mut self, kernel: &KernelName) -> Result<(), RecordError>;
     /// The kernels that have a record, in name order.
@@ -103,6 +116,8 @@ pub fn state_home() -> Result<PathBuf, RecordError> {
 #[derive(Clone, Debug)]
 pub struct FileStore {
     dir: PathBuf,
+    /// Records saved since the last sync.
+    unsynced: Vec<PathBuf>,
 }
 
 impl FileStore {
@@ -115,7 +130,10 @@ impl FileStore {
 
     /// Records in `dir` (created on first save).
     pub fn in_dir(dir: PathBuf) -> FileStore {
-        FileStore { dir }
+        FileStore {
+            dir,
+            unsynced: Vec::new(),
+        }
     }
 
     /// The directory.
@@ -285,10 +303,27 @@ impl RecordStore for FileStore {
         })?;
         let mut file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
         file.write_all(&json).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
         drop(file);
         std::fs::rename(&tmp, &path).map_err(io(&path))?;
-        // Make the rename itself durable.
+        if !self.unsynced.contains(&path) {
+            self.unsynced.push(path);
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), RecordError> {
+        if self.unsynced.is_empty() {
+            return Ok(());
+        }
+        for path in std::mem::take(&mut self.unsynced) {
+            match std::fs::File::open(&path) {
+                Ok(file) => file.sync_all().map_err(io(&path))?,
+                // Forgotten since: nothing to keep.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path)(e)),
+            }
+        }
+        // The renames themselves.
         if let Ok(dir) = std::fs::File::open(&self.dir) {
             let _ = dir.sync_all();
         }

@@ -40,6 +40,10 @@ impl RecordStore for LoggingStore {
         drop(log);
         self.inner.save(record)
     }
+    fn sync(&mut self) -> Result<(), RecordError> {
+        self.log.lock().unwrap().push("sync".into());
+        self.inner.sync()
+    }
     fn forget(&mut self, kernel: &KernelName) -> Result<(), RecordError> {
         self.inner.forget(kernel)
     }
@@ -160,7 +164,15 @@ fn the_record_is_saved_before_the_submit_and_a_warm_cell_costs_one_exec() {
         let submit = log.iter().position(|l| l == "exec submit");
         assert!(
             persist.is_some() && persist < submit,
-            "the record must be durable before the submit: {log:?}"
+            "the record must be saved before the submit: {log:?}"
+        );
+        // ... and synced: a sync between that save and the submit (an
+        // exec logs when its task runs, so one issued before the save may
+        // log after it; the submit is issued after).
+        let (persist, submit) = (persist.unwrap(), submit.unwrap());
+        assert!(
+            log[persist..submit].iter().any(|l| l == "sync"),
+            "the record must be synced before the submit: {log:?}"
         );
     }
 
