@@ -95,6 +95,10 @@ pub struct Sandbox {
     /// Cells (kernel name, seq) whose processes the agent signalled before
     /// any shutdown.
     pub signalled_cells: BTreeSet<(String, u64)>,
+    /// Cells (kernel name, seq) whose shim a fault killed (`kill_shim`):
+    /// their kernel's daemon ends what they still run as a cancel does,
+    /// without a tombstone.
+    shim_killed_cells: BTreeSet<(String, u64)>,
     /// The sandbox's clock runs this far ahead of virtual time (clock jumps).
     clock_offset: u64,
     /// Daemons that decided to exit by themselves (idle), with when
@@ -185,6 +189,7 @@ impl Sandbox {
             cell_exits: BTreeMap::new(),
             cell_of: BTreeMap::new(),
             signalled_cells: BTreeSet::new(),
+            shim_killed_cells: BTreeSet::new(),
             clock_offset: 0,
             self_exits: Vec::new(),
             exiting_daemons: BTreeSet::new(),
@@ -507,6 +512,7 @@ impl Sandbox {
                         if !self.is_shut(&c.0)
                             && !self.exiting_daemons.contains(from)
                             && !self.cancelled_by_its_kernel(*from, c)
+                            && !self.ended_for_its_killed_shim(*from, c)
                         {
                             self.signalled_cells.insert(c.clone());
                         }
@@ -548,6 +554,19 @@ impl Sandbox {
                         .cancel(),
                 )
         })
+    }
+
+    /// `from` is a daemon of the kernel of `cell`, whose shim a fault
+    /// killed: a daemon ends such a cell as a cancel ends it (its result
+    /// settled, TERM, KILL after the grace period; see
+    /// `tether_core::agent::daemon`) without laying a tombstone, since
+    /// nobody asked for a cancel. That cell is no bystander of its own end.
+    fn ended_for_its_killed_shim(&self, from: Pid, cell: &(String, u64)) -> bool {
+        self.shim_killed_cells.contains(cell)
+            && self
+                .daemons
+                .get(&from)
+                .is_some_and(|d| kernel_name(&d.kernel_dir) == cell.0)
     }
 
     /// A shutdown of `kernel` was seen.

@@ -401,9 +401,10 @@ impl Daemon {
         };
         let table = Table::snapshot(os);
         let protected = procs::protected(&table, os.self_pid());
-        let live = table
-            .get(l.shim_pid)
-            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
+        let live = l.of_this_boot(os)
+            && table
+                .get(l.shim_pid)
+                .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
         if live && !protected.contains(&l.shim_pid) {
             let mut set = table.descendants(l.shim_pid);
             set.insert(l.shim_pid);
@@ -424,7 +425,7 @@ impl Daemon {
                 .is_some_and(|p| p.starttime == start && !p.zombie)
         };
         if let Some(l) = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten() {
-            return live(l.shim_pid, l.shim_starttime).then_some(l);
+            return (l.of_this_boot(os) && live(l.shim_pid, l.shim_starttime)).then_some(l);
         }
         let read = read_journal(os, &cell.journal()).ok()?;
         let (pid, starttime) = read.entries.iter().find_map(|e| match e.kind {
@@ -433,14 +434,14 @@ impl Daemon {
         })?;
         let main = os.process(pid).filter(|p| p.starttime == starttime)?;
         let shim = os.process(main.ppid).filter(|p| p.pid > 1 && !p.zombie)?;
-        Some(LaunchRecord {
-            shim_pid: shim.pid,
-            shim_starttime: shim.starttime,
-            // The earlier daemon's nonce is gone with its config: the
-            // shim's tree and the recorded session still find the cell.
-            marker: String::new(),
-            cgroup: None,
-        })
+        // The earlier daemon's nonce is gone with its config: the shim's
+        // tree and the recorded session still find the cell.
+        Some(LaunchRecord::new(
+            os,
+            shim.pid,
+            shim.starttime,
+            String::new(),
+        ))
     }
 
     fn track_cells(&mut self, os: &mut dyn Os, now: Timestamp) {
@@ -848,12 +849,7 @@ impl Daemon {
             return;
         }
         for (pid, starttime) in orphans {
-            let record = LaunchRecord {
-                shim_pid: pid,
-                shim_starttime: starttime,
-                marker: String::new(),
-                cgroup: None,
-            };
+            let record = LaunchRecord::new(os, pid, starttime, String::new());
             // Best effort: a full disk loses only what a killed daemon
             // would have lost without it.
             let _ = os.write_atomic(&format!("{dir}/orphan-{pid}.json"), &to_json(&record));
@@ -1012,12 +1008,7 @@ impl Daemon {
                 (pid, start, true)
             }
         };
-        let record = LaunchRecord {
-            shim_pid: pid,
-            shim_starttime: start,
-            marker: marker.clone(),
-            cgroup: None,
-        };
+        let record = LaunchRecord::new(os, pid, start, marker.clone());
         let _ = os.write_atomic(&cell.launch(), &to_json(&record));
         Ok(Track::new((pid, start), marker, python))
     }
@@ -1054,12 +1045,7 @@ impl Daemon {
             .map_err(|e: OsError| format!("cannot start the Python interpreter: {e}"))?;
         let start = os.process(pid).map_or(0, |p| p.starttime);
         self.py = Some((pid, start));
-        let record = LaunchRecord {
-            shim_pid: pid,
-            shim_starttime: start,
-            marker: launch.marker.1.clone(),
-            cgroup: None,
-        };
+        let record = LaunchRecord::new(os, pid, start, launch.marker.1.clone());
         let _ = os.write_atomic(&python::launch_file(&self.kernel), &to_json(&record));
         Ok((pid, start))
     }

@@ -35,6 +35,39 @@ pub struct LaunchRecord {
     /// cgroup still has members (`leftovers/`); absent in `launch.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// The boot the recorded process ran in. Pids start over when the
+    /// sandbox reboots, and start times count from boot: a process of the
+    /// new boot can have the recorded pid *and* start time (the same
+    /// spawns at the same time after boot; background_log seed 103280:
+    /// the channel exec of a client got a lingering shim's record and an
+    /// idle exit KILLed it). Absent when the boot id could not be read, or
+    /// in a record written before it was kept: taken as this boot's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+impl LaunchRecord {
+    /// A record of the process `pid` that started at `starttime`, in the
+    /// boot the sandbox runs now.
+    pub fn new(os: &dyn Os, pid: Pid, starttime: u64, marker: String) -> LaunchRecord {
+        LaunchRecord {
+            shim_pid: pid,
+            shim_starttime: starttime,
+            marker,
+            cgroup: None,
+            boot_id: os.boot_id().ok(),
+        }
+    }
+
+    /// Was it written in the boot the sandbox runs now? A record of an
+    /// earlier boot names no process (its pid and start time may be a
+    /// new process's), nor any cgroup or marker anything now carries.
+    pub fn of_this_boot(&self, os: &dyn Os) -> bool {
+        match (&self.boot_id, os.boot_id()) {
+            (Some(then), Ok(now)) => *then == now,
+            _ => true,
+        }
+    }
 }
 
 /// Reads a JSON file: `Ok(None)` when absent, an error when unreadable.

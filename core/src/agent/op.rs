@@ -342,12 +342,21 @@ impl OpRun {
                 }
                 self.reply(Reply::Cancelled { state })
             }
-            Op::Shutdown { kernel } => {
+            Op::Shutdown { kernel, nonce } => {
                 let k = self.layout.kernel(&kernel);
                 if !os.exists(k.dir()) {
                     return self.reply(Reply::ShutDown { killed: 0 });
                 }
-                if let Ok(Some(config)) = read_json::<KernelConfig>(os, &k.config()) {
+                let config = read_json::<KernelConfig>(os, &k.config()).ok().flatten();
+                if let (Some(config), Some(nonce)) = (&config, &nonce) {
+                    if config.nonce != *nonce {
+                        // The kernel was spawned again (a new nonce) after
+                        // the client sent this: a late copy, whose daemon
+                        // is gone already (reaper seed 100620).
+                        return self.reply(Reply::ShutDown { killed: 0 });
+                    }
+                }
+                if let Some(config) = config {
                     // Before the sweep, so that a spawn running alongside
                     // it already refuses. Best effort: a shutdown that
                     // cannot write the list (disk full) still stops the
@@ -728,6 +737,7 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
         ));
     }
     let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
+    let launch = launch.filter(|l| l.of_this_boot(os));
     let running = launch.as_ref().is_some_and(|l| {
         os.process(l.shim_pid)
             .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie)
@@ -749,10 +759,8 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
         let record = match launch {
             Some(l) => LaunchRecord { cgroup, ..l },
             None => LaunchRecord {
-                shim_pid: 0,
-                shim_starttime: 0,
-                marker: String::new(),
                 cgroup,
+                ..LaunchRecord::new(os, 0, 0, String::new())
             },
         };
         let dir = leftovers_dir(k);
@@ -837,9 +845,10 @@ pub fn kernel_processes(
             .and_then(|r| journal::started(&r))
             .and_then(|started| cells_group(table, started, launch.as_ref()));
         let shim = launch.filter(|l| {
-            table
-                .get(l.shim_pid)
-                .is_some_and(|p| p.starttime == l.shim_starttime)
+            l.of_this_boot(os)
+                && table
+                    .get(l.shim_pid)
+                    .is_some_and(|p| p.starttime == l.shim_starttime)
         });
         let scope = CellScope {
             shim: None,
@@ -867,6 +876,10 @@ pub fn kernel_processes(
         let Ok(Some(l)) = read_json::<LaunchRecord>(os, &format!("{dir}/{name}")) else {
             continue;
         };
+        if !l.of_this_boot(os) {
+            // Its processes ended with the boot they ran in.
+            continue;
+        }
         if let Some(g) = l.cgroup.as_deref().filter(|g| procs::valid_cgroup_path(g)) {
             set.extend(
                 os.cgroup_members(g)

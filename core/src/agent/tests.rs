@@ -913,6 +913,7 @@ fn zombies_are_never_a_kernel_process_a_shutdown_waits_for() {
         shim_starttime: 170,
         marker: "n:1".into(),
         cgroup: None,
+        boot_id: None,
     };
     os.files
         .insert(format!("{}/leftovers/1.json", k.dir()), to_json(&record));
@@ -928,6 +929,34 @@ fn zombies_are_never_a_kernel_process_a_shutdown_waits_for() {
     os.procs.remove(&71);
     let table = Table::snapshot(&os);
     assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
+}
+
+#[test]
+fn a_leftovers_record_of_an_earlier_boot_names_no_process() {
+    // background_log seed 103280: an acknowledged cell's lingering shim
+    // (pid 40 here) was recorded under leftovers/; the sandbox rebooted, and the
+    // client's channel exec got that pid again at the same ticks since boot.
+    // The idle exit of the kernel's next daemon KILLed that exec.
+    let mut os = FakeOs::new();
+    let k = KernelLayout::new("/root/kernels/k");
+    let record = super::kernel::LaunchRecord {
+        boot_id: Some("boot-0".into()),
+        ..super::kernel::LaunchRecord::new(&os, 40, 140, "n:2".into())
+    };
+    os.files
+        .insert(format!("{}/leftovers/2.json", k.dir()), to_json(&record));
+    os.add(proc_(40, 1, 40)); // same pid, same start time, this boot
+    os.add(proc_(41, 40, 40));
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    assert!(super::op::kernel_processes(&os, &table, &k, &protected).is_empty());
+    // The same record written in this boot still names the shim's tree.
+    let record = super::kernel::LaunchRecord::new(&os, 40, 140, "n:2".into());
+    assert_eq!(record.boot_id.as_deref(), Some("boot-1"));
+    os.files
+        .insert(format!("{}/leftovers/2.json", k.dir()), to_json(&record));
+    let set = super::op::kernel_processes(&os, &table, &k, &protected);
+    assert_eq!(set, BTreeSet::from([40, 41]));
 }
 
 #[test]
@@ -1574,6 +1603,7 @@ fn a_spawn_that_arrives_after_its_kernels_shutdown_starts_nothing() {
         &mut os,
         crate::protocol::Op::Shutdown {
             kernel: KernelName::new("k").unwrap(),
+            nonce: None,
         },
     );
     assert!(shut.error.is_none(), "{shut:?}");
@@ -1594,10 +1624,41 @@ fn a_spawn_that_arrives_after_its_kernels_shutdown_starts_nothing() {
         &mut os,
         crate::protocol::Op::Shutdown {
             kernel: KernelName::new("k").unwrap(),
+            nonce: None,
         },
     );
     for nonce in ["n1", "n2"] {
         assert!(op_to_end(&mut os, spawn_op(nonce)).error.is_some());
         assert!(!os.procs.contains_key(&50));
     }
+}
+
+#[test]
+fn a_shutdown_that_arrives_after_its_kernel_was_spawned_again_leaves_the_new_daemon() {
+    // reaper seed 100620: the reaper's shutdown of a kernel, carried by the
+    // channel, ran late, after the client's one-shot retry had shut the
+    // kernel down and a later cell had spawned it again: it killed the new
+    // daemon. A shutdown names the daemon it means (its nonce).
+    let shutdown = |nonce: Option<&str>| crate::protocol::Op::Shutdown {
+        kernel: KernelName::new("k").unwrap(),
+        nonce: nonce.map(str::to_owned),
+    };
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    assert!(op_to_end(&mut os, shutdown(Some("n1"))).error.is_none());
+    assert!(!os.procs.contains_key(&50));
+    assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
+    assert!(os.procs.contains_key(&50));
+    // The late copy of the first shutdown: nothing killed, nothing removed.
+    let late = op_to_end(&mut os, shutdown(Some("n1")));
+    assert!(late.error.is_none(), "{late:?}");
+    assert!(os.procs.contains_key(&50), "the new daemon runs on");
+    assert!(os.exists("/r/kernels/k/config.json"));
+    // Its own nonce, or none (a client that never knew a daemon), shuts it.
+    assert!(op_to_end(&mut os, shutdown(Some("n2"))).error.is_none());
+    assert!(!os.procs.contains_key(&50));
+    assert!(op_to_end(&mut os, spawn_op("n3")).error.is_none());
+    assert!(op_to_end(&mut os, shutdown(None)).error.is_none());
+    assert!(!os.procs.contains_key(&50));
+    assert!(!os.exists("/r/kernels/k"));
 }

@@ -223,6 +223,12 @@ impl Client {
             }),
             (Task::Shutdown(_), Phase::ShuttingDown) => Some(Op::Shutdown {
                 kernel: name.clone(),
+                // The daemon this client last knew: a copy of this op that
+                // arrives after the kernel was opened again must not shut
+                // the new daemon (reaper seed 100620). Unknown (never
+                // spawned, or lost and not yet spawned again): any daemon,
+                // since none newer can be this client's.
+                nonce: k.identity.as_ref().map(|i| i.nonce.clone()),
             }),
             _ => None,
         }

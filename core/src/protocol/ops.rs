@@ -134,6 +134,13 @@ pub enum Op {
     Shutdown {
         /// The kernel.
         kernel: KernelName,
+        /// The nonce of the daemon the client shuts down, when it knows
+        /// one. A kernel that runs under another nonce now was spawned
+        /// again since: this shutdown arrived late (a channel request run
+        /// after the client's one-shot retry, a held exec) and leaves it
+        /// alone. Without it, whatever runs the kernel is shut down.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<String>,
     },
     /// Remove kernel directories whose daemon is gone.
     Gc,
@@ -216,7 +223,7 @@ impl Op {
             | Op::Submit { kernel, .. }
             | Op::Wait { kernel, .. }
             | Op::Cancel { kernel, .. }
-            | Op::Shutdown { kernel }
+            | Op::Shutdown { kernel, .. }
             | Op::Ack { kernel, .. }
             | Op::Logs { kernel } => Some(kernel),
             Op::Install { .. } | Op::Gc | Op::Plain { .. } => None,

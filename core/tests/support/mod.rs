@@ -429,7 +429,7 @@ impl FakeAgent {
                 };
                 Ok(Reply::Cancelled { state })
             }
-            Op::Shutdown { kernel } => {
+            Op::Shutdown { kernel, .. } => {
                 let killed = u32::from(self.kernels.remove(kernel).is_some());
                 Ok(Reply::ShutDown { killed })
             }
@@ -801,7 +801,7 @@ pub fn describe(op: &Op) -> String {
             ..
         } => format!("wait {kernel}#{seq} after={cursor}"),
         Op::Cancel { kernel, seq } => format!("cancel {kernel}#{seq}"),
-        Op::Shutdown { kernel } => format!("shutdown {kernel}"),
+        Op::Shutdown { kernel, .. } => format!("shutdown {kernel}"),
         Op::Gc => "gc".into(),
         Op::Ack { kernel, seq } => format!("ack {kernel}#{seq}"),
         Op::Logs { kernel } => format!("logs {kernel}"),

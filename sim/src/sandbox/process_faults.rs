@@ -40,6 +40,12 @@ impl Sandbox {
             // `…/kernels/K/cells/N`: what its pipes held is lost.
             let kernel = cell_dir.rsplit('/').nth(2).unwrap_or_default().to_owned();
             self.note_lossy(Some(&kernel), format!("its shim {pid} was killed"));
+            // A cell shim's (an interpreter shim's directory names no cell):
+            // its daemon may end what the cell still runs.
+            let seq = cell_dir.rsplit('/').next().and_then(|n| n.parse().ok());
+            if let Some(seq) = seq {
+                self.shim_killed_cells.insert((kernel, seq));
+            }
         }
         let pids: Vec<Pid> = shims.into_iter().map(|(pid, _)| pid).collect();
         self.flush_events();
