@@ -183,6 +183,11 @@ pub struct Daemon {
     /// A shim died since the last look: what it held came back to this
     /// daemon (a subreaper), to be kept on disk ([`Daemon::keep_orphans`]).
     orphans_due: bool,
+    /// A submitted cell could not be taken at the last look (a full disk
+    /// kept its journal from being written): it is tried again at the next
+    /// tick, and until then the daemon is not idle (reaper seed 102301: an
+    /// idle exit with such a cell left it unfinished, the kernel lost).
+    untaken: bool,
 }
 
 /// A stop in progress (see the module doc).
@@ -208,6 +213,7 @@ impl Daemon {
             stop: None,
             py_gone_seen: None,
             orphans_due: false,
+            untaken: false,
         }
     }
 
@@ -288,10 +294,11 @@ impl Daemon {
         if std::mem::take(&mut self.orphans_due) {
             self.keep_orphans(os);
         }
-        let busy = self
-            .cells
-            .values()
-            .any(|t| !t.done || t.cancel.as_ref().is_some_and(|c| !c.finished));
+        let busy = self.untaken
+            || self
+                .cells
+                .values()
+                .any(|t| !t.done || t.cancel.as_ref().is_some_and(|c| !c.finished));
         if busy {
             self.idle_since = now;
         }
@@ -877,6 +884,7 @@ impl Daemon {
     }
 
     fn start_next(&mut self, os: &mut dyn Os, now: Timestamp) {
+        self.untaken = false;
         if self.cells.values().any(|t| !t.done) {
             return;
         }
@@ -893,6 +901,7 @@ impl Daemon {
             };
             let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) else {
                 // Again at a later tick.
+                self.untaken = true;
                 continue;
             };
             self.handled.insert(seq);
@@ -945,6 +954,7 @@ impl Daemon {
                     // The journal cannot take its end now (a full disk):
                     // again at a later tick (nothing of it ran).
                     self.handled.remove(&seq);
+                    self.untaken = true;
                 }
                 continue;
             }
@@ -962,6 +972,7 @@ impl Daemon {
                         // tick, or it starts then (a full disk that kept
                         // its code from being written has room again).
                         self.handled.remove(&seq);
+                        self.untaken = true;
                         return;
                     }
                 }

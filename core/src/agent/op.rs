@@ -520,10 +520,16 @@ fn spawn(
             .map_err(|e| io("creating the kernel directory", e))?;
     }
     // Cells the old daemon accepted but never started died with it (the
-    // client reports them lost): the fresh daemon must never run them.
+    // client reports them lost): the fresh daemon must never run them. A
+    // directory without a submission holds no accepted cell (a submit that
+    // failed after making it, on a full disk): its client sends the cell
+    // again, to run here (fail_open seed 100542: it came back cancelled).
     for seq in cell_seqs(os, k) {
         let cell = k.cell(seq);
-        if !os.exists(&cell.journal()) && !os.exists(&cell.launch()) {
+        if os.exists(&cell.submission())
+            && !os.exists(&cell.journal())
+            && !os.exists(&cell.launch())
+        {
             let _ = tombstone::write(os, &cell, CancelReason::Requested);
         }
     }

@@ -28,6 +28,10 @@ pub(crate) struct FakeOs {
     /// cgroup path -> pids put in it (a member is listed while it exists).
     cgroups: BTreeMap<String, Vec<Pid>>,
     me: Pid,
+    /// Every write fails, as on a full disk.
+    disk_full: bool,
+    /// Directories made (a directory with files in it exists anyway).
+    dirs: BTreeSet<String>,
 }
 
 fn proc_(pid: Pid, ppid: Pid, pgid: Pid) -> ProcInfo {
@@ -54,6 +58,12 @@ impl FakeOs {
     fn add(&mut self, p: ProcInfo) {
         self.procs.insert(p.pid, p);
     }
+    fn room(&self) -> Result<(), OsError> {
+        if self.disk_full {
+            return Err(OsError::Other("No space left on device".into()));
+        }
+        Ok(())
+    }
 }
 
 impl Os for FakeOs {
@@ -70,6 +80,7 @@ impl Os for FakeOs {
         self.files.get(path).cloned().ok_or(OsError::NotFound)
     }
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.room()?;
         if self.files.contains_key(path) {
             return Err(OsError::AlreadyExists);
         }
@@ -77,10 +88,12 @@ impl Os for FakeOs {
         Ok(())
     }
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.room()?;
         self.files.insert(path.into(), data.to_vec());
         Ok(())
     }
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.room()?;
         self.files
             .entry(path.into())
             .or_default()
@@ -89,24 +102,30 @@ impl Os for FakeOs {
     }
     fn exists(&self, path: &str) -> bool {
         let dir = format!("{path}/");
-        self.files.keys().any(|k| k == path || k.starts_with(&dir))
+        self.files
+            .keys()
+            .chain(&self.dirs)
+            .any(|k| k == path || k.starts_with(&dir))
     }
     fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError> {
         let dir = format!("{path}/");
         let names: BTreeSet<String> = self
             .files
             .keys()
+            .chain(&self.dirs)
             .filter_map(|k| k.strip_prefix(&dir))
             .map(|rest| rest.split('/').next().unwrap_or_default().to_owned())
             .collect();
         Ok(names.into_iter().collect())
     }
-    fn create_dir_all(&mut self, _path: &str) -> Result<(), OsError> {
+    fn create_dir_all(&mut self, path: &str) -> Result<(), OsError> {
+        self.dirs.insert(path.trim_end_matches('/').to_owned());
         Ok(())
     }
     fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
         let dir = format!("{path}/");
         self.files.retain(|k, _| k != path && !k.starts_with(&dir));
+        self.dirs.retain(|k| k != path && !k.starts_with(&dir));
         Ok(())
     }
     fn process(&self, pid: Pid) -> Option<ProcInfo> {
@@ -726,6 +745,34 @@ fn python_kernel_with_submission(os: &mut FakeOs) -> String {
     os.files
         .insert(KernelLayout::new(&dir).config(), to_json(&config));
     dir
+}
+
+#[test]
+fn a_submission_the_full_disk_keeps_from_starting_keeps_the_daemon_from_idling() {
+    // reaper seed 102301: a cell submitted just before the disk filled
+    // could not be taken (its journal and code unwritable); the daemon,
+    // tracking no cell, took itself for idle and exited with the cell
+    // unfinished: the kernel was lost by the agent's own doing.
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let config = KernelConfig {
+        lang: Lang::Shell,
+        nonce: "n1".into(),
+        idle_timeout_ms: 1_000,
+        grace_ms: 100,
+    };
+    os.files.insert(k.config(), to_json(&config));
+    os.disk_full = true;
+    let mut d = Daemon::new(&dir, "n1");
+    for _ in 0..30 {
+        assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
+        os.now += 100;
+    }
+    assert!(os.launches.is_empty(), "nothing could start on a full disk");
+    os.disk_full = false;
+    assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
+    assert_eq!(os.launches.len(), 1, "the cell starts once there is room");
 }
 
 #[test]
@@ -1397,6 +1444,40 @@ fn acceptance(reply: &ReplyEnvelope) -> Option<crate::protocol::Acceptance> {
         Some(crate::protocol::Reply::Submitted { acceptance, .. }) => Some(*acceptance),
         _ => None,
     }
+}
+
+#[test]
+fn a_fresh_daemon_leaves_a_cell_whose_submit_recorded_nothing_to_run() {
+    // fail_open seed 100542: a submit failed on a full disk after making
+    // the cell's directory; the daemon died; the spawn of a fresh one
+    // tombstoned that directory as a cell the old daemon had accepted, and
+    // the client's resubmit (nothing was recorded) came back cancelled.
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    os.disk_full = true;
+    let failed = op(&mut os, submit_op(1, "r1"));
+    assert!(failed.error.is_some(), "{failed:?}");
+    os.disk_full = false;
+    // Accepted but never started by the dead daemon: tombstoned.
+    let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
+    let sub = Submission {
+        request_id: RequestId("r2".into()),
+        seq: CellSeq(2),
+        code: Bytes(b"true".to_vec()),
+        timeout_ms: None,
+    };
+    os.files
+        .insert(k.cell(CellSeq(2)).submission(), to_json(&sub));
+    os.procs.remove(&50);
+    assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
+    assert!(os.exists(&k.cell(CellSeq(2)).cancel()));
+    assert!(!os.exists(&k.cell(CellSeq(1)).cancel()));
+    let again = op(&mut os, submit_op(1, "r1"));
+    assert_eq!(
+        acceptance(&again),
+        Some(crate::protocol::Acceptance::Accepted),
+        "{again:?}"
+    );
 }
 
 #[test]
