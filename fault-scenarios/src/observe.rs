@@ -292,7 +292,14 @@ pub fn cell(
     let cut_short = matches!(outcome, Some(CellOutcome::Unknown { .. }))
         && truth.stdout.starts_with(&seen.stdout());
     let mut truth = truth;
+    // Only a cell whose end the client saw tells what it read back: an
+    // `unknown` cell's output was never delivered (empty, it reads like a
+    // lost state's), and `unknown` promises nothing of it.
+    let end_seen = outcome
+        .as_ref()
+        .is_some_and(|o| !matches!(o, CellOutcome::Unknown { .. }));
     let shell_state_lost = truth.executions == 1
+        && end_seen
         && seen.stdout() != truth.stdout
         && !cut_short
         && scenario
@@ -327,6 +334,7 @@ pub fn cell(
             || seen.resolutions.len() > 1
                 && matches!(seen.resolutions.first(), Some(CellOutcome::Unknown { .. })),
         cancel_requested: seen.cancel_requested,
+        written_off_unknown: matches!(seen.resolutions.first(), Some(CellOutcome::Unknown { .. })),
         output_ns: seen.output.iter().map(|(n, _, _)| *n).collect(),
         client_stdout: seen.stdout(),
         client_stderr: seen_stderr(&seen),
@@ -510,6 +518,43 @@ mod tests {
         assert_eq!(log.cells["first"].resolutions.len(), 1);
         assert_eq!(log.cells["again"].resolutions.len(), 1);
         assert_eq!(log.labels[&key("sim", 1)], "again");
+    }
+
+    /// reaper seed 100736 and four more: `a_read`, written off as unknown
+    /// in a long hold, delivered nothing, which reads like the state of a
+    /// fresh kernel; it read nothing the client saw.
+    #[test]
+    fn an_unknown_shell_cell_read_back_no_state() {
+        let scenario = crate::scenario::by_name("reaper").unwrap();
+        let spec = scenario
+            .cells()
+            .find(|c| c.label == "a_read")
+            .unwrap()
+            .clone();
+        let mut log = ClientLog::default();
+        run(&mut log, "a_read");
+        log.on_event(
+            10,
+            &Event::CellResolved {
+                cell: key("a", 2),
+                outcome: CellOutcome::Unknown {
+                    reason: "the sandbox did not answer".into(),
+                },
+            },
+        );
+        let truth = CellTruth {
+            executions: 1,
+            stdout: truth_stdout(&scenario, &spec, 1, Flavor::Bash),
+            ran_to_end: true,
+            ..CellTruth::default()
+        };
+        let obs = cell(&scenario, &log, &spec, truth.clone(), Flavor::Bash);
+        assert!(!obs.shell_state_lost);
+        assert!(obs.written_off_unknown);
+        // Its end seen with nothing printed: the state was lost.
+        log.on_event(20, &refused(key("a", 2)));
+        let obs = cell(&scenario, &log, &spec, truth, Flavor::Bash);
+        assert!(obs.shell_state_lost);
     }
 
     #[test]

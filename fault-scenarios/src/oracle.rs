@@ -40,6 +40,9 @@ pub struct CellObs {
     pub resolved_by_resume: bool,
     /// The client asked to cancel it.
     pub cancel_requested: bool,
+    /// The client's first resolution of it was `unknown` (at
+    /// `resolved_ms`); a resume may have resolved it again since.
+    pub written_off_unknown: bool,
     /// Journal numbers of the output entries the client delivered, in order.
     pub output_ns: Vec<u64>,
     /// Stdout the client delivered, concatenated.
@@ -1240,12 +1243,20 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
                 v.push(Violation::FalseStateLost { at_ms: at });
             }
         }
-        // A cell being cancelled that the client wrote off as unknown may
-        // have lost the interpreter after the client stopped reading it
-        // (its note lands in a journal nobody reads): `unknown` promises
-        // nothing, the kernel's state included.
-        if cell.cancel_requested && matches!(cell.outcome, Some(CellOutcome::Unknown { .. })) {
-            noted = true;
+        // A cell the client wrote off as unknown may have lost the
+        // interpreter under it, the loss told in its journal, which nobody
+        // read then: its cancel's kill may come after the client stopped
+        // reading, and a death from outside while it ran is its own to
+        // tell. `unknown` promises nothing, the kernel's state included,
+        // until a resume (a later client, or never) reads that journal.
+        if let (true, Some(written_off)) = (cell.written_off_unknown, cell.resolved_ms) {
+            let died_under_it = obs
+                .interpreter_deaths
+                .iter()
+                .any(|&d| cell.started_ms <= d && d <= written_off);
+            if cell.cancel_requested || died_under_it {
+                noted = true;
+            }
         }
     }
 }
@@ -1784,6 +1795,49 @@ mod tests {
         assert_eq!(check(&o)[0].kind(), "namespace_lost");
         o.evictions = vec![(5, "k".into())];
         assert_eq!(check(&o), vec![]);
+    }
+
+    /// python_stuck seeds 101272, 101360, 501857 and python_state 103974:
+    /// the interpreter's loss is told in the journal of a cell the client
+    /// wrote off as unknown (read only by a later resume, or never). It
+    /// excuses a later cell's finding only if the death may be that
+    /// cell's to tell: its cancel (which may kill after the write-off) or
+    /// a death while the client still waited for it.
+    #[test]
+    fn a_loss_under_a_cell_written_off_as_unknown_is_that_cells_to_tell() {
+        let mut o = good();
+        o.cells[0].python = true;
+        o.cells[0].started_ms = 10;
+        o.cells[0].resolved_ms = Some(20);
+        o.cells[0].ended_ms = Some(20);
+        let mut later = o.cells[0].clone();
+        later.label = "c2".into();
+        later.key = Some("k#2".into());
+        later.namespace_lost = true;
+        later.started_ms = 40;
+        later.resolved_ms = Some(50);
+        later.ended_ms = Some(50);
+        o.cells.push(later);
+        let unreported = |o: &Observations| {
+            check(o)
+                .iter()
+                .filter(|v| v.kind() == "unreported_loss")
+                .count()
+        };
+        // A death after the write-off, no cancel: the next cell's to tell.
+        o.interpreter_deaths = vec![30];
+        o.cells[0].written_off_unknown = true;
+        assert_eq!(unreported(&o), 1);
+        // Its cancel may kill the interpreter after the write-off.
+        o.cells[0].cancel_requested = true;
+        assert_eq!(unreported(&o), 0);
+        // A death while the client waited for it.
+        o.cells[0].cancel_requested = false;
+        o.interpreter_deaths = vec![15];
+        assert_eq!(unreported(&o), 0);
+        // Resolved the first time: its note was read, and was no note.
+        o.cells[0].written_off_unknown = false;
+        assert_eq!(unreported(&o), 1);
     }
 
     #[test]

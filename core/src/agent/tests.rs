@@ -29,7 +29,7 @@ pub(crate) struct FakeOs {
     cgroups: BTreeMap<String, Vec<Pid>>,
     me: Pid,
     /// Every write fails, as on a full disk.
-    disk_full: bool,
+    pub(crate) disk_full: bool,
     /// Directories made (a directory with files in it exists anyway).
     dirs: BTreeSet<String>,
 }
@@ -947,6 +947,93 @@ fn an_interpreter_lost_after_its_cells_result_is_told_by_the_next_cell() {
     }
     assert_eq!(os.launches.len(), 2, "a fresh interpreter's shim");
     assert!(noted(&os, &k.cell(CellSeq(2)).journal()));
+}
+
+/// The interpreter killed while the disk is full (python_cancel seed
+/// 101419): the record that the cell it died in told the death cannot be
+/// written, so that cell's note and result wait for it. Written without
+/// it, the daemon took the death for one nobody told and the next cell
+/// said it a second time.
+#[test]
+fn a_death_in_a_cell_while_the_disk_is_full_is_told_once() {
+    use super::{ExitStatus, InterpShim, InterpStep};
+    let mut os = FakeOs::new();
+    let dir = python_kernel_with_submission(&mut os);
+    let k = KernelLayout::new(&dir);
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 1, "the interpreter's shim (60)");
+    let mut shim = InterpShim::new(os.launches[0].clone());
+    let mut step = shim.poll_step(&mut os);
+    assert!(matches!(step, InterpStep::StartInterpreter { .. }));
+    os.add(proc_(61, 60, 61));
+    shim.handle_interpreter(Ok((61, 161)));
+    // Cell 1 goes to the interpreter.
+    for _ in 0..10 {
+        step = shim.poll_step(&mut os);
+        match step {
+            InterpStep::EnterCgroup { .. } => {
+                shim.handle_cgroup(&mut os, None);
+            }
+            InterpStep::Send { .. } => {
+                shim.handle_sent(true);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(matches!(step, InterpStep::Send { .. }), "{step:?}");
+    // Killed from outside, the disk full.
+    os.disk_full = true;
+    os.procs.remove(&61);
+    shim.handle_exit(61, ExitStatus::Signal(9));
+    let cell = k.cell(CellSeq(1));
+    let notes = |os: &FakeOs, j: &str| {
+        os.files.get(j).map_or(0, |b| {
+            parse_journal(b)
+                .entries
+                .iter()
+                .filter(|e| {
+                    matches!(&e.kind, EntryKind::Output { stream: Stream::Stderr, data }
+                        if super::python::is_loss_note(data.as_slice()))
+                })
+                .count()
+        })
+    };
+    for now in [10, 20, 30] {
+        os.now = now;
+        let _ = shim.poll_step(&mut os);
+        let _ = d.tick(&mut os);
+    }
+    assert_eq!(notes(&os, &cell.journal()), 0, "nothing written yet");
+    // Room again: the record, then the note and the result.
+    os.disk_full = false;
+    for now in [100, 200] {
+        os.now = now;
+        let _ = shim.poll_step(&mut os);
+    }
+    assert!(os.exists(&super::python::told_file(&k)));
+    assert_eq!(notes(&os, &cell.journal()), 1);
+    assert!(result_in(&os, &cell.journal()).is_some());
+    // The shim, its tree empty, exits; cell 2 starts on a fresh
+    // interpreter without saying the loss again.
+    assert!(matches!(shim.poll_step(&mut os), InterpStep::Linger));
+    shim.handle_tree_empty(&mut os);
+    os.procs.remove(&60);
+    let sub = Submission {
+        request_id: RequestId("r2".into()),
+        seq: CellSeq(2),
+        code: Bytes(b"x".to_vec()),
+        timeout_ms: None,
+    };
+    os.files
+        .insert(k.cell(CellSeq(2)).submission(), to_json(&sub));
+    for now in [300, 400, 500] {
+        os.now = now;
+        let _ = d.tick(&mut os);
+    }
+    assert_eq!(os.launches.len(), 2, "a fresh interpreter's shim");
+    assert_eq!(notes(&os, &k.cell(CellSeq(2)).journal()), 0, "told twice");
 }
 
 #[test]

@@ -122,6 +122,19 @@ enum Phase {
     Exit(u8),
 }
 
+/// The end of a cell the interpreter died in, waiting for the record that
+/// the death was told ([`python::told_file`]) to be written: the note and
+/// the result wait with it, in that order. A journal with its `done` and
+/// no record reads to the daemon as a death nobody told, which the next
+/// cell would tell again (python_cancel seed 101419: a disk full when the
+/// interpreter was killed).
+#[derive(Debug)]
+struct UntoldEnd {
+    core: ShimCore,
+    detail: String,
+    leftovers: Vec<Pid>,
+}
+
 /// The interpreter shim of one Python kernel.
 #[derive(Debug)]
 pub struct InterpShim {
@@ -140,6 +153,9 @@ pub struct InterpShim {
     /// Ended cells whose journal is behind (a write failed: a full
     /// disk), written again at every step.
     unflushed: Vec<ShimCore>,
+    /// The end of the cell the interpreter died in, held back while the
+    /// record that its death was told cannot be written (a full disk).
+    untold_end: Option<UntoldEnd>,
     /// When those are written again.
     flush_at: Timestamp,
     log: BackgroundLog,
@@ -186,6 +202,7 @@ impl InterpShim {
             eof: [false; 2],
             pending: Vec::new(),
             unflushed: Vec::new(),
+            untold_end: None,
             flush_at: Timestamp::ZERO,
             log,
         }
@@ -242,14 +259,43 @@ impl InterpShim {
         if ready {
             Some(now)
         } else {
-            (!self.unflushed.is_empty()).then_some(self.flush_at.max(now))
+            self.behind().then_some(self.flush_at.max(now))
+        }
+    }
+
+    /// Do ended cells still owe their journals something?
+    fn behind(&self) -> bool {
+        !self.unflushed.is_empty() || self.untold_end.is_some()
+    }
+
+    /// Ends a cell the interpreter died in: the record that the death
+    /// was told first, then the note and the result (held back again if
+    /// the record cannot be written now).
+    fn end_told(&mut self, os: &mut dyn Os, end: UntoldEnd) {
+        if os
+            .write_atomic(&python::told_file(&self.kernel), b"")
+            .is_err()
+        {
+            self.untold_end = Some(end);
+            return;
+        }
+        let UntoldEnd {
+            mut core,
+            detail,
+            leftovers,
+        } = end;
+        if core.finish_python(os, Err(detail), leftovers).is_err() {
+            self.unflushed.push(core);
         }
     }
 
     /// Writes what the journals of ended cells still owe.
     fn flush_ended(&mut self, os: &mut dyn Os) {
-        if self.unflushed.is_empty() || os.now() < self.flush_at {
+        if !self.behind() || os.now() < self.flush_at {
             return;
+        }
+        if let Some(end) = self.untold_end.take() {
+            self.end_told(os, end);
         }
         self.unflushed.retain_mut(|core| core.flush(os).is_err());
         self.flush_at = os.now() + JOURNAL_RETRY;
@@ -425,18 +471,25 @@ impl InterpShim {
         let left: Vec<Pid> = procs::cell_processes(os, &table, &scope, &protected)
             .into_iter()
             .collect();
-        if reported.is_err() {
-            // Before the note and the result: see `python::told_file`.
-            let _ = os.write_atomic(&python::told_file(&self.kernel), b"");
-        }
-        let written = c.core.finish_python(os, reported, left);
         if let Some(group) = c.group.take() {
             if os.remove_cgroup(&group).is_err() {
                 self.pending.push(group);
             }
         }
-        if written.is_err() {
-            self.unflushed.push(c.core);
+        match reported {
+            Err(detail) => self.end_told(
+                os,
+                UntoldEnd {
+                    core: c.core,
+                    detail,
+                    leftovers: left,
+                },
+            ),
+            Ok(outcome) => {
+                if c.core.finish_python(os, Ok(outcome), left).is_err() {
+                    self.unflushed.push(c.core);
+                }
+            }
         }
     }
 
