@@ -642,6 +642,69 @@ fn unreachable_for_too_long_makes_cells_unknown_and_keeps_the_record() {
 }
 
 #[test]
+fn a_new_cell_is_refused_behind_a_kept_unknown_cell_until_it_is_resumed() {
+    // A cell written off as unknown may still run on the daemon, which
+    // runs a kernel's cells in order: a new cell would wait behind it for
+    // as long as it runs (for ever, for a loop nobody cancels).
+    let mut h = Harness::new(25);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let cell = h.run("k", "out 1\ntick\nhang", None);
+    h.run_until(|h| h.output(&cell) == "1\n");
+    h.net = Net::Down;
+    h.settle();
+    assert!(matches!(
+        h.outcome(&cell),
+        Some(CellOutcome::Unknown { .. })
+    ));
+    h.net = Net::Up;
+    let err = h
+        .client
+        .run_cell(&kname("k"), Bytes::from("out 2"), None, h.now)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ClientError::UnresolvedCell {
+            kernel: kname("k"),
+            seqs: vec![cell.seq]
+        }
+    );
+    assert!(err.to_string().contains("resume"), "{err}");
+    assert_eq!(h.records[&kname("k")].cells.len(), 1, "nothing was queued");
+    // Resumed and cancelled, it ends; then the next cell runs.
+    let record = h.client.record(&kname("k")).unwrap();
+    h.client.resume(record, false, h.now);
+    h.client.cancel(&cell, h.now);
+    h.settle();
+    assert_eq!(h.resolutions(&cell), 2, "{}", h.trace);
+    let next = h.run("k", "out 2", None);
+    h.settle();
+    assert_eq!(h.outcome(&next), Some(CellOutcome::Ok), "{}", h.trace);
+}
+
+#[test]
+fn a_kept_unknown_cell_with_a_cancel_asked_for_does_not_refuse_the_next() {
+    // Its cancel goes once the kernel answers, so the next cell waits
+    // behind it only as long as the cancel takes.
+    let mut h = Harness::new(26);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let cell = h.run("k", "out 1\ntick\nhang", None);
+    h.run_until(|h| h.output(&cell) == "1\n");
+    h.net = Net::Down;
+    h.client.cancel(&cell, h.now);
+    h.settle();
+    assert!(matches!(
+        h.outcome(&cell),
+        Some(CellOutcome::Unknown { .. })
+    ));
+    h.net = Net::Up;
+    let next = h.run("k", "out 2", None);
+    h.settle();
+    assert_eq!(h.outcome(&next), Some(CellOutcome::Ok), "{}", h.trace);
+}
+
+#[test]
 fn replies_for_old_or_unknown_exec_ids_are_ignored() {
     let mut h = Harness::new(22);
     h.open("k", Lang::Shell);

@@ -20,8 +20,8 @@ use tether::driver::DriverError;
 use tether::{Driver, RecordStore};
 use tether_core::agent::tombstone::STOPPED;
 use tether_core::bytes::Bytes;
-use tether_core::client::{Config, Event, KernelRecord};
-use tether_core::ids::KernelName;
+use tether_core::client::{CellKey, ClientError, Config, Event, KernelRecord};
+use tether_core::ids::{CellSeq, KernelName};
 use tether_core::protocol::{CellOutcome, Lang, Stream};
 
 /// The kernel every scenario uses unless a cell names another.
@@ -259,14 +259,35 @@ async fn run_script(
         }
         next.set(next.get() + 1);
     }
+    // Cells written off as `unknown` whose submit may have reached the
+    // daemon are not done: they may still run (a loop the script meant to
+    // cancel, its acceptance never seen). Once every fault has healed, a
+    // user resumes them, as the client asks before it takes another cell
+    // on their kernel. (One never sent is not resumed: that would send
+    // it, and a cell written off must not start afterwards.)
+    let kept: Vec<(KernelName, Vec<CellSeq>)> = kernels(scenario)
+        .into_iter()
+        .filter_map(|k| {
+            let record = driver.client().record(&k)?;
+            let seqs: Vec<CellSeq> = record
+                .cells
+                .iter()
+                .filter(|c| c.submitted && !c.cancel_requested)
+                .map(|c| c.seq)
+                .collect();
+            (!seqs.is_empty()).then_some((k, seqs))
+        })
+        .collect();
+    if !kept.is_empty() {
+        sleep_until_healed(host).await;
+        for (k, seqs) in &kept {
+            resume_kept(host, driver, k, seqs, &mut on_event).await;
+        }
+    }
     // Ground truth of what the script's cells left running.
     host.snapshot().await;
     // Liveness: once every fault has healed, a fresh cell must run.
-    let healed = host.control().lock().healed_at_ms;
-    let now = host.now_ms();
-    if healed > now {
-        tokio::time::sleep(Duration::from_millis(healed - now)).await;
-    }
+    sleep_until_healed(host).await;
     host.faults_made().await;
     host.control().disarm_script_faults();
     let alive = liveness_cell(scenario, "liveness");
@@ -297,6 +318,15 @@ async fn run_script(
     host.log().records_left = left;
     host.log().finished = true;
     host.note("script done");
+}
+
+/// Sleeps until every fault of the run has healed.
+async fn sleep_until_healed(host: &impl Host) {
+    let healed = host.control().lock().healed_at_ms;
+    let now = host.now_ms();
+    if healed > now {
+        tokio::time::sleep(Duration::from_millis(healed - now)).await;
+    }
 }
 
 /// A cell's kernel was stopped (SIGTERM) before the cell finished: the
@@ -357,19 +387,36 @@ async fn run_one(
     cell: &CellSpec,
     on_event: &mut dyn FnMut(&Event),
 ) -> Option<CellOutcome> {
-    let start = host.now_ms();
-    {
-        let mut log = host.log();
-        log.current = Some(cell.label.clone());
-        log.cells.entry(cell.label.clone()).or_default().started_at = Some(start);
-    }
-    host.note(&format!("run_cell {}", cell.label));
-    let handle = driver.cancel_handle();
-    let timeout = cell.timeout_ms.map(Duration::from_millis);
-    let canceller = cancel_watch(host, handle, cell.label.clone(), cell.cancel_after_ms);
     let name = kernel_of(cell);
-    let run = driver.run_cell(&name, cell.lang, host.code(cell), timeout, &mut *on_event);
-    let result = with_canceller(run, canceller).await;
+    let mut resumes = 0;
+    let (start, result) = loop {
+        let start = host.now_ms();
+        {
+            let mut log = host.log();
+            log.current = Some(cell.label.clone());
+            log.cells.entry(cell.label.clone()).or_default().started_at = Some(start);
+        }
+        host.note(&format!("run_cell {}", cell.label));
+        let handle = driver.cancel_handle();
+        let timeout = cell.timeout_ms.map(Duration::from_millis);
+        let canceller = cancel_watch(host, handle, cell.label.clone(), cell.cancel_after_ms);
+        let run = driver.run_cell(&name, cell.lang, host.code(cell), timeout, &mut *on_event);
+        let result = with_canceller(run, canceller).await;
+        match &result {
+            Err(DriverError::Client(ClientError::UnresolvedCell { seqs, .. }))
+                if resumes < MAX_RESUMES =>
+            {
+                // The kernel keeps a written-off cell that may still run,
+                // and the client refuses to queue a new one behind it: as
+                // a user of the CLI does, finish it with a resume first.
+                resumes += 1;
+                let seqs = seqs.clone();
+                host.note(&format!("run_cell {} refused: resume first", cell.label));
+                resume_kept(host, driver, &name, &seqs, &mut *on_event).await;
+            }
+            _ => break (start, result),
+        }
+    };
     let call = format!("run_cell {}", cell.label);
     let (key, outcome) = match result {
         Ok(r) => r,
@@ -390,6 +437,61 @@ async fn run_one(
         finish_call(host, "cancel after done", start, r.err());
     }
     Some(outcome)
+}
+
+/// How many resumes a cell refused behind a kept `unknown` cell gets: a
+/// resume during an outage gives up again after the client's 15 s, and
+/// the longest outage lasts about 40 s.
+const MAX_RESUMES: u32 = 4;
+
+/// Resumes `kernel`, which keeps the written-off cells `seqs` (that may
+/// still run), until they resolve; the script's cancel of one of them
+/// (the first it meant to cancel) counts from the resume when the
+/// client never saw it accepted, as after a crash.
+async fn resume_kept(
+    host: &impl Host,
+    driver: &mut Driver,
+    kernel: &KernelName,
+    seqs: &[CellSeq],
+    on_event: &mut dyn FnMut(&Event),
+) {
+    let Some(record) = driver.client().record(kernel) else {
+        return;
+    };
+    let scenario = host.scenario();
+    let labels: Vec<String> = {
+        let log = host.log();
+        seqs.iter()
+            .filter_map(|seq| {
+                let key = CellKey {
+                    kernel: kernel.clone(),
+                    seq: *seq,
+                };
+                log.labels.get(&key).cloned()
+            })
+            .collect()
+    };
+    let cancel_after = |label: &String| {
+        scenario
+            .cells()
+            .find(|c| &c.label == label)
+            .and_then(|c| c.cancel_after_ms)
+    };
+    let label = labels
+        .iter()
+        .find(|l| cancel_after(l).is_some())
+        .or(labels.first())
+        .cloned()
+        .unwrap_or_default();
+    let after = cancel_after(&label);
+    let start = host.now_ms();
+    if let Some(seen) = host.log().cells.get_mut(&label) {
+        seen.accepted_at.get_or_insert(start);
+    }
+    let canceller = cancel_watch(host, driver.cancel_handle(), label, after);
+    let r = with_canceller(driver.resume(record, false, on_event), canceller).await;
+    finish_call(host, "resume", start, r.err());
+    host.after_cell().await;
 }
 
 /// Runs the client `call` with the script's `canceller` beside it, and

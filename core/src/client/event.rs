@@ -216,6 +216,16 @@ pub enum ClientError {
     UnknownKernel(KernelName),
     /// The kernel is being shut down (by request or by the reaper).
     KernelShuttingDown(KernelName),
+    /// The kernel keeps a cell written off as `unknown` that may still
+    /// run: a new cell would queue behind it on the daemon and wait as
+    /// long as it runs (for ever, for a loop nobody cancels). Resume the
+    /// kernel (or cancel that cell) first, as the CLI's `tether resume`.
+    UnresolvedCell {
+        /// The kernel.
+        kernel: KernelName,
+        /// The cells it keeps, oldest first.
+        seqs: Vec<crate::ids::CellSeq>,
+    },
 }
 
 impl fmt::Display for ClientError {
@@ -229,6 +239,14 @@ impl fmt::Display for ClientError {
                 f,
                 "kernel {k} is shutting down: wait for it to finish, then open it again"
             ),
+            ClientError::UnresolvedCell { kernel, seqs } => {
+                let seqs: Vec<String> = seqs.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "kernel {kernel} keeps cell(s) {} whose outcome is unknown and which may still run: resume the kernel or cancel them first",
+                    seqs.join(", ")
+                )
+            }
         }
     }
 }

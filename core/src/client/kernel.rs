@@ -81,6 +81,19 @@ impl Kernel {
         self.cells.values().filter(|c| !c.resolved).count()
     }
 
+    /// Cells written off as `unknown` and kept whose submit may have
+    /// reached the daemon, with no cancel asked for: each may still run,
+    /// and a later cell would wait behind it. A kept cell with a cancel
+    /// asked for is not one: the cancel goes once the kernel answers
+    /// ([`Client::drive_cell`]).
+    pub(crate) fn kept_maybe_running(&self) -> Vec<CellSeq> {
+        self.cells
+            .values()
+            .filter(|c| c.resolved && c.rec.submitted && !c.rec.cancel_requested)
+            .map(|c| c.rec.seq)
+            .collect()
+    }
+
     /// Work is under way that needs the sandbox to answer (a cell that
     /// waits for the frontend's answer to a tool call does not).
     pub(crate) fn busy(&self) -> bool {

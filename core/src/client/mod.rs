@@ -190,6 +190,12 @@ impl Client {
     /// Queues a cell on an open kernel and returns its key. The record
     /// holding the cell is persisted ([`Effect::Persist`]) before its first
     /// submit. A kernel that was given up on is connected again first.
+    /// Refused ([`ClientError::UnresolvedCell`]) while the kernel keeps a
+    /// cell written off as `unknown` that may still run (its submit may
+    /// have reached the daemon, no cancel asked for): the daemon runs a
+    /// kernel's cells in order, so the new one would wait behind it,
+    /// for ever behind a loop. [`Client::resume`] or [`Client::cancel`] it
+    /// first.
     pub fn run_cell(
         &mut self,
         kernel: &KernelName,
@@ -204,6 +210,13 @@ impl Client {
             .ok_or_else(|| ClientError::UnknownKernel(kernel.clone()))?;
         if k.phase == Phase::ShuttingDown {
             return Err(ClientError::KernelShuttingDown(kernel.clone()));
+        }
+        let kept = k.kept_maybe_running();
+        if !kept.is_empty() {
+            return Err(ClientError::UnresolvedCell {
+                kernel: kernel.clone(),
+                seqs: kept,
+            });
         }
         k.last_used = self.now;
         // The give-up timer measures silence while a cell waits: silence
