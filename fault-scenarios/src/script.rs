@@ -408,10 +408,13 @@ async fn run_one(
             {
                 // The kernel keeps a written-off cell that may still run,
                 // and the client refuses to queue a new one behind it: as
-                // a user of the CLI does, finish it with a resume first.
+                // a user of the CLI does, finish it with a resume first,
+                // once the sandbox answers again (a resume during the
+                // outage would only write it off again).
                 resumes += 1;
                 let seqs = seqs.clone();
                 host.note(&format!("run_cell {} refused: resume first", cell.label));
+                sleep_until_healed(host).await;
                 resume_kept(host, driver, &name, &seqs, &mut *on_event).await;
             }
             _ => break (start, result),
@@ -439,9 +442,8 @@ async fn run_one(
     Some(outcome)
 }
 
-/// How many resumes a cell refused behind a kept `unknown` cell gets: a
-/// resume during an outage gives up again after the client's 15 s, and
-/// the longest outage lasts about 40 s.
+/// How many resumes a cell refused behind a kept `unknown` cell gets
+/// (each once every fault healed; a client crash may cut one short).
 const MAX_RESUMES: u32 = 4;
 
 /// Resumes `kernel`, which keeps the written-off cells `seqs` (that may
@@ -484,12 +486,21 @@ async fn resume_kept(
         .cloned()
         .unwrap_or_default();
     let after = cancel_after(&label);
+    let driver_cancel = driver.cancel_handle();
     let start = host.now_ms();
     if let Some(seen) = host.log().cells.get_mut(&label) {
         seen.accepted_at.get_or_insert(start);
     }
-    let canceller = cancel_watch(host, driver.cancel_handle(), label, after);
-    let r = with_canceller(driver.resume(record, false, on_event), canceller).await;
+    let resume = driver.resume(record, false, on_event);
+    // Only a cell the script meant to cancel gets a canceller: a fault's
+    // cancel is for the cell the script runs, never a bystander resumed.
+    let r = match after {
+        Some(_) => {
+            let canceller = cancel_watch(host, driver_cancel, label, after);
+            with_canceller(resume, canceller).await
+        }
+        None => resume.await,
+    };
     finish_call(host, "resume", start, r.err());
     host.after_cell().await;
 }
