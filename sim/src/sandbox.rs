@@ -135,6 +135,9 @@ pub struct Sandbox {
     grace_ms: u64,
     /// Stopped kernels to look at again.
     term_checks: Vec<process_faults::TermCheck>,
+    /// When the freeze in progress ends (ms): a TERM that lands while the
+    /// sandbox is frozen is caught only then.
+    frozen_until_ms: Option<u64>,
     /// What a stopped kernel left running after its stop was over.
     pub term_survivors: Vec<String>,
     /// What happened on channels (streams opened, ops carried, channel
@@ -199,6 +202,7 @@ impl Sandbox {
             snapshot: None,
             grace_ms: world.grace_ms,
             term_checks: Vec::new(),
+            frozen_until_ms: None,
             term_survivors: Vec::new(),
             background_lossy: BTreeMap::new(),
             logs_reads: BTreeMap::new(),

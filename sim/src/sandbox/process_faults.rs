@@ -82,12 +82,16 @@ impl Sandbox {
             .filter(|(&pid, _)| self.os.is_alive(pid))
             .map(|(&pid, run)| (pid, run.kernel_dir.clone()))
             .collect();
+        // A frozen daemon catches the TERM at the thaw: its grace period
+        // starts then (the freeze put off the looks of earlier stops by as
+        // long, see `freeze`).
+        let caught_ms = self.frozen_until_ms.map_or(now_ms, |t| t.max(now_ms));
         for (pid, kernel_dir) in &daemons {
             let owned = self.owned_by_kernel(*pid, kernel_dir);
             self.term_checks.push(TermCheck {
                 kernel_dir: kernel_dir.clone(),
                 at_ms: now_ms,
-                due_ms: now_ms
+                due_ms: caught_ms
                     .saturating_add(self.grace_ms)
                     .saturating_add(STOP_SLACK_MS),
                 owned,
@@ -104,6 +108,8 @@ impl Sandbox {
     pub fn freeze(&mut self, now_ms: u64, for_ms: u64) {
         self.advance(now_ms);
         self.os.freeze();
+        let until = now_ms.saturating_add(for_ms);
+        self.frozen_until_ms = Some(self.frozen_until_ms.map_or(until, |t| t.max(until)));
         for c in &mut self.term_checks {
             c.due_ms = c.due_ms.saturating_add(for_ms);
         }
@@ -112,6 +118,7 @@ impl Sandbox {
     /// Ends a freeze and runs what is due.
     pub fn thaw(&mut self, now_ms: u64) {
         self.os.thaw();
+        self.frozen_until_ms = None;
         self.advance(now_ms);
     }
 
