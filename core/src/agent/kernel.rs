@@ -162,13 +162,15 @@ pub fn probe(os: &dyn Os, kernel: &KernelLayout, expect: Option<&Identity>) -> P
 }
 
 /// Notes that the kernel whose shut list is `shut` (see
-/// [`super::layout::Layout::shut`]) is being shut down under `nonce`: a
+/// [`super::layout::Layout::shut`]) is being shut down under `nonce`, or
+/// that a fresh daemon replaces the dead one of `nonce`: a
 /// spawn of that nonce can still arrive later (an exec held by the
 /// network, a channel request run after the client's one-shot retry) and
 /// must not start a daemon again for a kernel its client has shut down.
 /// Every nonce is kept, not just the last: a stale spawn of an older
 /// daemon can arrive after a newer one was shut down too. A line per
-/// shutdown; the client makes a fresh nonce for every new daemon.
+/// shutdown or replacement; the client makes a fresh nonce for every new
+/// daemon.
 pub fn record_shut(os: &mut dyn Os, shut: &str, nonce: &str) -> Result<(), OsError> {
     if let Some((dir, _)) = shut.rsplit_once('/') {
         os.create_dir_all(dir)?;

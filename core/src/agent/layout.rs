@@ -41,7 +41,7 @@ impl Layout {
     }
 
     /// `{root}/shut/{kernel}`: the nonces under which `kernel` was shut
-    /// down, one a line (see [`super::kernel::was_shut`]). Outside the
+    /// down or whose dead daemon a fresh one replaced, one a line (see [`super::kernel::was_shut`]). Outside the
     /// kernel directory, which shutdown removes.
     pub fn shut(&self, kernel: &KernelName) -> String {
         format!("{}/shut/{}", self.root, kernel.as_str())

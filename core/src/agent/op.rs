@@ -236,12 +236,13 @@ impl OpRun {
                     return Err(err(
                         ErrorKind::Conflict,
                         format!(
-                            "kernel {kernel} was shut down after a spawn with nonce {}; a spawn of a new daemon needs a new nonce",
+                            "kernel {kernel} was shut down, or re-spawned, after a spawn with nonce {}; a spawn of a new daemon needs a new nonce",
                             config.nonce
                         ),
                     ));
                 }
-                let (identity, fresh) = spawn(os, &self.layout.kernel(&kernel), &config)?;
+                let shut = self.layout.shut(&kernel);
+                let (identity, fresh) = spawn(os, &self.layout.kernel(&kernel), &config, &shut)?;
                 self.reply(Reply::Spawned { identity, fresh })
             }
             Op::Submit {
@@ -492,6 +493,7 @@ fn spawn(
     os: &mut dyn Os,
     k: &KernelLayout,
     config: &KernelConfig,
+    shut: &str,
 ) -> Result<(Identity, bool), AgentError> {
     if config.lang == Lang::Python && !os.has_program("python3") {
         return Err(err(
@@ -510,6 +512,17 @@ fn spawn(
                 identity.pid
             ),
         ));
+    }
+    // The dead daemon's nonce is retired with it: its client moved on to
+    // this one and never spawns under it again, so a copy of its spawn
+    // that arrives late (held by the network, or read by a channel after
+    // the client's one-shot retry) is stale and must start nothing,
+    // however this kernel ends (its shutdown records only the new nonce;
+    // sandbox_replaced seed 103926). Best effort, as in a shutdown.
+    if let Ok(Some(old)) = read_json::<KernelConfig>(os, &k.config()) {
+        if old.nonce != config.nonce {
+            let _ = kernel::record_shut(os, shut, &old.nonce);
+        }
     }
     // A fresh daemon starts from a fresh state: the old one's is lost.
     os.remove_all(&k.state_dir())

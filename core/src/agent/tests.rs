@@ -1830,3 +1830,44 @@ fn a_shutdown_that_arrives_after_its_kernel_was_spawned_again_leaves_the_new_dae
     assert!(!os.procs.contains_key(&50));
     assert!(!os.exists("/r/kernels/k"));
 }
+
+#[test]
+fn a_late_spawn_of_a_replaced_daemon_starts_nothing_after_the_shutdown() {
+    // sandbox_replaced seed 103926: the daemon of nonce n1 exited (idle),
+    // the client found it dead and spawned n2, then shut n2 down; a copy
+    // of n1's spawn the channel held ran after that and started a daemon
+    // whose files outlived the run (the shutdown had recorded only n2).
+    let mut os = FakeOs::new();
+    let first = op_to_end(&mut os, spawn_op("n1"));
+    assert!(first.error.is_none(), "{first:?}");
+    os.procs.remove(&50);
+    let second = op_to_end(&mut os, spawn_op("n2"));
+    assert!(second.error.is_none(), "{second:?}");
+    assert!(os.procs.contains_key(&50), "n2's daemon");
+    let shut = op_to_end(
+        &mut os,
+        crate::protocol::Op::Shutdown {
+            kernel: KernelName::new("k").unwrap(),
+            nonce: Some("n2".into()),
+        },
+    );
+    assert!(shut.error.is_none(), "{shut:?}");
+    assert!(!os.exists("/r/kernels/k"));
+    let late = op_to_end(&mut os, spawn_op("n1"));
+    let error = late.error.expect("the replaced daemon's spawn is refused");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
+    assert!(!os.procs.contains_key(&50));
+    assert!(!os.exists("/r/kernels/k"));
+}
+
+#[test]
+fn a_retried_spawn_of_a_dead_daemon_under_its_own_nonce_still_starts_one() {
+    // Only a replaced nonce is retired: a spawn retried under the nonce of
+    // the daemon that died (its reply was lost, say) starts it again.
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    os.procs.remove(&50);
+    let again = op_to_end(&mut os, spawn_op("n1"));
+    assert!(again.error.is_none(), "{again:?}");
+    assert!(os.procs.contains_key(&50));
+}
