@@ -13,6 +13,7 @@
 
 pub mod cell;
 pub mod interp;
+pub mod orphans;
 
 use super::calls::CallDesk;
 use super::journal::{JournalWriter, DEFAULT_CAP};

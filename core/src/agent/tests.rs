@@ -1871,3 +1871,53 @@ fn a_retried_spawn_of_a_dead_daemon_under_its_own_nonce_still_starts_one() {
     assert!(again.error.is_none(), "{again:?}");
     assert!(os.procs.contains_key(&50));
 }
+
+#[test]
+fn a_shim_keeps_what_was_reparented_to_it_for_after_the_shim_and_the_daemon() {
+    // shim_killed_escapes seed 102038, no cgroup: the cell's `setsid env
+    // -i` daemon (no marker, its own session) comes back to the shim (a
+    // subreaper) when its parent exits. The kernel daemon is killed, then
+    // the shim: the orphan goes to PID 1, and only the shim's record still
+    // names it for shutdown.
+    use super::shim::cell::{CellShim, ShimStep};
+    use super::shim::orphans::ORPHAN_LOOK;
+    let mut os = FakeOs::new();
+    let mut shim = CellShim::new(shell_launch(&mut os));
+    let ShimStep::MakeCgroup { .. } = shim.poll_step(&mut os) else {
+        panic!("the cgroup comes first")
+    };
+    assert!(!shim.handle_cgroup(&mut os, None));
+    let ShimStep::Start { .. } = shim.poll_step(&mut os) else {
+        panic!("then the main process")
+    };
+    os.add(proc_(70, 10, 70));
+    shim.handle_started(&mut os, Ok((70, 170)));
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Pump);
+    assert!(
+        !os.files.keys().any(|f| f.contains("/leftovers/")),
+        "the main process is no orphan"
+    );
+    // Reparented to the shim between two looks: recorded at the next.
+    os.add(proc_(72, 10, 72));
+    os.now = 50;
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Pump);
+    let record = "/k/leftovers/orphan-72.json";
+    assert!(!os.files.contains_key(record), "looks are paced");
+    os.now = ORPHAN_LOOK.as_millis() as u64;
+    assert_eq!(shim.poll_step(&mut os), ShimStep::Pump);
+    assert!(os.files.contains_key(record));
+    assert!(shim.orphans().kept(72, 172));
+    // The shim is killed (the daemon was already): 72 goes to PID 1, and a
+    // shutdown, an op, still finds it; the main process is the cell's
+    // group's (found by the journal's `started`).
+    os.procs.remove(&10);
+    os.procs.get_mut(&72).unwrap().ppid = 1;
+    os.procs.get_mut(&70).unwrap().ppid = 1;
+    os.me = 99;
+    os.add(proc_(99, 1, 99));
+    let k = KernelLayout::new("/k");
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    let set = super::op::kernel_processes(&os, &table, &k, &protected);
+    assert!(set.contains(&72), "{set:?}");
+}

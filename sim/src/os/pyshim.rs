@@ -61,8 +61,14 @@ impl PyShimRun {
     pub(super) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
         let pipes = self.reading().into_iter().map(|(id, _)| id);
         let lingering = self.machine.lingering();
+        let look = os.orphan_look_due(pid, self.machine.interpreter(), self.machine.orphans());
         os.shim_due(pid, self.start_at, pipes.chain(self.reports()), lingering)
-            .or_else(|| self.machine.poll_timeout(os))
+            .or_else(|| {
+                [self.machine.poll_timeout(os), look]
+                    .into_iter()
+                    .flatten()
+                    .min()
+            })
     }
 }
 

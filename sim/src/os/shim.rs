@@ -12,6 +12,7 @@ use super::pyshim::PyShimRun;
 use super::SimOs;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tether_core::agent::shim::orphans::OrphanRecords;
 use tether_core::agent::shim::PUMP_MS;
 use tether_core::agent::{CellLaunch, CellShim, ExitStatus as CoreExit, Os, Pid, ShimStep};
 use tether_core::protocol::{Lang, Stream};
@@ -108,10 +109,11 @@ impl ShimRun {
             let calls = format!("{}/calls", self.cell_dir().trim_end_matches('/'));
             os.list_dir(&calls).is_ok_and(|names| !names.is_empty())
         });
-        match (self.machine.poll_timeout(os.now), tick) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let look = os.orphan_look_due(pid, self.machine.main_pid(), self.machine.orphans());
+        [self.machine.poll_timeout(os.now), tick, look]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 
@@ -256,6 +258,26 @@ impl SimOs {
             || pipes.any(|id| self.pipe_has_news(id))
             || (lingering && self.children_of(pid).is_empty());
         due.then_some(self.now)
+    }
+
+    /// When the shim `pid` next looks for processes reparented to it
+    /// ([`OrphanRecords::look`], paced like the real shim's): only while
+    /// a live child other than `main` is not recorded yet (a look would
+    /// find nothing new otherwise, and waking for it costs the run).
+    pub(crate) fn orphan_look_due(
+        &self,
+        pid: Pid,
+        main: Option<Pid>,
+        orphans: &OrphanRecords,
+    ) -> Option<Timestamp> {
+        let unrecorded = self.procs.values().any(|c| {
+            c.ppid == pid
+                && c.pid != pid
+                && c.alive()
+                && Some(c.pid) != main
+                && !orphans.kept(c.pid, c.starttime)
+        });
+        unrecorded.then(|| orphans.next_look().max(self.now))
     }
 
     /// Reads what each of `pipes` holds and hands it to `f` (`None`: the

@@ -23,6 +23,7 @@
 //! background job never writes to a closed pipe; then the cgroup goes (if
 //! empty) and [`ShimStep::Exit`].
 
+use super::orphans::OrphanRecords;
 use super::{complete, ExitStatus, ShimCore, DEFAULT_DRAIN, JOURNAL_RETRY};
 use crate::agent::background::BackgroundLog;
 use crate::agent::layout::KernelLayout;
@@ -105,6 +106,8 @@ pub struct CellShim {
     log: BackgroundLog,
     /// When the journal is written again ([`Phase::Flush`]).
     retry_at: Timestamp,
+    /// The processes reparented to the shim, kept on disk.
+    orphans: OrphanRecords,
 }
 
 fn index(stream: Stream) -> usize {
@@ -129,6 +132,7 @@ impl CellShim {
             drain: DEFAULT_DRAIN,
             log,
             retry_at: Timestamp::ZERO,
+            orphans: OrphanRecords::default(),
         }
     }
 
@@ -140,6 +144,13 @@ impl CellShim {
     /// The main process, once started.
     pub fn main_pid(&self) -> Option<Pid> {
         self.main
+    }
+
+    /// Its records of the processes reparented to it: a driver that
+    /// wakes the shim only when there is news wakes it for a look when a
+    /// child other than the main process is not recorded yet.
+    pub fn orphans(&self) -> &OrphanRecords {
+        &self.orphans
     }
 
     /// Does the shim still read `stream`'s pipe (it has not reached EOF,
@@ -217,6 +228,7 @@ impl CellShim {
                             // call's caller at its deadline; the cell goes on.
                             let _ = core.tick_calls(os);
                         }
+                        self.orphans.look(os, &self.launch.kernel_dir, self.main);
                         return ShimStep::Pump;
                     }
                     self.phase = Phase::FinalRead;
@@ -237,7 +249,10 @@ impl CellShim {
                 Phase::Linger if self.core.as_ref().is_some_and(ShimCore::has_unwritten) => {
                     self.phase = Phase::Flush;
                 }
-                Phase::Linger => return ShimStep::Linger,
+                Phase::Linger => {
+                    self.orphans.look(os, &self.launch.kernel_dir, self.main);
+                    return ShimStep::Linger;
+                }
                 Phase::Exit(code) => return ShimStep::Exit(code),
             }
         }

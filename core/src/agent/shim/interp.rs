@@ -24,6 +24,7 @@
 //! shim closes its input ([`InterpStep::CloseInput`]) and lingers, still
 //! reading stdout/stderr into the background log, until its tree is empty.
 
+use super::orphans::OrphanRecords;
 use super::{ExitStatus, ShimCore, JOURNAL_RETRY};
 use crate::agent::background::BackgroundLog;
 use crate::agent::layout::KernelLayout;
@@ -159,6 +160,9 @@ pub struct InterpShim {
     /// When those are written again.
     flush_at: Timestamp,
     log: BackgroundLog,
+    /// The processes reparented to the shim (what the interpreter's cells
+    /// left), kept on disk.
+    orphans: OrphanRecords,
 }
 
 fn index(stream: Stream) -> usize {
@@ -205,6 +209,7 @@ impl InterpShim {
             untold_end: None,
             flush_at: Timestamp::ZERO,
             log,
+            orphans: OrphanRecords::default(),
         }
     }
 
@@ -216,6 +221,12 @@ impl InterpShim {
     /// The interpreter, once started.
     pub fn interpreter(&self) -> Option<Pid> {
         self.py.map(|(pid, _)| pid)
+    }
+
+    /// Its records of the processes reparented to it (see
+    /// [`super::cell::CellShim::orphans`]).
+    pub fn orphans(&self) -> &OrphanRecords {
+        &self.orphans
     }
 
     /// Does the shim still read `stream`'s pipe?
@@ -304,6 +315,10 @@ impl InterpShim {
     /// The next step.
     pub fn poll_step(&mut self, os: &mut dyn Os) -> InterpStep {
         self.flush_ended(os);
+        if matches!(self.phase, Phase::Run | Phase::Linger) {
+            let interpreter = self.interpreter();
+            self.orphans.look(os, self.kernel.dir(), interpreter);
+        }
         loop {
             match self.phase {
                 Phase::Begin => {
