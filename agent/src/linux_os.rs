@@ -174,6 +174,15 @@ impl Os for LinuxOs {
         procfs::processes()
     }
 
+    fn children(&self, pid: Pid) -> Vec<ProcInfo> {
+        procfs::children(pid).unwrap_or_else(|| {
+            self.processes()
+                .into_iter()
+                .filter(|p| p.ppid == pid && p.pid != pid && !p.zombie)
+                .collect()
+        })
+    }
+
     fn has_env(&self, pid: Pid, name: &str, value: &str) -> bool {
         procfs::has_env(pid, name, value)
     }

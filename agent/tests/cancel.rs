@@ -506,3 +506,62 @@ fn shutdown_after_ack_kills_what_the_cgroup_holds_and_removes_it() {
     );
     assert!(!Path::new(&group).exists(), "{group} was left behind");
 }
+
+/// A cell's `setsid env -i` daemon (no marker, its own session) comes
+/// back to the cell's shim, a subreaper, when its parent exits. The
+/// kernel daemon is killed -9, then the shim: the daemon goes to PID 1,
+/// and without a cgroup nothing but the shim's record of what was
+/// reparented to it (`leftovers/orphan-<pid>.json`) still names it;
+/// shutdown ends it (shim_killed_escapes seed 102038 in the simulation).
+#[test]
+fn shutdown_ends_a_daemon_reparented_to_a_shim_killed_after_its_kernel_daemon() {
+    let mut r = Root::new();
+    r.spawn("a");
+    let scratch = r.file("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(
+        scratch.join("ignore.sh"),
+        "trap '' TERM\necho $$ >> \"$1\"\nwhile :; do sleep 1; done\n",
+    )
+    .unwrap();
+    let pids = r.file("pids");
+    let (p, s) = (pids.display(), scratch.display());
+    let code = format!(
+        "setsid env -i /bin/sh -c '/bin/sh {s}/ignore.sh {p} & exit 0' </dev/null >/dev/null 2>&1 & while :; do sleep 1; done"
+    );
+    r.submit("a", 1, code.as_bytes(), 0);
+    assert!(
+        eventually(Duration::from_secs(20), || pids_in(&pids).len() == 1),
+        "the cell never started its daemon"
+    );
+    let escaped = pids_in(&pids)[0];
+    let record = r
+        .path()
+        .join(format!("kernels/a/leftovers/orphan-{escaped}.json"));
+    assert!(
+        eventually(Duration::from_secs(10), || record.exists()),
+        "the shim never recorded {escaped}"
+    );
+    let identity: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(r.path().join("kernels/a/identity.json")).unwrap())
+            .unwrap();
+    let launch: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(r.path().join("kernels/a/cells/1/launch.json")).unwrap(),
+    )
+    .unwrap();
+    for pid in [&identity["pid"], &launch["shim_pid"]] {
+        let pid = pid.as_u64().unwrap().to_string();
+        assert!(std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(alive(escaped), "nothing ended it yet");
+    r.op(json!({"shutdown": {"kernel": "a"}}));
+    assert!(
+        eventually(Duration::from_secs(20), || !alive(escaped)),
+        "shutdown left {escaped} alive"
+    );
+}

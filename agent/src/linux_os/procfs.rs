@@ -125,6 +125,34 @@ pub(crate) fn processes() -> Vec<ProcInfo> {
     all
 }
 
+/// The live children of `pid` from `/proc/PID/task/*/children` (every
+/// thread's: an orphan is reparented to some live thread of a subreaper),
+/// sorted; `None` where the kernel does not list them
+/// (`CONFIG_PROC_CHILDREN` off) or `pid` is gone: the caller scans then.
+pub(crate) fn children(pid: Pid) -> Option<Vec<ProcInfo>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut kids: Vec<ProcInfo> = Vec::new();
+    let mut listed = false;
+    for task in tasks.filter_map(|t| t.ok()) {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        listed = true;
+        kids.extend(
+            list.split_ascii_whitespace()
+                .filter_map(|n| n.parse::<Pid>().ok())
+                .filter_map(process)
+                .filter(|p| p.ppid == pid && !p.zombie),
+        );
+    }
+    if !listed {
+        return None;
+    }
+    kids.sort();
+    kids.dedup_by_key(|p| p.pid);
+    Some(kids)
+}
+
 /// The NUL-separated strings of `/proc/PID/<file>`; empty when unreadable
 /// (gone, a zombie, or not ours to read).
 /// The trailing NUL of the last string is dropped, so `a\0\0` is `["a", ""]`

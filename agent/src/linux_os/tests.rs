@@ -205,6 +205,45 @@ fn processes_see_a_child_then_its_zombie_then_nothing() {
     assert!(!os.processes().iter().any(|p| p.pid == pid));
 }
 
+#[test]
+fn children_lists_a_child_of_any_thread_and_not_its_zombie() {
+    // A test runs on a thread of its own: the child is that thread's, and
+    // `children` reads every thread's list.
+    let os = LinuxOs::new();
+    let me = std::process::id();
+    let child = spawn_retrying(Command::new("sleep").arg("60")).unwrap();
+    let pid = child.id();
+    let guard = own(child);
+    let kids = os.children(me);
+    assert!(
+        kids.iter().any(|p| p.pid == pid && p.ppid == me),
+        "{kids:?}"
+    );
+    assert!(
+        kids.windows(2).all(|w| w[0].pid < w[1].pid),
+        "sorted by pid"
+    );
+    // The kernel's lists where it keeps them (CONFIG_PROC_CHILDREN), the
+    // scan else: the same answer.
+    if let Some(direct) = procfs::children(me) {
+        assert!(direct.iter().any(|p| p.pid == pid));
+    }
+    let scanned: Vec<ProcInfo> = os
+        .processes()
+        .into_iter()
+        .filter(|p| p.ppid == me && !p.zombie)
+        .collect();
+    assert!(scanned.iter().any(|p| p.pid == pid));
+    rustix::process::kill_process(raw(pid), rustix::process::Signal::KILL).unwrap();
+    wait_exited_keep_zombie(pid);
+    assert!(
+        !os.children(me).iter().any(|p| p.pid == pid),
+        "a zombie is no live child"
+    );
+    reap(pid);
+    std::mem::forget(guard);
+}
+
 /// Starts `sh -c 'echo ready; sleep 60; :'` (through `prefix`, e.g.
 /// `env -i`) in its own group, with `env` added, and waits for "ready":
 /// from then on the pid is that shell.

@@ -117,6 +117,16 @@ pub trait Os {
     fn process(&self, pid: Pid) -> Option<ProcInfo>;
     /// Every process, sorted by pid.
     fn processes(&self) -> Vec<ProcInfo>;
+    /// The live children of `pid`, sorted by pid. The default scans every
+    /// process; an OS that lists a process's children directly (Linux's
+    /// `/proc/PID/task/TID/children`) answers without the scan, which a
+    /// shim's paced look at what was reparented to it makes often.
+    fn children(&self, pid: Pid) -> Vec<ProcInfo> {
+        self.processes()
+            .into_iter()
+            .filter(|p| p.ppid == pid && p.pid != pid && !p.zombie)
+            .collect()
+    }
     /// Does the process's environment hold `name=value`?
     fn has_env(&self, pid: Pid, name: &str, value: &str) -> bool;
     /// The value of `name` in the process's environment (as `has_env`

@@ -13,9 +13,9 @@
 //! killed at 272 ms, the shim at 500 ms, the env -i daemon left running
 //! after shutdown).
 //!
-//! The look is a scan of the process table, so it is paced, not done at
-//! every pump: an orphan reparented and its shim killed within one
-//! [`ORPHAN_LOOK`] is still lost (with cgroups its cgroup holds it).
+//! The look ([`Os::children`]) is paced, not done at every pump: an
+//! orphan reparented and its shim killed within one [`ORPHAN_LOOK`] is
+//! still lost (with cgroups its cgroup holds it).
 
 use crate::agent::kernel::{to_json, LaunchRecord};
 use crate::agent::layout::KernelLayout;
@@ -57,11 +57,10 @@ impl OrphanRecords {
             return;
         }
         self.next_look = now + ORPHAN_LOOK;
-        let me = os.self_pid();
         let new: Vec<(Pid, u64)> = os
-            .processes()
+            .children(os.self_pid())
             .into_iter()
-            .filter(|p| p.ppid == me && p.pid != me && !p.zombie && Some(p.pid) != main)
+            .filter(|p| !p.zombie && Some(p.pid) != main)
             .map(|p| (p.pid, p.starttime))
             .filter(|c| !self.kept.contains(c))
             .collect();
