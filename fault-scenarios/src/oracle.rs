@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use tether_core::agent::daemon::SHIM_DIED;
 use tether_core::agent::python;
+use tether_core::agent::tombstone::STOPPED;
 use tether_core::protocol::CellOutcome;
 use tether_core::protocol::Lang;
 
@@ -560,7 +561,8 @@ pub enum Violation {
         detail: String,
     },
     /// A kernel's daemon got SIGTERM and processes of the kernel (shims,
-    /// the interpreter, cell processes) outlived its stop.
+    /// the interpreter, cell processes) outlived its stop, or the stopped
+    /// daemon exited leaving a cell of the kernel unresolved.
     StopSurvivor {
         /// The kernel, when, and what still ran.
         detail: String,
@@ -808,7 +810,7 @@ impl fmt::Display for Violation {
             Violation::Expectation { detail } => write!(f, "expectation failed: {detail}"),
             Violation::Harness { detail } => write!(f, "harness: {detail}"),
             Violation::StopSurvivor { detail } => {
-                write!(f, "a stopped kernel left processes running: {detail}")
+                write!(f, "a stopped kernel left processes running or a cell open: {detail}")
             }
             Violation::ReapedBusyKernel {
                 kernel,
@@ -1385,14 +1387,18 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
         CellOutcome::Error { message } => Some(message),
         _ => None,
     };
-    // Ended by the agent: a cancel, a timeout, or a shim killed from
-    // outside (the daemon ends the cell as a cancel does before it
-    // resolves it). Each resolves only once the cell's processes are gone.
+    // Ended by the agent: a cancel, a timeout, a shim killed from outside
+    // (the daemon ends the cell as a cancel does before it resolves it), or
+    // its kernel's stop (a daemon that got SIGTERM resolves its unfinished
+    // cells once its exit sweep is over). Each resolves only once the
+    // cell's processes are gone.
     let stopped = match &cell.outcome {
         Some(CellOutcome::Cancelled) => cell.cancel_requested,
         Some(CellOutcome::TimedOut) => true,
         Some(CellOutcome::Error { message }) => {
-            *message == SHIM_DIED || Some(message) == python_shim_died.as_ref()
+            *message == SHIM_DIED
+                || *message == STOPPED
+                || Some(message) == python_shim_died.as_ref()
         }
         _ => false,
     };
@@ -1626,6 +1632,27 @@ mod tests {
             finished: true,
             ..Observations::default()
         }
+    }
+
+    #[test]
+    fn a_cell_resolved_by_its_kernels_stop_while_a_process_of_it_ran_is_early() {
+        let mut o = good();
+        o.cells[0].outcome = Some(CellOutcome::Error {
+            message: STOPPED.into(),
+        });
+        let early = |o: &Observations| {
+            check(o)
+                .iter()
+                .filter(|v| v.kind() == "cancel_resolved_early")
+                .count()
+        };
+        assert_eq!(early(&o), 0);
+        o.cells[0].truth.died_after_resolution = Some(900);
+        assert_eq!(early(&o), 1);
+        o.cells[0].outcome = Some(CellOutcome::Error {
+            message: "some other error".into(),
+        });
+        assert_eq!(early(&o), 0);
     }
 
     #[test]

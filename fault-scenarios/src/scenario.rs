@@ -438,7 +438,10 @@ fn background_log(all_faults: Vec<Family>) -> Scenario {
 /// the daemon ends the cell as a cancel does, and where there is no
 /// cgroup (half the swarmed worlds) the only trace of the `env -i`
 /// daemon is that it came back to the kernel daemon (a subreaper) when
-/// the shim died. Nothing of the cell may survive its resolution.
+/// the shim died. Nothing of the cell may survive its resolution. The
+/// cell ignores TERM (its daemons inherit that), so only the KILL ends
+/// them, and the oracle sees whether it waited for the grace period
+/// (`kill_before_grace`), as a cancel's must.
 fn shim_killed_escapes() -> Scenario {
     Scenario {
         name: "shim_killed_escapes",
@@ -452,6 +455,7 @@ fn shim_killed_escapes() -> Scenario {
                     "orphaned",
                     vec![
                         print("start\n"),
+                        Step::IgnoreTerm,
                         Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
                         Step::EnvIDaemon { sleep_ms: 600_000 },
                         Step::Sleep { ms: 3_000 },
@@ -462,6 +466,46 @@ fn shim_killed_escapes() -> Scenario {
             Action::Run(cell("after", vec![print("after\n")], Expect::Ok)),
         ],
         fixed: fixed(vec![(500, FaultKind::KillShim)]),
+        space: space(network()),
+        init_reaps: true,
+        fails_open: false,
+    }
+}
+
+/// The kernel daemon and then the cell's shim are killed while the cell
+/// and a setsid daemon it left run on, both ignoring TERM: the next
+/// daemon of the kernel adopts the cell (its shim and daemon gone) and
+/// ends what it left as a cancel does, TERM and, only once the grace
+/// period has passed, KILL (`kill_before_grace` judges the adopted
+/// cell's escalation as it judges a cancel's). Nothing of the cell may
+/// survive, and the next cell runs.
+fn daemon_shim_killed() -> Scenario {
+    Scenario {
+        name: "daemon_shim_killed",
+        about: "the kernel daemon, then the shim of a cell that ignores TERM and left a setsid daemon, are killed: the next daemon adopts the cell, ends its processes (KILL only after the grace) and runs the next cell",
+        script: vec![
+            Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
+            // No expectation: a long-poll may outlast the cell (ok), a
+            // short one finds the kernel gone.
+            Action::Run(CellSpec {
+                expect: None,
+                ..cell(
+                    "orphaned",
+                    vec![
+                        print("start\n"),
+                        Step::IgnoreTerm,
+                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+                        Step::Sleep { ms: 3_000 },
+                    ],
+                    Expect::Unknown,
+                )
+            }),
+            Action::Run(cell("after", vec![print("after\n")], Expect::Ok)),
+        ],
+        fixed: fixed(vec![
+            (1_000, FaultKind::KillDaemon),
+            (1_200, FaultKind::KillShim),
+        ]),
         space: space(network()),
         init_reaps: true,
         fails_open: false,
@@ -484,7 +528,10 @@ fn daemon_termed() -> Scenario {
                 expect: None,
                 ..cell(
                     "during",
-                    vec![print("a\n"), Step::Sleep { ms: 3_000 }],
+                    // It ignores TERM: the stop ends it only by its exit
+                    // sweep's KILL after the grace period, a sweep that
+                    // takes more than one tick.
+                    vec![print("a\n"), Step::IgnoreTerm, Step::Sleep { ms: 3_000 }],
                     Expect::Unknown,
                 )
             }),
@@ -600,9 +647,15 @@ pub fn all() -> Vec<Scenario> {
         Expect::Cancelled,
     );
     sh_cancelled.cancel_after_ms = Some(500);
+    // It ignores TERM: only the timeout's KILL ends it, which must wait
+    // for the grace period (`kill_before_grace`), as a cancel's.
     let mut slow = cell(
         "slow",
-        vec![print("tick\n"), Step::Sleep { ms: 60_000 }],
+        vec![
+            print("tick\n"),
+            Step::IgnoreTerm,
+            Step::Sleep { ms: 60_000 },
+        ],
         Expect::TimedOut,
     );
     slow.timeout_ms = Some(1_000);
@@ -962,7 +1015,7 @@ pub fn all() -> Vec<Scenario> {
         },
     ]
     .into_iter()
-    .chain([shim_killed_escapes(), daemon_termed()])
+    .chain([shim_killed_escapes(), daemon_shim_killed(), daemon_termed()])
     .chain([background_log(all_faults.clone())])
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
     .chain(client_knobs(all_faults))

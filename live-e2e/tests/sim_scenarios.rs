@@ -102,6 +102,7 @@ live! {
     local_background_log: "background_log" on "local";
     local_shim_killed_escapes: "shim_killed_escapes" on "local";
     local_daemon_termed: "daemon_termed" on "local";
+    local_daemon_shim_killed: "daemon_shim_killed" on "local";
     docker_happy: "happy" on "docker";
     docker_reply_lost: "reply_lost" on "docker";
     docker_cancel_escapes: "cancel_escapes" on "docker";

@@ -2,7 +2,9 @@
 //! escalation.rs`), each proved on a real run (the client, the daemon's
 //! logic and the shims on the simulated OS) of a planted bug, and silent
 //! on the product: a cancel's KILL waits for the grace period after its
-//! TERM; a daemon that caught SIGTERM starts no cell after it.
+//! TERM, and so does the escalation of a cell whose shim died or that a
+//! new daemon adopted; a daemon that caught SIGTERM starts no cell after
+//! it, and leaves none open when it exits.
 
 use tether_sim::faults::FaultSchedule;
 use tether_sim::scenario;
@@ -44,6 +46,48 @@ fn a_cancel_that_kills_on_the_tick_after_its_term_is_caught() {
         let (violations, trace) = run(scenario, cgroups, 1_000, "[]", "kill-before-grace");
         assert!(early_kills(&violations) > 0, "{violations:?}\n{trace}");
         let (violations, trace) = run(scenario, cgroups, 1_000, "[]", "real");
+        assert_eq!(violations, Vec::<String>::new(), "{trace}");
+    }
+}
+
+#[test]
+fn a_dead_shims_or_an_adopted_cells_escalation_that_kills_at_once_is_caught() {
+    // Each cell ignores TERM, and so does the setsid daemon it left: only
+    // the KILL ends them. `shim_killed_escapes`: the cell's shim is killed
+    // (its daemon ends the cell); `daemon_shim_killed`: the daemon, then
+    // the shim are killed (the next daemon adopts the cell and ends it).
+    let shim = r#"[{"at_ms":500,"kind":"kill_shim"}]"#;
+    let both = r#"[{"at_ms":1000,"kind":"kill_daemon"},{"at_ms":1200,"kind":"kill_shim"}]"#;
+    for (scenario, schedule) in [("shim_killed_escapes", shim), ("daemon_shim_killed", both)] {
+        for cgroups in [true, false] {
+            let (violations, trace) = run(scenario, cgroups, 1_000, schedule, "kill-before-grace");
+            assert!(early_kills(&violations) > 0, "{violations:?}\n{trace}");
+            let (violations, trace) = run(scenario, cgroups, 1_000, schedule, "real");
+            assert_eq!(violations, Vec::<String>::new(), "{trace}");
+        }
+    }
+}
+
+#[test]
+fn a_stopped_daemon_that_exits_leaving_its_cell_open_is_caught() {
+    // `during` ignores TERM: the stop ends it by its exit sweep's KILL.
+    // The planted daemon exits at the TERM, its cells dropped unresolved.
+    let schedule = r#"[{"at_ms":1000,"kind":"term_daemon"}]"#;
+    for cgroups in [true, false] {
+        let (violations, trace) = run(
+            "daemon_termed",
+            cgroups,
+            1_000,
+            schedule,
+            "daemon-exits-at-term",
+        );
+        assert!(
+            violations
+                .iter()
+                .any(|v| v.starts_with("a stopped kernel left") && v.contains("cell 2 open")),
+            "{violations:?}\n{trace}"
+        );
+        let (violations, trace) = run("daemon_termed", cgroups, 1_000, schedule, "real");
         assert_eq!(violations, Vec::<String>::new(), "{trace}");
     }
 }

@@ -9,7 +9,9 @@
 //! period and a stated slack have passed (frozen time not counted),
 //! whichever comes first: whatever still runs then was left behind,
 //! orphaned ([`Sandbox::term_survivors`]). A daemon killed during its stop
-//! (a fault) is excused: what it owned is orphaned by the kill.
+//! (a fault) is excused: what it owned is orphaned by the kill. A stopped
+//! daemon that exits must also leave no cell of its kernel open (its last
+//! act resolves them with the stop), unless a write was refused.
 
 use super::Sandbox;
 use crate::os::{ProcView, Role};
@@ -203,6 +205,19 @@ impl Sandbox {
     /// left nothing running.
     pub(super) fn stopped_daemon_exited(&mut self, kernel_dir: &str, now_ms: u64) {
         self.check_stops(now_ms, |c| same_dir(&c.kernel_dir, kernel_dir));
+        // A stop's last act resolves every cell of the kernel that did not
+        // finish, with the stop as its error: a cell left open would be
+        // taken (and run) by the next daemon of that directory, or resolved
+        // with another reason. A refused write (a full disk) may leave one
+        // open: the journal could not be closed.
+        if self.os.refused_writes() == 0 {
+            for seq in self.unfinished_cells(kernel_dir) {
+                self.term_survivors.push(format!(
+                    "kernel {}'s stopped daemon exited at {now_ms} ms leaving its cell {seq} open (submitted, not done)",
+                    super::kernel_name(kernel_dir)
+                ));
+            }
+        }
     }
 
     /// A fault killed the daemon of `kernel_dir`: its stop never ends.
