@@ -1281,7 +1281,16 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
         if !cell.shell_state_lost {
             continue;
         }
-        let end = cell.ended_ms.unwrap_or(u64::MAX);
+        // A cell resolved by a resume got its last word when the resume
+        // ended it, after its `run_cell` returned: a loss reported then
+        // accounts for it too (reaper 101507: `a_read` written off in a
+        // long hold, its daemon's idle exit took its output, and the
+        // resume reported the state lost).
+        let end = if cell.resolved_by_resume {
+            u64::MAX
+        } else {
+            cell.ended_ms.unwrap_or(u64::MAX)
+        };
         let kernel = kernel_of(cell);
         // A cell with no key never got a kernel: it may be this one's.
         let earlier: Vec<&CellObs> = obs.cells[..i]
