@@ -542,6 +542,13 @@ impl Daemon {
                 // settled, so its escalation does not end it and neither
                 // the client nor the idle exit takes it for resolved.
                 let mut journal = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP);
+                if !os.exists(&cell.submission()) {
+                    // Acked between this tick's first look and the journal
+                    // read (an ack removes the submission before the
+                    // journal): the shim finished it, the client read it.
+                    t.done = true;
+                    continue;
+                }
                 if let Some(w) = journal.as_mut().ok().filter(|w| w.is_done()) {
                     // The shim died after the journal's `done` and before
                     // its flag: the cell resolved (its leftovers may run

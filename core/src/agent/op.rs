@@ -788,6 +788,11 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
         os.write_atomic(&format!("{dir}/{seq}.json"), &to_json(&record))
             .map_err(|e| io("keeping the leftovers' launch record", e))?;
     }
+    // The submission goes first: a daemon that finds the journal gone
+    // then finds the submission gone too, and takes the cell for acked
+    // rather than for a cell whose shim died before writing anything.
+    os.remove_all(&cell.submission())
+        .map_err(|e| io("removing the cell's submission", e))?;
     os.remove_all(cell.dir())
         .map_err(|e| io("removing the cell", e))
 }
