@@ -6,7 +6,7 @@
 //! `.tether-tmp.<name>.<pid>.<n>`; [`list_dir`] leaves them out, so a
 //! listing shows only finished files (as the simulated OS does).
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -47,9 +47,9 @@ fn tmp_path_for(path: &Path) -> io::Result<PathBuf> {
     Ok(path.with_file_name(tmp))
 }
 
-/// Writes `data` into a new temporary file beside `path` (mode 0600),
-/// optionally synced. Returns its path; the caller renames or links it.
-fn write_tmp(path: &Path, data: &[u8], sync: bool) -> io::Result<PathBuf> {
+/// Writes `data` into a new temporary file beside `path` (mode 0600).
+/// Returns its path; the caller renames or links it.
+fn write_tmp(path: &Path, data: &[u8]) -> io::Result<PathBuf> {
     let tmp = tmp_path_for(path)?;
     let result = (|| {
         let mut file = OpenOptions::new()
@@ -57,11 +57,7 @@ fn write_tmp(path: &Path, data: &[u8], sync: bool) -> io::Result<PathBuf> {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        file.write_all(data)?;
-        if sync {
-            file.sync_all()?;
-        }
-        Ok(())
+        file.write_all(data)
     })();
     match result {
         Ok(()) => Ok(tmp),
@@ -81,7 +77,7 @@ fn write_tmp(path: &Path, data: &[u8], sync: bool) -> io::Result<PathBuf> {
 /// `O_EXCL` create.
 pub(crate) fn create_new(path: &str, data: &[u8]) -> Result<(), OsError> {
     let target = Path::new(path);
-    let tmp = write_tmp(target, data, false).map_err(|e| os_error("create", path, &e))?;
+    let tmp = write_tmp(target, data).map_err(|e| os_error("create", path, &e))?;
     let linked = fs::hard_link(&tmp, target);
     let _ = fs::remove_file(&tmp);
     match linked {
@@ -112,22 +108,23 @@ fn create_new_excl(path: &Path, data: &[u8]) -> io::Result<()> {
 }
 
 /// Replaces `path` atomically: temporary file in the same directory,
-/// fsync, rename. Readers see the old or the new contents, never a mix.
+/// rename. Readers see the old or the new contents, never a mix, and the
+/// death of any process (the writer's included) leaves one or the other.
+///
+/// No fsync: the sandbox's state is as durable as its page cache, which
+/// outlives every process and a container's restart; what would need a
+/// sync is a crash of the sandbox's own kernel, which ends every kernel's
+/// processes and so their state anyway (and the journal's appends, the
+/// record that decides what ran, were never synced). On a container whose
+/// storage is fuse-overlayfs each sync cost 1-20 ms, 8 per warm cell
+/// (README, Benchmarks).
 pub(crate) fn write_atomic(path: &str, data: &[u8]) -> Result<(), OsError> {
     let target = Path::new(path);
-    let tmp = write_tmp(target, data, true).map_err(|e| os_error("write", path, &e))?;
+    let tmp = write_tmp(target, data).map_err(|e| os_error("write", path, &e))?;
     fs::rename(&tmp, target).map_err(|e| {
         let _ = fs::remove_file(&tmp);
         os_error("rename into", path, &e)
-    })?;
-    // Make the rename itself durable; a directory that cannot be opened or
-    // synced (some file systems) does not undo a completed rename.
-    if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(dir) = File::open(dir) {
-            let _ = dir.sync_all();
-        }
-    }
-    Ok(())
+    })
 }
 
 /// Appends `data` with one `O_APPEND` write, so lines appended by several
