@@ -352,7 +352,7 @@ fn docker(args: &[&str]) {
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
+            .args(["rm", "-f", "-v", &self.0])
             .output();
     }
 }

@@ -219,7 +219,7 @@ struct Container(String);
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
+            .args(["rm", "-f", "-v", &self.0])
             .output();
     }
 }

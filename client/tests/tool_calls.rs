@@ -30,7 +30,7 @@ struct Container(Option<String>);
 impl Drop for Container {
     fn drop(&mut self) {
         if let Some(c) = &self.0 {
-            let _ = Command::new("docker").args(["rm", "-f", c]).output();
+            let _ = Command::new("docker").args(["rm", "-f", "-v", c]).output();
         }
     }
 }

@@ -76,7 +76,7 @@ impl Container {
     /// Removes it now (also done on drop).
     pub fn remove(&self) {
         let _ = Command::new("docker")
-            .args(["rm", "-f", &self.name])
+            .args(["rm", "-f", "-v", &self.name])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -163,7 +163,7 @@ pub fn kill_and_count_lines(name: &str, dir: &str) -> BTreeMap<String, usize> {
 /// When docker refuses.
 pub fn replace(name: &str, init: bool) {
     let _ = Command::new("docker")
-        .args(["rm", "-f", name])
+        .args(["rm", "-f", "-v", name])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -134,6 +134,28 @@ async fn docker_image_spec_creates_the_container_once() {
         String::from_utf8_lossy(&out.stdout).contains("init"),
         "{out:?}"
     );
+    // Its /tmp (the default root's place) is a volume of its own, not the
+    // storage driver's file system that `/` is on, and it keeps its files
+    // across a restart.
+    let mounted = |path: &'static str| {
+        let t = &t;
+        async move {
+            let out = exec(t, &["stat", "-c", "%d", path], b"").await.unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        }
+    };
+    let (tmp, root) = (mounted("/tmp").await, mounted("/").await);
+    assert!(
+        !tmp.is_empty() && tmp != root,
+        "/tmp on device {tmp}, / on {root}"
+    );
+    let out = exec(&t, &["sh", "-c", "echo kept > /tmp/mark"], b"")
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    tether_live::container::restart(&name);
+    let out = exec(&t, &["cat", "/tmp/mark"], b"").await.unwrap();
+    assert_eq!(out.stdout, b"kept\n", "{out:?}");
     drop(guard);
 }
 
