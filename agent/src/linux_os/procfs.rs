@@ -100,10 +100,21 @@ fn number<T: std::str::FromStr>(field: &str, name: &'static str) -> Result<T, St
     field.parse().map_err(|_| StatError::BadNumber(name))
 }
 
+/// A /proc file in one read where it fits 4 KiB. (`std::fs::read` sizes
+/// its buffer from the file's length, which /proc says is 0, and starts
+/// with 32-byte reads: five syscalls for one stat line, and a table scan
+/// reads one stat line per process.)
+fn read_proc(path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(4096);
+    std::fs::File::open(path)?.read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
 /// One process, `None` when it does not exist (or vanished mid-read, or
 /// its stat line is unreadable).
 pub(crate) fn process(pid: Pid) -> Option<ProcInfo> {
-    let line = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let line = read_proc(&format!("/proc/{pid}/stat")).ok()?;
     let info = parse_stat(&line).ok()?;
     // A stat line that names another pid is not this process's.
     (info.pid == pid).then_some(info)
@@ -158,7 +169,7 @@ pub(crate) fn children(pid: Pid) -> Option<Vec<ProcInfo>> {
 /// The trailing NUL of the last string is dropped, so `a\0\0` is `["a", ""]`
 /// and an empty file has no strings at all.
 fn nul_separated(pid: Pid, file: &str) -> Vec<Vec<u8>> {
-    let mut raw = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    let mut raw = read_proc(&format!("/proc/{pid}/{file}")).unwrap_or_default();
     if raw.is_empty() {
         return Vec::new();
     }

@@ -766,15 +766,19 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
     let cgroup = procs::read_cgroup(os, &cell)
         .filter(|g| os.remove_cgroup(g).is_err() && !os.cgroup_members(g).is_empty());
     // Leftovers whose shim is gone (killed from outside) still carry
-    // the cell's marker.
-    let marked = launch.as_ref().is_some_and(|l| {
-        !l.marker.is_empty()
-            && os
-                .processes()
-                .iter()
-                .any(|p| !p.zombie && os.has_env(p.pid, procs::MARKER_NAME, &l.marker))
-    });
-    if running || cgroup.is_some() || marked {
+    // the cell's marker; each was forked after the shim started, so older
+    // processes' environments are not read (on a busy host, hundreds).
+    let marked = |os: &dyn Os| {
+        launch.as_ref().is_some_and(|l| {
+            !l.marker.is_empty()
+                && os.processes().iter().any(|p| {
+                    !p.zombie
+                        && p.starttime >= l.shim_starttime
+                        && os.has_env(p.pid, procs::MARKER_NAME, &l.marker)
+                })
+        })
+    };
+    if running || cgroup.is_some() || marked(os) {
         let record = match launch {
             Some(l) => LaunchRecord { cgroup, ..l },
             None => LaunchRecord {
