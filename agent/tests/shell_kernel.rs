@@ -38,6 +38,17 @@ fn cwd_and_exports_persist_and_exit_keeps_the_state_it_reached() {
         !saved.contains("TETHER_CELL"),
         "marker leaked into the saved state"
     );
+    // The wrapper's scratch files (each written once: see
+    // `CellLayout::scratch_files`) are the ones the shim removes: a cell
+    // that ended, with a function defined, leaves none behind.
+    let (o, _, _) = r.run("k", 6, "f() { :; }; g=1");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    let left: Vec<String> = std::fs::read_dir(r.path().join("kernels/k/cells/6"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("scratch"))
+        .collect();
+    assert!(left.is_empty(), "scratch files left: {left:?}");
 }
 
 /// A PATH with dash as `sh` and no bash: the kernel's cells run in dash.

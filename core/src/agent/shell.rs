@@ -151,7 +151,9 @@ pub fn promote_state(
         Err(e) => return Err(e),
     };
     os.remove_all(&cell.snapshot_new())?;
-    os.remove_all(&cell.scratch())?;
+    for scratch in cell.scratch_files() {
+        os.remove_all(&scratch)?;
+    }
     if current && !kept {
         let how = match killed_by {
             Some(sig) => format!("its shell was killed by signal {sig}"),
@@ -174,7 +176,9 @@ pub fn discard_state(
     marker: &str,
 ) -> Result<(), OsError> {
     os.remove_all(&cell.snapshot_new())?;
-    os.remove_all(&cell.scratch())?;
+    for scratch in cell.scratch_files() {
+        os.remove_all(&scratch)?;
+    }
     if current_nonce(os, kernel, marker) {
         let how = "its shim was killed before the cell ended";
         os.write_atomic(&kernel.note(), lost_note(cell, how).as_bytes())?;

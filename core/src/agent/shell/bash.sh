@@ -28,20 +28,22 @@ __tether_begin() {
 
 # The names of the user's variables (saved and restored), in
 # __tether_names: not the ones the shell manages, the marker or tether's.
-# `compgen` filters and lists them into a scratch file (no process is
-# started, no loop: this runs twice per cell); extglob is on for the
-# pattern (the user's options are saved before and restored after).
+# `compgen` filters and lists them into scratch file $1 (no process is
+# started, no loop: this runs twice per cell, each time into a file of
+# its own: see `scratch_files` in layout.rs for why no file is written
+# twice); extglob is on for the pattern (the user's options are saved
+# before and restored after).
 __tether_user_vars() {
   shopt -s extglob
   compgen -v -X '@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|TETHER_CALL|TETHER_CALL_TOKEN|__tether_*)' \
-    >| "$__tether_cell/scratch.tmp"
-  mapfile -t __tether_names < "$__tether_cell/scratch.tmp"
+    >| "$__tether_cell/scratch.$1"
+  mapfile -t __tether_names < "$__tether_cell/scratch.$1"
 }
 
 # The snapshot holds every variable of the user's: the ones this shell
 # inherited go first (so an `unset` persists too).
 __tether_unset_all() {
-  __tether_user_vars
+  __tether_user_vars tmp
   ((${#__tether_names[@]} == 0)) || unset -v "${__tether_names[@]}"
 }
 
@@ -161,9 +163,9 @@ __tether_save() {
   set +euvx
   builtin trap -p >| "$__tether_cell/shell.new" || return
   builtin trap '' TERM
-  __tether_user_vars
-  declare -F >| "$__tether_cell/scratch.tmp"
-  mapfile -t __tether_fns < "$__tether_cell/scratch.tmp"
+  __tether_user_vars vars
+  declare -F >| "$__tether_cell/scratch.fns"
+  mapfile -t __tether_fns < "$__tether_cell/scratch.fns"
   __tether_fnames=() __tether_fx=()
   for __tether_n in "${__tether_fns[@]}"; do
     case ${__tether_n##* } in __tether_* | trap) continue ;; esac
