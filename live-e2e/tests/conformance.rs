@@ -599,6 +599,10 @@ on_backends! {
     docker_swe_rex_more_cases: shell_suites::swe_rex_more_cases on "docker";
     local_session_state_rules: shell_suites::session_state_rules on "local";
     docker_session_state_rules: shell_suites::session_state_rules on "docker";
+    local_oils_spec_cases: shell_suites::oils_spec_cases on "local";
+    docker_oils_spec_cases: shell_suites::oils_spec_cases on "docker";
+    local_openhands_sdk_cases: shell_suites::openhands_sdk_cases on "local";
+    docker_openhands_sdk_cases: shell_suites::openhands_sdk_cases on "docker";
     local_jupyter_kernel_cases: python_suites::jupyter_kernel_cases on "local";
     docker_jupyter_kernel_cases: python_suites::jupyter_kernel_cases on "docker";
     local_display_cases: python_suites::display_cases on "local";

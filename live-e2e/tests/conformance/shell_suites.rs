@@ -1,7 +1,10 @@
 //! Shell cases taken from the public test suites of OpenHands (runtime
 //! `tests/runtime/test_bash.py`; the agent SDK's
-//! `tests/tools/terminal/test_terminal_session.py`), pexpect
-//! (`tests/test_replwrap.py`) and SWE-ReX (`tests/test_execution.py`),
+//! `tests/tools/terminal/test_terminal_session.py`,
+//! `test_heredoc_chunked_send.py`, `test_terminal_env.py`,
+//! `test_terminal_reset.py`), pexpect (`tests/test_replwrap.py`), SWE-ReX
+//! (`tests/test_execution.py`) and the Oils shell spec tests
+//! (`spec/background.test.sh`, `spec/errexit.test.sh`),
 //! written in tether's shape: each case names the test it comes from and
 //! checks tether's exact output where the source checks a substring.
 
@@ -356,5 +359,216 @@ pub(super) async fn session_state_rules(live: &mut Live) {
         "{e}"
     );
     ok(live, "pwd", &here).await;
+    live.shutdown("k").await;
+}
+
+/// The Oils project's shell spec tests (oils-for-unix/oils, which run each
+/// case in bash, dash and mksh and record where they differ): its job
+/// cases (`spec/background.test.sh`) and its errexit cases
+/// (`spec/errexit.test.sh`), each a cell, bash's expected output and
+/// status exact. A cell's code runs inside tether's wrapper (an `eval`
+/// between a restore and a save): `wait`, `$!` and `set -e` must behave
+/// there as in a plain script.
+pub(super) async fn oils_spec_cases(live: &mut Live) {
+    live.prepare().await;
+    // background.test.sh "wait with nothing to wait for": status 0, at
+    // once, also with a job an earlier cell left running (jobs are per
+    // cell: README, "Per cell, by design").
+    let tag = unique() + 80_000;
+    ok(live, &format!("sleep {tag} &"), "").await;
+    let run = live
+        .run_with_timeout("k", Lang::Shell, "wait", Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        (run.outcome.clone(), run.out()),
+        (CellOutcome::Ok, String::new()),
+        "{run:?}"
+    );
+    // "wait with invalid PID": 127.
+    let e = exits(live, "wait 12345678", 127, "").await;
+    assert!(e.contains("12345678 is not a child of this shell"), "{e}");
+    // "Builtin in background", "External command in background".
+    ok(live, "echo async &\nwait", "async\n").await;
+    ok(live, "sleep 0.01 &\nwait", "").await;
+    // "Pipeline in Background"
+    ok(
+        live,
+        "echo hi | { exit 99; } &\nwait $!\necho status=$?",
+        "status=99\n",
+    )
+    .await;
+    // "Brace group in background, wait all" and "Wait on background
+    // process PID".
+    ok(
+        live,
+        "{ sleep 0.09; exit 9; } &\n{ sleep 0.07; exit 7; } &\nwait  # wait for all gives 0\necho \"status=$?\"",
+        "status=0\n",
+    )
+    .await;
+    ok(
+        live,
+        "{ sleep 0.09; exit 9; } &\npid1=$!\n{ sleep 0.07; exit 7; } &\npid2=$!\nwait $pid1\necho \"status=$?\"\nwait $pid2\necho \"status=$?\"",
+        "status=9\nstatus=7\n",
+    )
+    .await;
+    // "wait -n" (the first job sleeps 1 s, not the spec's 0.09: the order
+    // must not depend on how fast a loaded machine forks the second)
+    ok(
+        live,
+        "{ sleep 1; exit 9; } &\n{ sleep 0.03; exit 3; } &\nwait -n\necho \"status=$?\"\nwait -n\necho \"status=$?\"",
+        "status=3\nstatus=9\n",
+    )
+    .await;
+    // "Async for loop"
+    ok(
+        live,
+        "for i in 1 2 3; do\n  echo $i\n  sleep 0.0$i\ndone &\nwait",
+        "1\n2\n3\n",
+    )
+    .await;
+    // "Background process doesn't affect parent"
+    ok(
+        live,
+        "echo ${foo=1}\necho $foo\necho ${bar=2} &\nwait\necho $bar  # bar is NOT SET in the parent process",
+        "1\n1\n2\n\n",
+    )
+    .await;
+    // "Background process and then a singleton pipeline"
+    ok(
+        live,
+        "{ sleep 0.1; exit 42; } &\necho begin\n! true\necho end\nwait $!\necho status=$?",
+        "begin\nend\nstatus=42\n",
+    )
+    .await;
+    // errexit.test.sh: each case turns errexit on; it persists (README),
+    // so the next cell turns it off again.
+    let errexit = [
+        // "errexit aborts early on pipeline"
+        (
+            "set -o errexit\necho hi | grep nonexistent\necho two",
+            1,
+            "",
+        ),
+        // "errexit with if and { }"
+        (
+            "set -o errexit\nif { echo one; false; echo two; }; then\n  echo three\nfi\necho four",
+            0,
+            "one\ntwo\nthree\nfour\n",
+        ),
+        // "errexit with ||"
+        (
+            "set -o errexit\necho hi | grep nonexistent || echo ok",
+            0,
+            "ok\n",
+        ),
+        // "errexit and loop"
+        (
+            "set -o errexit\nfor x in 1 2 3; do\n  test $x = 2 && echo \"hi $x\"\ndone",
+            1,
+            "hi 2\n",
+        ),
+        // "errexit with subshell"
+        (
+            "set -o errexit\n( echo one; false; echo two; )\necho three",
+            1,
+            "one\n",
+        ),
+        // "errexit with !"
+        (
+            "set -o errexit\necho one\n! true\necho two\n! false\necho three",
+            0,
+            "one\ntwo\nthree\n",
+        ),
+        // "set -e enabled in function (regression)"
+        (
+            "foo() {\n  set -e\n  false\n  echo \"should be executed\"\n}\nif foo; then\n  true\nfi\necho \"should be executed\"",
+            0,
+            "should be executed\nshould be executed\n",
+        ),
+        // "background processes respect errexit"
+        (
+            "set -o errexit\n{ echo one; false; echo two; exit 42; } &\nwait $!",
+            1,
+            "one\n",
+        ),
+        // "pipeline process respects errexit"
+        (
+            "set -o errexit\n{ echo one; false; echo two; } | cat\n{ echo three; echo four; } | while read line; do\n  echo \"[$line]\"\n  false\ndone\necho four",
+            1,
+            "one\n[three]\n",
+        ),
+    ];
+    for (code, status, stdout) in errexit {
+        if status == 0 {
+            ok(live, code, stdout).await;
+        } else {
+            exits(live, code, status, stdout).await;
+        }
+        ok(live, "set +o errexit", "").await;
+    }
+    live.shutdown("k").await;
+    assert!(live.survivors(&format!("sleep {tag}")).await.is_empty());
+}
+
+/// OpenHands agent SDK (`tests/tools/terminal/`), the cases the group
+/// above does not take: a long heredoc (`test_heredoc_chunked_send.py`),
+/// one long line (`test_terminal_session.py`
+/// test_session_truncates_large_command_output), a Python program that
+/// asks for input (test_python_interactive_input), the pager defaults
+/// (`test_terminal_env.py`) and a reset (`test_terminal_reset.py`).
+pub(super) async fn openhands_sdk_cases(live: &mut Live) {
+    live.prepare().await;
+    let start = sh(live, "pwd").await.out();
+    // test_very_long_heredoc_works: a 100-line script written with a
+    // quoted heredoc, then run (into the side directory, not /tmp).
+    let script = format!("{}/test_script-{}.py", live.side_dir(), unique());
+    let lines: Vec<String> = (0..100).map(|i| format!("print('Line {i}')")).collect();
+    let expected: String = (0..100).map(|i| format!("Line {i}\n")).collect();
+    ok(
+        live,
+        &format!(
+            "cat > {script} << 'EOF'\n{}\nEOF\npython3 {script}",
+            lines.join("\n")
+        ),
+        &expected,
+    )
+    .await;
+    // test_session_truncates_large_command_output: the SDK clips it
+    // ("<response clipped>"); tether keeps every byte.
+    ok(
+        live,
+        "python3 -c 'print(\"A\" * 5000)'",
+        &format!("{}\n", "A".repeat(5000)),
+    )
+    .await;
+    // test_python_interactive_input: the SDK waits at the prompt for the
+    // agent's input; a cell has no stdin, so the first input() sees EOF:
+    // the prompt is printed, the program fails, the next cell runs.
+    let e = exits(
+        live,
+        "python3 -c \"name = input('Enter your name: '); age = input('Enter your age: '); print(f'Hello {name}, you are {age} years old')\"",
+        1,
+        "Enter your name: ",
+    )
+    .await;
+    assert!(e.ends_with("EOFError: EOF when reading a line\n"), "{e}");
+    ok(live, "echo after", "after\n").await;
+    // test_build_terminal_env_disables_pagers_by_default: git's pager and
+    // the pager are `cat`.
+    ok(live, "echo \"$GIT_PAGER|$PAGER\"", "cat|cat\n").await;
+    // test_bash_reset_basic, test_bash_reset_working_directory: after a
+    // reset (stopping the kernel; the next cell starts a new one) the
+    // variable is gone and the working directory is the first one again.
+    let elsewhere = if start == "/\n" { "/tmp" } else { "/" };
+    ok(live, &format!("export TEST_VAR=hello; cd {elsewhere}"), "").await;
+    ok(
+        live,
+        "echo $TEST_VAR; pwd",
+        &format!("hello\n{elsewhere}\n"),
+    )
+    .await;
+    live.shutdown("k").await;
+    ok(live, "echo \"[$TEST_VAR]\"", "[]\n").await;
+    ok(live, "pwd", &start).await;
     live.shutdown("k").await;
 }
