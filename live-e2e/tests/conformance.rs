@@ -609,6 +609,8 @@ on_backends! {
     docker_display_cases: python_suites::display_cases on "docker";
     local_python_process_cases: python_suites::python_process_cases on "local";
     docker_python_process_cases: python_suites::python_process_cases on "docker";
+    local_ipython_shell_cases: python_suites::ipython_shell_cases on "local";
+    docker_ipython_shell_cases: python_suites::ipython_shell_cases on "docker";
     local_shell_escape_cases: python_suites::shell_escape_cases on "local";
     docker_shell_escape_cases: python_suites::shell_escape_cases on "docker";
 }

@@ -6,7 +6,9 @@
 //! pexpect (`tests/test_replwrap.py`), LangChain experimental
 //! (`tests/unit_tests/python/test_python_{1,2}.py`), smolagents
 //! (`tests/test_local_python_executor.py`) and CPython
-//! (`Lib/test/test_sys.py`), written in tether's shape: each case names
+//! (`Lib/test/test_sys.py`), IPython's `test_interactiveshell.py` run_cell
+//! cases and the Jupyter notebook's interrupt test, written in tether's
+//! shape: each case names
 //! its source; expectations are exact where the source checks a substring.
 
 use super::{err, py};
@@ -534,5 +536,151 @@ pub(super) async fn shell_escape_cases(live: &mut Live) {
         "{}",
         show(&run)
     );
+    live.shutdown("py").await;
+}
+
+/// IPython's `IPython/core/tests/test_interactiveshell.py` (the cells its
+/// `run_cell` tests run, with the values they check, shown here as a
+/// cell shows them), ipykernel's `tests/test_kernel.py` (test_save_history,
+/// test_raw_input, test_print_to_correct_cell_from_child_thread) and the
+/// Jupyter notebook's interrupt test (`notebook/tests/selenium/
+/// test_interrupt.py`).
+pub(super) async fn ipython_shell_cases(live: &mut Live) {
+    // test_naked_string_cells: a cell of only a string shows it and keeps
+    // it as `_`, also over several lines.
+    shows(live, "\"a\"\n", "'a'\n").await;
+    shows(live, "_", "'a'\n").await;
+    shows(live, "\"\"\"a\nb\"\"\"\n", "'a\\nb'\n").await;
+    // test_run_cell_multiline
+    shows(live, "x=1\ny=2\nif 1:\n    x += 1\n    y += 1", "").await;
+    shows(live, "x, y", "(2, 3)\n").await;
+    // test_multiline_string_cells (GH-306)
+    shows(live, "tmp=0", "").await;
+    shows(live, "tmp=1;\"\"\"a\nb\"\"\"\n", "'a\\nb'\n").await;
+    shows(live, "tmp", "1\n").await;
+    // test_dont_cache_with_semicolon (GH-307): `1;` and `1;1;` show
+    // nothing and do not become `_`; `1;1` shows its last value.
+    shows(live, "7", "7\n").await;
+    shows(live, "1;", "").await;
+    shows(live, "1;1;", "").await;
+    shows(live, "_", "7\n").await;
+    shows(live, "1;1", "1\n").await;
+    // test_syntax_error: `raise = 3` fails before anything of the cell
+    // runs.
+    raises(
+        live,
+        "x_before = 1\nraise = 3",
+        "SyntaxError: invalid syntax",
+    )
+    .await;
+    raises(
+        live,
+        "x_before",
+        "NameError: name 'x_before' is not defined",
+    )
+    .await;
+    // TestSyntaxErrorTransformer: a plain syntax error, then the next
+    // cell shows its value.
+    let run = py(live, "1 2 3").await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Error { .. })
+            && err(&run)
+                .lines()
+                .last()
+                .is_some_and(|l| l.starts_with("SyntaxError: invalid syntax")),
+        "{}",
+        show(&run)
+    );
+    shows(live, "3456", "3456\n").await;
+    // test_magic_names_in_string: a magic's name inside a string is not a
+    // magic (the cell is valid Python, never rewritten).
+    shows(live, "a = \"\"\"\n%exit\n\"\"\"", "").await;
+    shows(live, "a", "'\\n%exit\\n'\n").await;
+    // test_trailing_newline: `!(true)` followed by blank lines.
+    shows(live, "!(true)\n", "").await;
+    shows(live, "!(true)\n\n\n", "").await;
+    shows(live, "_exit_code", "0\n").await;
+    // test_can_pickle (GH-29): an instance of a class a cell defined.
+    shows(
+        live,
+        "class Mylist(list):\n    def __init__(self,x=[]):\n        list.__init__(self,x)",
+        "",
+    )
+    .await;
+    shows(live, "w=Mylist([1,2,3])", "").await;
+    shows(
+        live,
+        "import pickle\nv = pickle.loads(pickle.dumps(w))\ntype(v).__name__, v",
+        "('Mylist', [1, 2, 3])\n",
+    )
+    .await;
+    // test_global_ns: a function sees the names of other cells.
+    shows(live, "a = 10", "").await;
+    shows(live, "def f(x):\n    return x + a", "").await;
+    shows(live, "b = f(12)", "").await;
+    shows(live, "b", "22\n").await;
+    // test_var_expand_local, test_var_expand_self: `!cmd` in a function
+    // and a method expands their local names and attributes.
+    shows(
+        live,
+        "def test():\n    lvar = \"ttt\"\n    ret = !echo {lvar}\n    return ret[0]\n",
+        "",
+    )
+    .await;
+    shows(live, "test()", "'ttt'\n").await;
+    shows(
+        live,
+        "class cTest:\n  classvar=\"see me\"\n  def test(self):\n    res = !echo Variable: {self.classvar}\n    return res[0]\n",
+        "",
+    )
+    .await;
+    shows(live, "cTest().test()", "'Variable: see me'\n").await;
+    // test_bad_var_expand: a field that cannot be evaluated (NameError,
+    // ZeroDivisionError, SyntaxError) leaves the line as written.
+    shows(live, "!echo {asdf}", "{asdf}\n").await;
+    shows(live, "!echo {1/0}", "{1/0}\n").await;
+    shows(live, "!echo \"{'a':5}\"", "{'a':5}\n").await;
+    // test_last_execution_result (GH-10702): a failed assignment leaves
+    // the name as it was.
+    shows(live, "a = 5; a", "5\n").await;
+    raises(
+        live,
+        "a = x_invalid_id_x",
+        "NameError: name 'x_invalid_id_x' is not defined",
+    )
+    .await;
+    shows(live, "a", "5\n").await;
+    // ExitCodeChecks.test_exit_code_signal: a command killed by a signal
+    // leaves `_exit_code` as minus the signal (SIGALRM, 14).
+    shows(
+        live,
+        "!python3 -c \"import signal, time; signal.setitimer(signal.ITIMER_REAL, 0.1); time.sleep(1)\"\n_exit_code",
+        "-14\n",
+    )
+    .await;
+    // ipykernel test_save_history: a cell with a non-ASCII string.
+    shows(live, "b=\"abcþ\"", "").await;
+    shows(live, "print(b); b", "abcþ\n'abcþ'\n").await;
+    // ipykernel test_print_to_correct_cell_from_child_thread: a thread's
+    // thread prints without newlines; the cell waits for it here, so all
+    // of it is the cell's.
+    shows(
+        live,
+        "from threading import Thread\nfrom time import sleep\n\ndef child_target():\n    for i in range(5):\n        print(i, end='', flush=True)\n        sleep(0.05)\n\ndef parent_target():\n    sleep(0.05)\n    thread = Thread(target=child_target)\n    thread.start()\n    thread.join()\n\nt = Thread(target=parent_target)\nt.start()\nt.join()",
+        "01234",
+    )
+    .await;
+    // The notebook's test_interrupt: a loop of sleeps, interrupted; the
+    // kernel stays, with the state the loop reached (tether: `cancelled`).
+    let run = live
+        .run_cancelling_at(
+            "py",
+            Lang::Python,
+            "import time\nfor x in range(300):\n    if x == 2:\n        print('go', flush=True)\n    time.sleep(0.1)",
+            Some(b"go\n"),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::Cancelled, "{}", show(&run));
+    shows(live, "2 <= x < 299", "True\n").await;
     live.shutdown("py").await;
 }
