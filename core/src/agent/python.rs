@@ -66,6 +66,14 @@ def _on_int(signum, frame):
         raise KeyboardInterrupt
 signal.signal(signal.SIGINT, _on_int)
 import contextvars, io, time, tokenize
+import __future__
+# `from __future__ import ...` in a cell holds for the later cells too, as
+# at the prompt (codeop) and in IPython: the flags of each compiled cell
+# that name a future feature are kept and given to the next compiles.
+_FEATURES = 0
+for _f in __future__.all_feature_names:
+    _FEATURES |= getattr(__future__, _f).compiler_flag
+_future = [0]
 def _quiet(text):
     # IPython's rule: a cell whose last token (comments aside) is `;`
     # shows no value (`plt.plot(x);`).
@@ -300,7 +308,7 @@ for _line in _cmds:
         _name = "<cell %s>" % _seq
         _text = _src.decode("utf-8", "replace")
         linecache.cache[_name] = (len(_text), None, _text.splitlines(True), _name)
-        _flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        _flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT | _future[0]
         try:
             _tree = compile(_src, _name, "exec", ast.PyCF_ONLY_AST | _flags)
         except SyntaxError:
@@ -310,7 +318,11 @@ for _line in _cmds:
         _last = None
         if _tree.body and isinstance(_tree.body[-1], ast.Expr):
             _last = ast.Expression(_tree.body.pop().value)
-        _run(compile(_tree, _name, "exec", _flags))
+        _code = compile(_tree, _name, "exec", _flags)
+        _future[0] |= _code.co_flags & _FEATURES
+        _flags |= _future[0]
+        _run(_code)
+        del _code
         if _last is not None:
             _value = _run(compile(_last, _name, "eval", _flags))
             if not _quiet(_text):

@@ -658,6 +658,15 @@ pub(super) async fn ipython_shell_cases(live: &mut Live) {
         "-14\n",
     )
     .await;
+    // test_future_flags (gh-777): a `__future__` import holds for the
+    // later cells, as at the prompt.
+    shows(live, "from __future__ import barry_as_FLUFL", "").await;
+    shows(
+        live,
+        "prfunc_return_val = 1 <> 2\nprfunc_return_val",
+        "True\n",
+    )
+    .await;
     // ipykernel test_save_history: a cell with a non-ASCII string.
     shows(live, "b=\"abcþ\"", "").await;
     shows(live, "print(b); b", "abcþ\n'abcþ'\n").await;
