@@ -309,6 +309,10 @@ for _line in _cmds:
         _text = _src.decode("utf-8", "replace")
         linecache.cache[_name] = (len(_text), None, _text.splitlines(True), _name)
         _flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT | _future[0]
+        # A warning shows once per cell, not once per session: the
+        # registry that remembers which were shown is the namespace's, and
+        # cells reuse line numbers (IPython clears it per cell, gh-6611).
+        _ns.pop("__warningregistry__", None)
         try:
             _tree = compile(_src, _name, "exec", ast.PyCF_ONLY_AST | _flags)
         except SyntaxError:

@@ -667,6 +667,34 @@ pub(super) async fn ipython_shell_cases(live: &mut Live) {
         "True\n",
     )
     .await;
+    // test_warning_suppression: the same warning from another cell is
+    // shown again (a warning shows once per cell, not once per session);
+    // test_deprecation_warning: a DeprecationWarning raised in a cell's
+    // function is shown.
+    shows(live, "import warnings", "").await;
+    for _ in 0..2 {
+        let run = py(live, "warnings.warn('asdf')").await;
+        assert!(
+            run.outcome == CellOutcome::Ok && err(&run).contains("UserWarning: asdf\n"),
+            "{}",
+            show(&run)
+        );
+    }
+    shows(
+        live,
+        "def wrn():\n    warnings.warn(\n        \"I AM  A WARNING\",\n        DeprecationWarning\n    )\n",
+        "",
+    )
+    .await;
+    for _ in 0..2 {
+        let run = py(live, "wrn()").await;
+        assert!(
+            run.outcome == CellOutcome::Ok
+                && err(&run).contains("DeprecationWarning: I AM  A WARNING\n"),
+            "{}",
+            show(&run)
+        );
+    }
     // ipykernel test_save_history: a cell with a non-ASCII string.
     shows(live, "b=\"abcþ\"", "").await;
     shows(live, "print(b); b", "abcþ\n'abcþ'\n").await;
