@@ -74,6 +74,16 @@ _FEATURES = 0
 for _f in __future__.all_feature_names:
     _FEATURES |= getattr(__future__, _f).compiler_flag
 _future = [0]
+_G = globals()
+def _print_tb(e, tb):
+    # The bootstrap's own frames (the `input` wrapper, the magics) are not
+    # the user's: the traceback shows the cell's and the libraries' only.
+    te = traceback.TracebackException(type(e), e, tb)
+    frames = [f for f, _ in traceback.walk_tb(tb)]
+    if len(frames) == len(te.stack):
+        te.stack = traceback.StackSummary.from_list(
+            [s for s, f in zip(te.stack, frames) if f.f_globals is not _G])
+    sys.stderr.write("".join(te.format()))
 def _quiet(text):
     # IPython's rule: a cell whose last token (comments aside) is `;`
     # shows no value (`plt.plot(x);`).
@@ -348,7 +358,7 @@ for _line in _cmds:
             # As IPython: a magic's misuse is one line, no traceback.
             print("UsageError: %s" % _e, file=sys.stderr)
         else:
-            traceback.print_exception(type(_e), _e, _tb)
+            _print_tb(_e, _tb)
         _out = {"outcome": "error", "message": "%s: %s" % (type(_e).__name__, _e)}
     finally:
         _busy[0] = False

@@ -695,6 +695,25 @@ pub(super) async fn ipython_shell_cases(live: &mut Live) {
             show(&run)
         );
     }
+    // ipykernel test_raw_input: `input(prompt)` prints the prompt; here
+    // it then fails at once (no stdin), with a traceback of the cell's
+    // own frames: none of tether's `input` (README, "Errors").
+    let run = raises(
+        live,
+        "print(input(\"prompt> \"))",
+        "EOFError: EOF when reading a line: tether cells have no stdin (put the data in the code or in a file)",
+    )
+    .await;
+    let frames: Vec<&str> = std::str::from_utf8(&run.stderr)
+        .unwrap()
+        .lines()
+        .filter(|l| l.trim_start().starts_with("File "))
+        .collect();
+    assert!(
+        run.out() == "prompt> " && frames.len() == 1 && frames[0].contains("File \"<cell "),
+        "{}",
+        show(&run)
+    );
     // ipykernel test_save_history: a cell with a non-ASCII string.
     shows(live, "b=\"abcþ\"", "").await;
     shows(live, "print(b); b", "abcþ\n'abcþ'\n").await;
