@@ -308,6 +308,11 @@ for _line in _cmds:
         _ctok = _cred.set((os.path.join(_dir, "calls"), _token))
         os.environ["TETHER_CALL"] = os.path.join(_dir, "calls")
         os.environ["TETHER_CALL_TOKEN"] = _token
+    if sys.stdin is None or sys.stdin.closed:
+        # `exit()` (site's Quitter) closes sys.stdin before it raises
+        # SystemExit; the interpreter stays, so the next cells get the
+        # no-stdin stream again (fd 0, /dev/null, was not closed).
+        sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
     _out = {"outcome": "ok"}
     _busy[0] = True
     try:

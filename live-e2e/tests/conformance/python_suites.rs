@@ -308,6 +308,19 @@ pub(super) async fn python_process_cases(live: &mut Live) {
         assert_eq!(err(&run), stderr, "{code}: {}", show(&run));
     }
     shows(live, "kept", "5\n").await;
+    // The builtin `exit()` (site's Quitter, which the README names beside
+    // sys.exit) closes sys.stdin before it raises SystemExit, for shells
+    // such as IDLE; the interpreter stays, so a later `input()` must still
+    // be the no-stdin EOFError that says why (ipykernel test_raw_input's
+    // cell, after the exit).
+    let run = py(live, "exit()").await;
+    assert_eq!(run.outcome, CellOutcome::Exit { code: 0 }, "{}", show(&run));
+    raises(
+        live,
+        "input('prompt> ')",
+        "EOFError: EOF when reading a line: tether cells have no stdin (put the data in the code or in a file)",
+    )
+    .await;
     // e2b test_streaming.py (test_streaming_output): a print reaches the
     // client while the cell still runs (cancelled on seeing it here).
     let run = live
