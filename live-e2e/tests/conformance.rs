@@ -6,9 +6,10 @@
 //! and jupyter_client (`tests/test_kernelmanager.py` interrupt tests).
 //! Each case names its source; the expectations are tether's (issue 7).
 //! More groups, by source suite: `conformance/shell_suites.rs` (OpenHands'
-//! terminal tests, pexpect's replwrap, more of SWE-ReX) and
-//! `conformance/python_suites.rs` (jupyter_kernel_test, ipykernel, IPython,
-//! e2b, OpenHands' IPython tests, LangChain, smolagents, CPython).
+//! terminal tests, pexpect's replwrap, more of SWE-ReX, the Oils shell
+//! spec tests) and `conformance/python_suites.rs` (jupyter_kernel_test,
+//! ipykernel, IPython, e2b, OpenHands' IPython tests, LangChain,
+//! smolagents, CPython, the notebook's interrupt test).
 
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::backends::{self, skip};
