@@ -77,6 +77,12 @@ pub struct World {
     /// channel also draws faults on it ([`Family::CHANNEL`]).
     #[serde(default)]
     pub channel: bool,
+    /// Chance (per mille) that an agent step (a daemon's tick, an op's
+    /// poll) is preempted at one of its OS calls while the rest of the
+    /// sandbox runs on for a few milliseconds (the simulation's
+    /// `os::preempt`); 0: every step is atomic.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preempt_permille: u32,
 }
 
 /// What keeps a kernel from starting on a sandbox: each is answered as
@@ -127,6 +133,10 @@ fn is_true(b: &bool) -> bool {
     *b
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// The client's kernel cap in the classic world (its default: never
 /// reached by a scenario).
 const CLASSIC_MAX_KERNELS: usize = 16;
@@ -171,6 +181,7 @@ impl World {
             flaw: None,
             fallback: true,
             channel: false,
+            preempt_permille: 0,
         }
     }
 
@@ -242,6 +253,9 @@ impl World {
         if channel {
             families.extend(Family::CHANNEL.into_iter().filter(|_| rng.random_bool(0.5)));
         }
+        // After the channel's draws, for the same reason: some seeds never
+        // preempt an agent step, some often do.
+        let preempt_permille = [0, 0, 20, 100, 300][rng.random_range(0..5)];
         World {
             cgroups,
             bash,
@@ -263,6 +277,7 @@ impl World {
             flaw,
             fallback,
             channel,
+            preempt_permille,
         }
     }
 
@@ -332,6 +347,7 @@ mod tests {
         assert!(both(&|w| w.kernel_idle_ms < 5_000));
         assert!(both(&|w| w.long_outage.is_some()));
         assert!(both(&|w| w.channel));
+        assert!(both(&|w| w.preempt_permille > 0));
         for family in Family::CHANNEL {
             assert!(both(&|w| w.families.contains(&family)), "{family:?}");
             assert!(
@@ -366,7 +382,7 @@ mod tests {
         let classic = World::classic(&happy);
         let text = classic.to_string();
         assert!(
-            !text.contains("flaw") && !text.contains("fallback"),
+            !text.contains("flaw") && !text.contains("fallback") && !text.contains("preempt"),
             "{text}"
         );
         assert_eq!(serde_json::from_str::<World>(&text).unwrap(), classic);

@@ -18,6 +18,7 @@
 //!   cell, leaks, bystanders killed.
 
 use crate::control::Control;
+use crate::os::preempt::{self, Preempter};
 use crate::os::{ProcEventKind, Role, SimOs, SimOsConfig, SimSignal};
 use crate::scenario::Scenario;
 use crate::swarm::{Flaw, World};
@@ -56,7 +57,10 @@ pub struct Truth {
 }
 
 struct DaemonRun {
-    logic: Daemon,
+    /// Its logic (`None` while a tick of it is paused, which holds it).
+    logic: Option<Daemon>,
+    /// A tick of it preempted at an OS call ([`crate::os::preempt`]).
+    paused: Option<PausedTick>,
     kernel_dir: String,
     boot: String,
     next_wake: Timestamp,
@@ -64,6 +68,15 @@ struct DaemonRun {
     exiting: bool,
     /// It caught a SIGTERM from outside (its stop is not its own doing).
     stopped: bool,
+}
+
+/// A daemon's tick paused at one of its OS calls.
+struct PausedTick {
+    tick: preempt::Paused<(Daemon, DaemonStep)>,
+    /// When it goes on (sandbox clock).
+    resume_at: Timestamp,
+    /// For a daemon that caught SIGTERM: the cells launched before it.
+    launched_before: Option<BTreeSet<u64>>,
 }
 
 /// The simulated sandbox and the agent logic running on it.
@@ -150,6 +163,8 @@ pub struct Sandbox {
     logs_reads: BTreeMap<String, Timestamp>,
     /// What the escalation checks saw ([`escalation`]).
     escalation: escalation::EscalationTruth,
+    /// Which agent steps are preempted ([`crate::os::preempt`]).
+    preempter: Preempter,
 }
 
 impl Sandbox {
@@ -211,6 +226,7 @@ impl Sandbox {
             op_panics: Vec::new(),
             two_daemons: BTreeMap::new(),
             channel_counts: ChannelCounts::new(),
+            preempter: Preempter::new(seed, world.preempt_permille),
         }
     }
 
@@ -252,7 +268,8 @@ impl Sandbox {
             self.daemons.insert(
                 spawn.pid,
                 DaemonRun {
-                    logic: Daemon::new(&spawn.kernel_dir, &spawn.nonce),
+                    logic: Some(Daemon::new(&spawn.kernel_dir, &spawn.nonce)),
+                    paused: None,
                     kernel_dir: spawn.kernel_dir.clone(),
                     boot: self.os.current_boot_id().to_owned(),
                     next_wake: now,
@@ -267,30 +284,17 @@ impl Sandbox {
             let alive =
                 self.os.is_alive(pid) && self.daemons.get(&pid).is_some_and(|d| d.boot == boot);
             if !alive {
+                // A tick paused mid-way is abandoned with its process.
                 self.daemons.remove(&pid);
                 continue;
             }
-            let caught_term = self.os.take_caught_term(pid);
-            let launched_before = self.launched_if_stopped(pid, caught_term);
+            let Some((step, launched_before)) = self.tick_daemon(pid, now, now_ms) else {
+                continue;
+            };
             let Some(run) = self.daemons.get_mut(&pid) else {
                 continue;
             };
-            if caught_term {
-                self.trace
-                    .at(now_ms, "sandbox", format!("daemon {pid} caught TERM"));
-                run.logic.terminate(now);
-                self.escalation.daemon_termed(pid, now);
-                run.stopped = true;
-                run.next_wake = now;
-            }
-            if run.next_wake > now {
-                continue;
-            }
-            let previous = self.os.current();
-            self.os.set_current(pid);
-            let step = run.logic.tick(&mut self.os);
-            self.os.set_current(previous);
-            let began_exit = run.logic.is_exiting() && !run.exiting;
+            let began_exit = run.logic.as_ref().is_some_and(Daemon::is_exiting) && !run.exiting;
             run.exiting |= began_exit;
             let kernel_dir = run.kernel_dir.clone();
             let stopped = run.stopped;
@@ -336,6 +340,85 @@ impl Sandbox {
         self.check_one_daemon_per_kernel(now_ms);
         self.flush_events();
         self.check_stopped_kernels(now_ms);
+    }
+
+    /// Runs (or goes on with) the tick of the live daemon `pid` if it is
+    /// due: its step and, for a daemon that caught SIGTERM, the cells
+    /// launched before the tick. `None`: no tick ended now (not due, or
+    /// paused mid-way by a preemption, [`crate::os::preempt`]).
+    fn tick_daemon(
+        &mut self,
+        pid: Pid,
+        now: Timestamp,
+        now_ms: u64,
+    ) -> Option<(DaemonStep, Option<BTreeSet<u64>>)> {
+        let run = self.daemons.get_mut(&pid)?;
+        if let Some(paused) = run.paused.take() {
+            if paused.resume_at > now {
+                // Mid-tick: nothing else of it runs (a TERM it caught
+                // waits for the tick's end).
+                run.paused = Some(paused);
+                return None;
+            }
+            self.trace.at(
+                now_ms,
+                "sandbox",
+                format!("daemon {pid}'s tick goes on (preempted)"),
+            );
+            let (logic, step) = paused.tick.resume(&mut self.os, pid);
+            run.logic = Some(logic);
+            return Some((step, paused.launched_before));
+        }
+        let caught_term = self.os.take_caught_term(pid);
+        let launched_before = self.launched_if_stopped(pid, caught_term);
+        let run = self.daemons.get_mut(&pid)?;
+        let logic = run.logic.as_mut()?;
+        if caught_term {
+            self.trace
+                .at(now_ms, "sandbox", format!("daemon {pid} caught TERM"));
+            logic.terminate(now);
+            self.escalation.daemon_termed(pid, now);
+            run.stopped = true;
+            run.next_wake = now;
+        }
+        if run.next_wake > now {
+            return None;
+        }
+        let Some(at) = self.preempter.draw() else {
+            let previous = self.os.current();
+            self.os.set_current(pid);
+            let step = logic.tick(&mut self.os);
+            self.os.set_current(previous);
+            return Some((step, launched_before));
+        };
+        let mut logic = run.logic.take()?;
+        let tick = move |os: &mut dyn Os| {
+            let step = logic.tick(os);
+            (logic, step)
+        };
+        match preempt::run(&mut self.os, pid, at, tick) {
+            preempt::Outcome::Done((logic, step)) => {
+                run.logic = Some(logic);
+                Some((step, launched_before))
+            }
+            preempt::Outcome::Paused(tick) => {
+                self.trace.at(
+                    now_ms,
+                    "sandbox",
+                    format!(
+                        "daemon {pid}'s tick PREEMPTED at its OS call {} for {} ms",
+                        at.at_call + 1,
+                        at.pause.as_millis()
+                    ),
+                );
+                run.paused = Some(PausedTick {
+                    tick,
+                    resume_at: now + at.pause,
+                    launched_before,
+                });
+                None
+            }
+        }
     }
 
     /// Records a kernel with two live daemons, neither exiting.
@@ -429,7 +512,10 @@ impl Sandbox {
         let d = self
             .daemons
             .values()
-            .map(|d| self.virtual_ms(d.next_wake))
+            .map(|d| {
+                let paused = d.paused.as_ref().map(|p| p.resume_at);
+                self.virtual_ms(paused.unwrap_or(d.next_wake))
+            })
             .min();
         match (os, d) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -1036,16 +1122,21 @@ async fn handle(
     let kill = op.is_some_and(|op| control.take_kill_op(op));
     let line = loop {
         wait_while_frozen(&sb).await;
-        let (line, wake) = {
-            let mut s = sb.borrow_mut();
-            s.advance(now_ms());
-            let previous = s.os.current();
-            s.os.set_current(pid);
-            let line = run.poll(&mut s.os);
-            s.os.set_current(previous);
-            s.advance(now_ms());
-            (line, run.next_wake())
+        let Some((polled, line)) = op_step(&sb, &trace, &kind, pid, &guard.boot, run).await else {
+            // Its process died while its step was paused.
+            guard.done = true;
+            trace.log(
+                "sandbox",
+                format!("{kind} (pid {pid}) died while its step was paused"),
+            );
+            return Some(WireResponse {
+                stderr: Bytes(b"Killed".to_vec()),
+                exit_code: 137,
+                ..WireResponse::default()
+            });
         };
+        run = polled;
+        let wake = run.next_wake();
         if kill {
             // After its first step, whatever that recorded.
             let mut s = sb.borrow_mut();
@@ -1097,6 +1188,67 @@ async fn handle(
         stdout: Bytes(line),
         ..WireResponse::default()
     })
+}
+
+/// One poll of the op command `pid` at this instant, after the sandbox
+/// caught up to it; preempted at one of its OS calls if the seed's world
+/// draws it ([`crate::os::preempt`]): the poll then waits in virtual time
+/// while the rest of the sandbox runs, and goes on. `None`: its process
+/// died meanwhile (the sandbox rebooted), so the rest never ran.
+async fn op_step(
+    sb: &Rc<RefCell<Sandbox>>,
+    trace: &Trace,
+    kind: &str,
+    pid: Pid,
+    boot: &str,
+    mut run: OpRun,
+) -> Option<(OpRun, Option<Vec<u8>>)> {
+    let paused = {
+        let mut s = sb.borrow_mut();
+        s.advance(now_ms());
+        let Some(at) = s.preempter.draw() else {
+            let previous = s.os.current();
+            s.os.set_current(pid);
+            let line = run.poll(&mut s.os);
+            s.os.set_current(previous);
+            s.advance(now_ms());
+            return Some((run, line));
+        };
+        let poll = move |os: &mut dyn Os| {
+            let line = run.poll(os);
+            (run, line)
+        };
+        match preempt::run(&mut s.os, pid, at, poll) {
+            preempt::Outcome::Done(done) => {
+                s.advance(now_ms());
+                return Some(done);
+            }
+            preempt::Outcome::Paused(paused) => {
+                trace.log(
+                    "sandbox",
+                    format!(
+                        "{kind} (pid {pid}) PREEMPTED at its OS call {} for {} ms",
+                        at.at_call + 1,
+                        at.pause.as_millis()
+                    ),
+                );
+                (paused, at.pause)
+            }
+        }
+    };
+    let (paused, pause) = paused;
+    tokio::time::sleep(pause).await;
+    // A frozen sandbox runs no process, this one included.
+    wait_while_frozen(sb).await;
+    let mut s = sb.borrow_mut();
+    s.advance(now_ms());
+    if s.os.current_boot_id() != boot || !s.os.is_alive(pid) {
+        return None;
+    }
+    trace.log("sandbox", format!("{kind} (pid {pid}) goes on"));
+    let done = paused.resume(&mut s.os, pid);
+    s.advance(now_ms());
+    Some(done)
 }
 
 /// Waits (in virtual time) until the sandbox is not frozen.

@@ -15,13 +15,17 @@
 //!   [`tether_core::agent::InterpShim`];
 //! - [`python`]: the Python interpreter the interpreter shim runs;
 //! - [`events`]: the process event log for traces and the oracle;
-//! - [`freeze`]: the whole sandbox frozen and thawed (`docker pause`).
+//! - [`freeze`]: the whole sandbox frozen and thawed (`docker pause`);
+//! - [`preempt`]: an agent step paused at one of its [`Os`] calls while the
+//!   rest of the sandbox runs on.
 //!
 //! Time comes from outside: [`SimOs::advance`] runs every process that is
 //! due up to a time (in time order, so causes come before effects), and
 //! [`SimOs::next_wake`] says when something is next due. Nothing runs while
 //! agent logic calls into the [`Os`] trait, so each agent step is atomic
-//! with respect to the simulated processes. Every collection is ordered, so
+//! with respect to the simulated processes — unless the seed's world
+//! preempts it ([`preempt`]: the sandbox host pauses a daemon's tick or an
+//! op's poll at one of its calls and lets everything else run meanwhile). Every collection is ordered, so
 //! the same calls give the same pids, events and files.
 //!
 //! Who is calling: the [`Os`] methods act as [`SimOs::current`] (see
@@ -38,6 +42,7 @@ pub mod interp;
 pub mod late;
 pub mod orphans;
 pub mod plain;
+pub mod preempt;
 pub mod process;
 pub mod pyshim;
 pub mod python;

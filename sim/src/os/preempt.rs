@@ -1,0 +1,410 @@
+//! An agent step preempted at one of its [`Os`] calls: the rest of the
+//! sandbox (op commands, daemons, shims, the client over the network)
+//! runs meanwhile, for a while of virtual time, and then the step goes on.
+//!
+//! Everywhere else in [`super`], nothing runs while agent logic calls into
+//! the [`Os`] trait, so each agent step (an op's poll, a daemon's tick) is
+//! atomic. Real processes are not: a daemon's tick on a slow filesystem
+//! spans milliseconds, in which a client can read a cell's end and ack it
+//! (the race 830edee fixed: the daemon saw the shim gone, then the journal
+//! gone, and took an acked cell for a killed shim's).
+//!
+//! How: the step (a closure over the agent's logic, which it owns and
+//! hands back) runs on a thread of its own whose [`Os`] is a proxy: each
+//! call is shipped to the thread that owns the [`SimOs`] and answered
+//! there, one at a time, while that thread waits. The handoff is strict
+//! (exactly one of the two threads runs at any moment), so a seed replays
+//! the same way: the step sees the same answers in the same order. At the
+//! drawn call the owner stops answering and keeps the call; the world runs
+//! on; [`Paused::resume`] answers it (against the sandbox as it is then)
+//! and the rest of the step runs to its end, unpreempted.
+//!
+//! Where a step runs on no thread of its own (no preemption drawn), it
+//! runs directly on the [`SimOs`] as before: a seed whose world never
+//! preempts runs exactly as it did.
+//!
+//! What is preempted ([`crate::sandbox`]): a kernel daemon's tick and an
+//! op command's poll (one-shot execs). Shims are not (their driver works
+//! on the simulated OS's internals); they run inside the others' pauses.
+
+use super::SimOs;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::any::Any;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tether_core::agent::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
+use tether_core::time::Timestamp;
+
+/// One [`Os`] call of a preempted step, answered by the [`SimOs`]'s owner.
+type Call = Box<dyn FnOnce(&mut SimOs) -> Box<dyn Any + Send> + Send>;
+
+/// What the step's thread says to the owner.
+enum Msg<R> {
+    /// Please answer this call.
+    Call(Call),
+    /// The step is over.
+    Done(R),
+}
+
+/// Ends a step abandoned mid-way (its process died while it was paused)
+/// without the panic hook's message.
+struct Abandoned;
+
+/// The [`Os`] a preempted step sees: every call goes to the owner.
+struct Proxy<R> {
+    to_owner: Sender<Msg<R>>,
+    answers: Receiver<Box<dyn Any + Send>>,
+    /// Answered without a round trip (it never changes).
+    self_pid: Pid,
+}
+
+impl<R: Send + 'static> Proxy<R> {
+    fn call<T: Send + 'static>(&self, f: impl FnOnce(&mut SimOs) -> T + Send + 'static) -> T {
+        let call: Call = Box::new(move |os| Box::new(f(os)));
+        if self.to_owner.send(Msg::Call(call)).is_err() {
+            std::panic::resume_unwind(Box::new(Abandoned));
+        }
+        match self.answers.recv() {
+            Ok(answer) => *answer
+                .downcast::<T>()
+                .expect("the owner answers each call with its own type"),
+            // The owner dropped the step (its process is gone).
+            Err(_) => std::panic::resume_unwind(Box::new(Abandoned)),
+        }
+    }
+}
+
+impl<R: Send + 'static> Os for Proxy<R> {
+    fn now(&self) -> Timestamp {
+        self.call(|os| os.now())
+    }
+    fn boot_id(&self) -> Result<String, OsError> {
+        self.call(|os| os.boot_id())
+    }
+    fn self_pid(&self) -> Pid {
+        self.self_pid
+    }
+    fn read_file(&self, path: &str) -> Result<Vec<u8>, OsError> {
+        let path = path.to_owned();
+        self.call(move |os| os.read_file(&path))
+    }
+    fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        let (path, data) = (path.to_owned(), data.to_vec());
+        self.call(move |os| os.create_new(&path, &data))
+    }
+    fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        let (path, data) = (path.to_owned(), data.to_vec());
+        self.call(move |os| os.write_atomic(&path, &data))
+    }
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        let (path, data) = (path.to_owned(), data.to_vec());
+        self.call(move |os| os.append(&path, &data))
+    }
+    fn exists(&self, path: &str) -> bool {
+        let path = path.to_owned();
+        self.call(move |os| os.exists(&path))
+    }
+    fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError> {
+        let path = path.to_owned();
+        self.call(move |os| os.list_dir(&path))
+    }
+    fn create_dir_all(&mut self, path: &str) -> Result<(), OsError> {
+        let path = path.to_owned();
+        self.call(move |os| os.create_dir_all(&path))
+    }
+    fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
+        let path = path.to_owned();
+        self.call(move |os| os.remove_all(&path))
+    }
+    fn process(&self, pid: Pid) -> Option<ProcInfo> {
+        self.call(move |os| os.process(pid))
+    }
+    fn processes(&self) -> Vec<ProcInfo> {
+        self.call(|os| os.processes())
+    }
+    fn children(&self, pid: Pid) -> Vec<ProcInfo> {
+        self.call(move |os| os.children(pid))
+    }
+    fn has_env(&self, pid: Pid, name: &str, value: &str) -> bool {
+        let (name, value) = (name.to_owned(), value.to_owned());
+        self.call(move |os| os.has_env(pid, &name, &value))
+    }
+    fn env_var(&self, pid: Pid, name: &str) -> Option<String> {
+        let name = name.to_owned();
+        self.call(move |os| os.env_var(pid, &name))
+    }
+    fn has_arg(&self, pid: Pid, arg: &str) -> bool {
+        let arg = arg.to_owned();
+        self.call(move |os| os.has_arg(pid, &arg))
+    }
+    fn signal(&mut self, pid: Pid, signal: Signal) -> Result<(), OsError> {
+        self.call(move |os| os.signal(pid, signal))
+    }
+    fn cgroup_members(&self, group: &str) -> Vec<Pid> {
+        let group = group.to_owned();
+        self.call(move |os| os.cgroup_members(&group))
+    }
+    fn remove_cgroup(&mut self, group: &str) -> Result<(), OsError> {
+        let group = group.to_owned();
+        self.call(move |os| os.remove_cgroup(&group))
+    }
+    fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError> {
+        let (kernel_dir, nonce) = (kernel_dir.to_owned(), nonce.to_owned());
+        self.call(move |os| os.spawn_daemon(&kernel_dir, &nonce))
+    }
+    fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
+        let launch = launch.clone();
+        self.call(move |os| os.spawn_cell(&launch))
+    }
+    fn random_token(&mut self) -> String {
+        self.call(|os| os.random_token())
+    }
+    fn has_program(&self, program: &str) -> bool {
+        let program = program.to_owned();
+        self.call(move |os| os.has_program(&program))
+    }
+    fn wake(&mut self, path: &str) {
+        let path = path.to_owned();
+        self.call(move |os| os.wake(&path));
+    }
+}
+
+/// Where and for how long one step is preempted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Preemption {
+    /// The step pauses before this [`Os`] call (0: the first); a step
+    /// that makes fewer calls runs to its end unpaused.
+    pub at_call: u32,
+    /// How long the rest of the sandbox runs before the step goes on.
+    pub pause: Duration,
+}
+
+/// Draws, from the seed's own stream, which agent steps are preempted.
+#[derive(Debug)]
+pub struct Preempter {
+    rng: ChaCha8Rng,
+    permille: u32,
+}
+
+/// The most calls into a step a pause lands at.
+const MAX_AT_CALL: u32 = 40;
+
+/// The longest pause (ms): a tick or op over a slow filesystem.
+const MAX_PAUSE_MS: u64 = 30;
+
+impl Preempter {
+    /// Preempts each step with chance `permille`/1000 (0: never, and no
+    /// draw is made).
+    pub fn new(seed: u64, permille: u32) -> Preempter {
+        Preempter {
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7072_6565_6d70_7421),
+            permille,
+        }
+    }
+
+    /// Is the next step preempted, and where?
+    pub fn draw(&mut self) -> Option<Preemption> {
+        if self.permille == 0 || self.rng.random_range(0..1000) >= self.permille {
+            return None;
+        }
+        Some(Preemption {
+            at_call: self.rng.random_range(0..MAX_AT_CALL),
+            pause: Duration::from_millis(self.rng.random_range(1..=MAX_PAUSE_MS)),
+        })
+    }
+}
+
+/// How a preempted step went so far.
+pub enum Outcome<R> {
+    /// It ran to its end.
+    Done(R),
+    /// It waits at a call; the rest of the sandbox runs.
+    Paused(Paused<R>),
+}
+
+/// A step stopped at one of its calls. Dropping it abandons the step, as
+/// the death of its process would (its thread unwinds quietly).
+pub struct Paused<R> {
+    thread: Option<Thread<R>>,
+    call: Option<Call>,
+}
+
+struct Thread<R> {
+    from_step: Receiver<Msg<R>>,
+    answers: Sender<Box<dyn Any + Send>>,
+    handle: JoinHandle<()>,
+}
+
+/// Runs `step` as process `pid`, preempted at `at.at_call`.
+pub fn run<R, S>(os: &mut SimOs, pid: Pid, at: Preemption, step: S) -> Outcome<R>
+where
+    R: Send + 'static,
+    S: FnOnce(&mut dyn Os) -> R + Send + 'static,
+{
+    let (to_owner, from_step) = channel();
+    let (answers, from_owner) = channel();
+    let handle = std::thread::Builder::new()
+        .name(format!("preempted-{pid}"))
+        .spawn(move || {
+            let mut proxy = Proxy {
+                to_owner,
+                answers: from_owner,
+                self_pid: pid,
+            };
+            let r = step(&mut proxy);
+            let _ = proxy.to_owner.send(Msg::Done(r));
+        })
+        .expect("a thread for a preempted step");
+    let thread = Thread {
+        from_step,
+        answers,
+        handle,
+    };
+    drive(os, pid, thread, Some(at.at_call))
+}
+
+impl<R: Send + 'static> Paused<R> {
+    /// Answers the call it waits at, as `pid` against the sandbox as it
+    /// is now, and runs the rest of the step to its end.
+    pub fn resume(mut self, os: &mut SimOs, pid: Pid) -> R {
+        let thread = self.thread.take().expect("a paused step has its thread");
+        let call = self.call.take().expect("a paused step waits at a call");
+        let answer = as_process(os, pid, call);
+        // A send fails only if the step is gone, which `drive` reports.
+        let _ = thread.answers.send(answer);
+        match drive(os, pid, thread, None) {
+            Outcome::Done(r) => r,
+            Outcome::Paused(_) => unreachable!("a step is preempted once"),
+        }
+    }
+}
+
+impl<R> Drop for Paused<R> {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            // Closing both ends unwinds the step at its call.
+            let Thread {
+                from_step,
+                answers,
+                handle,
+            } = thread;
+            drop(answers);
+            drop(from_step);
+            let _ = handle.join();
+        }
+    }
+}
+
+fn as_process(os: &mut SimOs, pid: Pid, call: Call) -> Box<dyn Any + Send> {
+    let previous = os.current();
+    os.set_current(pid);
+    let answer = call(os);
+    os.set_current(previous);
+    answer
+}
+
+/// Answers the step's calls until it ends or reaches call `pause_at`.
+fn drive<R: Send + 'static>(
+    os: &mut SimOs,
+    pid: Pid,
+    thread: Thread<R>,
+    mut pause_at: Option<u32>,
+) -> Outcome<R> {
+    loop {
+        match thread.from_step.recv() {
+            Ok(Msg::Call(call)) => {
+                if pause_at == Some(0) {
+                    return Outcome::Paused(Paused {
+                        thread: Some(thread),
+                        call: Some(call),
+                    });
+                }
+                pause_at = pause_at.map(|n| n - 1);
+                let answer = as_process(os, pid, call);
+                let _ = thread.answers.send(answer);
+            }
+            Ok(Msg::Done(r)) => {
+                let _ = thread.handle.join();
+                return Outcome::Done(r);
+            }
+            // The step panicked: the panic is the caller's, as it would be
+            // had the step run on this thread.
+            Err(_) => match thread.handle.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("a step that ends says so"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::SimOsConfig;
+
+    #[test]
+    fn a_paused_step_sees_what_ran_during_its_pause_and_a_dropped_one_stops() {
+        let mut os = SimOs::new(SimOsConfig::default());
+        os.create_dir_all("/k").unwrap();
+        os.write_atomic("/k/a", b"1").unwrap();
+        let step = |os: &mut dyn Os| {
+            let before = os.exists("/k/a");
+            let after = os.exists("/k/a");
+            (before, after, os.self_pid())
+        };
+        let Outcome::Paused(paused) = run(
+            &mut os,
+            7,
+            Preemption {
+                at_call: 1,
+                pause: Duration::from_millis(1),
+            },
+            step,
+        ) else {
+            panic!("two calls, paused before the second");
+        };
+        // Another actor removes the file between the step's two looks.
+        os.remove_all("/k/a").unwrap();
+        assert_eq!(paused.resume(&mut os, 7), (true, false, 7));
+
+        // Past its last call: it runs to its end.
+        let Outcome::Done(r) = run(
+            &mut os,
+            7,
+            Preemption {
+                at_call: 5,
+                pause: Duration::from_millis(1),
+            },
+            step,
+        ) else {
+            panic!("it makes two calls only");
+        };
+        assert_eq!(r, (false, false, 7));
+
+        // Abandoned at its first call: its write never happens.
+        let writes = |os: &mut dyn Os| os.write_atomic("/k/b", b"2").is_ok();
+        let at = Preemption {
+            at_call: 0,
+            pause: Duration::from_millis(1),
+        };
+        let Outcome::Paused(paused) = run(&mut os, 7, at, writes) else {
+            panic!("paused at its first call");
+        };
+        drop(paused);
+        assert!(!os.exists("/k/b"));
+    }
+
+    #[test]
+    fn the_same_seed_preempts_the_same_steps_and_zero_never() {
+        let draws = |seed, permille| {
+            let mut p = Preempter::new(seed, permille);
+            (0..200).map(|_| p.draw()).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(3, 300), draws(3, 300));
+        assert!(draws(3, 300).iter().any(Option::is_some));
+        assert!(draws(3, 300).iter().any(Option::is_none));
+        assert!(draws(3, 0).iter().all(Option::is_none));
+    }
+}
