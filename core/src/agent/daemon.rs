@@ -713,6 +713,9 @@ impl Daemon {
                     }
                     procs::signal_each(os, &set, Signal::Term);
                     c.term_sent = true;
+                    // The grace counts from the TERM, which a slow tick
+                    // sends a while after it read the clock.
+                    c.since = c.since.max(os.now());
                 } else if now >= c.since + grace || kill_before_grace() {
                     procs::stop_and_kill(os, &set);
                     if let Some(interp) = interp.filter(|_| cell_running) {
