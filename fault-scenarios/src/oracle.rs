@@ -178,6 +178,11 @@ pub struct Observations {
     pub journal_gaps: Vec<String>,
     /// Kernels that had two live daemons at once.
     pub two_daemons: Vec<String>,
+    /// A cell's note that an earlier cell's shim was killed before that
+    /// cell ended, where that shim finished its cell and exited by itself
+    /// (ground truth): a loss note with no cause.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub false_notes: Vec<String>,
     /// Client records left after the final shutdown.
     pub leaked_records: Vec<String>,
     /// The script finished (did not hang until the simulation's end).
@@ -588,6 +593,12 @@ pub enum Violation {
         /// Which kernel, which daemons, when.
         detail: String,
     },
+    /// The agent said a cell's state was not kept, for want of a cause
+    /// that did not happen.
+    FalseStateNote {
+        /// Which note, and what really happened.
+        detail: String,
+    },
     /// Fail open went wrong: a cell that could not get a kernel did not
     /// run once without one, saying why (or, with the fallback off, was
     /// not refused with the reason), or one that could ran without.
@@ -715,6 +726,7 @@ impl Violation {
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
+            Violation::FalseStateNote { .. } => "false_state_note",
             Violation::FailOpen { .. } => "fail_open",
             Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
             Violation::ToolAnsweredOutsideCell { .. } => "tool_answered_outside_cell",
@@ -822,6 +834,9 @@ impl fmt::Display for Violation {
             ),
             Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
+            Violation::FalseStateNote { detail } => {
+                write!(f, "a state-not-kept note with no cause: {detail}")
+            }
             Violation::FailOpen { cell, detail } => write!(f, "fail open, {cell}: {detail}"),
             Violation::ToolAnsweredTwice { detail } => {
                 write!(f, "a tool call answered twice in the sandbox: {detail}")
@@ -993,6 +1008,11 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     for detail in &obs.two_daemons {
         v.push(Violation::TwoDaemons {
+            detail: detail.clone(),
+        });
+    }
+    for detail in &obs.false_notes {
+        v.push(Violation::FalseStateNote {
             detail: detail.clone(),
         });
     }
@@ -1901,6 +1921,9 @@ mod tests {
         let mut o = good();
         o.two_daemons = vec!["kernel k had daemons [4, 9] alive at once".into()];
         assert_eq!(check(&o)[0].kind(), "two_daemons");
+        o.two_daemons.clear();
+        o.false_notes = vec!["c2 says cell 1 of k lost its shim; it exited 0".into()];
+        assert_eq!(check(&o)[0].kind(), "false_state_note");
         let mut o = good();
         o.leaked_records = vec!["k".into()];
         assert_eq!(check(&o)[0].kind(), "leak");

@@ -112,6 +112,11 @@ pub struct Sandbox {
     /// their kernel's daemon ends what they still run as a cancel does,
     /// without a tombstone.
     shim_killed_cells: BTreeSet<(String, u64)>,
+    /// The cell (kernel name, seq) of each cell shim, by pid.
+    shim_cell: BTreeMap<Pid, (String, u64)>,
+    /// Cells (kernel name, seq) whose shim exited by itself with 0: it
+    /// saw its cell to the end (ground truth for the state notes).
+    pub shim_finished: BTreeSet<(String, u64)>,
     /// The sandbox's clock runs this far ahead of virtual time (clock jumps).
     clock_offset: u64,
     /// Daemons that decided to exit by themselves (idle), with when
@@ -208,6 +213,8 @@ impl Sandbox {
             cell_of: BTreeMap::new(),
             signalled_cells: BTreeSet::new(),
             shim_killed_cells: BTreeSet::new(),
+            shim_cell: BTreeMap::new(),
+            shim_finished: BTreeSet::new(),
             clock_offset: 0,
             self_exits: Vec::new(),
             exiting_daemons: BTreeSet::new(),
@@ -569,8 +576,22 @@ impl Sandbox {
                         Some(Role::Interpreter) => "interpreter",
                         None => "?",
                     };
+                    self.shim_cell.remove(pid);
+                    if role == "shim" {
+                        if let Some(cell) = shim_cell(argv) {
+                            self.shim_cell.insert(*pid, cell);
+                        }
+                    }
                     self.roles
                         .insert(*pid, format!("{role} {}", argv.join(" ")));
+                }
+                ProcEventKind::Exit {
+                    pid,
+                    status: crate::os::ExitStatus::Code(0),
+                } if self.shim_cell.contains_key(pid) => {
+                    if let Some(cell) = self.shim_cell.get(pid) {
+                        self.shim_finished.insert(cell.clone());
+                    }
                 }
                 ProcEventKind::Exit { pid, .. }
                     if !self.pid_shut(*pid)
@@ -916,6 +937,15 @@ impl Sandbox {
 }
 
 /// The kernel's name: the last component of its directory.
+/// The cell (kernel name, seq) of a cell shim's argv (`shim --launch
+/// JSON`); `None` for an interpreter shim's.
+fn shim_cell(argv: &[String]) -> Option<(String, u64)> {
+    let launch: serde_json::Value = serde_json::from_str(argv.last()?).ok()?;
+    let dir = launch.get("cell_dir")?.as_str()?;
+    let (kernel_dir, seq) = dir.trim_end_matches('/').rsplit_once("/cells/")?;
+    Some((kernel_name(kernel_dir), seq.parse().ok()?))
+}
+
 fn kernel_name(kernel_dir: &str) -> String {
     kernel_dir
         .trim_end_matches('/')

@@ -636,6 +636,7 @@ fn observe(
         started_after_term: sandbox.started_after_term(),
         journal_gaps: sandbox.journal_gaps.clone(),
         two_daemons: sandbox.two_daemons.values().cloned().collect(),
+        false_notes: false_notes(scenario, log, sandbox),
         // The simulation's own errors come first, then the client's.
         harness_errors: harness
             .into_iter()
@@ -643,4 +644,51 @@ fn observe(
             .collect(),
         ..client
     }
+}
+
+/// What the agent says of a cell whose shim died before it ended
+/// (`tether_core::agent::shell::discard_state`): the note names the cell.
+const SHIM_KILLED_NOTE: (&str, &str) = (
+    "tether: the shell state cell ",
+    " reached was not kept (its shim was killed before the cell ended)",
+);
+
+/// Notes a cell got that an earlier cell's shim was killed, where that
+/// shim finished its cell and exited by itself.
+fn false_notes(scenario: &Scenario, log: &ClientLog, sandbox: &Sandbox) -> Vec<String> {
+    let mut found = Vec::new();
+    for spec in scenario.cells() {
+        let Some(seen) = log.cells.get(&spec.label) else {
+            continue;
+        };
+        let Some(key) = &seen.key else {
+            continue;
+        };
+        let kernel = key.kernel.as_str().to_owned();
+        let stderr: Vec<u8> = seen
+            .output
+            .iter()
+            .filter(|(_, s, _)| *s == tether_core::protocol::Stream::Stderr)
+            .flat_map(|(_, _, d)| d.iter().copied())
+            .collect();
+        let text = String::from_utf8_lossy(&stderr);
+        for (at, _) in text.match_indices(SHIM_KILLED_NOTE.0) {
+            let rest = &text[at + SHIM_KILLED_NOTE.0.len()..];
+            let Some((seq, tail)) = rest.split_once(' ') else {
+                continue;
+            };
+            let Ok(seq) = seq.parse::<u64>() else {
+                continue;
+            };
+            if format!(" {tail}").starts_with(SHIM_KILLED_NOTE.1)
+                && sandbox.shim_finished.contains(&(kernel.clone(), seq))
+            {
+                found.push(format!(
+                    "{} was told that the shim of cell {seq} of {kernel} was killed before the cell ended; that shim finished it and exited 0",
+                    spec.label
+                ));
+            }
+        }
+    }
+    found
 }
