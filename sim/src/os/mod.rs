@@ -617,6 +617,24 @@ impl SimOs {
         std::mem::take(&mut self.events)
     }
 
+    /// Is there a directory at `path`?
+    pub fn is_dir(&self, path: &str) -> bool {
+        self.fs.is_dir(path)
+    }
+
+    /// `rmdir`: removes the directory at `path` if it is empty (absent is
+    /// fine).
+    pub fn remove_empty_dir(&mut self, path: &str) -> Result<(), OsError> {
+        match self.fs.list_dir(path) {
+            Ok(names) if !names.is_empty() => {
+                Err(OsError::Other(format!("rmdir {path}: directory not empty")))
+            }
+            Ok(_) => self.fs.remove_all(path),
+            Err(OsError::NotFound) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Every file under `dir`, recursively, sorted.
     pub fn files_under(&self, dir: &str) -> Vec<String> {
         self.fs.files_under(dir)

@@ -114,9 +114,25 @@ impl<R: Send + 'static> Os for Proxy<R> {
         let path = path.to_owned();
         self.call(move |os| os.create_dir_all(&path))
     }
+    /// As `remove_dir_all` does it: what a directory holds, one entry at
+    /// a time (each a call, so a pause can land between two), then the
+    /// directory, which fails if something was made in it meanwhile.
     fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
-        let path = path.to_owned();
-        self.call(move |os| os.remove_all(&path))
+        let dir = path.to_owned();
+        if !self.call(move |os| os.is_dir(&dir)) {
+            let file = path.to_owned();
+            return self.call(move |os| os.remove_all(&file));
+        }
+        let names = match self.list_dir(path) {
+            Ok(names) => names,
+            Err(OsError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        for name in names {
+            self.remove_all(&format!("{}/{name}", path.trim_end_matches('/')))?;
+        }
+        let dir = path.to_owned();
+        self.call(move |os| os.remove_empty_dir(&dir))
     }
     fn process(&self, pid: Pid) -> Option<ProcInfo> {
         self.call(move |os| os.process(pid))
@@ -191,8 +207,9 @@ pub struct Preempter {
 /// The most calls into a step a pause lands at.
 const MAX_AT_CALL: u32 = 40;
 
-/// The longest pause (ms): a tick or op over a slow filesystem.
-const MAX_PAUSE_MS: u64 = 30;
+/// The longest pause (ms): a process descheduled on a loaded host, a
+/// tick or op over a slow filesystem.
+const MAX_PAUSE_MS: u64 = 120;
 
 impl Preempter {
     /// Preempts each step with chance `permille`/1000 (0: never, and no
@@ -209,9 +226,19 @@ impl Preempter {
         if self.permille == 0 || self.rng.random_range(0..1000) >= self.permille {
             return None;
         }
+        // Early calls more often than late ones (a short step has few);
+        // short pauses more often than long ones (a process descheduled
+        // on a loaded host, a sync on a slow filesystem).
+        let calls = self.rng.random_range(1..=MAX_AT_CALL);
+        let at_call = self.rng.random_range(0..calls);
+        let pause_ms = if self.rng.random_bool(0.5) {
+            self.rng.random_range(1..=10)
+        } else {
+            self.rng.random_range(10..=MAX_PAUSE_MS)
+        };
         Some(Preemption {
-            at_call: self.rng.random_range(0..MAX_AT_CALL),
-            pause: Duration::from_millis(self.rng.random_range(1..=MAX_PAUSE_MS)),
+            at_call,
+            pause: Duration::from_millis(pause_ms),
         })
     }
 }
