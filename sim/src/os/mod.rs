@@ -25,8 +25,9 @@
 //! agent logic calls into the [`Os`] trait, so each agent step is atomic
 //! with respect to the simulated processes — unless the seed's world
 //! preempts it ([`preempt`]: the sandbox host pauses a daemon's tick or an
-//! op's poll at one of its calls and lets everything else run meanwhile). Every collection is ordered, so
-//! the same calls give the same pids, events and files.
+//! op's poll at one of its calls and lets everything else run meanwhile).
+//! Every collection is ordered, so the same calls give the same pids,
+//! events and files.
 //!
 //! Who is calling: the [`Os`] methods act as [`SimOs::current`] (see
 //! [`SimOs::set_current`]): an op command started with
