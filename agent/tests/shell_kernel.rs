@@ -402,3 +402,78 @@ fn crlf_line_ends_run_as_lf() {
     assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
     assert_eq!(out, b"begin\ndone\n");
 }
+
+/// The positional parameters persist as at an interactive prompt:
+/// `set -- …` in one cell, `$#`/`"$@"` in the next, values exact (spaces,
+/// newlines, quotes, empty, `-x`, more than 9), through `exit`, `set -e`,
+/// `set -u` and a timeout's TERM. An exit inside a function: dash keeps
+/// the top level's; bash sees only the function's, and keeps the ones the
+/// cell started with. Bash and dash.
+#[test]
+fn the_positional_parameters_persist() {
+    let show = r#"printf '%s:' "$#"; for a; do printf '<%s>' "$a"; done; echo"#;
+    for dash in [false, true] {
+        let mut r = Root::new();
+        if dash {
+            without_bash(&mut r);
+        }
+        r.spawn("k");
+        let seq = std::cell::Cell::new(0);
+        let run = |r: &mut Root, code: &str| {
+            seq.set(seq.get() + 1);
+            let (o, out, e) = r.run("k", seq.get(), code);
+            (o, String::from_utf8_lossy(&out).into_owned(), e)
+        };
+        let (o, out, _) = run(
+            &mut r,
+            &format!("{show}; set -- a 'b c' '' -x \"it's\" 'l1\nl2' 7 8 9 ten eleven"),
+        );
+        assert_eq!(o, json!({"outcome": "ok"}));
+        assert_eq!(out, "0:\n", "dash={dash}");
+        let (_, out, e) = run(&mut r, &format!("{show}; echo \"${{10}}|$1\"; shift 2"));
+        assert_eq!(
+            out, "11:<a><b c><><-x><it's><l1\nl2><7><8><9><ten><eleven>\nten|a\n",
+            "dash={dash} {e:?}"
+        );
+        let (o, out, _) = run(&mut r, &format!("{show}; set -- x 'y z'; exit 3"));
+        assert_eq!(o, json!({"outcome": "exit", "code": 3}));
+        assert_eq!(
+            out, "9:<><-x><it's><l1\nl2><7><8><9><ten><eleven>\n",
+            "dash={dash}"
+        );
+        let (o, out, _) = run(
+            &mut r,
+            &format!("{show}; set -e; set -- e; false; set -- no"),
+        );
+        assert_eq!(o, json!({"outcome": "exit", "code": 1}));
+        assert_eq!(out, "2:<x><y z>\n", "dash={dash}");
+        let (_, out, _) = run(
+            &mut r,
+            &format!("set +e; {show}; set -u; set -- u; : $nope; set -- no"),
+        );
+        assert_eq!(out, "1:<e>\n", "dash={dash}");
+        let (_, out, _) = run(
+            &mut r,
+            &format!("set +u; {show}; set -- top; f() {{ exit 5; }}; f in"),
+        );
+        assert_eq!(out, "1:<u>\n", "dash={dash}");
+        let want = if dash { "1:<top>\n" } else { "1:<u>\n" };
+        let (_, out, _) = run(&mut r, &format!("{show}; set --"));
+        assert_eq!(out, want, "dash={dash}: after an exit inside a function");
+        let (_, out, _) = run(&mut r, &format!("{show}; set -- before the timeout"));
+        assert_eq!(out, "0:\n", "dash={dash}");
+        seq.set(seq.get() + 1);
+        r.submit_with(
+            "k",
+            seq.get(),
+            &format!("req-{}", seq.get()),
+            b"set -- cancelled here; while :; do :; done",
+            100,
+            Some(300),
+        );
+        let e = r.wait_done("k", seq.get());
+        assert_eq!(outcome(&e), json!({"outcome": "timed_out"}));
+        let (_, out, _) = run(&mut r, show);
+        assert_eq!(out, "2:<cancelled><here>\n", "dash={dash}");
+    }
+}

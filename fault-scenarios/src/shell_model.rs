@@ -166,6 +166,11 @@ pub enum StateChange {
         /// What the handler prints.
         text: String,
     },
+    /// `set -- V1 V2 …` at the top level: the positional parameters.
+    Positional {
+        /// `$1`, `$2`, … (none: `set --`).
+        values: Vec<String>,
+    },
 }
 
 /// One piece of the shell's state, printed as one line by a later cell.
@@ -216,6 +221,8 @@ pub enum Probe {
         /// The signal.
         signal: TrapSignal,
     },
+    /// `args N [V1] [V2] …`: `$#` and the positional parameters.
+    Positional,
 }
 
 /// A variable's value.
@@ -249,6 +256,9 @@ pub struct ShellState {
     pub dirs: Vec<String>,
     /// Traps other than EXIT and TERM: signal → what the handler prints.
     pub traps: BTreeMap<TrapSignal, String>,
+    /// The positional parameters (`"$@"`), kept by both shells.
+    #[serde(default)]
+    pub positional: Vec<String>,
 }
 
 /// The last line of a complete simulated snapshot (as the real wrappers
@@ -337,6 +347,7 @@ impl ShellState {
             StateChange::Trap { signal, text } => {
                 self.traps.insert(*signal, text.clone());
             }
+            StateChange::Positional { values } => self.positional = values.clone(),
         }
     }
 
@@ -392,6 +403,14 @@ impl ShellState {
                     "unset"
                 };
                 format!("trap {} {set}\n", signal.name())
+            }
+            Probe::Positional => {
+                let mut out = format!("args {}", self.positional.len());
+                for v in &self.positional {
+                    out.push_str(&format!(" [{v}]"));
+                }
+                out.push('\n');
+                out
             }
         }
     }
@@ -726,6 +745,12 @@ fn alias(name: &str, text: &str) -> Step {
     })
 }
 
+fn positional(values: &[&str]) -> Step {
+    change(StateChange::Positional {
+        values: values.iter().map(|v| (*v).to_owned()).collect(),
+    })
+}
+
 fn trap(signal: TrapSignal, text: &str) -> Step {
     change(StateChange::Trap {
         signal,
@@ -772,6 +797,7 @@ fn read_all(bash: bool) -> Vec<Step> {
         show(Probe::Trap {
             signal: TrapSignal::Hup,
         }),
+        show(Probe::Positional),
     ];
     if bash {
         steps.push(show(Probe::Array {
@@ -809,6 +835,19 @@ pub fn corpus() -> Vec<Case> {
             },
             trap(TrapSignal::Usr1, "usr1 fired"),
             trap(TrapSignal::Hup, "hup fired"),
+            positional(&[
+                "one",
+                "two words",
+                "",
+                "-x",
+                "it's \"quoted\"\nline two $1 \\",
+                "6",
+                "7",
+                "8",
+                "9",
+                "ten",
+                "eleven",
+            ]),
         ];
         if bash {
             steps.push(change(StateChange::Array {
@@ -828,6 +867,7 @@ pub fn corpus() -> Vec<Case> {
         option(Noglob, false),
         option(Noclobber, false),
         Step::ChangeDir { path: "/".into() },
+        positional(&[]),
     ];
     let mut cases = Vec::new();
     for bash in [true, false] {
@@ -869,12 +909,15 @@ pub fn corpus() -> Vec<Case> {
                 cell(vec![
                     show(Probe::Option { option: Errexit }),
                     set("tw_late", "set before the failure"),
+                    positional(&["set before", "the failure"]),
                     Step::Fail,
                     set("tw_plain", "not reached"),
+                    positional(&["not reached"]),
                 ]),
                 cell(vec![
                     show(var("tw_plain")),
                     show(var("tw_late")),
+                    show(Probe::Positional),
                     show(Probe::Option { option: Errexit }),
                     option(Errexit, false),
                     Step::Fail,
@@ -887,9 +930,10 @@ pub fn corpus() -> Vec<Case> {
             name: "nounset",
             bash_only: false,
             cells: vec![
-                cell(vec![option(Nounset, true)]),
+                cell(vec![option(Nounset, true), show(Probe::Positional)]),
                 cell(vec![
                     set("tw_plain", "set before the failure"),
+                    positional(&["set before the failure"]),
                     Step::Expand {
                         name: "tw_plain".into(),
                     },
@@ -901,6 +945,7 @@ pub fn corpus() -> Vec<Case> {
                 cell(vec![
                     show(var("tw_plain")),
                     show(var("tw_late")),
+                    show(Probe::Positional),
                     show(Probe::Option { option: Nounset }),
                 ]),
                 cell(vec![Step::PrintName {
@@ -944,6 +989,27 @@ pub fn corpus() -> Vec<Case> {
                     Step::Exit { code: 4 },
                 ]),
                 cell(vec![show(var("tw_plain"))]),
+            ],
+        },
+        Case {
+            name: "positional_parameters",
+            bash_only: false,
+            cells: vec![
+                cell(vec![show(Probe::Positional), positional(&["a", "b c"])]),
+                cell(vec![
+                    show(Probe::Positional),
+                    positional(&[]),
+                    show(Probe::Positional),
+                ]),
+                cell(vec![show(Probe::Positional), positional(&["x"])]),
+                cell(vec![
+                    Step::SetExitTrap {
+                        text: String::new(),
+                    },
+                    positional(&["with a user's EXIT trap"]),
+                    Step::Exit { code: 5 },
+                ]),
+                cell(vec![show(Probe::Positional)]),
             ],
         },
         Case {

@@ -495,6 +495,10 @@ fn validate_change(change: &StateChange) -> Result<(), WorkloadError> {
             bad("a trap's text holds a NUL byte".into())
         }
         StateChange::Trap { .. } => Ok(()),
+        StateChange::Positional { values } if values.iter().any(|v| v.contains('\0')) => {
+            bad("a positional parameter holds a NUL byte".into())
+        }
+        StateChange::Positional { .. } => Ok(()),
     }
 }
 
@@ -686,6 +690,14 @@ fn shell_change(change: &StateChange) -> String {
         StateChange::Trap { signal, text } => {
             format!("trap {} {}", sh_quote(&print_line(text)), signal.name())
         }
+        StateChange::Positional { values } => {
+            let mut line = "set --".to_owned();
+            for v in values {
+                line.push(' ');
+                line.push_str(&sh_quote(v));
+            }
+            line
+        }
     }
 }
 
@@ -731,6 +743,10 @@ fn shell_probe(probe: &Probe, dir: &str) -> String {
         Probe::Umask => "umask".to_owned(),
         Probe::Cwd => "pwd".to_owned(),
         Probe::Dirs => "dirs -l -p".to_owned(),
+        Probe::Positional => {
+            "printf 'args %s' \"$#\"; if [ $# -gt 0 ]; then printf ' [%s]' \"$@\"; fi; printf '\\n'"
+                .to_owned()
+        }
         Probe::Trap { signal } => {
             let file = sh_quote(&format!("{dir}/tw_traps"));
             let sig = signal.name();

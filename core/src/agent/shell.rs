@@ -4,9 +4,10 @@
 //! Each cell is a fresh shell that restores the kernel's snapshot, runs
 //! the code, and saves a new snapshot: every variable of the user's
 //! (exported or not, arrays included, bytes exact), functions, aliases,
-//! `set -o` and `shopt` options, umask, traps, the working directory and
-//! the directory stack under bash; what POSIX sh can list under dash
-//! (`shell/sh.sh` says what). Variables the shell manages (`PPID`,
+//! `set -o` and `shopt` options, umask, traps, the working directory,
+//! the directory stack and the positional parameters under bash (the
+//! cell line hands the top level's `"$@"` to the save); what POSIX sh
+//! can list under dash (`shell/sh.sh` says what). Variables the shell manages (`PPID`,
 //! `RANDOM`, `BASH_*` …), the cell marker and tether's own `__tether_*`
 //! are never saved. The save is builtins only (no process is started).
 //!
@@ -46,11 +47,11 @@ pub const SH_LIB: &str = include_str!("shell/sh.sh");
 /// cell left them, as in an interactive shell: `__tether_arm` returns the
 /// saved status and takes the saved last argument as its own; in an `&&`
 /// list, so a restored `set -e` does not stop the shell on it.
-const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && eval "$__tether_snap" 2>/dev/null; __tether_arm "${__tether_us-}" && __tether_same "${__tether_us-}"; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
+const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && eval "$__tether_snap" 2>/dev/null; __tether_arm "${__tether_us-}" && __tether_same "${__tether_us-}"; eval "$__tether_pre$__tether_code"; { __tether_end "$?" "$@"; } 2>/dev/null
 "#;
 
 /// The cell script under a POSIX sh.
-const SH_LINE: &str = r#"eval "$3"; __tether_begin "$1" "$2"; eval "$__tether_snap" 2>/dev/null; __tether_fix "$2"; set --; __tether_arm && :; eval "$__tether_pre$__tether_code"; { __tether_end "$?"; } 2>/dev/null
+const SH_LINE: &str = r#"eval "$3"; __tether_begin "$1" "$2"; eval "$__tether_snap" 2>/dev/null; __tether_fix "$2"; eval "set -- ${__tether_argv-}"; __tether_arm && :; eval "$__tether_pre$__tether_code"; { __tether_end "$?" "$@"; } 2>/dev/null
 "#;
 
 /// A shell cell's code as the shell gets it: every CRLF line end becomes

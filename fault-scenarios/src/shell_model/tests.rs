@@ -68,3 +68,35 @@ fn bash_keeps_what_dash_cannot_list_and_both_keep_through_exit() {
     let dash = run_cells(Flavor::Dash, &cells).unwrap();
     assert_eq!(dash[1].stdout, "v=1\nfunction f undefined\n");
 }
+
+#[test]
+fn both_shells_keep_the_positional_parameters_through_exit() {
+    let set = |values: &[&str]| Step::State {
+        change: StateChange::Positional {
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+        },
+    };
+    let show = Step::Show {
+        probe: Probe::Positional,
+    };
+    let cells = vec![
+        CaseCell {
+            workload: Workload::new(vec![show.clone(), set(&["a", "b c", ""])]),
+            cancel: false,
+        },
+        CaseCell {
+            workload: Workload::new(vec![show.clone(), set(&["x"]), Step::Exit { code: 2 }]),
+            cancel: false,
+        },
+        CaseCell {
+            workload: Workload::new(vec![show]),
+            cancel: false,
+        },
+    ];
+    for flavor in [Flavor::Bash, Flavor::Dash] {
+        let got = run_cells(flavor, &cells).unwrap();
+        assert_eq!(got[0].stdout, "args 0\n");
+        assert_eq!(got[1].stdout, "args 3 [a] [b c] []\n");
+        assert_eq!(got[2].stdout, "args 1 [x]\n");
+    }
+}

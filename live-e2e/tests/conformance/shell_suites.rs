@@ -4,7 +4,8 @@
 //! `test_heredoc_chunked_send.py`, `test_terminal_env.py`,
 //! `test_terminal_reset.py`), pexpect (`tests/test_replwrap.py`), SWE-ReX
 //! (`tests/test_execution.py`) and the Oils shell spec tests
-//! (`spec/background.test.sh`, `spec/errexit.test.sh`),
+//! (`spec/background.test.sh`, `spec/errexit.test.sh`,
+//! `spec/builtin-set.test.sh`),
 //! written in tether's shape: each case names the test it comes from and
 //! checks tether's exact output where the source checks a substring.
 
@@ -366,9 +367,10 @@ pub(super) async fn session_state_rules(live: &mut Live) {
 /// case in bash, dash and mksh and record where they differ): its job
 /// cases (`spec/background.test.sh`) and its errexit cases
 /// (`spec/errexit.test.sh`), each a cell, bash's expected output and
-/// status exact. A cell's code runs inside tether's wrapper (an `eval`
-/// between a restore and a save): `wait`, `$!` and `set -e` must behave
-/// there as in a plain script.
+/// status exact; and its `set` cases (`spec/builtin-set.test.sh`) split
+/// across cells. A cell's code runs inside tether's wrapper (an `eval`
+/// between a restore and a save): `wait`, `$!`, `set -e` and `"$@"` must
+/// behave there as in a plain script (or at a prompt, across cells).
 pub(super) async fn oils_spec_cases(live: &mut Live) {
     live.prepare().await;
     // background.test.sh "wait with nothing to wait for": status 0, at
@@ -505,6 +507,32 @@ pub(super) async fn oils_spec_cases(live: &mut Live) {
             exits(live, code, status, stdout).await;
         }
         ok(live, "set +o errexit", "").await;
+    }
+    // builtin-set.test.sh, each case's `set` in one cell and what reads
+    // `"$@"` in the next: the positional parameters persist, as at a
+    // prompt. "set with both options and argv":
+    ok(live, "set -o errexit a b c", "").await;
+    exits(live, "echo \"$@\"\nfalse\necho done", 1, "a b c\n").await;
+    ok(live, "set +o errexit; echo \"$@\"", "a b c\n").await;
+    // "nounset with \"$@\"", "set -u -- clears argv", "set -u -- x y z".
+    ok(live, "set a b c", "").await;
+    ok(live, "set -u  # shouldn't touch argv", "").await;
+    ok(live, "echo \"$@\"", "a b c\n").await;
+    ok(live, "set -u -- # shouldn't touch argv", "").await;
+    ok(live, "echo \"$@\"", "\n").await;
+    ok(live, "set a b c", "").await;
+    ok(live, "set -u -- x y z", "").await;
+    ok(live, "echo \"$@\"; set +u", "x y z\n").await;
+    // "set - - and so forth"
+    for (set, argv) in [
+        ("set a b", "a b"),
+        ("set - a b", "a b"),
+        ("set -- a b", "a b"),
+        ("set - -", "-"),
+        ("set -- --", "--"),
+    ] {
+        ok(live, set, "").await;
+        ok(live, "echo \"$@\"", &format!("{argv}\n")).await;
     }
     live.shutdown("k").await;
     assert!(live.survivors(&format!("sleep {tag}")).await.is_empty());

@@ -6,9 +6,9 @@
 # Reads the kernel's snapshot and the cell's code; says on stderr what the
 # shim noted about the cell before (a state it could not keep).
 __tether_begin() {
-  __tether_state=$1 __tether_cell=$2 __tether_pre=
+  __tether_state=$1 __tether_cell=$2 __tether_pre= __tether_args=()
   __tether_exit_trap= __tether_exit_trap_set=
-  builtin trap __tether_term TERM
+  builtin trap '__tether_term "$@"' TERM
   __tether_term_ours=1
   shopt -s expand_aliases
   if [[ -s $__tether_state/note ]]; then
@@ -83,7 +83,7 @@ __tether_opts() {
 # TERM) saves the state first.
 # Returns the previous cell's status, so the code starts with it as `$?`.
 __tether_arm() {
-  builtin trap '{ __tether_save; } 2>/dev/null' EXIT
+  builtin trap '{ __tether_save "$@"; } 2>/dev/null' EXIT
   unset __tether_snap
   return "${__tether_last:-0}"
 }
@@ -92,6 +92,8 @@ __tether_arm() {
 # cell's last argument where it is known, else empty (never tether's).
 __tether_same() { :; }
 
+# Called with the positional parameters where the TERM came (the EXIT
+# trap then runs in here, and finds them as its own).
 __tether_term() { exit 143; }
 
 __tether_is_exit() {
@@ -137,8 +139,8 @@ trap() {
       else
         __tether_exit_trap=$__tether_act __tether_exit_trap_set=1
       fi
-    elif __tether_is_term "$__tether_s" && [[ $__tether_act == - || $__tether_act == __tether_term ]]; then
-      builtin trap __tether_term TERM
+    elif __tether_is_term "$__tether_s" && [[ $__tether_act == - || $__tether_act == __tether_term || $__tether_act == '__tether_term "$@"' ]]; then
+      builtin trap '__tether_term "$@"' TERM
       __tether_term_ours=1
     else
       ! __tether_is_term "$__tether_s" || __tether_term_ours=
@@ -152,8 +154,17 @@ trap() {
 # takes the file only with it). Builtins only: no process is started.
 # Traps are listed before TERM is ignored: a cancel that comes now does not
 # cut the save short (the escalation's KILL still ends it on time).
+# Its arguments are the positional parameters where it was called: the
+# top level's from __tether_end (after the status), from the EXIT trap at
+# top level, or from __tether_term at top level. An exit inside a function
+# (or a sourced file) has only that function's: there the ones the cell
+# started with are kept (__tether_args, set by the snapshot).
 __tether_save() {
   __tether_last=$? __tether_us=$_
+  case ${#FUNCNAME[@]}:${FUNCNAME[1]-} in
+    2:__tether_end) __tether_args=("${@:2}") ;;
+    1: | 2:__tether_term) __tether_args=("$@") ;;
+  esac
   # After the code ran to its end, `$_` is the eval's argument (the code
   # itself), not the code's last argument; only an exit from inside the
   # code (the EXIT trap) sees the code's own.
@@ -189,12 +200,18 @@ __tether_save() {
     # aliases after the functions: they would expand in the restored bodies
     alias -p
     printf '__tether_last=%s __tether_us=%q\n' "$__tether_last" "$__tether_us"
+    if ((${#__tether_args[@]} != 0)); then
+      printf '__tether_args=('
+      printf ' %q' "${__tether_args[@]}"
+      printf ')\nset -- "${__tether_args[@]}"\n'
+    fi
     printf '__tether_opts %q %q\n#tether-end\n' "$__tether_so" "$__tether_bo"
   } >> "$__tether_cell/shell.new"
 }
 
-# The code reached its end with status $1.
+# The code reached its end with status $1; the positional parameters
+# it left follow.
 __tether_end() {
-  __tether_save
+  __tether_save "$@"
   printf '%s\n' "$1" >| "$__tether_cell/end"
 }

@@ -1,10 +1,11 @@
 # tether's cell wrapper for a POSIX sh (dash): the functions the one-line
 # cell script (core/src/agent/shell.rs) calls around the user's code. What
 # POSIX sh can list is kept: variables (`set`), exports, readonly, the
-# working directory, umask, traps but EXIT, the `set` flags. Functions and
-# aliases cannot be listed in dash, so they do not persist; a user's EXIT
-# trap replaces tether's (a cell that sets one and then exits early keeps
-# the previous state, with a note). @MARKER@ is filled in by shell.rs.
+# working directory, umask, traps but EXIT, the `set` flags, and the
+# positional parameters. Functions and aliases cannot be listed in dash,
+# so they do not persist; a user's EXIT trap replaces tether's (a cell
+# that sets one and then exits early keeps the previous state, with a
+# note). @MARKER@ is filled in by shell.rs.
 
 __tether_begin() {
   __tether_state=$1 __tether_cell=$2 __tether_pre= __tether_pwd=
@@ -50,21 +51,49 @@ __tether_opts() {
 
 # Returns the previous cell's status, so the code starts with it as `$?`.
 __tether_arm() {
-  trap '{ __tether_save; } 2>/dev/null' EXIT
+  trap '{ __tether_save "$@"; } 2>/dev/null' EXIT
   return "${__tether_last:-0}"
 }
 
 __tether_term() { exit 143; }
 
-# Writes the state to shell.new, last line `#tether-end`.
+# The positional parameters ($@), quoted for `eval "set -- …"`, in
+# __tether_argv (saved with the variables).
+__tether_quote() {
+  __tether_argv=
+  for __tether_a; do
+    __tether_q=
+    while :; do
+      case $__tether_a in
+        *\'*)
+          __tether_q=$__tether_q${__tether_a%%\'*}"'\\''"
+          __tether_a=${__tether_a#*\'}
+          ;;
+        *) break ;;
+      esac
+    done
+    __tether_argv="$__tether_argv '$__tether_q$__tether_a'"
+  done
+  unset __tether_a __tether_q
+}
+
+# Writes the state to shell.new, last line `#tether-end`. Its arguments
+# are the positional parameters to keep (from __tether_end, after the
+# status, which it takes as the last one; dash runs the EXIT trap with the top level's, even when the
+# shell exits inside a function).
 __tether_save() {
   __tether_last=$?
+  if [ -n "${__tether_ending-}" ]; then
+    __tether_last=$1
+    shift
+  fi
   trap - EXIT
   __tether_f=$-
   set +euvx
+  __tether_quote "$@"
   trap >| "$__tether_cell/shell.new" || return
   trap '' TERM
-  unset @MARKER@ TETHER_CALL TETHER_CALL_TOKEN __tether_code __tether_o
+  unset @MARKER@ TETHER_CALL TETHER_CALL_TOKEN __tether_code __tether_o __tether_ending
   __tether_pwd=$PWD
   {
     set
@@ -75,6 +104,7 @@ __tether_save() {
 }
 
 __tether_end() {
-  __tether_save
+  __tether_ending=1
+  __tether_save "$@"
   printf '%s\n' "$1" >| "$__tether_cell/end"
 }
