@@ -617,7 +617,17 @@ fn observe(
         .collect();
     let (leaked_processes, leaked_files, leaked_cgroups) = sandbox.leaks();
     let client = observe::client_observations(log, &kernel_deaths);
+    let mut state_loss = sandbox.state_loss(&kernel_deaths);
+    let scripted: std::collections::BTreeSet<&str> =
+        scenario.cells().map(|c| c.label.as_str()).collect();
+    state_loss.unscripted = log
+        .cells
+        .iter()
+        .filter(|(label, _)| !scripted.contains(label.as_str()))
+        .map(|(label, seen)| observe::note_cell(log, label, seen))
+        .collect();
     Observations {
+        state_loss,
         cells,
         extra_executions: sandbox.extra_executions(scenario),
         collateral: sandbox
