@@ -72,6 +72,9 @@ pub enum Variant {
     /// The daemon ignores SIGTERM.
     #[cfg(feature = "mutations")]
     DaemonIgnoresTerm,
+    /// A kept shell state said lost (its shim gone after the result).
+    #[cfg(feature = "mutations")]
+    NoteKeptStateLost,
 }
 
 impl Variant {
@@ -95,11 +98,13 @@ impl Variant {
             "kill-before-grace" => Ok(Variant::KillBeforeGrace),
             #[cfg(feature = "mutations")]
             "daemon-ignores-term" => Ok(Variant::DaemonIgnoresTerm),
+            #[cfg(feature = "mutations")]
+            "note-kept-state-lost" => Ok(Variant::NoteKeptStateLost),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
                  daemon-exits-at-term, fallback-when-off, plain-exec-resent, \
-                 kill-before-grace, daemon-ignores-term"
+                 kill-before-grace, daemon-ignores-term, note-kept-state-lost"
             )),
         }
     }
@@ -124,6 +129,8 @@ impl Variant {
             Variant::KillBeforeGrace => "kill-before-grace",
             #[cfg(feature = "mutations")]
             Variant::DaemonIgnoresTerm => "daemon-ignores-term",
+            #[cfg(feature = "mutations")]
+            Variant::NoteKeptStateLost => "note-kept-state-lost",
         }
     }
 
@@ -140,6 +147,7 @@ impl Variant {
             Variant::PlainExecResent => Some(Mutation::PlainExecResent),
             Variant::KillBeforeGrace => Some(Mutation::KillBeforeGrace),
             Variant::DaemonIgnoresTerm => Some(Mutation::DaemonIgnoresTerm),
+            Variant::NoteKeptStateLost => Some(Mutation::NoteKeptStateLost),
         }
     }
 }
