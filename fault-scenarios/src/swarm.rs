@@ -199,7 +199,10 @@ impl World {
         let small_pids = rng.random_bool(0.4);
         let grace_ms = pick(&mut rng, &[100, 300, 300, 1_000]);
         let wait_ms = pick(&mut rng, &[500, 2_000, 2_000, 5_000]);
-        let daemon_idle_ms = pick(&mut rng, &[CLASSIC_IDLE_MS, CLASSIC_IDLE_MS, 1_500, 4_000]);
+        let daemon_idle_ms = pick(
+            &mut rng,
+            &[CLASSIC_IDLE_MS, CLASSIC_IDLE_MS, 300, 1_500, 4_000],
+        );
         let faults = rng.random_range(0..=max_faults);
         let window_ms = pick(&mut rng, &[4_000, 8_000, 12_000]);
         let families = if rng.random_bool(0.5) {
