@@ -309,6 +309,10 @@ pub struct ToolCallObs {
     /// Its cell had ended (journal done, or calls directory gone) when it
     /// started.
     pub cell_ended_at_start: bool,
+    /// When its caller first found its cell ended (at its start or at a
+    /// poll while it waited), where the host knows (virtual ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell_ended_ms: Option<u64>,
 }
 
 /// One answer file written.

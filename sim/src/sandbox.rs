@@ -831,6 +831,7 @@ impl Sandbox {
                     started_ms: Some(self.virtual_ms(c.started)),
                     ended_ms: c.at.map(|t| self.virtual_ms(t)),
                     cell_ended_at_start: c.cell_ended_at_start,
+                    cell_ended_ms: c.cell_ended_at.map(|t| self.virtual_ms(t)),
                 })
                 .collect(),
             answers: self

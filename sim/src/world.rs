@@ -492,6 +492,18 @@ fn apply(
     }
 }
 
+/// When the client first resolved a cell other than as `unknown` (the
+/// first resolution, or the resume's after an `unknown`).
+fn written_off_at(seen: &crate::observe::CellSeen) -> Option<u64> {
+    match seen.resolutions.first() {
+        Some(tether_core::protocol::CellOutcome::Unknown { .. }) if seen.resolutions.len() > 1 => {
+            seen.last_resolved_at
+        }
+        Some(tether_core::protocol::CellOutcome::Unknown { .. }) => None,
+        _ => seen.resolved_at,
+    }
+}
+
 /// Two cells the client saw carry `key`.
 fn key_reused(log: &ClientLog, key: Option<&tether_core::client::CellKey>) -> bool {
     key.is_some_and(|k| {
@@ -595,7 +607,12 @@ fn observe(
                     .max(),
                 _ => None,
             },
-            spawned_after_resolution: match (&cell_key, seen.resolved_at) {
+            // From the resolution the oracle judges it by: `unknown`
+            // promises nothing, so a process spawned after an `unknown`
+            // and before the resume's own resolution is no run after one
+            // (tool_calls seed 3: a call ran out its deadline during a
+            // long hold, then the cell forked its last process).
+            spawned_after_resolution: match (&cell_key, written_off_at(&seen)) {
                 (Some(key), Some(resolved)) => sandbox
                     .cell_spawns
                     .get(key)
