@@ -33,6 +33,10 @@ pub enum Mutation {
     KillBeforeGrace,
     /// The kernel daemon ignores SIGTERM: it runs on, and starts cells.
     DaemonIgnoresTerm,
+    /// A shell cell whose shim is gone once it journaled the result (a
+    /// cancel's settle) is taken for one whose shim was killed before the
+    /// cell ended: the next cell says its state was not kept.
+    NoteKeptStateLost,
 }
 
 thread_local! {

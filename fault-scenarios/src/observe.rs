@@ -411,6 +411,22 @@ fn unbound_exit(outcome: &CellOutcome) -> bool {
 }
 
 /// What the client delivered of a cell's stderr.
+/// What the client delivered of a cell no scenario lists (the liveness
+/// cell), for the judgment of the notes it carried.
+pub fn note_cell(log: &ClientLog, label: &str, seen: &CellSeen) -> crate::oracle::NoteCell {
+    let call = format!("run_cell {label}");
+    crate::oracle::NoteCell {
+        label: label.to_owned(),
+        key: seen.key.as_ref().map(ToString::to_string),
+        stderr: seen_stderr(seen),
+        ended_ms: log
+            .calls
+            .iter()
+            .find(|(name, _, _)| *name == call)
+            .and_then(|(_, _, e)| *e),
+    }
+}
+
 fn seen_stderr(seen: &CellSeen) -> Vec<u8> {
     seen.output
         .iter()

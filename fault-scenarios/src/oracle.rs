@@ -20,6 +20,9 @@ use tether_core::protocol::Lang;
 mod background;
 mod call_ends;
 mod interpreter;
+mod loss_notes;
+
+pub use loss_notes::{NoteCell, StateLossObs};
 
 pub use interpreter::OrphanRunObs;
 mod escalation;
@@ -216,6 +219,9 @@ pub struct Observations {
     /// Python cells taken by an interpreter whose daemon had died (empty
     /// where the host cannot say).
     pub orphan_runs: Vec<OrphanRunObs>,
+    /// What may have cost a shell kernel its state, for the judgment of
+    /// the agent's "not kept" notes ([`loss_notes`]).
+    pub state_loss: StateLossObs,
 }
 
 /// One kernel's background log and what its cells' background processes
@@ -303,6 +309,10 @@ pub struct ToolCallObs {
     /// Its cell had ended (journal done, or calls directory gone) when it
     /// started.
     pub cell_ended_at_start: bool,
+    /// When its caller first found its cell ended (at its start or at a
+    /// poll while it waited), where the host knows (virtual ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell_ended_ms: Option<u64>,
 }
 
 /// One answer file written.
@@ -695,6 +705,14 @@ pub enum Violation {
         /// Which daemon, what it started, when.
         detail: String,
     },
+    /// A cell said a shell cell's state was not kept, and nothing in the
+    /// world lost it ([`loss_notes`]).
+    LossUnjustified {
+        /// The cell that carried the note.
+        cell: String,
+        /// What it said, and what the world shows.
+        detail: String,
+    },
 }
 
 impl Violation {
@@ -742,6 +760,7 @@ impl Violation {
             Violation::OrphanInterpreterRan { .. } => "orphan_interpreter_ran",
             Violation::KillBeforeGrace { .. } => "kill_before_grace",
             Violation::StartedAfterTerm { .. } => "started_after_term",
+            Violation::LossUnjustified { .. } => "loss_unjustified",
         }
     }
 }
@@ -883,6 +902,9 @@ impl fmt::Display for Violation {
             Violation::StartedAfterTerm { detail } => {
                 write!(f, "a stopped daemon started a cell: {detail}")
             }
+            Violation::LossUnjustified { cell, detail } => {
+                write!(f, "an unjustified state loss note in {cell}: {detail}")
+            }
         }
     }
 }
@@ -999,6 +1021,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     check_tool_calls_work(obs, &mut v);
     call_ends::check(obs, &mut v);
     interpreter::check(obs, &mut v);
+    loss_notes::check(obs, &mut v);
     check_evictions(obs, &mut v);
     escalation::check(obs, &mut v);
     for detail in &obs.journal_gaps {

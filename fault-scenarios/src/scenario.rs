@@ -773,10 +773,17 @@ pub fn all() -> Vec<Scenario> {
                     "next",
                     // The leftover above calls during the wait; the call
                     // after it is a process forked late in the cell.
+                    // Its own leftover calls as the cell ends: never
+                    // answered, refused at the end, not at its deadline.
                     vec![
                         print("next\n"),
                         Step::Sleep { ms: 2_000 },
                         tool_call("search", r#"{"q":"b"}"#),
+                        Step::LeftoverToolCall {
+                            after_ms: 0,
+                            name: "late".into(),
+                            args: r#"{"end":true}"#.into(),
+                        },
                     ],
                     Expect::Ok,
                 )),

@@ -199,7 +199,15 @@ impl World {
         let small_pids = rng.random_bool(0.4);
         let grace_ms = pick(&mut rng, &[100, 300, 300, 1_000]);
         let wait_ms = pick(&mut rng, &[500, 2_000, 2_000, 5_000]);
-        let daemon_idle_ms = pick(&mut rng, &[CLASSIC_IDLE_MS, CLASSIC_IDLE_MS, 1_500, 4_000]);
+        // 300 ms is shorter than most cells the scenarios run (a cancelled
+        // cell spins 0.5-1 s before its cancel): only a running cell holds
+        // off the idle exit then, and a daemon that ignored it would kill
+        // its own kernel under the cell (`self_inflicted_loss`). 1.5 s and
+        // 4 s let it exit between cells.
+        let daemon_idle_ms = pick(
+            &mut rng,
+            &[CLASSIC_IDLE_MS, CLASSIC_IDLE_MS, 300, 1_500, 4_000],
+        );
         let faults = rng.random_range(0..=max_faults);
         let window_ms = pick(&mut rng, &[4_000, 8_000, 12_000]);
         let families = if rng.random_bool(0.5) {

@@ -236,7 +236,7 @@ fn emit_json(value: &impl Serialize) -> Result<(), String> {
 
 /// The broken variants (they exist only in builds with `--features
 /// mutations`).
-const MUTATION_VARIANTS: [&str; 8] = [
+const MUTATION_VARIANTS: [&str; 9] = [
     "cancel-pgid-only",
     "resubmit-new-id",
     "transport-error-is-death",
@@ -245,6 +245,7 @@ const MUTATION_VARIANTS: [&str; 8] = [
     "plain-exec-resent",
     "kill-before-grace",
     "daemon-ignores-term",
+    "note-kept-state-lost",
 ];
 
 /// The variants this build runs.

@@ -170,6 +170,12 @@ pub struct Sandbox {
     escalation: escalation::EscalationTruth,
     /// Which agent steps are preempted ([`crate::os::preempt`]).
     preempter: Preempter,
+    /// What happened to each shell cell (kernel name, seq) that may have
+    /// cost the kernel the state it reached: its shell killed by a
+    /// signal, its shim killed before its result was journaled.
+    state_loss_causes: BTreeMap<(String, u64), Vec<String>>,
+    /// The main process (the shell) of each shell cell, by pid.
+    shell_mains: BTreeMap<Pid, (String, u64)>,
 }
 
 impl Sandbox {
@@ -229,6 +235,8 @@ impl Sandbox {
             background_lossy: BTreeMap::new(),
             logs_reads: BTreeMap::new(),
             escalation: escalation::EscalationTruth::default(),
+            state_loss_causes: BTreeMap::new(),
+            shell_mains: BTreeMap::new(),
             journal_gaps: Vec::new(),
             op_panics: Vec::new(),
             two_daemons: BTreeMap::new(),
@@ -534,6 +542,19 @@ impl Sandbox {
     /// deaths from them.
     pub fn flush_events(&mut self) {
         for e in self.os.take_events() {
+            if let ProcEventKind::Exit {
+                pid,
+                status: crate::os::ExitStatus::Signaled(sig),
+            } = &e.kind
+            {
+                if let Some(key) = self.shell_mains.get(pid).cloned() {
+                    let at = self.virtual_ms(e.at);
+                    self.state_loss_causes
+                        .entry(key)
+                        .or_default()
+                        .push(format!("its shell {pid} was killed by {sig} at {at} ms"));
+                }
+            }
             match &e.kind {
                 ProcEventKind::Spawn {
                     pid, argv, cell, ..
@@ -541,12 +562,16 @@ impl Sandbox {
                     // A reused pid is a new process: no cell's unless it
                     // says so.
                     self.cell_of.remove(pid);
+                    self.shell_mains.remove(pid);
                     if let Some(c) = cell {
                         self.kernel_of_pid.insert(*pid, kernel_name(&c.kernel_dir));
                         if let Some(seq) = c.seq {
                             let at = self.virtual_ms(e.at);
                             let key = (kernel_name(&c.kernel_dir), seq);
                             self.cell_spawns.entry(key.clone()).or_default().push(at);
+                            if tether_core::agent::shell::dirs_of(argv).is_some() {
+                                self.shell_mains.insert(*pid, key.clone());
+                            }
                             self.cell_of.insert(*pid, key);
                         }
                     }
@@ -806,6 +831,7 @@ impl Sandbox {
                     started_ms: Some(self.virtual_ms(c.started)),
                     ended_ms: c.at.map(|t| self.virtual_ms(t)),
                     cell_ended_at_start: c.cell_ended_at_start,
+                    cell_ended_ms: c.cell_ended_at.map(|t| self.virtual_ms(t)),
                 })
                 .collect(),
             answers: self
@@ -928,6 +954,39 @@ impl Sandbox {
             }
         }
         out
+    }
+
+    /// What may have cost each shell kernel its state (for the judgment
+    /// of the agent's "not kept" notes); `kernel_deaths` are the daemon
+    /// deaths the world saw (virtual ms, pid).
+    pub fn state_loss(&self, kernel_deaths: &[(u64, Pid)]) -> crate::oracle::StateLossObs {
+        let mut causes: BTreeMap<String, Vec<String>> = self
+            .state_loss_causes
+            .iter()
+            .map(|((k, seq), c)| (format!("{k}#{seq}"), c.clone()))
+            .collect();
+        for (dir, saved) in self.os.shell_saves() {
+            // `…/kernels/K/cells/N`
+            let mut parts = dir.rsplit('/');
+            let seq = parts.next().unwrap_or_default();
+            let kernel = parts.nth(1).unwrap_or_default();
+            if !saved {
+                causes
+                    .entry(format!("{kernel}#{seq}"))
+                    .or_default()
+                    .push("its shell ended without a save".into());
+            }
+        }
+        let daemon_deaths = kernel_deaths
+            .iter()
+            .filter_map(|(at, pid)| Some((*at, self.kernel_of_pid.get(pid)?.clone())))
+            .collect();
+        crate::oracle::StateLossObs {
+            judged: true,
+            causes,
+            daemon_deaths,
+            unscripted: Vec::new(),
+        }
     }
 
     /// Bystanders that a signal from the agent hit.

@@ -72,6 +72,9 @@ pub enum Variant {
     /// The daemon ignores SIGTERM.
     #[cfg(feature = "mutations")]
     DaemonIgnoresTerm,
+    /// A kept shell state said lost (its shim gone after the result).
+    #[cfg(feature = "mutations")]
+    NoteKeptStateLost,
 }
 
 impl Variant {
@@ -95,11 +98,13 @@ impl Variant {
             "kill-before-grace" => Ok(Variant::KillBeforeGrace),
             #[cfg(feature = "mutations")]
             "daemon-ignores-term" => Ok(Variant::DaemonIgnoresTerm),
+            #[cfg(feature = "mutations")]
+            "note-kept-state-lost" => Ok(Variant::NoteKeptStateLost),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
                  daemon-exits-at-term, fallback-when-off, plain-exec-resent, \
-                 kill-before-grace, daemon-ignores-term"
+                 kill-before-grace, daemon-ignores-term, note-kept-state-lost"
             )),
         }
     }
@@ -124,6 +129,8 @@ impl Variant {
             Variant::KillBeforeGrace => "kill-before-grace",
             #[cfg(feature = "mutations")]
             Variant::DaemonIgnoresTerm => "daemon-ignores-term",
+            #[cfg(feature = "mutations")]
+            Variant::NoteKeptStateLost => "note-kept-state-lost",
         }
     }
 
@@ -140,6 +147,7 @@ impl Variant {
             Variant::PlainExecResent => Some(Mutation::PlainExecResent),
             Variant::KillBeforeGrace => Some(Mutation::KillBeforeGrace),
             Variant::DaemonIgnoresTerm => Some(Mutation::DaemonIgnoresTerm),
+            Variant::NoteKeptStateLost => Some(Mutation::NoteKeptStateLost),
         }
     }
 }
@@ -484,6 +492,18 @@ fn apply(
     }
 }
 
+/// When the client first resolved a cell other than as `unknown` (the
+/// first resolution, or the resume's after an `unknown`).
+fn written_off_at(seen: &crate::observe::CellSeen) -> Option<u64> {
+    match seen.resolutions.first() {
+        Some(tether_core::protocol::CellOutcome::Unknown { .. }) if seen.resolutions.len() > 1 => {
+            seen.last_resolved_at
+        }
+        Some(tether_core::protocol::CellOutcome::Unknown { .. }) => None,
+        _ => seen.resolved_at,
+    }
+}
+
 /// Two cells the client saw carry `key`.
 fn key_reused(log: &ClientLog, key: Option<&tether_core::client::CellKey>) -> bool {
     key.is_some_and(|k| {
@@ -587,7 +607,12 @@ fn observe(
                     .max(),
                 _ => None,
             },
-            spawned_after_resolution: match (&cell_key, seen.resolved_at) {
+            // From the resolution the oracle judges it by: `unknown`
+            // promises nothing, so a process spawned after an `unknown`
+            // and before the resume's own resolution is no run after one
+            // (tool_calls seed 3: a call ran out its deadline during a
+            // long hold, then the cell forked its last process).
+            spawned_after_resolution: match (&cell_key, written_off_at(&seen)) {
                 (Some(key), Some(resolved)) => sandbox
                     .cell_spawns
                     .get(key)
@@ -617,7 +642,17 @@ fn observe(
         .collect();
     let (leaked_processes, leaked_files, leaked_cgroups) = sandbox.leaks();
     let client = observe::client_observations(log, &kernel_deaths);
+    let mut state_loss = sandbox.state_loss(&kernel_deaths);
+    let scripted: std::collections::BTreeSet<&str> =
+        scenario.cells().map(|c| c.label.as_str()).collect();
+    state_loss.unscripted = log
+        .cells
+        .iter()
+        .filter(|(label, _)| !scripted.contains(label.as_str()))
+        .map(|(label, seen)| observe::note_cell(log, label, seen))
+        .collect();
     Observations {
+        state_loss,
         cells,
         extra_executions: sandbox.extra_executions(scenario),
         collateral: sandbox

@@ -557,7 +557,7 @@ impl Daemon {
                     continue;
                 }
                 if let Ok(mut w) = journal {
-                    if first_look && !t.python && !w.has_result() {
+                    if first_look && !t.python && (!w.has_result() || note_kept_state_lost()) {
                         t.state_orphaned = true;
                     }
                     if t.python && !w.has_result() {
@@ -1192,6 +1192,19 @@ fn kill_before_grace() -> bool {
     #[cfg(feature = "mutations")]
     {
         crate::mutation::active(crate::mutation::Mutation::KillBeforeGrace)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::NoteKeptStateLost`]:
+/// never, without the `mutations` feature.
+fn note_kept_state_lost() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::NoteKeptStateLost)
     }
     #[cfg(not(feature = "mutations"))]
     {

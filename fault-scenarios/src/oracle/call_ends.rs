@@ -21,16 +21,31 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
     check_answers_reported(obs, v);
 }
 
+/// A call of an ended cell ends within two polls: one made after its
+/// cell ended (from its start), and one still waiting when its cell ended
+/// (from the first look of its caller that found the cell ended: a
+/// request the shim never journaled, or an answer the host could no
+/// longer deliver, must not wait for the call's deadline).
 fn check_refused_at_once(obs: &Observations, v: &mut Vec<Violation>) {
-    for c in obs.tools.calls.iter().filter(|c| c.cell_ended_at_start) {
+    for c in &obs.tools.calls {
         let Some(started) = c.started_ms else {
             continue;
         };
-        let took = c.ended_ms.map(|e| e.saturating_sub(started));
+        let from = match (c.cell_ended_at_start, c.cell_ended_ms) {
+            (true, _) => started,
+            (false, Some(seen)) => seen.max(started),
+            (false, None) => continue,
+        };
+        let took = c.ended_ms.map(|e| e.saturating_sub(from));
         if took.is_none_or(|t| t > bound_ms()) {
+            let when = if c.cell_ended_at_start {
+                format!("started at {started} ms after its cell ended")
+            } else {
+                format!("started at {started} ms, still waiting when its caller found its cell ended at {from} ms")
+            };
             v.push(Violation::ToolCallLingered {
                 detail: format!(
-                    "call {:?} of {} started at {started} ms after its cell ended, {}",
+                    "call {:?} of {} {when}, {}",
                     c.id,
                     c.key.as_deref().unwrap_or(&c.cell),
                     match took {
@@ -133,6 +148,29 @@ mod tests {
         let never = run(leftover(None));
         assert_eq!(kinds(&never), vec!["tool_call_lingered"]);
         assert!(check(&never)[0].to_string().contains("never ended"));
+    }
+
+    #[test]
+    fn a_call_still_waiting_when_its_cell_ended_ends_then() {
+        // Started while the cell ran; its caller found the cell ended at
+        // 1.5 s: it must end within two polls of that, not at its deadline.
+        let waiting = |ended_ms| ToolCallObs {
+            cell_ended_at_start: false,
+            cell_ended_ms: Some(1_500),
+            ..leftover(ended_ms)
+        };
+        assert_eq!(check(&run(waiting(Some(1_500)))), vec![]);
+        assert_eq!(
+            kinds(&run(waiting(Some(31_000)))),
+            vec!["tool_call_lingered"]
+        );
+        assert_eq!(kinds(&run(waiting(None))), vec!["tool_call_lingered"]);
+        // One whose caller never saw its cell end (killed first) is not judged.
+        let unseen = ToolCallObs {
+            cell_ended_ms: None,
+            ..waiting(None)
+        };
+        assert_eq!(check(&run(unseen)), vec![]);
     }
 
     #[test]

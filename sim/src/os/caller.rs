@@ -51,6 +51,12 @@ pub struct ToolCallTruth {
     /// there, or the calls directory was gone. Read from the simulated
     /// file system here, not through the caller's own test of it.
     pub cell_ended_at_start: bool,
+    /// When a look of the caller's (its start, each poll) first found its
+    /// cell ended (ground truth, as for `cell_ended_at_start`): the call
+    /// must end then, answered or refused.
+    pub cell_ended_at: Option<Timestamp>,
+    /// Its calls directory (from its environment).
+    pub calls_dir: Option<String>,
 }
 
 /// One answer file written in the sandbox (ground truth).
@@ -128,7 +134,10 @@ impl SimOs {
                     Err(end) => Some(end),
                 }
             }
-            Some(caller) => caller.poll(self),
+            Some(caller) => {
+                self.note_cell_end_seen(run);
+                caller.poll(self)
+            }
         };
         let Some(end) = end else {
             run.next_poll = now + CALLER_POLL;
@@ -171,13 +180,8 @@ impl SimOs {
         env: &std::collections::BTreeMap<String, String>,
     ) {
         use tether_core::protocol::calls::ENV_DIR;
-        let cell_ended_at_start = env.get(ENV_DIR).is_some_and(|dir| {
-            let cell = dir.trim_end_matches('/').trim_end_matches("/calls");
-            let journal = tether_core::agent::layout::CellLayout::from_dir(cell).journal();
-            self.fs
-                .exists(&tether_core::agent::journal::done_flag(&journal))
-                || !self.fs.exists(dir)
-        });
+        let calls_dir = env.get(ENV_DIR).cloned();
+        let cell_ended_at_start = calls_dir.as_deref().is_some_and(|d| self.cell_ended(d));
         run.truth = Some(self.tool_calls.len());
         self.tool_calls.push(ToolCallTruth {
             cell: self.procs.get(&pid).and_then(|p| p.origin.clone()),
@@ -189,7 +193,39 @@ impl SimOs {
             at: None,
             started: self.now,
             cell_ended_at_start,
+            cell_ended_at: cell_ended_at_start.then_some(self.now),
+            calls_dir,
         });
+    }
+
+    /// Has the cell whose calls directory is `dir` ended: its journal's
+    /// `done` flag there, or the directory gone (read from the simulated
+    /// file system, not through the caller's own test of it)?
+    fn cell_ended(&self, dir: &str) -> bool {
+        let cell = dir.trim_end_matches('/').trim_end_matches("/calls");
+        let journal = tether_core::agent::layout::CellLayout::from_dir(cell).journal();
+        self.fs
+            .exists(&tether_core::agent::journal::done_flag(&journal))
+            || !self.fs.exists(dir)
+    }
+
+    /// A look of a waiting caller: notes when it first finds its cell
+    /// ended.
+    fn note_cell_end_seen(&mut self, run: &CallerRun) {
+        let Some(i) = run.truth else { return };
+        let due = self
+            .tool_calls
+            .get(i)
+            .filter(|t| t.cell_ended_at.is_none())
+            .and_then(|t| t.calls_dir.clone());
+        if let Some(dir) = due {
+            if self.cell_ended(&dir) {
+                let now = self.now;
+                if let Some(t) = self.tool_calls.get_mut(i) {
+                    t.cell_ended_at = Some(now);
+                }
+            }
+        }
     }
 
     /// Notes an answer file being written at `path` (ground truth).

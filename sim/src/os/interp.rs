@@ -451,7 +451,11 @@ impl SimOs {
             None => CellEnd::Complete,
             Some(_) => CellEnd::Early,
         };
-        if shell_model::end_saves(shell.flavor(), end, user_trap.is_some()) {
+        let saves = shell_model::end_saves(shell.flavor(), end, user_trap.is_some());
+        if let Some(files) = shell.files.as_ref() {
+            self.shell_saves.insert(files.cell_dir.clone(), saves);
+        }
+        if saves {
             match end {
                 CellEnd::Complete => self.save_end(pid, shell),
                 _ => self.save_state(pid, shell),

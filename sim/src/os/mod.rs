@@ -218,6 +218,11 @@ pub struct SimOs {
     daemon_deaths: BTreeMap<orphans::DaemonId, Timestamp>,
     /// Cells taken by interpreters of dead daemons ([`orphans`]).
     orphan_runs: Vec<orphans::OrphanRun>,
+    /// Whether the last shell of each shell cell (by directory) that
+    /// ended by itself (its code's end, `exit`, a trapped TERM) saved its
+    /// state: ground truth for the oracle's judgment of "not kept" notes.
+    /// A shell killed by a signal it does not trap never gets here.
+    shell_saves: BTreeMap<String, bool>,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -253,6 +258,7 @@ impl SimOs {
             late_writes: Vec::new(),
             daemon_deaths: BTreeMap::new(),
             orphan_runs: Vec::new(),
+            shell_saves: BTreeMap::new(),
         };
         let dir = os.config.side_effect_dir.clone();
         let _ = os.fs.create_dir_all(&dir);
@@ -573,6 +579,18 @@ impl SimOs {
             .filter(|p| p.alive() && p.role == Role::Cell)
             .filter_map(|p| p.origin.clone().map(|c| (p.pid, c)))
             .collect()
+    }
+
+    /// Whether the last shell of the cell at `cell_dir` that ended by
+    /// itself saved its state (`None`: none did, or a signal killed it).
+    pub fn shell_saved(&self, cell_dir: &str) -> Option<bool> {
+        self.shell_saves.get(cell_dir).copied()
+    }
+
+    /// Every shell cell's directory whose last shell ended by itself, and
+    /// whether it saved its state.
+    pub fn shell_saves(&self) -> &BTreeMap<String, bool> {
+        &self.shell_saves
     }
 
     /// Live shims (pid and cell directory).

@@ -38,6 +38,15 @@ impl Sandbox {
     pub fn kill_shims(&mut self) -> Vec<Pid> {
         let shims = self.os.shims();
         for (pid, cell_dir) in &shims {
+            // Before the kill: a shim that had not journaled its cell's
+            // result had not promoted the state its shell saved either.
+            let journal = tether_core::agent::layout::CellLayout::from_dir(cell_dir).journal();
+            let had_result = tether_core::agent::journal::read_journal(&self.os, &journal)
+                .is_ok_and(|r| {
+                    r.entries
+                        .iter()
+                        .any(|e| matches!(e.kind, tether_core::protocol::EntryKind::Result { .. }))
+                });
             self.os.kill_from_outside(*pid);
             // `…/kernels/K/cells/N`: what its pipes held is lost.
             let kernel = cell_dir.rsplit('/').nth(2).unwrap_or_default().to_owned();
@@ -46,6 +55,15 @@ impl Sandbox {
             // its daemon may end what the cell still runs.
             let seq = cell_dir.rsplit('/').next().and_then(|n| n.parse().ok());
             if let Some(seq) = seq {
+                if !had_result {
+                    let at = self.virtual_ms(self.os.now_ts());
+                    self.state_loss_causes
+                        .entry((kernel.clone(), seq))
+                        .or_default()
+                        .push(format!(
+                            "its shim {pid} was killed before its result at {at} ms"
+                        ));
+                }
                 self.shim_killed_cells.insert((kernel, seq));
             }
         }
