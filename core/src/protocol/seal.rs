@@ -68,6 +68,11 @@ pub fn open(line: &[u8]) -> Result<Vec<u8>, SealError> {
     let (body, suffix) = line.split_at(line.len() - tail);
     let (open, rest) = suffix.split_at(OPEN.len());
     let (hex, _) = rest.split_at(DIGITS);
+    // Exactly the digits `seal` writes: `from_str_radix` alone also takes
+    // a leading `+` and capitals, so a changed byte there went unseen.
+    if !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(SealError::Missing);
+    }
     let hex = std::str::from_utf8(hex).map_err(|_| SealError::Missing)?;
     let sum = u64::from_str_radix(hex, 16).map_err(|_| SealError::Missing)?;
     if open != OPEN {
