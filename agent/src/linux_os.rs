@@ -195,6 +195,10 @@ impl Os for LinuxOs {
         procfs::has_arg(pid, arg)
     }
 
+    fn stop_requested(&self) -> bool {
+        crate::serve::term_received()
+    }
+
     /// `kill(2)` on exactly one pid. Pid 0 and 1, and values that would be
     /// negative as a `pid_t` (process groups, "everyone"), are refused
     /// whatever the caller meant.

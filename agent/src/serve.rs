@@ -96,6 +96,12 @@ fn open_wake_fifo(path: &str) -> Option<OwnedFd> {
 /// Set by the SIGTERM handler; the loop hands it to the daemon logic.
 static TERM_RECEIVED: AtomicBool = AtomicBool::new(false);
 
+/// This process (a kernel daemon) has been sent SIGTERM
+/// ([`tether_core::agent::Os::stop_requested`]).
+pub(crate) fn term_received() -> bool {
+    TERM_RECEIVED.load(Ordering::SeqCst)
+}
+
 extern "C" fn on_term(_signal: libc::c_int) {
     // Only an atomic store: async-signal-safe.
     TERM_RECEIVED.store(true, Ordering::SeqCst);

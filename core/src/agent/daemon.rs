@@ -895,7 +895,7 @@ impl Daemon {
 
     fn start_next(&mut self, os: &mut dyn Os, now: Timestamp) {
         self.untaken = false;
-        if self.cells.values().any(|t| !t.done) {
+        if self.cells.values().any(|t| !t.done) || os.stop_requested() {
             return;
         }
         let Some(config) = self.config.clone() else {
@@ -967,6 +967,11 @@ impl Daemon {
                     self.untaken = true;
                 }
                 continue;
+            }
+            if os.stop_requested() {
+                // A TERM came during this tick: the stop that follows
+                // resolves the cell, which never starts.
+                return;
             }
             match self.launch(os, seq, &sub, &config) {
                 Ok(track) => {

@@ -166,4 +166,10 @@ pub trait Os {
     fn wake(&mut self, path: &str) {
         let _ = path;
     }
+    /// The calling daemon has been sent SIGTERM and has not acted on it
+    /// yet: the signal lands at any moment of a tick, and the daemon acts
+    /// on it only between ticks, so the tick in progress asks before it
+    /// starts a cell (a kernel being stopped starts nothing more). No
+    /// default: a wrapper that forwards the others must forward this too.
+    fn stop_requested(&self) -> bool;
 }

@@ -30,6 +30,8 @@ pub(crate) struct FakeOs {
     me: Pid,
     /// Every write fails, as on a full disk.
     pub(crate) disk_full: bool,
+    /// A SIGTERM the daemon has not acted on yet ([`Os::stop_requested`]).
+    pub(crate) term_pending: bool,
     /// Directories made (a directory with files in it exists anyway).
     dirs: BTreeSet<String>,
 }
@@ -191,6 +193,9 @@ impl Os for FakeOs {
     }
     fn has_program(&self, _program: &str) -> bool {
         true
+    }
+    fn stop_requested(&self) -> bool {
+        self.term_pending
     }
     fn random_token(&mut self) -> String {
         format!("token{}", self.files.len())
@@ -773,6 +778,37 @@ fn a_submission_the_full_disk_keeps_from_starting_keeps_the_daemon_from_idling()
     os.disk_full = false;
     assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
     assert_eq!(os.launches.len(), 1, "the cell starts once there is room");
+}
+
+#[test]
+fn a_daemon_sent_term_during_a_tick_starts_no_cell_and_its_stop_resolves_it() {
+    // reaper seed 1464: the TERM landed while a tick was under way (the
+    // daemon acts on it between ticks); the tick still started the cell
+    // submitted meanwhile, after the kernel was already being stopped.
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let mut d = Daemon::new(&dir, "n1");
+    os.term_pending = true;
+    assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
+    assert!(os.launches.is_empty(), "a cell started after the TERM");
+    d.terminate(os.now());
+    for _ in 0..10 {
+        if d.tick(&mut os) == DaemonStep::Exit {
+            break;
+        }
+        os.now += 100;
+    }
+    let kinds = journal_kinds(&os, &format!("{dir}/cells/1/journal"));
+    assert!(
+        kinds.iter().any(|k| matches!(
+            k,
+            EntryKind::Result {
+                outcome: CellOutcome::Error { .. }
+            }
+        )),
+        "the stop resolves the untaken cell: {kinds:?}"
+    );
+    assert!(os.launches.is_empty());
 }
 
 #[test]

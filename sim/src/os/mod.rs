@@ -707,6 +707,13 @@ impl SimOs {
 }
 
 impl Os for SimOs {
+    /// A TERM the calling daemon trapped and has not acted on yet (it
+    /// acts between ticks: [`SimOs::take_caught_term`]).
+    fn stop_requested(&self) -> bool {
+        self.procs
+            .get(&self.current)
+            .is_some_and(|p| p.alive() && matches!(p.role, Role::Daemon { .. }) && p.trap_pending)
+    }
     fn now(&self) -> Timestamp {
         self.now
     }

@@ -185,6 +185,9 @@ impl<R: Send + 'static> Os for Proxy<R> {
         let path = path.to_owned();
         self.call(move |os| os.wake(&path));
     }
+    fn stop_requested(&self) -> bool {
+        self.call(|os| os.stop_requested())
+    }
 }
 
 /// Where and for how long one step is preempted.
