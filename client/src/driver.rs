@@ -657,6 +657,7 @@ mod tests {
             cells: Vec::new(),
             acked: Vec::new(),
             shutting_down: false,
+            spawning: None,
         })
     }
 

@@ -1055,3 +1055,55 @@ fn a_shutdown_begun_by_a_crashed_client_is_sent_again_by_the_next() {
     assert_eq!(h2.outcome(&again), Some(CellOutcome::Ok));
     assert!(again.seq.0 > cell.seq.0, "{again:?} after {cell:?}");
 }
+
+#[test]
+fn a_spawn_left_unanswered_by_a_crashed_client_is_sent_again_under_its_nonce() {
+    // sandbox_replaced seed 165: a spawn frame held by the channel reached
+    // the sandbox after the next client process had spawned under a new
+    // nonce and shut the kernel down; the old nonce was in no shut list,
+    // so it started a daemon that outlived the run.
+    fn spawn_nonces(h: &Harness) -> Vec<String> {
+        h.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Exec {
+                    op: tether_core::protocol::Op::Spawn { nonce, .. },
+                    ..
+                } => Some(nonce.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+    let mut h = Harness::new(35);
+    h.net = Net::Down;
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "out 1", None);
+    h.run_until(|h| h.sent(OpKind::Spawn) >= 1);
+    let sent = spawn_nonces(&h)[0].clone();
+    let persisted = h
+        .effects
+        .iter()
+        .position(|e| matches!(e, Effect::Persist(r) if r.spawning.as_deref() == Some(&*sent)))
+        .expect("the spawn's nonce is persisted");
+    let first_spawn = h
+        .effects
+        .iter()
+        .position(|e| matches!(e, Effect::Exec { op, .. } if op.kind() == OpKind::Spawn))
+        .unwrap();
+    assert!(persisted < first_spawn, "persisted before it is sent");
+    // The client process dies here: what survives is its record.
+    let record = h.records[&kname("k")].clone();
+    assert_eq!(record.spawning.as_deref(), Some(&*sent));
+    let mut h2 = Harness::with(Client::new(support::config(), 36), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok), "{}", h2.trace);
+    let nonces = spawn_nonces(&h2);
+    assert!(!nonces.is_empty(), "{}", h2.trace);
+    assert!(nonces.iter().all(|n| *n == sent), "{nonces:?} after {sent}");
+    assert_eq!(
+        h2.records[&kname("k")].spawning,
+        None,
+        "an answered spawn's nonce is spent"
+    );
+}

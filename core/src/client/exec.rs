@@ -323,6 +323,7 @@ impl Client {
                 // identity was persisted): probe it and adopt it.
                 let k = k.clone();
                 self.drop_task(&task);
+                self.spawn_answered(&k);
                 if let Some(kernel) = self.kernels.get_mut(&k) {
                     kernel.phase = Phase::Probing;
                 }
@@ -389,7 +390,10 @@ impl Client {
                 self.after_install(Ok(()));
             }
             (Task::Probe(k), Reply::Probed { status }) => self.on_probed(&k, status),
-            (Task::Spawn(k), Reply::Spawned { identity, fresh }) => self.ready(&k, identity, fresh),
+            (Task::Spawn(k), Reply::Spawned { identity, fresh }) => {
+                self.spawn_answered(&k);
+                self.ready(&k, identity, fresh)
+            }
             (Task::Submit(c), Reply::Submitted { acceptance, batch }) => {
                 // The agent deleted the journals this submit acknowledged.
                 self.acks_done(&c.kernel, &sent.acks);

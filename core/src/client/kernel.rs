@@ -22,11 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(crate) enum Phase {
     /// Probing the recorded daemon.
     Probing,
-    /// Spawning a daemon with this nonce (re-sends use the same one).
-    Spawning {
-        /// The nonce.
-        nonce: String,
-    },
+    /// Spawning a daemon under [`Kernel::spawn_nonce`].
+    Spawning,
     /// The daemon runs; cells go to it.
     Ready,
     /// Given up: no successful exec for too long. Cells are `unknown`.
@@ -57,6 +54,13 @@ pub(crate) struct Kernel {
     /// Times the agent said "kernel dead" while a probe said alive, since
     /// the last cell completed; bounded so a confused agent can't loop us.
     pub(crate) recoveries: u32,
+    /// The nonce of a spawn sent and not answered. Every spawn goes under
+    /// it until the agent answers one (re-sends, and the next client
+    /// process after a crash: it is persisted), so a copy of that spawn
+    /// that arrives late finds its daemon, or its nonce shut: it never
+    /// starts a daemon after the kernel's shutdown, as a copy under a
+    /// nonce the client forgot would (sandbox_replaced seed 165).
+    pub(crate) spawn_nonce: Option<String>,
 }
 
 impl Kernel {
@@ -73,6 +77,7 @@ impl Kernel {
             last_contact: now,
             last_error: None,
             recoveries: 0,
+            spawn_nonce: None,
         }
     }
 
@@ -97,7 +102,7 @@ impl Kernel {
     /// Work is under way that needs the sandbox to answer (a cell that
     /// waits for the frontend's answer to a tool call does not).
     pub(crate) fn busy(&self) -> bool {
-        matches!(self.phase, Phase::Probing | Phase::Spawning { .. })
+        matches!(self.phase, Phase::Probing | Phase::Spawning)
             || self
                 .cells
                 .values()
@@ -119,6 +124,7 @@ impl Kernel {
                 .collect(),
             acked: self.acked.iter().copied().collect(),
             shutting_down: self.phase == Phase::ShuttingDown,
+            spawning: self.spawn_nonce.clone(),
         }
     }
 
@@ -136,7 +142,6 @@ impl Kernel {
 impl Client {
     /// Connects a kernel: probe the recorded daemon, or spawn one.
     pub(crate) fn connect(&mut self, name: &KernelName) {
-        let nonce = self.fresh_nonce();
         let now = self.now;
         let Some(k) = self.kernels.get_mut(name) else {
             return;
@@ -144,17 +149,36 @@ impl Client {
         if !k.busy() {
             k.last_contact = now;
         }
-        k.phase = if k.identity.is_some() {
-            Phase::Probing
+        if k.identity.is_some() {
+            k.phase = Phase::Probing;
+            self.start(Task::Probe(name.clone()));
         } else {
-            Phase::Spawning { nonce }
-        };
-        let task = match k.phase {
-            Phase::Probing => Task::Probe(name.clone()),
-            _ => Task::Spawn(name.clone()),
-        };
-        self.start(task);
+            self.spawn(name);
+        }
         self.arm_give_up(name);
+    }
+
+    /// Spawns a daemon: under the nonce of a spawn still unanswered, or a
+    /// fresh one, persisted before the spawn is sent.
+    fn spawn(&mut self, name: &KernelName) {
+        let fresh = self.fresh_nonce();
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        k.phase = Phase::Spawning;
+        if k.spawn_nonce.is_none() {
+            k.spawn_nonce = Some(fresh);
+            self.persist(name);
+        }
+        self.start(Task::Spawn(name.clone()));
+    }
+
+    /// The agent answered a spawn (started or found its daemon, or refused
+    /// it for good): its nonce is spent.
+    pub(crate) fn spawn_answered(&mut self, name: &KernelName) {
+        if let Some(k) = self.kernels.get_mut(name) {
+            k.spawn_nonce = None;
+        }
     }
 
     /// Takes a recorded daemon as running without asking: its cells are
@@ -227,10 +251,10 @@ impl Client {
                 kernel: name.clone(),
                 expect: k.identity.clone(),
             }),
-            (Task::Spawn(_), Phase::Spawning { nonce }) => Some(Op::Spawn {
+            (Task::Spawn(_), Phase::Spawning) => Some(Op::Spawn {
                 kernel: name.clone(),
                 lang: k.lang,
-                nonce: nonce.clone(),
+                nonce: k.spawn_nonce.clone()?,
                 idle_timeout_ms: millis(self.config.daemon_idle_timeout),
                 grace_ms: millis(self.config.grace),
             }),
@@ -263,13 +287,7 @@ impl Client {
                     .into(),
                 false,
             ),
-            ProbeStatus::Absent => {
-                let nonce = self.fresh_nonce();
-                if let Some(k) = self.kernels.get_mut(name) {
-                    k.phase = Phase::Spawning { nonce };
-                }
-                self.start(Task::Spawn(name.clone()));
-            }
+            ProbeStatus::Absent => self.spawn(name),
         }
     }
 

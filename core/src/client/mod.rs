@@ -283,6 +283,7 @@ impl Client {
         }
         let mut k = Kernel::new(name.clone(), record.lang, self.now);
         k.identity = record.identity;
+        k.spawn_nonce = record.spawning;
         k.acked = record.acked.into_iter().collect();
         let max_seq = record.cells.iter().map(|c| c.seq.0).max().unwrap_or(0);
         let retired = self.retired.get(&name).copied().unwrap_or(1);

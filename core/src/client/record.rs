@@ -34,6 +34,11 @@ pub struct KernelRecord {
     /// shutdown is answered.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shutting_down: bool,
+    /// The nonce of a spawn sent and not answered: a new client process
+    /// spawns under it, never under a new one, so a late copy of that
+    /// spawn cannot start a daemon the client does not know of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawning: Option<String>,
 }
 
 /// One unacknowledged cell as persisted.

@@ -623,7 +623,7 @@ impl Harness {
                         })
                         .collect();
                     self.line(format!(
-                        "persist {} next={} identity={} cells=[{}] acked=[{}]",
+                        "persist {} next={} identity={} cells=[{}] acked=[{}]{}",
                         record.kernel,
                         record.next_seq,
                         record
@@ -637,6 +637,10 @@ impl Harness {
                             .map(ToString::to_string)
                             .collect::<Vec<_>>()
                             .join(", "),
+                        record
+                            .spawning
+                            .as_ref()
+                            .map_or(String::new(), |n| format!(" spawning={n}")),
                     ));
                     self.records.insert(record.kernel.clone(), record.clone());
                 }
