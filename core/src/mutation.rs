@@ -37,6 +37,9 @@ pub enum Mutation {
     /// cancel's settle) is taken for one whose shim was killed before the
     /// cell ended: the next cell says its state was not kept.
     NoteKeptStateLost,
+    /// A probe takes a daemon of another boot for one that merely died:
+    /// the client never hears that the sandbox was replaced.
+    RebootTakenForDeath,
 }
 
 thread_local! {

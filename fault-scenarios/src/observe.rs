@@ -90,6 +90,9 @@ pub struct ClientLog {
     pub calls: Vec<(String, u64, Option<u64>)>,
     /// When state lost was reported.
     pub state_lost: Vec<u64>,
+    /// Each state-lost report: when, for which kernel, and whether the
+    /// client said the kernel was replaced (pid reused, another boot).
+    pub losses: Vec<(u64, String, bool)>,
     /// When a daemon was reported ready, its pid and its kernel.
     pub ready: Vec<(u64, u32, String)>,
     /// Driver errors (and, live, failed observations).
@@ -153,7 +156,21 @@ impl ClientLog {
     /// Takes one event of the driver, seen at `now_ms`.
     pub fn on_event(&mut self, now_ms: u64, event: &Event) {
         match event {
-            Event::StateLost { .. } => self.state_lost.push(now_ms),
+            Event::StateLost { kernel, .. } => {
+                self.state_lost.push(now_ms);
+                self.losses
+                    .push((now_ms, kernel.as_str().to_owned(), false));
+            }
+            Event::KernelReplaced { kernel, .. } => {
+                if let Some(loss) = self
+                    .losses
+                    .iter_mut()
+                    .rev()
+                    .find(|l| l.1 == kernel.as_str())
+                {
+                    loss.2 = true;
+                }
+            }
             Event::KernelReady {
                 kernel, identity, ..
             } => self
@@ -437,6 +454,43 @@ fn seen_stderr(seen: &CellSeen) -> Vec<u8> {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Losses the client reported as a death where the sandbox had been
+/// replaced or rebooted under the daemon (ground truth: `boot_deaths`,
+/// the daemons killed by a boot that changed the boot id): the daemon
+/// the client last heard was ready for the kernel lived until such a
+/// boot, so no probe can have found it merely dead, and the caller must
+/// hear that the sandbox under it is another one.
+pub fn unreported_replacements(
+    log: &ClientLog,
+    kernel_deaths: &[(u64, u32)],
+    boot_deaths: &[(u64, u32)],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, kernel, replaced) in &log.losses {
+        if *replaced {
+            continue;
+        }
+        let Some((ready_at, pid, _)) = log
+            .ready
+            .iter()
+            .rev()
+            .find(|(t, _, k)| k == kernel && t <= at)
+        else {
+            continue;
+        };
+        let death = kernel_deaths
+            .iter()
+            .find(|(d, p)| p == pid && d >= ready_at);
+        if let Some(death) = death.filter(|d| boot_deaths.contains(d)) {
+            out.push(format!(
+                "kernel {kernel} at {at} ms: its daemon (pid {pid}) died when the sandbox was replaced or rebooted at {} ms (a new boot id), but the client reported it only dead",
+                death.0
+            ));
+        }
+    }
+    out
 }
 
 /// The client's half of the observations: calls, state-lost reports,

@@ -181,6 +181,11 @@ pub struct Observations {
     pub journal_gaps: Vec<String>,
     /// Kernels that had two live daemons at once.
     pub two_daemons: Vec<String>,
+    /// State-lost reports that did not say the kernel was replaced where
+    /// its daemon died with a boot that changed the boot id
+    /// ([`crate::observe::unreported_replacements`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replacements_unreported: Vec<String>,
     /// A cell's note that an earlier cell's shim was killed before that
     /// cell ended, where that shim finished its cell and exited by itself
     /// (ground truth): a loss note with no cause.
@@ -496,6 +501,12 @@ pub enum Violation {
         /// The cell that resolved `ok` on a dead kernel's state.
         cell: String,
     },
+    /// The client reported a kernel dead whose sandbox was replaced or
+    /// rebooted under it, without saying so.
+    ReplacementUnreported {
+        /// Which kernel, when, and what the sandbox did.
+        detail: String,
+    },
     /// A Python kernel's namespace was gone, yet neither its interpreter
     /// nor its daemon had died.
     NamespaceLost {
@@ -744,6 +755,7 @@ impl Violation {
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
+            Violation::ReplacementUnreported { .. } => "replacement_unreported",
             Violation::FalseStateNote { .. } => "false_state_note",
             Violation::FailOpen { .. } => "fail_open",
             Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
@@ -853,6 +865,9 @@ impl fmt::Display for Violation {
             ),
             Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
+            Violation::ReplacementUnreported { detail } => {
+                write!(f, "a replaced sandbox reported as a dead daemon: {detail}")
+            }
             Violation::FalseStateNote { detail } => {
                 write!(f, "a state-not-kept note with no cause: {detail}")
             }
@@ -1031,6 +1046,11 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     for detail in &obs.two_daemons {
         v.push(Violation::TwoDaemons {
+            detail: detail.clone(),
+        });
+    }
+    for detail in &obs.replacements_unreported {
+        v.push(Violation::ReplacementUnreported {
             detail: detail.clone(),
         });
     }
@@ -1945,6 +1965,11 @@ mod tests {
         o.two_daemons = vec!["kernel k had daemons [4, 9] alive at once".into()];
         assert_eq!(check(&o)[0].kind(), "two_daemons");
         o.two_daemons.clear();
+        o.replacements_unreported = vec![
+            "kernel k at 900 ms: its daemon (pid 5) died when the sandbox was replaced".into(),
+        ];
+        assert_eq!(check(&o)[0].kind(), "replacement_unreported");
+        o.replacements_unreported.clear();
         o.false_notes = vec!["c2 says cell 1 of k lost its shim; it exited 0".into()];
         assert_eq!(check(&o)[0].kind(), "false_state_note");
         let mut o = good();

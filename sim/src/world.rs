@@ -75,6 +75,9 @@ pub enum Variant {
     /// A kept shell state said lost (its shim gone after the result).
     #[cfg(feature = "mutations")]
     NoteKeptStateLost,
+    /// A probe takes a daemon of another boot for a dead one.
+    #[cfg(feature = "mutations")]
+    RebootTakenForDeath,
 }
 
 impl Variant {
@@ -100,11 +103,14 @@ impl Variant {
             "daemon-ignores-term" => Ok(Variant::DaemonIgnoresTerm),
             #[cfg(feature = "mutations")]
             "note-kept-state-lost" => Ok(Variant::NoteKeptStateLost),
+            #[cfg(feature = "mutations")]
+            "reboot-taken-for-death" => Ok(Variant::RebootTakenForDeath),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
                  daemon-exits-at-term, fallback-when-off, plain-exec-resent, \
-                 kill-before-grace, daemon-ignores-term, note-kept-state-lost"
+                 kill-before-grace, daemon-ignores-term, note-kept-state-lost, \
+                 reboot-taken-for-death"
             )),
         }
     }
@@ -131,6 +137,8 @@ impl Variant {
             Variant::DaemonIgnoresTerm => "daemon-ignores-term",
             #[cfg(feature = "mutations")]
             Variant::NoteKeptStateLost => "note-kept-state-lost",
+            #[cfg(feature = "mutations")]
+            Variant::RebootTakenForDeath => "reboot-taken-for-death",
         }
     }
 
@@ -148,6 +156,7 @@ impl Variant {
             Variant::KillBeforeGrace => Some(Mutation::KillBeforeGrace),
             Variant::DaemonIgnoresTerm => Some(Mutation::DaemonIgnoresTerm),
             Variant::NoteKeptStateLost => Some(Mutation::NoteKeptStateLost),
+            Variant::RebootTakenForDeath => Some(Mutation::RebootTakenForDeath),
         }
     }
 }
@@ -269,7 +278,7 @@ pub fn run_in(
     agenda.reverse();
     control.lock().healed_at_ms = healed_at_ms(&schedule.0);
 
-    let mut kernel_deaths = Vec::new();
+    let mut deaths = Deaths::default();
     let mut harness = Vec::new();
     loop {
         let now = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -278,15 +287,7 @@ pub fn run_in(
         sandbox.borrow_mut().advance_through(now);
         while agenda.last().is_some_and(|(at, _)| *at <= now) {
             let Some((_, tick)) = agenda.pop() else { break };
-            apply(
-                &mut sim,
-                now,
-                tick,
-                &trace,
-                &control,
-                &sandbox,
-                &mut kernel_deaths,
-            );
+            apply(&mut sim, now, tick, &trace, &control, &sandbox, &mut deaths);
         }
         {
             let mut sb = sandbox.borrow_mut();
@@ -309,6 +310,10 @@ pub fn run_in(
     }
     let virtual_ms = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
     sandbox.borrow_mut().advance(virtual_ms);
+    let Deaths {
+        all: mut kernel_deaths,
+        by_new_boot: boot_deaths,
+    } = deaths;
     // A daemon that exited by itself (idle timeout) died too.
     kernel_deaths.extend(sandbox.borrow().self_exits.iter().copied());
     // The agent's code must never panic; a panicked op looked to the
@@ -322,6 +327,7 @@ pub fn run_in(
     } else {
         Flavor::Dash
     };
+    let obs_deaths = kernel_deaths.clone();
     let mut obs = observe(
         scenario,
         &log.borrow(),
@@ -330,6 +336,8 @@ pub fn run_in(
         harness,
         flavor,
     );
+    obs.replacements_unreported =
+        observe::unreported_replacements(&log.borrow(), &obs_deaths, &boot_deaths);
     obs.tools = sandbox.borrow().tool_obs();
     obs.orphan_runs = sandbox.borrow().orphan_runs();
     obs.tools.reported_answered = log.borrow().tool_answered.clone();
@@ -381,6 +389,15 @@ pub fn run_in(
     }
 }
 
+/// Kernel daemons the faults killed, (virtual ms, pid).
+#[derive(Default)]
+struct Deaths {
+    all: Vec<(u64, Pid)>,
+    /// Those a boot that changed the boot id killed (the oracle's ground
+    /// truth for "the kernel was replaced").
+    by_new_boot: Vec<(u64, Pid)>,
+}
+
 fn apply(
     sim: &mut turmoil::Sim<'_>,
     now: u64,
@@ -388,7 +405,7 @@ fn apply(
     trace: &Trace,
     control: &Control,
     sandbox: &Rc<RefCell<Sandbox>>,
-    kernel_deaths: &mut Vec<(u64, Pid)>,
+    deaths: &mut Deaths,
 ) {
     match tick {
         Tick::Repair => {
@@ -430,17 +447,22 @@ fn apply(
                 FaultKind::ReplyLost { op } => control.lock().reply_lost.push(op),
                 FaultKind::KillDaemon => {
                     for pid in sandbox.borrow_mut().kill_daemons() {
-                        kernel_deaths.push((now, pid));
+                        deaths.all.push((now, pid));
                     }
                 }
                 FaultKind::BounceSandbox | FaultKind::ReplaceSandbox => {
+                    let boot = sandbox.borrow().os().current_boot_id().to_owned();
                     let killed = if kind == FaultKind::BounceSandbox {
                         sandbox.borrow_mut().bounce()
                     } else {
                         sandbox.borrow_mut().replace()
                     };
+                    let new_boot = sandbox.borrow().os().current_boot_id() != boot;
                     for pid in killed {
-                        kernel_deaths.push((now, pid));
+                        deaths.all.push((now, pid));
+                        if new_boot {
+                            deaths.by_new_boot.push((now, pid));
+                        }
                     }
                     sim.bounce("sandbox");
                 }
@@ -469,7 +491,7 @@ fn apply(
                     // The kernel is lost from the TERM on: its daemon
                     // starts nothing more and exits once its stop is over.
                     for pid in sandbox.borrow_mut().term_daemons(now) {
-                        kernel_deaths.push((now, pid));
+                        deaths.all.push((now, pid));
                     }
                 }
                 FaultKind::FreezeSandbox { for_ms } => sandbox.borrow_mut().freeze(now, for_ms),

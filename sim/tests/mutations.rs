@@ -65,6 +65,16 @@ fn a_plain_exec_sent_again_is_caught() {
     caught("plain-exec-resent", &["fail_open"]);
 }
 
+/// Caught by the ground truth of boots: a daemon killed by a boot that
+/// changed the boot id was reported only dead.
+#[test]
+fn a_reboot_taken_for_a_death_is_caught() {
+    caught(
+        "reboot-taken-for-death",
+        &["sandbox_bounce", "sandbox_replaced"],
+    );
+}
+
 #[test]
 fn the_real_product_passes_where_the_variants_fail() {
     for name in ["cancel_escapes", "happy", "reply_lost", "fail_open"] {

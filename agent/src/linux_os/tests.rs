@@ -318,7 +318,18 @@ fn signal_kills_one_real_child_and_a_dead_pid_is_not_found() {
 fn stop_and_cont_reach_the_process() {
     use rustix::process::{waitid, WaitId, WaitIdOptions};
     let mut os = LinuxOs::new();
-    let child = spawn_retrying(Command::new("sleep").arg("60")).unwrap();
+    let mut sleep = Command::new("sleep");
+    sleep.arg("60");
+    // The SIGINT below must be able to end it: a test run started in the
+    // background of a non-interactive shell inherits SIGINT ignored.
+    // SAFETY: the reset only calls sigaction(2).
+    unsafe {
+        sleep.pre_exec(|| {
+            super::spawn::reset_signal_dispositions();
+            Ok(())
+        });
+    }
+    let child = spawn_retrying(&mut sleep).unwrap();
     let pid = child.id();
     let guard = own(child);
     os.signal(pid, Signal::Stop).unwrap();

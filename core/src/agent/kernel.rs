@@ -90,7 +90,7 @@ pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
 /// what was seen.
 pub fn check_identity(os: &dyn Os, expect: &Identity) -> ProbeStatus {
     match os.boot_id() {
-        Ok(boot) if boot != expect.boot_id => {
+        Ok(boot) if boot != expect.boot_id && !reboot_taken_for_death() => {
             return ProbeStatus::Replaced {
                 evidence: format!(
                     "the sandbox rebooted or was replaced: boot id {boot}, the daemon was started under {}",
@@ -145,11 +145,17 @@ pub fn probe(os: &dyn Os, kernel: &KernelLayout, expect: Option<&Identity>) -> P
     match (expect, recorded) {
         (None, None) => ProbeStatus::Absent,
         (None, Some(rec)) => check_identity(os, &rec),
-        (Some(_), None) => ProbeStatus::Dead {
-            evidence: format!(
-                "{} is gone (the kernel's state was removed)",
-                kernel.identity()
-            ),
+        // A sandbox replaced by a new machine has none of the old one's
+        // files: that it was replaced is what the client must hear, not
+        // only that the state is gone.
+        (Some(exp), None) => match os.boot_id() {
+            Ok(boot) if boot != exp.boot_id => check_identity(os, exp),
+            _ => ProbeStatus::Dead {
+                evidence: format!(
+                    "{} is gone (the kernel's state was removed)",
+                    kernel.identity()
+                ),
+            },
         },
         (Some(exp), Some(rec)) if rec != *exp => ProbeStatus::Replaced {
             evidence: format!(
@@ -158,6 +164,19 @@ pub fn probe(os: &dyn Os, kernel: &KernelLayout, expect: Option<&Identity>) -> P
             ),
         },
         (Some(exp), Some(_)) => check_identity(os, exp),
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::RebootTakenForDeath`]:
+/// never, in a build without the `mutations` feature.
+fn reboot_taken_for_death() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::RebootTakenForDeath)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
     }
 }
 

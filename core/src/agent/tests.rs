@@ -287,6 +287,25 @@ fn identity_check_tells_pid_reuse_from_death() {
 }
 
 #[test]
+fn a_probe_of_a_daemon_whose_files_are_gone_tells_a_new_boot_from_a_removal() {
+    let os = FakeOs::new();
+    let k = KernelLayout::new("/k");
+    // Same boot: someone removed the kernel's state.
+    assert!(matches!(
+        super::kernel::probe(&os, &k, Some(&identity())),
+        ProbeStatus::Dead { .. }
+    ));
+    // Another boot: a new machine (none of the old files) took the
+    // sandbox's place, and the client must hear it was replaced.
+    let mut before = identity();
+    before.boot_id = "boot-0".into();
+    assert!(matches!(
+        super::kernel::probe(&os, &k, Some(&before)),
+        ProbeStatus::Replaced { .. }
+    ));
+}
+
+#[test]
 fn journal_writer_recovers_n_cuts_torn_tail_and_clips_once() {
     let mut os = FakeOs::new();
     let path = "/j";
