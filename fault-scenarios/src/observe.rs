@@ -103,6 +103,12 @@ pub struct ClientLog {
     pub liveness: Option<CellOutcome>,
     /// When the client's reaper evicted a kernel (ms), and which.
     pub evictions: Vec<(u64, String)>,
+    /// The evictions whose reason is the kernel cap (the least recently
+    /// used beyond it), a subset of `evictions`.
+    pub cap_evictions: Vec<(u64, String)>,
+    /// When the script ran a cell on a kernel (ms), and which: a use that
+    /// opens the kernel or counts as its latest use.
+    pub kernel_uses: Vec<(u64, String)>,
     /// Kernels whose record the client still kept after the final
     /// shutdown.
     pub records_left: Vec<String>,
@@ -176,8 +182,12 @@ impl ClientLog {
             } => self
                 .ready
                 .push((now_ms, identity.pid, kernel.as_str().to_owned())),
-            Event::KernelEvicted { kernel, .. } => {
-                self.evictions.push((now_ms, kernel.as_str().to_owned()))
+            Event::KernelEvicted { kernel, reason } => {
+                self.evictions.push((now_ms, kernel.as_str().to_owned()));
+                if reason.contains(CAP_REASON) {
+                    self.cap_evictions
+                        .push((now_ms, kernel.as_str().to_owned()));
+                }
             }
             Event::CellAccepted { cell, .. } => {
                 if let Some(l) = self.label_of(cell) {
@@ -456,6 +466,10 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// What the client's reaper says of a kernel it evicts for the cap
+/// (`tether_core::client` reaper).
+const CAP_REASON: &str = "least recently used beyond the cap";
+
 /// Losses the client reported as a death where the sandbox had been
 /// replaced or rebooted under the daemon (ground truth: `boot_deaths`,
 /// the daemons killed by a boot that changed the boot id): the daemon
@@ -535,6 +549,8 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
             .collect(),
         liveness: log.liveness.clone(),
         evictions: log.evictions.clone(),
+        cap_evictions: log.cap_evictions.clone(),
+        kernel_uses: log.kernel_uses.clone(),
         leaked_records: log.records_left.clone(),
         finished: log.finished,
         harness_errors: log.errors.clone(),

@@ -177,6 +177,16 @@ pub struct Observations {
     /// When the client's reaper evicted a kernel (virtual ms), and which:
     /// the loss of its state is the client's own, reported doing.
     pub evictions: Vec<(u64, String)>,
+    /// Those evictions whose reason was the kernel cap.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cap_evictions: Vec<(u64, String)>,
+    /// When the script ran a cell on a kernel (ms), and which.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_uses: Vec<(u64, String)>,
+    /// The client's kernel cap, where the host knows it (`None`: the cap
+    /// evictions are not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_kernels: Option<usize>,
     /// Journals whose entry numbers were not contiguous from 1.
     pub journal_gaps: Vec<String>,
     /// Kernels that had two live daemons at once.
@@ -593,6 +603,18 @@ pub enum Violation {
         /// The kernel, when, and what still ran.
         detail: String,
     },
+    /// The client evicted a kernel for the cap while it held no more
+    /// kernels than the cap.
+    EvictedUnderCap {
+        /// The kernel.
+        kernel: String,
+        /// When.
+        at_ms: u64,
+        /// Kernels open then (the evicted one included), at most.
+        open: usize,
+        /// The cap.
+        cap: usize,
+    },
     /// The client's reaper evicted a kernel while a cell of it was in
     /// flight.
     ReapedBusyKernel {
@@ -753,6 +775,7 @@ impl Violation {
             Violation::Harness { .. } => "harness",
             Violation::StopSurvivor { .. } => "stop_survivor",
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
+            Violation::EvictedUnderCap { .. } => "evicted_under_cap",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
             Violation::ReplacementUnreported { .. } => "replacement_unreported",
@@ -855,6 +878,15 @@ impl fmt::Display for Violation {
             Violation::StopSurvivor { detail } => {
                 write!(f, "a stopped kernel left processes running or a cell open: {detail}")
             }
+            Violation::EvictedUnderCap {
+                kernel,
+                at_ms,
+                open,
+                cap,
+            } => write!(
+                f,
+                "the client evicted kernel {kernel} at {at_ms} ms for the cap of {cap} kernels with at most {open} open"
+            ),
             Violation::ReapedBusyKernel {
                 kernel,
                 cell,
@@ -1038,6 +1070,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     interpreter::check(obs, &mut v);
     loss_notes::check(obs, &mut v);
     check_evictions(obs, &mut v);
+    check_cap_evictions(obs, &mut v);
     escalation::check(obs, &mut v);
     for detail in &obs.journal_gaps {
         v.push(Violation::JournalGap {
@@ -1259,6 +1292,57 @@ fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
                     at_ms: *at,
                 });
             }
+        }
+    }
+}
+
+/// The cap's promise: a kernel is evicted for the cap only while the
+/// client holds more kernels than the cap. The kernels counted are those
+/// the script ran a cell on by then and that no eviction took since their
+/// last use: at least as many as the client holds (a client process that
+/// crashed may have left some without a record).
+fn check_cap_evictions(obs: &Observations, v: &mut Vec<Violation>) {
+    let Some(cap) = obs.max_kernels else {
+        return;
+    };
+    for (i, (at, kernel)) in obs.cap_evictions.iter().enumerate() {
+        let mut names: Vec<&String> = obs
+            .kernel_uses
+            .iter()
+            .filter(|(t, _)| t <= at)
+            .map(|(_, k)| k)
+            .collect();
+        names.sort();
+        names.dedup();
+        let open = names
+            .into_iter()
+            .filter(|k| {
+                let last_use = obs
+                    .kernel_uses
+                    .iter()
+                    .filter(|(t, u)| u == *k && t <= at)
+                    .map(|(t, _)| *t)
+                    .max()
+                    .unwrap_or(0);
+                // Evicted since: before this eviction, or at its instant
+                // by one the client made first.
+                let earlier_now = obs.cap_evictions[..i]
+                    .iter()
+                    .any(|(t, e)| e == *k && t == at);
+                let evicted = obs
+                    .evictions
+                    .iter()
+                    .any(|(t, e)| e == *k && *t >= last_use && t < at);
+                !(evicted || earlier_now)
+            })
+            .count();
+        if open <= cap {
+            v.push(Violation::EvictedUnderCap {
+                kernel: kernel.clone(),
+                at_ms: *at,
+                open,
+                cap,
+            });
         }
     }
 }
@@ -1953,6 +2037,28 @@ mod tests {
         assert_eq!(v[0].kind(), "missed_state_lost");
         // Its eviction, reported, stands for the report of the loss.
         o.evictions = vec![(7, "k".into())];
+        assert!(check(&o).is_empty());
+    }
+
+    #[test]
+    fn a_cap_eviction_needs_more_kernels_open_than_the_cap() {
+        let mut o = good();
+        o.max_kernels = Some(2);
+        o.kernel_uses = vec![(0, "a".into()), (10, "b".into()), (20, "c".into())];
+        // Three open at 20 ms: evicting the least recently used is right.
+        o.evictions = vec![(20, "a".into())];
+        o.cap_evictions = o.evictions.clone();
+        assert!(check(&o).is_empty(), "{:?}", check(&o));
+        // At 15 ms only two were open.
+        o.evictions = vec![(15, "a".into())];
+        o.cap_evictions = o.evictions.clone();
+        assert_eq!(check(&o)[0].kind(), "evicted_under_cap");
+        // A kernel evicted before (and not used since) is not open.
+        o.evictions = vec![(12, "a".into()), (20, "b".into())];
+        o.cap_evictions = vec![(20, "b".into())];
+        assert_eq!(check(&o)[0].kind(), "evicted_under_cap");
+        // A host that does not know the cap is not judged.
+        o.max_kernels = None;
         assert!(check(&o).is_empty());
     }
 

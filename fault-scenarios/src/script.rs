@@ -397,6 +397,9 @@ async fn run_one(
             log.cells.entry(cell.label.clone()).or_default().started_at = Some(start);
         }
         host.note(&format!("run_cell {}", cell.label));
+        host.log()
+            .kernel_uses
+            .push((start, name.as_str().to_owned()));
         let handle = driver.cancel_handle();
         let timeout = cell.timeout_ms.map(Duration::from_millis);
         let canceller = cancel_watch(host, handle, cell.label.clone(), cell.cancel_after_ms);

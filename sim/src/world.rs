@@ -338,6 +338,7 @@ pub fn run_in(
     );
     obs.replacements_unreported =
         observe::unreported_replacements(&log.borrow(), &obs_deaths, &boot_deaths);
+    obs.max_kernels = Some(world.max_kernels);
     obs.tools = sandbox.borrow().tool_obs();
     obs.orphan_runs = sandbox.borrow().orphan_runs();
     obs.tools.reported_answered = log.borrow().tool_answered.clone();
