@@ -90,9 +90,10 @@ pub struct ClientLog {
     pub calls: Vec<(String, u64, Option<u64>)>,
     /// When state lost was reported.
     pub state_lost: Vec<u64>,
-    /// Each state-lost report: when, for which kernel, and whether the
-    /// client said the kernel was replaced (pid reused, another boot).
-    pub losses: Vec<(u64, String, bool)>,
+    /// Each state-lost report: when, for which kernel, and the evidence
+    /// if the client said the kernel was replaced (pid reused, another
+    /// boot, another nonce).
+    pub losses: Vec<(u64, String, Option<String>)>,
     /// When a daemon was reported ready, its pid and its kernel.
     pub ready: Vec<(u64, u32, String)>,
     /// Driver errors (and, live, failed observations).
@@ -164,17 +165,16 @@ impl ClientLog {
         match event {
             Event::StateLost { kernel, .. } => {
                 self.state_lost.push(now_ms);
-                self.losses
-                    .push((now_ms, kernel.as_str().to_owned(), false));
+                self.losses.push((now_ms, kernel.as_str().to_owned(), None));
             }
-            Event::KernelReplaced { kernel, .. } => {
+            Event::KernelReplaced { kernel, evidence } => {
                 if let Some(loss) = self
                     .losses
                     .iter_mut()
                     .rev()
                     .find(|l| l.1 == kernel.as_str())
                 {
-                    loss.2 = true;
+                    loss.2 = Some(evidence.clone());
                 }
             }
             Event::KernelReady {
@@ -483,7 +483,7 @@ pub fn unreported_replacements(
 ) -> Vec<String> {
     let mut out = Vec::new();
     for (at, kernel, replaced) in &log.losses {
-        if *replaced {
+        if replaced.is_some() {
             continue;
         }
         let Some((ready_at, pid, _)) = log
@@ -505,6 +505,29 @@ pub fn unreported_replacements(
         }
     }
     out
+}
+
+/// Replacements the client reported on the evidence of a pid that names
+/// another process now (reused, or without the daemon's nonce) where no
+/// pid can have been reused: no boot (`boots`, ms) before the report and
+/// a pid allocator that never wrapped. (A replacement on other evidence,
+/// another boot id or another daemon in the kernel's identity file, is
+/// not judged here.)
+pub fn unfounded_replacements(log: &ClientLog, boots: &[u64], pids_wrapped: bool) -> Vec<String> {
+    if pids_wrapped {
+        return Vec::new();
+    }
+    log.losses
+        .iter()
+        .filter_map(|(at, kernel, replaced)| {
+            let evidence = replaced.as_ref()?;
+            let pid_claim = evidence.contains(" was reused") || evidence.contains("does not carry the nonce");
+            let booted = boots.iter().any(|b| b <= at);
+            (pid_claim && !booted).then(|| {
+                format!("kernel {kernel} at {at} ms, on the evidence \"{evidence}\", with no boot before it and no pid reused")
+            })
+        })
+        .collect()
 }
 
 /// The client's half of the observations: calls, state-lost reports,

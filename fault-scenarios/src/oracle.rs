@@ -196,6 +196,10 @@ pub struct Observations {
     /// ([`crate::observe::unreported_replacements`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replacements_unreported: Vec<String>,
+    /// Replacements reported on the evidence of a reused pid where no pid
+    /// was reused ([`crate::observe::unfounded_replacements`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replacements_unfounded: Vec<String>,
     /// A cell's note that an earlier cell's shim was killed before that
     /// cell ended, where that shim finished its cell and exited by itself
     /// (ground truth): a loss note with no cause.
@@ -517,6 +521,12 @@ pub enum Violation {
         /// Which kernel, when, and what the sandbox did.
         detail: String,
     },
+    /// The client reported a kernel replaced by another process under
+    /// its daemon's pid where no pid had been reused.
+    ReplacementUnfounded {
+        /// Which kernel, when, on what evidence.
+        detail: String,
+    },
     /// A Python kernel's namespace was gone, yet neither its interpreter
     /// nor its daemon had died.
     NamespaceLost {
@@ -779,6 +789,7 @@ impl Violation {
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
             Violation::ReplacementUnreported { .. } => "replacement_unreported",
+            Violation::ReplacementUnfounded { .. } => "replacement_unfounded",
             Violation::FalseStateNote { .. } => "false_state_note",
             Violation::FailOpen { .. } => "fail_open",
             Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
@@ -899,6 +910,9 @@ impl fmt::Display for Violation {
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
             Violation::ReplacementUnreported { detail } => {
                 write!(f, "a replaced sandbox reported as a dead daemon: {detail}")
+            }
+            Violation::ReplacementUnfounded { detail } => {
+                write!(f, "a dead daemon reported as replaced: {detail}")
             }
             Violation::FalseStateNote { detail } => {
                 write!(f, "a state-not-kept note with no cause: {detail}")
@@ -1084,6 +1098,11 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     for detail in &obs.replacements_unreported {
         v.push(Violation::ReplacementUnreported {
+            detail: detail.clone(),
+        });
+    }
+    for detail in &obs.replacements_unfounded {
+        v.push(Violation::ReplacementUnfounded {
             detail: detail.clone(),
         });
     }
@@ -2076,6 +2095,10 @@ mod tests {
         ];
         assert_eq!(check(&o)[0].kind(), "replacement_unreported");
         o.replacements_unreported.clear();
+        o.replacements_unfounded =
+            vec!["kernel k at 900 ms, on the evidence \"pid 5 was reused\"".into()];
+        assert_eq!(check(&o)[0].kind(), "replacement_unfounded");
+        o.replacements_unfounded.clear();
         o.false_notes = vec!["c2 says cell 1 of k lost its shim; it exited 0".into()];
         assert_eq!(check(&o)[0].kind(), "false_state_note");
         let mut o = good();

@@ -313,6 +313,7 @@ pub fn run_in(
     let Deaths {
         all: mut kernel_deaths,
         by_new_boot: boot_deaths,
+        boots,
     } = deaths;
     // A daemon that exited by itself (idle timeout) died too.
     kernel_deaths.extend(sandbox.borrow().self_exits.iter().copied());
@@ -338,6 +339,11 @@ pub fn run_in(
     );
     obs.replacements_unreported =
         observe::unreported_replacements(&log.borrow(), &obs_deaths, &boot_deaths);
+    obs.replacements_unfounded = observe::unfounded_replacements(
+        &log.borrow(),
+        &boots,
+        sandbox.borrow().os().pids_wrapped(),
+    );
     obs.max_kernels = Some(world.max_kernels);
     obs.tools = sandbox.borrow().tool_obs();
     obs.orphan_runs = sandbox.borrow().orphan_runs();
@@ -397,6 +403,8 @@ struct Deaths {
     /// Those a boot that changed the boot id killed (the oracle's ground
     /// truth for "the kernel was replaced").
     by_new_boot: Vec<(u64, Pid)>,
+    /// When the sandbox booted again (bounced or replaced): pids restart.
+    boots: Vec<u64>,
 }
 
 fn apply(
@@ -453,6 +461,7 @@ fn apply(
                 }
                 FaultKind::BounceSandbox | FaultKind::ReplaceSandbox => {
                     let boot = sandbox.borrow().os().current_boot_id().to_owned();
+                    deaths.boots.push(now);
                     let killed = if kind == FaultKind::BounceSandbox {
                         sandbox.borrow_mut().bounce()
                     } else {

@@ -187,6 +187,9 @@ pub struct SimOs {
     boot_id: String,
     boot_at: Timestamp,
     next_pid: Pid,
+    /// The pid allocator wrapped at `pid_max` at least once: a pid may
+    /// name another process than before without a boot.
+    pids_wrapped: bool,
     procs: BTreeMap<Pid, Proc>,
     pipes: BTreeMap<u64, Pipe>,
     next_pipe: u64,
@@ -240,6 +243,7 @@ impl SimOs {
             boot_id: String::new(),
             boot_at: Timestamp::ZERO,
             next_pid: 1,
+            pids_wrapped: false,
             procs: BTreeMap::new(),
             pipes: BTreeMap::new(),
             next_pipe: 0,
@@ -662,6 +666,11 @@ impl SimOs {
     /// The current boot id.
     pub fn current_boot_id(&self) -> &str {
         &self.boot_id
+    }
+
+    /// Has the pid allocator wrapped (pids reused without a boot)?
+    pub fn pids_wrapped(&self) -> bool {
+        self.pids_wrapped
     }
 
     /// Cgroups that exist now, sorted (a leak check: none should be left

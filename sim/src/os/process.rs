@@ -273,6 +273,7 @@ impl SimOs {
         let max = self.config.pid_max.max(2);
         for _ in 0..max {
             let pid = if self.next_pid >= max || self.next_pid == 0 {
+                self.pids_wrapped |= self.next_pid >= max;
                 if self.procs.contains_key(&1) {
                     2
                 } else {
