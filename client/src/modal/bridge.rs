@@ -193,7 +193,7 @@ impl Bridge {
         // its stdin end, closes its commands' stdin and exits by itself.
         // Killed, it could not, and on Modal a channel left without EOF
         // would stay in the sandbox.
-        let mut child = command.spawn().map_err(|e| TransportError {
+        let mut child = spawn_retrying(&mut command).map_err(|e| TransportError {
             kind: TransportErrorKind::Unreachable,
             detail: format!("cannot run {} for the Modal bridge: {e}", self.python),
         })?;
@@ -614,6 +614,23 @@ impl AsyncRead for ChunkReader {
                 Poll::Ready(None) => return Poll::Ready(Ok(())),
                 Poll::Pending => return Poll::Pending,
             }
+        }
+    }
+}
+
+/// Spawns `command`, again while the executable is busy (ETXTBSY): a
+/// program written just before (the interpreter a test or an installer
+/// put there) stays busy while another thread's fork, which inherited its
+/// still-open descriptor, has not exec'd yet.
+fn spawn_retrying(command: &mut Command) -> io::Result<Child> {
+    let mut attempt = 0u64;
+    loop {
+        match command.spawn() {
+            Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && attempt < 20 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5 * attempt));
+            }
+            other => return other,
         }
     }
 }
