@@ -1086,30 +1086,22 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     check_evictions(obs, &mut v);
     check_cap_evictions(obs, &mut v);
     escalation::check(obs, &mut v);
-    for detail in &obs.journal_gaps {
-        v.push(Violation::JournalGap {
-            detail: detail.clone(),
-        });
-    }
-    for detail in &obs.two_daemons {
-        v.push(Violation::TwoDaemons {
-            detail: detail.clone(),
-        });
-    }
-    for detail in &obs.replacements_unreported {
-        v.push(Violation::ReplacementUnreported {
-            detail: detail.clone(),
-        });
-    }
-    for detail in &obs.replacements_unfounded {
-        v.push(Violation::ReplacementUnfounded {
-            detail: detail.clone(),
-        });
-    }
-    for detail in &obs.false_notes {
-        v.push(Violation::FalseStateNote {
-            detail: detail.clone(),
-        });
+    // What the host judged on its own ground truth, a finding a line.
+    let found: [(&[String], MakeViolation); 5] = [
+        (&obs.journal_gaps, |detail| Violation::JournalGap { detail }),
+        (&obs.two_daemons, |detail| Violation::TwoDaemons { detail }),
+        (&obs.replacements_unreported, |detail| {
+            Violation::ReplacementUnreported { detail }
+        }),
+        (&obs.replacements_unfounded, |detail| {
+            Violation::ReplacementUnfounded { detail }
+        }),
+        (&obs.false_notes, |detail| Violation::FalseStateNote {
+            detail,
+        }),
+    ];
+    for (details, violation) in found {
+        v.extend(details.iter().cloned().map(violation));
     }
     if !obs.leaked_records.is_empty() {
         v.push(Violation::Leak {
@@ -1314,6 +1306,9 @@ fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
         }
     }
 }
+
+/// Makes a violation of one kind from a finding's text.
+type MakeViolation = fn(String) -> Violation;
 
 /// The cap's promise: a kernel is evicted for the cap only while the
 /// client holds more kernels than the cap. The kernels counted are those
