@@ -476,15 +476,19 @@ async fn resume_kept(
             })
             .collect()
     };
-    let cancel_after = |label: &String| {
-        scenario
-            .cells()
-            .find(|c| &c.label == label)
-            .and_then(|c| c.cancel_after_ms)
+    let spec = |label: &String| scenario.cells().find(|c| &c.label == label);
+    let cancel_after = |label: &String| spec(label).and_then(|c| c.cancel_after_ms);
+    // A cell the script means to cancel: at a time, or by a cancel fault
+    // (cancel_early seed 60084: its resume sent the submit the fault
+    // held, and nobody cancelled the 600 s cell).
+    let to_cancel = |label: &String| {
+        spec(label).is_some_and(|c| {
+            c.cancel_after_ms.is_some() || c.expect == Some(crate::scenario::Expect::Cancelled)
+        })
     };
     let label = labels
         .iter()
-        .find(|l| cancel_after(l).is_some())
+        .find(|l| to_cancel(l))
         .or(labels.first())
         .cloned()
         .unwrap_or_default();
@@ -497,12 +501,11 @@ async fn resume_kept(
     let resume = driver.resume(record, false, on_event);
     // Only a cell the script meant to cancel gets a canceller: a fault's
     // cancel is for the cell the script runs, never a bystander resumed.
-    let r = match after {
-        Some(_) => {
-            let canceller = cancel_watch(host, driver_cancel, label, after);
-            with_canceller(resume, canceller).await
-        }
-        None => resume.await,
+    let r = if to_cancel(&label) {
+        let canceller = cancel_watch(host, driver_cancel, label, after);
+        with_canceller(resume, canceller).await
+    } else {
+        resume.await
     };
     finish_call(host, "resume", start, r.err());
     host.after_cell().await;
