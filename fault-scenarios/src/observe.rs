@@ -507,6 +507,35 @@ pub fn unreported_replacements(
     out
 }
 
+/// Cells recorded but not taken when their daemon exited idle, and never
+/// started after (`stranded`: kernel name, seq, when in ms, what
+/// happened), that the client resolved as an error: the daemon's own exit
+/// lost them, where the submit's handshake with the exiting daemon should
+/// have sent each to the next daemon. (Cancelled, timed out or unknown is
+/// judged elsewhere.) A kernel opened again numbers its cells from 1: the
+/// cell is the last one of that key the script started by then.
+pub fn stranded_losses(log: &ClientLog, stranded: &[(String, u64, u64, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (kernel, seq, at, detail) in stranded {
+        let cell = log
+            .cells
+            .values()
+            .filter(|c| {
+                c.key
+                    .as_ref()
+                    .is_some_and(|k| k.kernel.as_str() == kernel && k.seq.0 == *seq)
+                    && c.started_at.is_some_and(|t| t <= *at)
+            })
+            .max_by_key(|c| c.started_at);
+        if let Some(CellOutcome::Error { message }) = cell.and_then(|c| c.resolutions.last()) {
+            out.push(format!(
+                "{detail}, not yet taken, and the client resolved it as an error: {message}"
+            ));
+        }
+    }
+    out
+}
+
 /// Replacements the client reported on the evidence of a pid that names
 /// another process now (reused, or without the daemon's nonce) where no
 /// pid can have been reused: no boot (`boots`, ms) before the report and
@@ -605,6 +634,34 @@ mod tests {
     fn run(log: &mut ClientLog, label: &str) {
         log.current = Some(label.into());
         log.cells.entry(label.into()).or_default();
+    }
+
+    #[test]
+    fn a_cell_stranded_by_an_idle_exit_and_resolved_as_an_error_is_a_loss() {
+        let mut log = ClientLog::default();
+        run(&mut log, "lost");
+        log.cells.get_mut("lost").unwrap().started_at = Some(5);
+        log.on_event(10, &refused(key("sim", 1)));
+        // A later cell of the same key (the kernel opened again) ran.
+        run(&mut log, "later");
+        log.cells.get_mut("later").unwrap().started_at = Some(50);
+        log.on_event(60, &refused(key("sim", 1)));
+        let stranded = |at| {
+            vec![(
+                "sim".to_string(),
+                1,
+                at,
+                "daemon 4 of sim exited".to_string(),
+            )]
+        };
+        let found = stranded_losses(&log, &stranded(8));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("could not be started"), "{found:?}");
+        // Resolved as anything but an error: judged elsewhere.
+        log.cells.get_mut("lost").unwrap().resolutions = vec![CellOutcome::Cancelled];
+        assert!(stranded_losses(&log, &stranded(8)).is_empty());
+        // Stranded before any cell of that key was started: none is judged.
+        assert!(stranded_losses(&log, &stranded(2)).is_empty());
     }
 
     #[test]

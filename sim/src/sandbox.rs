@@ -130,8 +130,13 @@ pub struct Sandbox {
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
     /// Deaths the agent caused itself while its kernel had work: a daemon
-    /// that went idle with a cell unfinished.
+    /// that went idle with a cell it took unfinished.
     pub self_inflicted: Vec<String>,
+    /// Cells (kernel name, seq) recorded but not taken when their daemon
+    /// went idle, with when (virtual ms) and what happened: the submit's handshake with the
+    /// exiting daemon must send each to the next daemon, not lose it
+    /// (judged with the client's outcome, `observe::stranded_losses`).
+    pub stranded: Vec<(String, u64, u64, String)>,
     /// When a Python interpreter died before any shutdown (virtual ms).
     pub interpreter_deaths: Vec<u64>,
     /// Journals whose entry numbers are not 1, 2, 3, … (a gap or a
@@ -226,6 +231,7 @@ impl Sandbox {
             exiting_daemons: BTreeSet::new(),
             untraceable: BTreeSet::new(),
             self_inflicted: Vec::new(),
+            stranded: Vec::new(),
             interpreter_deaths: Vec::new(),
             snapshot: None,
             grace_ms: world.grace_ms,
@@ -341,11 +347,16 @@ impl Sandbox {
                         Some(&kernel_name(&kernel_dir)),
                         format!("its daemon {pid} exited idle"),
                     );
-                    for seq in self.unfinished_cells(&kernel_dir) {
-                        self.self_inflicted.push(format!(
-                            "daemon {pid} of {} exited by itself at {now_ms} ms while its cell {seq} was unfinished",
-                            kernel_name(&kernel_dir)
-                        ));
+                    let name = kernel_name(&kernel_dir);
+                    for (seq, taken) in self.unfinished_cells(&kernel_dir) {
+                        let detail = format!(
+                            "daemon {pid} of {name} exited by itself at {now_ms} ms while its cell {seq} was unfinished"
+                        );
+                        if taken {
+                            self.self_inflicted.push(detail);
+                        } else {
+                            self.stranded.push((name.clone(), seq, now_ms, detail));
+                        }
                     }
                 }
             }
@@ -355,6 +366,24 @@ impl Sandbox {
         self.check_one_daemon_per_kernel(now_ms);
         self.flush_events();
         self.check_stopped_kernels(now_ms);
+        self.forget_strands_that_ran();
+    }
+
+    /// A stranded cell (see `stranded`) whose journal has a `started`
+    /// entry ran after all, on the next daemon: it was not lost.
+    fn forget_strands_that_ran(&mut self) {
+        if self.stranded.is_empty() {
+            return;
+        }
+        let root = self.root.clone();
+        let os = &self.os;
+        self.stranded.retain(|(kernel, seq, _, _)| {
+            let cell = KernelLayout::new(&format!("{root}/kernels/{kernel}")).cell(CellSeq(*seq));
+            let started = journal::read_journal(os, &cell.journal())
+                .ok()
+                .and_then(|r| journal::started(&r));
+            started.is_none()
+        });
     }
 
     /// Runs (or goes on with) the tick of the live daemon `pid` if it is
@@ -726,8 +755,8 @@ impl Sandbox {
     }
 
     /// Cells of the kernel at `kernel_dir` that were submitted and whose
-    /// journal is not done.
-    fn unfinished_cells(&self, kernel_dir: &str) -> Vec<u64> {
+    /// journal is not done, each with whether a daemon took it.
+    fn unfinished_cells(&self, kernel_dir: &str) -> Vec<(u64, bool)> {
         let layout = KernelLayout::new(kernel_dir);
         let mut seqs: Vec<u64> = self
             .os
@@ -742,7 +771,13 @@ impl Sandbox {
             self.os.exists(&cell.submission())
                 && !self.os.exists(&journal::done_flag(&cell.journal()))
         });
-        seqs
+        seqs.into_iter()
+            .map(|seq| {
+                let cell = layout.cell(CellSeq(seq));
+                let taken = self.os.exists(&cell.journal()) || self.os.exists(&cell.launch());
+                (seq, taken)
+            })
+            .collect()
     }
 
     /// Kills every kernel daemon (a fault); returns the pids killed.

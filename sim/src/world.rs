@@ -697,7 +697,12 @@ fn observe(
         leaked_cgroups,
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
         background,
-        self_inflicted: sandbox.self_inflicted.clone(),
+        self_inflicted: sandbox
+            .self_inflicted
+            .iter()
+            .cloned()
+            .chain(observe::stranded_losses(log, &sandbox.stranded))
+            .collect(),
         stop_survivors: sandbox.term_survivors.clone(),
         early_kills: sandbox.early_kills(),
         started_after_term: sandbox.started_after_term(),

@@ -304,12 +304,43 @@ impl Daemon {
         }
         let idle = Duration::from_millis(self.config.as_ref().map_or(0, |c| c.idle_timeout_ms));
         if now >= self.idle_since + idle {
-            self.exiting = Some(now + EXIT_BOUND);
-            return self.exit_sweep(os, now, now + EXIT_BOUND);
+            if self.announce_idle_exit(os) {
+                self.exiting = Some(now + EXIT_BOUND);
+                return self.exit_sweep(os, now, now + EXIT_BOUND);
+            }
+            self.idle_since = now;
         }
         DaemonStep::Continue {
             next_wake: now + TICK,
         }
+    }
+
+    /// Before an idle exit: the exit is announced ([`KernelLayout::exiting`])
+    /// and the submissions looked at once more. A submit that found this
+    /// daemon alive may have recorded its cell after this tick's first
+    /// look (two_kernels seed 30944: the daemon exited, the cell was never
+    /// taken and failed as lost). Either that submit finds the
+    /// announcement (and waits to see what became of its cell), or this
+    /// look finds its cell, and the daemon withdraws the announcement and
+    /// stays to run it. False: the daemon stays.
+    fn announce_idle_exit(&mut self, os: &mut dyn Os) -> bool {
+        if os
+            .write_atomic(&self.kernel.exiting(), self.nonce.as_bytes())
+            .is_err()
+        {
+            // Unannounced, the exit could strand a cell: stay, and try
+            // again at a later tick.
+            return false;
+        }
+        let came = cell_seqs(os, &self.kernel).into_iter().any(|seq| {
+            !self.handled.contains(&seq) && os.exists(&self.kernel.cell(seq).submission())
+        });
+        if came {
+            // A submit that still finds the announcement waits for its
+            // cell to be taken, which the next tick does.
+            let _ = os.remove_all(&self.kernel.exiting());
+        }
+        !came
     }
 
     fn grace(&self) -> Duration {

@@ -89,6 +89,15 @@ impl KernelLayout {
         format!("{}/wake", self.dir)
     }
 
+    /// `exiting`: the nonce of a daemon that decided to exit idle and is
+    /// about to, written before its last look for submissions: a submit
+    /// that finds it after recording its cell waits to see whether that
+    /// daemon took the cell, stayed, or left it to the next daemon (see
+    /// `op::Handshake`). Removed by the daemon that stays and by a spawn.
+    pub fn exiting(&self) -> String {
+        format!("{}/exiting", self.dir)
+    }
+
     /// `lang`: the language as text.
     pub fn lang(&self) -> String {
         format!("{}/lang", self.dir)

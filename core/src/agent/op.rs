@@ -67,8 +67,25 @@ struct Waiting {
     since: Timestamp,
     deadline: Timestamp,
     acceptance: Option<Acceptance>,
+    /// A submit whose cell was recorded while its daemon announced an
+    /// idle exit: the kernel, until the cell is taken, or the daemon
+    /// stays, or it is gone (see [`Handshake`]).
+    handshake: Option<(KernelLayout, CellSeq)>,
     news_at: Option<Timestamp>,
     next_wake: Timestamp,
+}
+
+/// What became of a cell recorded while its daemon announced an idle exit
+/// ([`KernelLayout::exiting`]).
+enum Handshake {
+    /// Not known yet: the daemon is still deciding, or exiting.
+    Pending,
+    /// The cell was taken, or will be: the daemon stayed (or another runs).
+    Kept,
+    /// The daemon exited without taking it, and nothing will: the
+    /// submission is withdrawn, its sequence number left free, and the
+    /// client told the cell was not recorded, so it goes to the next daemon.
+    Withdrawn(ProbeStatus),
 }
 
 #[derive(Debug)]
@@ -273,6 +290,14 @@ impl OpRun {
                 if acceptance == Acceptance::Accepted {
                     os.wake(&k.wake());
                 }
+                let recorded = matches!(
+                    acceptance,
+                    Acceptance::Accepted | Acceptance::AlreadyAccepted
+                );
+                let announced = recorded && os.exists(&k.exiting()) && !taken(os, &cell);
+                if recorded && !announced {
+                    mark_used(os, &k, submission.seq)?;
+                }
                 for seq in ack {
                     if seq != submission.seq {
                         // Best effort: a journal left behind is removed by
@@ -288,6 +313,7 @@ impl OpRun {
                         since: now,
                         deadline: now + Duration::from_millis(wait_ms),
                         acceptance: Some(acceptance),
+                        handshake: announced.then_some((k, submission.seq)),
                         news_at: None,
                         next_wake: now,
                     },
@@ -330,6 +356,7 @@ impl OpRun {
                         since: now,
                         deadline: now + Duration::from_millis(wait_ms),
                         acceptance: None,
+                        handshake: None,
                         news_at: None,
                         next_wake: now,
                     },
@@ -393,6 +420,22 @@ impl OpRun {
 
     fn wait_step(&mut self, os: &mut dyn Os, mut w: Waiting) -> OpResult {
         let now = os.now();
+        if let Some((k, seq)) = &w.handshake {
+            let give_up = now >= w.deadline + super::daemon::EXIT_BOUND;
+            match handshake(os, k, *seq, give_up)? {
+                Handshake::Pending => {
+                    w.next_wake = now + POLL_INTERVAL;
+                    return Ok(State::Waiting(w));
+                }
+                Handshake::Kept => w.handshake = None,
+                Handshake::Withdrawn(status) => {
+                    return self.reply(Reply::IdentityMismatch {
+                        status,
+                        recorded: false,
+                    })
+                }
+            }
+        }
         let read = read_journal(os, &w.cell.journal()).map_err(|e| io("reading the journal", e))?;
         let entries: Vec<JournalEntry> = read
             .entries
@@ -546,6 +589,8 @@ fn spawn(
             let _ = tombstone::write(os, &cell, CancelReason::Requested);
         }
     }
+    // The dead daemon's announced exit is over.
+    let _ = os.remove_all(&k.exiting());
     os.write_atomic(&k.config(), &to_json(config))
         .map_err(|e| io("writing config.json", e))?;
     os.write_atomic(&k.lang(), format!("{}\n", config.lang).as_bytes())
@@ -664,8 +709,41 @@ fn submit(
         }
         Err(e) => return Err(io("writing the submission", e)),
     };
-    mark_used(os, k, seq)?;
+    // The caller marks the number used (`mark_used`) unless the daemon
+    // announced its exit: a withdrawn cell leaves it free.
     Ok(acceptance)
+}
+
+/// A daemon took the cell (it opened its journal, or launched it).
+fn taken(os: &dyn Os, cell: &CellLayout) -> bool {
+    os.exists(&cell.journal()) || os.exists(&cell.launch())
+}
+
+/// One look at a cell recorded while its daemon announced an idle exit
+/// (see [`Handshake`]); `give_up`: past any exit's bound, the cell is
+/// taken for kept (as before the handshake existed).
+fn handshake(
+    os: &mut dyn Os,
+    k: &KernelLayout,
+    seq: CellSeq,
+    give_up: bool,
+) -> Result<Handshake, AgentError> {
+    let cell = &k.cell(seq);
+    if taken(os, cell) || !os.exists(&k.exiting()) || give_up {
+        mark_used(os, k, seq)?;
+        return Ok(Handshake::Kept);
+    }
+    if kernel::live_daemon(os, k).is_some() {
+        // Still exiting, or about to withdraw its announcement.
+        return Ok(Handshake::Pending);
+    }
+    // Gone without taking it: no daemon ever will (a spawn tombstones
+    // what the dead one left untaken). The submission goes first, as in
+    // an ack, so that nothing finds a cell directory half removed.
+    os.remove_all(&cell.submission())
+        .map_err(|e| io("withdrawing the submission", e))?;
+    let _ = os.remove_all(cell.dir());
+    Ok(Handshake::Withdrawn(probe(os, k, None)))
 }
 
 /// The sequence numbers a kernel has used, as files in `seqs/`: `N` for
@@ -706,6 +784,10 @@ impl UsedSeqs {
 /// Records that `seq` is used (see [`UsedSeqs`]), then folds the numbers
 /// used without a gap into the floor.
 fn mark_used(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), AgentError> {
+    if UsedSeqs::read(os, k).contains(seq) {
+        // Marked already (a resend, an ack): nothing to add.
+        return Ok(());
+    }
     let dir = k.seqs_dir();
     os.create_dir_all(&dir)
         .map_err(|e| io("creating the seqs directory", e))?;
@@ -792,6 +874,10 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
         os.write_atomic(&format!("{dir}/{seq}.json"), &to_json(&record))
             .map_err(|e| io("keeping the leftovers' launch record", e))?;
     }
+    // Its number stays used once its directory is gone (a submit whose
+    // daemon announced its exit marks it only once the cell is taken).
+    // Best effort: a mark that cannot be written now is written later.
+    let _ = mark_used(os, k, seq);
     // The submission goes first: a daemon that finds the journal gone
     // then finds the submission gone too, and takes the cell for acked
     // rather than for a cell whose shim died before writing anything.

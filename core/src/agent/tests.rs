@@ -1976,3 +1976,81 @@ fn a_shim_keeps_what_was_reparented_to_it_for_after_the_shim_and_the_daemon() {
     let set = super::op::kernel_processes(&os, &table, &k, &protected);
     assert!(set.contains(&72), "{set:?}");
 }
+
+/// A submit op of cell 1 (`r1`) started while the kernel's daemon has
+/// announced its idle exit: it waits to see what becomes of the cell.
+fn submit_during_an_announced_exit(os: &mut FakeOs) -> (OpRun, KernelLayout) {
+    assert!(op_to_end(os, spawn_op("n1")).error.is_none());
+    let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
+    os.files.insert(k.exiting(), b"n1".to_vec());
+    let env = crate::protocol::Envelope {
+        v: crate::protocol::PROTOCOL_VERSION,
+        id: 1,
+        op: submit_op(1, "r1"),
+    };
+    let mut run = OpRun::new("/r", &serde_json::to_vec(&env).unwrap());
+    assert!(run.poll(os).is_none(), "no answer while the daemon decides");
+    assert!(os.exists(&k.cell(CellSeq(1)).submission()));
+    (run, k)
+}
+
+#[test]
+fn a_cell_recorded_as_its_daemon_exits_idle_is_withdrawn_and_runs_on_the_next() {
+    // two_kernels seed 30944: a submit found the daemon alive and recorded
+    // its cell while the daemon's tick had decided its idle exit; the cell
+    // was never taken and failed as lost with the kernel the agent itself
+    // let go.
+    let mut os = FakeOs::new();
+    let (mut run, k) = submit_during_an_announced_exit(&mut os);
+    os.now += 50;
+    assert!(run.poll(&mut os).is_none(), "the daemon still exits");
+    os.procs.remove(&50);
+    os.now += 50;
+    let line = run
+        .poll(&mut os)
+        .expect("an answer once the daemon is gone");
+    let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+    assert!(
+        matches!(
+            reply.reply,
+            Some(crate::protocol::Reply::IdentityMismatch {
+                recorded: false,
+                ..
+            })
+        ),
+        "{reply:?}"
+    );
+    assert!(
+        !os.exists(k.cell(CellSeq(1)).dir()),
+        "the cell is withdrawn"
+    );
+    // The next daemon takes the cell under its number: nothing used it.
+    assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
+    assert!(!os.exists(&k.exiting()), "a spawn ends the announcement");
+    let r = op(&mut os, submit_op(1, "r1"));
+    assert_eq!(
+        acceptance(&r),
+        Some(crate::protocol::Acceptance::Accepted),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_cell_recorded_as_its_daemon_announces_its_exit_is_kept_when_the_daemon_stays() {
+    let mut os = FakeOs::new();
+    let (mut run, k) = submit_during_an_announced_exit(&mut os);
+    // The daemon's last look found the cell: it withdraws the announcement.
+    os.files.remove(&k.exiting());
+    os.now += 50;
+    let line = run.poll(&mut os).expect("the submit's answer");
+    let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+    assert_eq!(
+        acceptance(&reply),
+        Some(crate::protocol::Acceptance::Accepted),
+        "{reply:?}"
+    );
+    // Its number is used: another request for it is refused.
+    let r = op(&mut os, submit_op(1, "other"));
+    assert!(r.error.is_some(), "{r:?}");
+    assert_eq!(os.list_dir(&k.seqs_dir()).unwrap(), vec!["floor-1"]);
+}

@@ -229,7 +229,7 @@ impl Sandbox {
         // with another reason. A refused write (a full disk) may leave one
         // open: the journal could not be closed.
         if self.os.refused_writes() == 0 {
-            for seq in self.unfinished_cells(kernel_dir) {
+            for (seq, _) in self.unfinished_cells(kernel_dir) {
                 self.term_survivors.push(format!(
                     "kernel {}'s stopped daemon exited at {now_ms} ms leaving its cell {seq} open (submitted, not done)",
                     super::kernel_name(kernel_dir)
