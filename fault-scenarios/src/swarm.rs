@@ -59,8 +59,9 @@ pub struct World {
     /// The client shuts a kernel down after this much idleness (ms).
     #[serde(default = "classic_kernel_idle_ms")]
     pub kernel_idle_ms: u64,
-    /// A partition or hold long enough for the client's give-up timer
-    /// (`unreachable_after`, 15 s) to fire, added to the drawn faults.
+    /// A partition or hold long enough for the client's attempts to run
+    /// out, or its give-up timer (`unreachable_after`, 15 s) to fire, added
+    /// to the drawn faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub long_outage: Option<Fault>,
     /// What keeps a kernel from starting on the sandbox (fail open),
@@ -233,10 +234,14 @@ impl World {
             &mut rng,
             &[CLASSIC_KERNEL_IDLE_MS, CLASSIC_KERNEL_IDLE_MS, 500, 2_000],
         );
-        // Sometimes an outage longer than the client's give-up timer:
-        // virtual time, so it costs a run nothing in wall time.
+        // Sometimes an outage as long as the client's retries, or longer
+        // than its give-up timer: virtual time, so it costs a run nothing
+        // in wall time. From 4 s, where the call in flight fails at its
+        // deadline and then the attempts limit decides whether the client
+        // gives up before the outage ends (a client that gave up one
+        // attempt early survived every world while they started at 15 s).
         let long_outage = rng.random_bool(0.15).then(|| {
-            let for_ms = rng.random_range(15_000..40_000);
+            let for_ms = rng.random_range(4_000..40_000);
             Fault {
                 at_ms: rng.random_range(0..window_ms),
                 kind: if rng.random_bool(0.5) {
