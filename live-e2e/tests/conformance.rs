@@ -7,9 +7,12 @@
 //! Each case names its source; the expectations are tether's (issue 7).
 //! More groups, by source suite: `conformance/shell_suites.rs` (OpenHands'
 //! terminal tests, pexpect's replwrap, more of SWE-ReX, the Oils shell
-//! spec tests) and `conformance/python_suites.rs` (jupyter_kernel_test,
-//! ipykernel, IPython, e2b, OpenHands' IPython tests, LangChain,
-//! smolagents, CPython, the notebook's interrupt test).
+//! spec tests, also split across cells) and `conformance/python_suites.rs`
+//! (jupyter_kernel_test, ipykernel, IPython, e2b, OpenHands' IPython
+//! tests, LangChain, smolagents, CPython, the notebook's interrupt test).
+//! Cases where tether differs from the source in a way the README does
+//! not document are product bugs: they stay, ignored (the second
+//! `on_backends!`), and run with `-- --ignored`.
 
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::backends::{self, skip};
@@ -557,8 +560,9 @@ async fn bounded(test: &str, case: impl std::future::Future<Output = ()>) {
 }
 
 macro_rules! on_backends {
-    ($($name:ident: $($case:ident)::+ on $backend:literal;)*) => {$(
+    ($($(#[$attr:meta])* $name:ident: $($case:ident)::+ on $backend:literal;)*) => {$(
         #[tokio::test]
+        $(#[$attr])*
         async fn $name() {
             let test = concat!(stringify!($name), " (", $backend, ")");
             let Some((_sandbox, mut live)) = open($backend, test) else { return };
@@ -614,4 +618,36 @@ on_backends! {
     docker_ipython_shell_cases: python_suites::ipython_shell_cases on "docker";
     local_shell_escape_cases: python_suites::shell_escape_cases on "local";
     docker_shell_escape_cases: python_suites::shell_escape_cases on "docker";
+    local_oils_cd_dirs_alias_cases: shell_suites::oils_cd_dirs_alias_cases on "local";
+    docker_oils_cd_dirs_alias_cases: shell_suites::oils_cd_dirs_alias_cases on "docker";
+    local_oils_trap_option_var_cases: shell_suites::oils_trap_option_var_cases on "local";
+    docker_oils_trap_option_var_cases: shell_suites::oils_trap_option_var_cases on "docker";
+    local_console_and_async_cases: python_suites::console_and_async_cases on "local";
+    docker_console_and_async_cases: python_suites::console_and_async_cases on "docker";
+}
+
+// Cases where tether differs from bash or CPython in a way the README does
+// not document (product bugs, reported; not weakened): ignored so the
+// suite stays green, run with `-- --ignored`.
+on_backends! {
+    #[ignore = "product bug: a removed working directory is not kept; the next cell starts in $HOME"]
+    local_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "local";
+    #[ignore = "product bug: a removed working directory is not kept; the next cell starts in $HOME"]
+    docker_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "docker";
+    #[ignore = "product bug: the working directory is restored from $PWD, so `PWD=foo` or `unset PWD` moves the next cell"]
+    local_oils_pwd_variable: shell_suites::oils_pwd_variable on "local";
+    #[ignore = "product bug: the working directory is restored from $PWD, so `PWD=foo` or `unset PWD` moves the next cell"]
+    docker_oils_pwd_variable: shell_suites::oils_pwd_variable on "docker";
+    #[ignore = "product bug: the wrapper's `trap` takes `trap 0 2` / `trap 2 EXIT` as action and signals, not as conditions to reset"]
+    local_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "local";
+    #[ignore = "product bug: the wrapper's `trap` takes `trap 0 2` / `trap 2 EXIT` as action and signals, not as conditions to reset"]
+    docker_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "docker";
+    #[ignore = "product bug: a declared but unset variable (`declare -A a`) is not saved: its attributes are lost"]
+    local_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "local";
+    #[ignore = "product bug: a declared but unset variable (`declare -A a`) is not saved: its attributes are lost"]
+    docker_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "docker";
+    #[ignore = "product bug: a failed cell does not set sys.last_type/last_value/last_traceback"]
+    local_last_exception_is_kept: python_suites::last_exception_is_kept on "local";
+    #[ignore = "product bug: a failed cell does not set sys.last_type/last_value/last_traceback"]
+    docker_last_exception_is_kept: python_suites::last_exception_is_kept on "docker";
 }

@@ -6,8 +6,10 @@
 //! pexpect (`tests/test_replwrap.py`), LangChain experimental
 //! (`tests/unit_tests/python/test_python_{1,2}.py`), smolagents
 //! (`tests/test_local_python_executor.py`) and CPython
-//! (`Lib/test/test_sys.py`), IPython's `test_interactiveshell.py` run_cell
-//! cases and the Jupyter notebook's interrupt test, written in tether's
+//! (`Lib/test/test_sys.py`, `Lib/test/test_code_module.py`), IPython's
+//! `test_interactiveshell.py` run_cell cases, ipykernel's `test_async.py`
+//! and `test_message_spec.py`, and the Jupyter notebook's interrupt
+//! test, written in tether's
 //! shape: each case names
 //! its source; expectations are exact where the source checks a substring.
 
@@ -751,5 +753,182 @@ pub(super) async fn ipython_shell_cases(live: &mut Live) {
         .await;
     assert_eq!(run.outcome, CellOutcome::Cancelled, "{}", show(&run));
     shows(live, "2 <= x < 299", "True\n").await;
+    live.shutdown("py").await;
+}
+
+/// `text` with each cell's number replaced by `N` (`<cell 12>` is
+/// `<cell N>`), so a traceback compares whatever cell it came from.
+fn any_cell(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("<cell ") {
+        out.push_str(&rest[..at + 6]);
+        rest = rest[at + 6..].trim_start_matches(|c: char| c.is_ascii_digit());
+        out.push('N');
+    }
+    out.push_str(rest);
+    out
+}
+
+/// CPython's `Lib/test/test_code_module.py` (what the interactive console
+/// prints for a syntax error, an indentation error and chained
+/// exceptions), IPython's `tests/test_interactiveshell.py`
+/// (test_run_empty_cell, test_run_cell_asyncio_run,
+/// test_stream_performance), and ipykernel's `tests/test_async.py`
+/// (test_async_interrupt) and `tests/test_message_spec.py`
+/// (test_execute_error). The console's file is `<console>`, which has no
+/// source to show; a cell's is `<cell N>`, whose lines tracebacks show
+/// (README, "Python kernels").
+pub(super) async fn console_and_async_cases(live: &mut Live) {
+    // test_code_module.py test_syntax_error: the place, the line and the
+    // caret, no "Traceback" header; the cell before and after are fine.
+    shows(live, "before = 1", "").await;
+    let run = py(live, "def f():\n    x = ?\n").await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Error { .. }),
+        "{}",
+        show(&run)
+    );
+    assert_eq!(
+        any_cell(&err(&run)),
+        "  File \"<cell N>\", line 2\n    x = ?\n        ^\nSyntaxError: invalid syntax\n",
+        "{}",
+        show(&run)
+    );
+    // test_indentation_error
+    let run = py(live, "  1").await;
+    assert_eq!(
+        any_cell(&err(&run)),
+        "  File \"<cell N>\", line 1\n    1\nIndentationError: unexpected indent\n",
+        "{}",
+        show(&run)
+    );
+    // test_cause_tb: the cause (never raised: no traceback of its own),
+    // then the exception it caused.
+    let run = raises(
+        live,
+        "raise ValueError('') from AttributeError",
+        "ValueError",
+    )
+    .await;
+    assert_eq!(
+        any_cell(&err(&run)),
+        "AttributeError\n\nThe above exception was the direct cause of the following exception:\n\nTraceback (most recent call last):\n  File \"<cell N>\", line 1, in <module>\n    raise ValueError('') from AttributeError\nValueError\n",
+        "{}",
+        show(&run)
+    );
+    // test_context_tb: both tracebacks, each with its line in the cell;
+    // without the source and caret lines (the console has none), the
+    // console's text exactly.
+    let run = raises(
+        live,
+        "try: ham\nexcept: eggs\n",
+        "NameError: name 'eggs' is not defined",
+    )
+    .await;
+    let text: String = any_cell(&err(&run))
+        .lines()
+        .filter(|l| !l.starts_with("    "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        text,
+        "Traceback (most recent call last):\n  File \"<cell N>\", line 1, in <module>\nNameError: name 'ham' is not defined\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"<cell N>\", line 2, in <module>\nNameError: name 'eggs' is not defined\n",
+        "{}",
+        show(&run)
+    );
+    assert!(err(&run).contains("    try: ham\n"), "{}", show(&run));
+    shows(live, "before", "1\n").await;
+    // test_message_spec.py test_execute_error: the error is named.
+    let run = py(live, "1/0").await;
+    assert_eq!(
+        run.outcome,
+        CellOutcome::Error {
+            message: "ZeroDivisionError: division by zero".into()
+        },
+        "{}",
+        show(&run)
+    );
+    // test_interactiveshell.py test_run_empty_cell: an empty cell runs,
+    // shows nothing and leaves `_` as it was.
+    shows(live, "41 + 1", "42\n").await;
+    shows(live, "", "").await;
+    shows(live, "_", "42\n").await;
+    // test_run_cell_asyncio_run: top-level `await`, then `asyncio.run` in
+    // a cell without one (no loop runs between cells), then `await` again
+    // on the kernel's loop; each value shown and kept as `_`.
+    shows(live, "import asyncio", "").await;
+    shows(live, "await asyncio.sleep(0.01); 1", "1\n").await;
+    shows(live, "asyncio.run(asyncio.sleep(0.01)); 2", "2\n").await;
+    shows(live, "await asyncio.sleep(0.01); 3", "3\n").await;
+    shows(live, "_", "3\n").await;
+    // test_async.py test_async_interrupt: interrupted while it awaits,
+    // once "begin" is out; the kernel and its loop go on.
+    let run = live
+        .run_cancelling_at(
+            "py",
+            Lang::Python,
+            "print('begin'); import asyncio; await asyncio.sleep(5)",
+            Some(b"begin\n"),
+        )
+        .await;
+    assert_eq!(run.outcome, CellOutcome::Cancelled, "{}", show(&run));
+    assert_eq!(run.out(), "begin\n", "{}", show(&run));
+    shows(live, "await asyncio.sleep(0.01); 'after'", "'after'\n").await;
+    // test_interactiveshell.py test_stream_performance: 250 000 prints in
+    // well under its bound of 10 s, every line there.
+    let started = std::time::Instant::now();
+    let run = py(live, "for i in range(250_000): print(i)").await;
+    let took = started.elapsed();
+    assert_eq!(run.outcome, CellOutcome::Ok, "{:?}", run.outcome);
+    let out = run.out();
+    assert_eq!(
+        (out.lines().count(), out.lines().last()),
+        (250_000, Some("249999"))
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_code_module.py` (test_syntax_error,
+/// test_cause_tb, test_context_tb, test_sysexcepthook): after a failed
+/// input the console leaves the exception in `sys.last_type`,
+/// `sys.last_value` and `sys.last_traceback` (`sys.last_exc` too from
+/// 3.12), as the plain prompt and IPython (`InteractiveShell._get_exc_info`)
+/// do; `pdb.pm()` and `traceback.print_last()` read them in the next input.
+pub(super) async fn last_exception_is_kept(live: &mut Live) {
+    let last = "import sys\n(sys.last_type.__name__, type(sys.last_value).__name__, sys.last_traceback is sys.last_value.__traceback__, getattr(sys, 'last_exc', sys.last_value) is sys.last_value)";
+    raises(
+        live,
+        "raise ValueError('') from AttributeError",
+        "ValueError",
+    )
+    .await;
+    shows(live, last, "('ValueError', 'ValueError', True, True)\n").await;
+    raises(
+        live,
+        "try: ham\nexcept: eggs\n",
+        "NameError: name 'eggs' is not defined",
+    )
+    .await;
+    shows(live, last, "('NameError', 'NameError', True, True)\n").await;
+    shows(
+        live,
+        "str(sys.last_value), str(sys.last_value.__context__)",
+        "(\"name 'eggs' is not defined\", \"name 'ham' is not defined\")\n",
+    )
+    .await;
+    let run = py(live, "def f():\n    x = ?\n").await;
+    assert!(
+        matches!(run.outcome, CellOutcome::Error { .. }),
+        "{}",
+        show(&run)
+    );
+    shows(
+        live,
+        "sys.last_type is SyntaxError, sys.last_traceback is None",
+        "(True, True)\n",
+    )
+    .await;
     live.shutdown("py").await;
 }
