@@ -624,6 +624,8 @@ on_backends! {
     docker_oils_trap_option_var_cases: shell_suites::oils_trap_option_var_cases on "docker";
     local_console_and_async_cases: python_suites::console_and_async_cases on "local";
     docker_console_and_async_cases: python_suites::console_and_async_cases on "docker";
+    local_last_exception_is_kept: python_suites::last_exception_is_kept on "local";
+    docker_last_exception_is_kept: python_suites::last_exception_is_kept on "docker";
 }
 
 // Cases where tether differs from bash or CPython in a way the README does
@@ -646,8 +648,4 @@ on_backends! {
     local_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "local";
     #[ignore = "product bug: a declared but unset variable (`declare -A a`) is not saved: its attributes are lost"]
     docker_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "docker";
-    #[ignore = "product bug: a failed cell does not set sys.last_type/last_value/last_traceback"]
-    local_last_exception_is_kept: python_suites::last_exception_is_kept on "local";
-    #[ignore = "product bug: a failed cell does not set sys.last_type/last_value/last_traceback"]
-    docker_last_exception_is_kept: python_suites::last_exception_is_kept on "docker";
 }

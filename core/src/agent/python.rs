@@ -364,6 +364,14 @@ for _line in _cmds:
             print("UsageError: %s" % _e, file=sys.stderr)
         else:
             _print_tb(_e, _tb)
+            # As the interactive prompt keeps it for `pdb.pm()` and
+            # `traceback.print_last()`: the last uncaught exception, its
+            # whole traceback, and none for a cell that did not compile
+            # (its error has no frame of the cell).
+            sys.last_type, sys.last_value = type(_e), _e
+            sys.last_traceback = _e.__traceback__ if _tb is not None else None
+            if sys.version_info >= (3, 12):
+                sys.last_exc = _e
         _out = {"outcome": "error", "message": "%s: %s" % (type(_e).__name__, _e)}
     finally:
         _busy[0] = False
