@@ -127,6 +127,16 @@ pub fn check_identity(os: &dyn Os, expect: &Identity) -> ProbeStatus {
         };
     }
     if !os.has_arg(expect.pid, &expect.nonce) {
+        // A daemon that exits between the two reads has no argv left (a
+        // zombie's is empty): that is a death, not another process
+        // (background_log seed 501729, a probe preempted across the
+        // daemon's idle exit, said Replaced).
+        let now = os.process(expect.pid);
+        if now.is_none_or(|q| q.zombie || q.starttime != p.starttime) {
+            return ProbeStatus::Dead {
+                evidence: format!("the daemon (pid {}) exited while it was probed", expect.pid),
+            };
+        }
         return ProbeStatus::Replaced {
             evidence: format!(
                 "pid {} does not carry the nonce {} in its argv",

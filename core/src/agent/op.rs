@@ -785,7 +785,12 @@ impl UsedSeqs {
 /// used without a gap into the floor.
 fn mark_used(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), AgentError> {
     if UsedSeqs::read(os, k).contains(seq) {
-        // Marked already (a resend, an ack): nothing to add.
+        // Marked already (a resend): nothing to add.
+        return Ok(());
+    }
+    if !os.exists(k.dir()) {
+        // Shut down meanwhile (a late submit's handshake): the mark would
+        // make the kernel's directory again, left behind for good.
         return Ok(());
     }
     let dir = k.seqs_dir();
@@ -874,10 +879,6 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
         os.write_atomic(&format!("{dir}/{seq}.json"), &to_json(&record))
             .map_err(|e| io("keeping the leftovers' launch record", e))?;
     }
-    // Its number stays used once its directory is gone (a submit whose
-    // daemon announced its exit marks it only once the cell is taken).
-    // Best effort: a mark that cannot be written now is written later.
-    let _ = mark_used(os, k, seq);
     // The submission goes first: a daemon that finds the journal gone
     // then finds the submission gone too, and takes the cell for acked
     // rather than for a cell whose shim died before writing anything.
