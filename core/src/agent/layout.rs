@@ -98,6 +98,13 @@ impl KernelLayout {
         format!("{}/exiting", self.dir)
     }
 
+    /// `spawning`: the pid and start time of the spawn op at work on this
+    /// kernel; spawns of one kernel exclude each other through it (see
+    /// `op::spawn`).
+    pub fn spawn_lock(&self) -> String {
+        format!("{}/spawning", self.dir)
+    }
+
     /// `lang`: the language as text.
     pub fn lang(&self) -> String {
         format!("{}/lang", self.dir)

@@ -544,6 +544,64 @@ fn spawn(
             "python3 is not on the sandbox's PATH; install it or use --lang shell",
         ));
     }
+    take_spawn_lock(os, k)?;
+    let spawned = spawn_alone(os, k, config, shut);
+    let _ = os.remove_all(&k.spawn_lock());
+    spawned
+}
+
+/// Two spawns of one kernel at once (two client processes' spawns held by
+/// a frozen sandbox and run together at its thaw: reaper seed 501974)
+/// would each find no daemon and start one. A spawn takes the kernel's
+/// lock file first, naming its own process; one whose holder is gone (a
+/// killed op) is taken over. A spawn that finds the lock held answers
+/// Conflict: its client probes, and adopts the daemon the other starts.
+fn take_spawn_lock(os: &mut dyn Os, k: &KernelLayout) -> Result<(), AgentError> {
+    let me = os.self_pid();
+    let start = os.process(me).map_or(0, |p| p.starttime);
+    let lock = k.spawn_lock();
+    os.create_dir_all(k.dir())
+        .map_err(|e| io("creating the kernel directory", e))?;
+    for _ in 0..2 {
+        match os.create_new(&lock, format!("{me} {start}").as_bytes()) {
+            Ok(()) => return Ok(()),
+            Err(OsError::AlreadyExists) => {}
+            // No lock on a disk that takes no file: the spawn goes on
+            // alone, and fails at its own writes if the disk is full.
+            Err(_) => return Ok(()),
+        }
+        let holder = os.read_file(&lock).ok().and_then(|b| {
+            let text = String::from_utf8(b).ok()?;
+            let (pid, start) = text.trim().split_once(' ')?;
+            Some((pid.parse::<Pid>().ok()?, start.parse::<u64>().ok()?))
+        });
+        let live = holder.is_some_and(|(pid, start)| {
+            os.process(pid)
+                .is_some_and(|p| p.starttime == start && !p.zombie)
+        });
+        if live {
+            let pid = holder.map_or(0, |h| h.0);
+            return Err(err(
+                ErrorKind::Conflict,
+                format!("another spawn of this kernel is at work (op pid {pid}); probe the kernel to adopt its daemon"),
+            ));
+        }
+        // Its spawn is gone (killed, or a torn write): take it over.
+        let _ = os.remove_all(&lock);
+    }
+    Err(err(
+        ErrorKind::Conflict,
+        "another spawn of this kernel took its lock; probe the kernel to adopt its daemon",
+    ))
+}
+
+/// [`spawn`], holding the kernel's spawn lock.
+fn spawn_alone(
+    os: &mut dyn Os,
+    k: &KernelLayout,
+    config: &KernelConfig,
+    shut: &str,
+) -> Result<(Identity, bool), AgentError> {
     if let Some(identity) = kernel::live_daemon(os, k) {
         if identity.nonce == config.nonce {
             return Ok((identity, false));
