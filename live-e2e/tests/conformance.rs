@@ -626,6 +626,8 @@ on_backends! {
     docker_console_and_async_cases: python_suites::console_and_async_cases on "docker";
     local_last_exception_is_kept: python_suites::last_exception_is_kept on "local";
     docker_last_exception_is_kept: python_suites::last_exception_is_kept on "docker";
+    local_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "local";
+    docker_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "docker";
 }
 
 // Cases where tether differs from bash or CPython in a way the README does
@@ -640,10 +642,6 @@ on_backends! {
     local_oils_pwd_variable: shell_suites::oils_pwd_variable on "local";
     #[ignore = "product bug: the working directory is restored from $PWD, so `PWD=foo` or `unset PWD` moves the next cell"]
     docker_oils_pwd_variable: shell_suites::oils_pwd_variable on "docker";
-    #[ignore = "product bug: the wrapper's `trap` takes `trap 0 2` / `trap 2 EXIT` as action and signals, not as conditions to reset"]
-    local_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "local";
-    #[ignore = "product bug: the wrapper's `trap` takes `trap 0 2` / `trap 2 EXIT` as action and signals, not as conditions to reset"]
-    docker_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "docker";
     #[ignore = "product bug: a declared but unset variable (`declare -A a`) is not saved: its attributes are lost"]
     local_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "local";
     #[ignore = "product bug: a declared but unset variable (`declare -A a`) is not saved: its attributes are lost"]

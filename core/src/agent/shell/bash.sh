@@ -131,7 +131,17 @@ trap() {
     ((${#__tether_rest[@]} == 0)) || builtin trap -p "${__tether_rest[@]}"
     return
   fi
-  if (($# == 1)); then __tether_act=-; else __tether_act=$1; shift; fi
+  # One operand, or a first operand that is an unsigned decimal integer
+  # naming a signal: every operand is a condition to reset (POSIX; bash:
+  # `trap 0 2`, `trap 2 EXIT`). Any other first operand is the action
+  # (bash takes `trap 99 INT` as the action 99: no signal 99), so bash's
+  # `trap -p` decides what names a signal.
+  if (($# == 1)) || { [[ -n $1 && $1 != *[!0-9]* ]] && builtin trap -p -- "$1" >/dev/null 2>&1; }; then
+    __tether_act=-
+  else
+    __tether_act=$1
+    shift
+  fi
   for __tether_s; do
     if __tether_is_exit "$__tether_s"; then
       if [[ $__tether_act == - ]]; then
