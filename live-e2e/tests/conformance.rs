@@ -628,6 +628,8 @@ on_backends! {
     docker_last_exception_is_kept: python_suites::last_exception_is_kept on "docker";
     local_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "local";
     docker_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "docker";
+    local_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "local";
+    docker_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "docker";
 }
 
 // Cases where tether differs from bash or CPython in a way the README does
@@ -642,8 +644,4 @@ on_backends! {
     local_oils_pwd_variable: shell_suites::oils_pwd_variable on "local";
     #[ignore = "product bug: the working directory is restored from $PWD, so `PWD=foo` or `unset PWD` moves the next cell"]
     docker_oils_pwd_variable: shell_suites::oils_pwd_variable on "docker";
-    #[ignore = "product bug: a declared but unset variable (`declare -A a`) is not saved: its attributes are lost"]
-    local_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "local";
-    #[ignore = "product bug: a declared but unset variable (`declare -A a`) is not saved: its attributes are lost"]
-    docker_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "docker";
 }

@@ -35,9 +35,27 @@ __tether_begin() {
 # before and restored after).
 __tether_user_vars() {
   shopt -s extglob
-  compgen -v -X '@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|TETHER_CALL|TETHER_CALL_TOKEN|__tether_*)' \
-    >| "$__tether_cell/scratch.$1"
+  compgen -v -X "$__tether_skip" >| "$__tether_cell/scratch.$1"
   mapfile -t __tether_names < "$__tether_cell/scratch.$1"
+}
+__tether_skip='@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|TETHER_CALL|TETHER_CALL_TOKEN|__tether_*)'
+
+# At the save, the variables declared but never assigned (`declare -A a`,
+# `declare -i n`, `export LATER`) join __tether_names, so that they keep
+# their attributes: `compgen -v` skips them. `declare -p` lists every
+# variable, one a line (bash 5 writes a value's newline as $'\n'), and
+# these without `=` (`declare -A a`). Where an older bash writes a
+# newline as is, a line of a value that looks like one names a variable
+# that is set (saved twice, harmless) or none (not saved). Scratch file
+# $1, as above.
+__tether_declared() {
+  declare -p >| "$__tether_cell/scratch.$1"
+  mapfile -t __tether_d < "$__tether_cell/scratch.$1"
+  for __tether_n in "${__tether_d[@]/*=*/}"; do
+    __tether_n=${__tether_n##* }
+    [[ -z $__tether_n || $__tether_n == $__tether_skip ]] || __tether_names+=("$__tether_n")
+  done
+  unset __tether_d
 }
 
 # The snapshot holds every variable of the user's: the ones this shell
@@ -185,6 +203,7 @@ __tether_save() {
   builtin trap -p >| "$__tether_cell/shell.new" || return
   builtin trap '' TERM
   __tether_user_vars vars
+  __tether_declared decl
   declare -F >| "$__tether_cell/scratch.fns"
   mapfile -t __tether_fns < "$__tether_cell/scratch.fns"
   __tether_fnames=() __tether_fx=()
