@@ -630,18 +630,8 @@ on_backends! {
     docker_oils_trap_numeric_first_operand: shell_suites::oils_trap_numeric_first_operand on "docker";
     local_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "local";
     docker_oils_declared_assoc_array: shell_suites::oils_declared_assoc_array on "docker";
-}
-
-// Cases where tether differs from bash or CPython in a way the README does
-// not document (product bugs, reported; not weakened): ignored so the
-// suite stays green, run with `-- --ignored`.
-on_backends! {
-    #[ignore = "product bug: a removed working directory is not kept; the next cell starts in $HOME"]
-    local_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "local";
-    #[ignore = "product bug: a removed working directory is not kept; the next cell starts in $HOME"]
-    docker_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "docker";
-    #[ignore = "product bug: the working directory is restored from $PWD, so `PWD=foo` or `unset PWD` moves the next cell"]
     local_oils_pwd_variable: shell_suites::oils_pwd_variable on "local";
-    #[ignore = "product bug: the working directory is restored from $PWD, so `PWD=foo` or `unset PWD` moves the next cell"]
     docker_oils_pwd_variable: shell_suites::oils_pwd_variable on "docker";
+    local_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "local";
+    docker_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "docker";
 }

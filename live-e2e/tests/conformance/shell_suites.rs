@@ -939,23 +939,48 @@ pub(super) async fn oils_trap_option_var_cases(live: &mut Live) {
 /// Oils `spec/builtin-cd.test.sh` "remove pwd dir" and "cd away from dir
 /// that was deleted", split across cells: bash stays in a directory that
 /// was removed under it (`pwd` still names it, status 0) until the next
-/// `cd`, which sets `OLDPWD` to it.
+/// `cd`, which sets `OLDPWD` to it. No new shell can start in a removed
+/// directory, so the second cell tests tether's documented behaviour
+/// instead (README, "Shell kernels"): it starts in the nearest directory
+/// above and says so on stderr, once; `$PWD` still names the removed
+/// directory, as in bash, so the `cd` of the third cell sets `OLDPWD` to
+/// it, as the spec expects.
 pub(super) async fn oils_removed_working_dir(live: &mut Live) {
     live.prepare().await;
-    let dir = format!("{}/cd-nonexistent-{}", live.side_dir(), unique());
+    let parent = live.side_dir();
+    let dir = format!("{parent}/cd-nonexistent-{}", unique());
     ok(
         live,
         &format!("dir={dir}\nmkdir -p $dir\ncd $dir\npwd\nrmdir $dir\necho status=$?"),
         &format!("{dir}\nstatus=0\n"),
     )
     .await;
-    ok(live, "pwd\necho status=$?", &format!("{dir}\nstatus=0\n")).await;
+    let run = sh(live, "pwd\necho status=$? PWD=$PWD").await;
+    assert_eq!(run.outcome, CellOutcome::Ok, "{run:?}");
+    assert_eq!(
+        run.out(),
+        format!("{parent}\nstatus=0 PWD={dir}\n"),
+        "{run:?}"
+    );
+    assert_eq!(
+        err(&run),
+        format!(
+            "tether: the working directory {dir} no longer exists; this cell starts in {parent}\n"
+        ),
+        "{run:?}"
+    );
     ok(
         live,
         "cd /tmp\necho $(basename $OLDPWD)\necho status=$?",
         &format!("{}\nstatus=0\n", dir.rsplit('/').next().unwrap()),
     )
     .await;
+    let run = sh(live, "pwd").await;
+    assert_eq!(
+        (run.out(), err(&run)),
+        ("/tmp\n".into(), String::new()),
+        "{run:?}"
+    );
     live.shutdown("k").await;
 }
 

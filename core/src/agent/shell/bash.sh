@@ -73,6 +73,23 @@ __tether_dirs() {
   done
 }
 
+# The snapshot's working directory. One removed since the save (or that
+# cannot be entered any more) cannot be a new shell's: the cell starts in
+# the nearest directory above it that can be entered (else $HOME) and says
+# so (the note waits for __tether_arm: the snapshot's stderr is not shown).
+__tether_cd() {
+  [[ -z $1 ]] || ! builtin cd -- "$1" 2>/dev/null || return 0
+  local __tether_up=$1 __tether_in= __tether_why='no longer exists'
+  while [[ -z $__tether_in && $__tether_up == */* ]]; do
+    __tether_up=${__tether_up%/*}
+    ! builtin cd -- "${__tether_up:-/}" 2>/dev/null || __tether_in=1
+  done
+  [[ -n $__tether_in ]] || builtin cd
+  [[ ! -e $1 ]] || __tether_why='cannot be entered'
+  printf -v __tether_cd_note 'tether: the working directory %s %s; this cell starts in %s\n' \
+    "$1" "$__tether_why" "$PWD"
+}
+
 # Options, as saved ($1 SHELLOPTS, $2 BASHOPTS), applied last. xtrace and
 # verbose start with the code (nothing of tether's is traced); options that
 # would stop every later cell (noexec, onecmd) or need a terminal are not
@@ -101,6 +118,10 @@ __tether_opts() {
 # TERM) saves the state first.
 # Returns the previous cell's status, so the code starts with it as `$?`.
 __tether_arm() {
+  if [[ -n ${__tether_cd_note-} ]]; then
+    printf '%s' "$__tether_cd_note" >&2
+    unset __tether_cd_note
+  fi
   builtin trap '{ __tether_save "$@"; } 2>/dev/null' EXIT
   unset __tether_snap
   return "${__tether_last:-0}"
@@ -215,8 +236,12 @@ __tether_save() {
   {
     printf '%s\n' __tether_unset_all
     ((${#__tether_names[@]} == 0)) || declare -p -- "${__tether_names[@]}"
-    printf 'builtin cd -- %q || builtin cd\n' "$PWD"
-    [[ -z ${OLDPWD+x} ]] || declare -p OLDPWD
+    # The working directory is the shell's own (the directory stack's top
+    # is, also where $PWD was assigned or unset or the directory removed:
+    # bash's `pwd` still prints it); OLDPWD and PWD, which the `cd` sets,
+    # then as the user left them (exported, assigned, unset).
+    printf '__tether_cd %q\nunset -v OLDPWD PWD\n' "${DIRSTACK[0]:-$PWD}"
+    declare -p OLDPWD PWD 2>/dev/null
     if ((${#DIRSTACK[@]} > 1)); then
       printf '__tether_dirs'
       printf ' %q' "${DIRSTACK[@]:1}"

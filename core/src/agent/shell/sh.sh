@@ -24,15 +24,40 @@ __tether_begin() {
 }
 
 # After the snapshot (which also assigned tether's and the shell's own
-# variables as they were): this cell's values again, then the directory.
+# variables as they were): this cell's values again, then the directory,
+# and PWD and OLDPWD (which the `cd` sets) as the snapshot has them.
 __tether_fix() {
   __tether_cell=$1
   PPID=$__tether_ppid
   if [ -n "${__tether_pwd-}" ]; then
-    cd -- "$__tether_pwd" 2>/dev/null || cd 2>/dev/null || :
+    __tether_p=${PWD-} __tether_op=${OLDPWD-} __tether_os=${OLDPWD+1}
+    __tether_cd "$__tether_pwd"
+    PWD=$__tether_p
+    if [ -n "$__tether_os" ]; then OLDPWD=$__tether_op; else unset OLDPWD; fi
+    unset __tether_p __tether_op __tether_os
   fi
   unset __tether_snap __tether_ppid
   __tether_opts "${__tether_f-}"
+}
+
+# The snapshot's working directory. One removed since the save (or that
+# cannot be entered any more) cannot be a new shell's: the cell starts in
+# the nearest directory above it that can be entered (else $HOME) and
+# says so.
+__tether_cd() {
+  cd -- "$1" 2>/dev/null && return
+  __tether_up=$1 __tether_in=
+  while [ -z "$__tether_in" ]; do
+    case $__tether_up in */*) ;; *) break ;; esac
+    __tether_up=${__tether_up%/*}
+    ! cd -- "${__tether_up:-/}" 2>/dev/null || __tether_in=1
+  done
+  [ -n "$__tether_in" ] || cd 2>/dev/null || :
+  __tether_why='no longer exists'
+  [ ! -e "$1" ] || __tether_why='cannot be entered'
+  printf 'tether: the working directory %s %s; this cell starts in %s\n' \
+    "$1" "$__tether_why" "$PWD" >&2
+  unset __tether_up __tether_in __tether_why
 }
 
 # `set` flags as saved in $1 (`$-`, kept in __tether_f), applied last; xtrace and verbose start
@@ -94,7 +119,17 @@ __tether_save() {
   trap >| "$__tether_cell/shell.new" || return
   trap '' TERM
   unset @MARKER@ TETHER_CALL TETHER_CALL_TOKEN __tether_code __tether_o __tether_ending
-  __tether_pwd=$PWD
+  # the shell's working directory, not $PWD where the user assigned or
+  # unset it (dash's `pwd` still prints the directory; a process is
+  # started only then)
+  __tether_pwd=${PWD-}
+  case $__tether_pwd in
+    /*) [ "$__tether_pwd" -ef . ] ;;
+    *) false ;;
+  esac || {
+    __tether_pwd=$(pwd; echo x)
+    __tether_pwd=${__tether_pwd%?x}
+  }
   {
     set
     export -p
