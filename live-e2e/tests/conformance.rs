@@ -11,8 +11,8 @@
 //! (jupyter_kernel_test, ipykernel, IPython, e2b, OpenHands' IPython
 //! tests, LangChain, smolagents, CPython, the notebook's interrupt test).
 //! Cases where tether differs from the source in a way the README does
-//! not document are product bugs: they stay, ignored (the second
-//! `on_backends!`), and run with `-- --ignored`.
+//! not document are product bugs: such a case stays as the source
+//! expects, `#[ignore = "product bug: …"]` until it is fixed (none now).
 
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::backends::{self, skip};
