@@ -119,6 +119,8 @@ pub struct ClientLog {
     /// The tool calls the client reported answered (`tool_answered`: the
     /// journal says the answer reached the cell), by id.
     pub tool_answered: Vec<String>,
+    /// Processes the client reported unkillable: (when, cell, pids).
+    pub unkillable: Vec<(u64, CellKey, Vec<u32>)>,
 }
 
 impl ClientLog {
@@ -225,6 +227,9 @@ impl ClientLog {
                 }
             }
             Event::ToolAnswered { id, .. } => self.tool_answered.push(id.clone()),
+            Event::Unkillable { cell, pids } => {
+                self.unkillable.push((now_ms, cell.clone(), pids.clone()));
+            }
             Event::CellResolved { cell, outcome } => {
                 if let Some(l) = self.label_of(cell) {
                     let seen = self.cells.entry(l).or_default();
@@ -502,6 +507,31 @@ pub fn unreported_replacements(
                 "kernel {kernel} at {at} ms: its daemon (pid {pid}) died when the sandbox was replaced or rebooted at {} ms (a new boot id), but the client reported it only dead",
                 death.0
             ));
+        }
+    }
+    out
+}
+
+/// Processes the client reported unkillable that died by a KILL before the
+/// report reached it (`kill_deaths`: pid and when, ground truth of a host
+/// whose processes all die by KILL, as the simulated OS's do): the agent
+/// said a process outlived its KILL rounds that one of them had ended.
+pub fn false_unkillable(log: &ClientLog, kill_deaths: &[(u32, u64)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, cell, pids) in &log.unkillable {
+        for pid in pids {
+            // The last death of that pid by then: a pid reused later
+            // names another process.
+            let death = kill_deaths
+                .iter()
+                .filter(|(p, d)| p == pid && d <= at)
+                .map(|(_, d)| *d)
+                .max();
+            if let Some(died) = death {
+                out.push(format!(
+                    "{cell}: pid {pid} died by KILL at {died} ms, reported unkillable at {at} ms"
+                ));
+            }
         }
     }
     out

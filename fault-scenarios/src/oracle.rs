@@ -200,6 +200,11 @@ pub struct Observations {
     /// was reused ([`crate::observe::unfounded_replacements`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replacements_unfounded: Vec<String>,
+    /// Processes the client reported unkillable that a KILL had ended
+    /// before the report reached it
+    /// ([`crate::observe::false_unkillable`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub false_unkillable: Vec<String>,
     /// A cell's note that an earlier cell's shim was killed before that
     /// cell ended, where that shim finished its cell and exited by itself
     /// (ground truth): a loss note with no cause.
@@ -646,6 +651,12 @@ pub enum Violation {
         /// Which kernel, which daemons, when.
         detail: String,
     },
+    /// The agent reported a process unkillable that a KILL had ended by
+    /// the time the report reached the client.
+    FalseUnkillable {
+        /// Which cell, which process, when it died and when it was reported.
+        detail: String,
+    },
     /// The agent said a cell's state was not kept, for want of a cause
     /// that did not happen.
     FalseStateNote {
@@ -788,6 +799,7 @@ impl Violation {
             Violation::EvictedUnderCap { .. } => "evicted_under_cap",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
+            Violation::FalseUnkillable { .. } => "false_unkillable",
             Violation::ReplacementUnreported { .. } => "replacement_unreported",
             Violation::ReplacementUnfounded { .. } => "replacement_unfounded",
             Violation::FalseStateNote { .. } => "false_state_note",
@@ -908,6 +920,9 @@ impl fmt::Display for Violation {
             ),
             Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
+            Violation::FalseUnkillable { detail } => {
+                write!(f, "a killable process reported unkillable: {detail}")
+            }
             Violation::ReplacementUnreported { detail } => {
                 write!(f, "a replaced sandbox reported as a dead daemon: {detail}")
             }
@@ -1087,9 +1102,12 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     check_cap_evictions(obs, &mut v);
     escalation::check(obs, &mut v);
     // What the host judged on its own ground truth, a finding a line.
-    let found: [(&[String], MakeViolation); 5] = [
+    let found: [(&[String], MakeViolation); 6] = [
         (&obs.journal_gaps, |detail| Violation::JournalGap { detail }),
         (&obs.two_daemons, |detail| Violation::TwoDaemons { detail }),
+        (&obs.false_unkillable, |detail| Violation::FalseUnkillable {
+            detail,
+        }),
         (&obs.replacements_unreported, |detail| {
             Violation::ReplacementUnreported { detail }
         }),
@@ -2085,6 +2103,9 @@ mod tests {
         o.two_daemons = vec!["kernel k had daemons [4, 9] alive at once".into()];
         assert_eq!(check(&o)[0].kind(), "two_daemons");
         o.two_daemons.clear();
+        o.false_unkillable = vec!["k#1: pid 12 died by KILL at 900 ms, reported at 950 ms".into()];
+        assert_eq!(check(&o)[0].kind(), "false_unkillable");
+        o.false_unkillable.clear();
         o.replacements_unreported = vec![
             "kernel k at 900 ms: its daemon (pid 5) died when the sandbox was replaced".into(),
         ];

@@ -137,6 +137,10 @@ pub struct Sandbox {
     /// exiting daemon must send each to the next daemon, not lose it
     /// (judged with the client's outcome, `observe::stranded_losses`).
     pub stranded: Vec<(String, u64, u64, String)>,
+    /// Processes that died by SIGKILL: (pid, when in virtual ms). Every
+    /// simulated process dies by KILL (none is unkillable), so one the
+    /// agent reported unkillable is judged by these.
+    pub kill_deaths: Vec<(Pid, u64)>,
     /// When a Python interpreter died before any shutdown (virtual ms).
     pub interpreter_deaths: Vec<u64>,
     /// Journals whose entry numbers are not 1, 2, 3, … (a gap or a
@@ -232,6 +236,7 @@ impl Sandbox {
             untraceable: BTreeSet::new(),
             self_inflicted: Vec::new(),
             stranded: Vec::new(),
+            kill_deaths: Vec::new(),
             interpreter_deaths: Vec::new(),
             snapshot: None,
             grace_ms: world.grace_ms,
@@ -576,6 +581,10 @@ impl Sandbox {
                 status: crate::os::ExitStatus::Signaled(sig),
             } = &e.kind
             {
+                if *sig == crate::os::SimSignal::Kill {
+                    let at = self.virtual_ms(e.at);
+                    self.kill_deaths.push((*pid, at));
+                }
                 if let Some(key) = self.shell_mains.get(pid).cloned() {
                     let at = self.virtual_ms(e.at);
                     self.state_loss_causes

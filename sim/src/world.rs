@@ -344,6 +344,7 @@ pub fn run_in(
         &boots,
         sandbox.borrow().os().pids_wrapped(),
     );
+    obs.false_unkillable = observe::false_unkillable(&log.borrow(), &sandbox.borrow().kill_deaths);
     obs.max_kernels = Some(world.max_kernels);
     obs.tools = sandbox.borrow().tool_obs();
     obs.orphan_runs = sandbox.borrow().orphan_runs();

@@ -101,6 +101,12 @@ struct Escalation {
     /// is reparented to the daemon when the shim is killed, and without a
     /// cgroup nothing else names it).
     signalled: BTreeMap<Pid, u64>,
+    /// When the first KILL round was sent: what outlives [`KILL_BOUND`] of
+    /// rounds from then is unkillable. Counted from the rounds, not from
+    /// the grace: a daemon that ticks late (a frozen sandbox, a slow host)
+    /// sends its first round late, and a process it has not yet sent KILL
+    /// to is not one that survived it.
+    first_kill: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug)]
@@ -749,6 +755,9 @@ impl Daemon {
                     c.since = c.since.max(os.now());
                 } else if now >= c.since + grace || kill_before_grace() {
                     procs::stop_and_kill(os, &set);
+                    if !set.is_empty() {
+                        c.first_kill.get_or_insert(now);
+                    }
                     if let Some(interp) = interp.filter(|_| cell_running) {
                         // The interpreter did not stop: it dies with its
                         // namespace (the shim reports the loss).
@@ -756,7 +765,8 @@ impl Daemon {
                     }
                 }
                 empty = set.is_empty();
-                if settled && (empty || now >= c.since + grace + KILL_BOUND) {
+                let rounds_over = c.first_kill.is_some_and(|t| now >= t + KILL_BOUND);
+                if settled && (empty || rounds_over) {
                     let unkillable: Vec<Pid> = set.iter().copied().collect();
                     let extra = if unkillable.is_empty() {
                         Vec::new()

@@ -1358,9 +1358,10 @@ fn a_settled_cancel_is_done_once_its_processes_are_gone_or_outlived_kill() {
         if dies {
             os.now = 121;
         } else {
-            // It outlives every KILL (stuck in the kernel).
+            // It outlives every KILL (stuck in the kernel), for KILL_BOUND
+            // counted from the first KILL round (at 111).
             os.add(proc_(62, 1, 61));
-            os.now = 10 + 100 + KILL_BOUND.as_millis() as u64 - 1;
+            os.now = 111 + KILL_BOUND.as_millis() as u64 - 1;
             let _ = d.tick(&mut os);
             assert!(!journal::is_done(&parse_journal(&os.files[&journal])));
             os.add(proc_(62, 1, 61));
@@ -2053,4 +2054,60 @@ fn a_cell_recorded_as_its_daemon_announces_its_exit_is_kept_when_the_daemon_stay
     let r = op(&mut os, submit_op(1, "other"));
     assert!(r.error.is_some(), "{r:?}");
     assert_eq!(os.list_dir(&k.seqs_dir()).unwrap(), vec!["floor-1"]);
+}
+
+#[test]
+fn a_daemon_that_ticks_late_kills_before_it_calls_anything_unkillable() {
+    // A frozen sandbox (or a slow host) held the daemon past the grace and
+    // KILL_BOUND: its first KILL round comes at the thaw, and what that
+    // round ends was never unkillable. Counted from the grace, the cell
+    // resolved in the same tick naming processes its KILL had just ended.
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let journal = format!("{dir}/cells/1/journal");
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    os.add(proc_(62, 1, 61)); // ignores TERM
+    let mut w = JournalWriter::open(&mut os, &journal, 1024).unwrap();
+    w.push(
+        &mut os,
+        EntryKind::Started {
+            pid: 61,
+            pgid: 61,
+            starttime: 161,
+        },
+    )
+    .unwrap();
+    w.settle(
+        &mut os,
+        vec![EntryKind::Result {
+            outcome: CellOutcome::Cancelled,
+        }],
+    )
+    .unwrap();
+    os.files
+        .insert(format!("{dir}/cells/1/cancel"), b"cancel\n".to_vec());
+    os.now = 10;
+    let _ = d.tick(&mut os); // TERM
+    os.now = 10 + 100 + KILL_BOUND.as_millis() as u64 + 5_000;
+    let _ = d.tick(&mut os); // the first KILL round, late
+    assert!(
+        !journal::is_done(&parse_journal(&os.files[&journal])),
+        "resolved at its first KILL round"
+    );
+    os.procs.remove(&62); // the KILL took
+    os.now += 10;
+    let _ = d.tick(&mut os);
+    let kinds: Vec<EntryKind> = parse_journal(&os.files[&journal])
+        .entries
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(journal::is_done(&parse_journal(&os.files[&journal])));
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| matches!(k, EntryKind::Unkillable { .. })),
+        "{kinds:?}"
+    );
 }
