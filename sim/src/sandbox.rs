@@ -783,8 +783,7 @@ impl Sandbox {
         seqs.into_iter()
             .map(|seq| {
                 let cell = layout.cell(CellSeq(seq));
-                let taken = self.os.exists(&cell.journal()) || self.os.exists(&cell.launch());
-                (seq, taken)
+                (seq, tether_core::agent::op::taken(&self.os, &cell))
             })
             .collect()
     }

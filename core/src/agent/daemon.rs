@@ -364,8 +364,7 @@ impl Daemon {
         self.kill_orphaned_interpreter(os);
         for seq in cell_seqs(os, &self.kernel) {
             let cell = self.kernel.cell(seq);
-            let taken = os.exists(&cell.journal()) || os.exists(&cell.launch());
-            if !taken {
+            if !super::op::taken(os, &cell) {
                 continue;
             }
             self.handled.insert(seq);

@@ -772,8 +772,9 @@ fn submit(
     Ok(acceptance)
 }
 
-/// A daemon took the cell (it opened its journal, or launched it).
-fn taken(os: &dyn Os, cell: &CellLayout) -> bool {
+/// A daemon took the cell (it opened its journal, or launched it); a cell
+/// submitted and not taken has neither.
+pub fn taken(os: &dyn Os, cell: &CellLayout) -> bool {
     os.exists(&cell.journal()) || os.exists(&cell.launch())
 }
 
