@@ -70,7 +70,7 @@ struct Waiting {
     /// A submit whose cell was recorded while its daemon announced an
     /// idle exit: the kernel, until the cell is taken, or the daemon
     /// stays, or it is gone (see [`Handshake`]).
-    handshake: Option<(KernelLayout, CellSeq)>,
+    handshake: Option<Handshaking>,
     news_at: Option<Timestamp>,
     next_wake: Timestamp,
 }
@@ -86,6 +86,31 @@ enum Handshake {
     /// submission is withdrawn, its sequence number left free, and the
     /// client told the cell was not recorded, so it goes to the next daemon.
     Withdrawn(ProbeStatus),
+}
+
+#[derive(Debug)]
+struct Handshaking {
+    kernel: KernelLayout,
+    seq: CellSeq,
+    /// Looks left before the cell is taken for kept. Counted in looks,
+    /// not by the clock: the sandbox's clock counts a suspended
+    /// machine's sleep, and a jump of it past the op's deadline ended
+    /// the wait at its first look, while the daemon was still exiting
+    /// (seed 100991: the cell was answered accepted, the daemon exited
+    /// and the cell was lost).
+    looks_left: u32,
+}
+
+impl Handshaking {
+    fn new(kernel: KernelLayout, seq: CellSeq, wait: Duration) -> Handshaking {
+        let bound = wait + super::daemon::EXIT_BOUND;
+        let looks = bound.as_millis() / POLL_INTERVAL.as_millis();
+        Handshaking {
+            kernel,
+            seq,
+            looks_left: u32::try_from(looks).unwrap_or(u32::MAX),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -313,7 +338,9 @@ impl OpRun {
                         since: now,
                         deadline: now + Duration::from_millis(wait_ms),
                         acceptance: Some(acceptance),
-                        handshake: announced.then_some((k, submission.seq)),
+                        handshake: announced.then(|| {
+                            Handshaking::new(k, submission.seq, Duration::from_millis(wait_ms))
+                        }),
                         news_at: None,
                         next_wake: now,
                     },
@@ -420,9 +447,9 @@ impl OpRun {
 
     fn wait_step(&mut self, os: &mut dyn Os, mut w: Waiting) -> OpResult {
         let now = os.now();
-        if let Some((k, seq)) = &w.handshake {
-            let give_up = now >= w.deadline + super::daemon::EXIT_BOUND;
-            match handshake(os, k, *seq, give_up)? {
+        if let Some(h) = &mut w.handshake {
+            h.looks_left = h.looks_left.saturating_sub(1);
+            match handshake(os, &h.kernel, h.seq, h.looks_left == 0)? {
                 Handshake::Pending => {
                     w.next_wake = now + POLL_INTERVAL;
                     return Ok(State::Waiting(w));

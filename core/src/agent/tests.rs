@@ -2037,6 +2037,57 @@ fn a_cell_recorded_as_its_daemon_exits_idle_is_withdrawn_and_runs_on_the_next() 
 }
 
 #[test]
+fn a_jump_of_the_sandbox_clock_does_not_end_the_wait_for_an_exiting_daemon() {
+    // Seed 100991: the clock (boot time, which counts a suspended
+    // machine's sleep) jumped 15 s while the submit ran; the wait, bounded
+    // by that clock, took the cell for kept at its first look, and the
+    // daemon exited without it.
+    let mut os = FakeOs::new();
+    let (mut run, k) = submit_during_an_announced_exit(&mut os);
+    os.now += 60_000;
+    assert!(
+        run.poll(&mut os).is_none(),
+        "still waiting: the daemon has not decided"
+    );
+    os.procs.remove(&50);
+    os.now += 5;
+    let line = run.poll(&mut os).expect("an answer once the daemon is gone");
+    let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+    assert!(
+        matches!(
+            reply.reply,
+            Some(crate::protocol::Reply::IdentityMismatch {
+                recorded: false,
+                ..
+            })
+        ),
+        "{reply:?}"
+    );
+    assert!(!os.exists(k.cell(CellSeq(1)).dir()), "the cell is withdrawn");
+}
+
+#[test]
+fn a_daemon_frozen_in_its_announced_exit_does_not_hold_a_submit_forever() {
+    let mut os = FakeOs::new();
+    let (mut run, _k) = submit_during_an_announced_exit(&mut os);
+    let mut looks = 0;
+    let line = loop {
+        os.now += super::op::POLL_INTERVAL.as_millis() as u64;
+        looks += 1;
+        assert!(looks < 100_000, "the wait has no bound");
+        if let Some(line) = run.poll(&mut os) {
+            break line;
+        }
+    };
+    let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+    assert_eq!(
+        acceptance(&reply),
+        Some(crate::protocol::Acceptance::Accepted),
+        "past the bound the cell is taken for kept: {reply:?}"
+    );
+}
+
+#[test]
 fn a_cell_recorded_as_its_daemon_announces_its_exit_is_kept_when_the_daemon_stays() {
     let mut os = FakeOs::new();
     let (mut run, k) = submit_during_an_announced_exit(&mut os);
