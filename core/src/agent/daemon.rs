@@ -1193,7 +1193,14 @@ impl Daemon {
     /// A stopped kernel's last act: every cell that did not finish is
     /// resolved with the stop as its error (a result a shim settled
     /// before stays), so nobody waits on it and nothing runs it later.
+    /// The exit is announced first, as an idle exit is: a submit that
+    /// records its cell after this look finds the announcement, waits for
+    /// this daemon to be gone, and withdraws the cell for the next daemon
+    /// (daemon_termed seed 103343: a cell recorded during the stop's last
+    /// tick was left open, and its client told the state was lost in
+    /// flight).
     fn close_stopped(&mut self, os: &mut dyn Os) {
+        let _ = os.write_atomic(&self.kernel.exiting(), self.nonce.as_bytes());
         for seq in self.unfinished(os) {
             let cell = self.kernel.cell(seq);
             let Ok(mut w) = JournalWriter::open(os, &cell.journal(), DEFAULT_CAP) else {

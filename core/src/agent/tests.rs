@@ -831,6 +831,32 @@ fn a_daemon_sent_term_during_a_tick_starts_no_cell_and_its_stop_resolves_it() {
 }
 
 #[test]
+fn a_stopped_daemon_announces_its_exit_so_a_late_cell_goes_to_the_next_daemon() {
+    // daemon_termed seed 103343: a submit recorded its cell during the
+    // stop's last tick, after the stop had closed the cells it saw; the
+    // cell was left open and its client told the state was lost in flight.
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let mut d = Daemon::new(&dir, "n1");
+    d.terminate(os.now());
+    let mut exited = false;
+    for _ in 0..10 {
+        if d.tick(&mut os) == DaemonStep::Exit {
+            exited = true;
+            break;
+        }
+        os.now += 100;
+    }
+    assert!(exited, "the stop ends");
+    assert_eq!(
+        os.files.get(&k.exiting()).map(Vec::as_slice),
+        Some(&b"n1"[..]),
+        "the exit is announced under the daemon's nonce"
+    );
+}
+
+#[test]
 fn a_tombstoned_submission_never_starts() {
     let mut os = FakeOs::new();
     let dir = kernel_with_submission(&mut os, true);
