@@ -162,6 +162,10 @@ impl Os for LinuxOs {
         files::create_dir_all(path)
     }
 
+    fn create_dir(&mut self, path: &str) -> Result<(), OsError> {
+        files::create_dir(path)
+    }
+
     fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
         files::remove_all(path)
     }

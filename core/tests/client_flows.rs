@@ -244,6 +244,25 @@ fn a_cell_whose_reply_was_lost_is_not_run_again_on_a_replaced_sandbox() {
 }
 
 #[test]
+fn a_cell_no_unanswered_send_recorded_runs_on_the_next_daemon_where_the_files_were_kept() {
+    // shim_killed_escapes seed 101837: a send that reached nothing (or
+    // whose cell was withdrawn) went unanswered; the daemon died; the
+    // resend found no trace of the cell in files the sandbox kept, so it
+    // never ran: it runs on the next daemon, not reported lost.
+    let mut h = Harness::new(44);
+    h.open("k", Lang::Shell);
+    h.settle();
+    h.agent.kill_daemon(&kname("k"));
+    h.net = Net::LoseRequests;
+    let cell = h.run("k", "out once", None);
+    h.run_until(|h| h.sent(OpKind::Submit) == 1 && h.pending.is_empty());
+    h.net = Net::Up;
+    h.settle();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok), "{}", h.trace);
+    assert_eq!(h.agent.runs.values().sum::<u32>(), 1, "run once");
+}
+
+#[test]
 fn a_cancelled_cell_the_dead_daemon_never_recorded_resolves_cancelled() {
     let mut h = Harness::new(42);
     h.open("k", Lang::Shell);

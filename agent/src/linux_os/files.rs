@@ -172,6 +172,15 @@ pub(crate) fn create_dir_all(path: &str) -> Result<(), OsError> {
         .map_err(|e| os_error("create directory", path, &e))
 }
 
+/// One directory in an existing parent; one already there is fine.
+pub(crate) fn create_dir(path: &str) -> Result<(), OsError> {
+    match DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && Path::new(path).is_dir() => Ok(()),
+        Err(e) => Err(os_error("create directory", path, &e)),
+    }
+}
+
 /// Removes a file or a whole tree; absent (or vanishing meanwhile) is fine.
 /// A symlink is removed itself, never followed.
 pub(crate) fn remove_all(path: &str) -> Result<(), OsError> {

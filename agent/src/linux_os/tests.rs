@@ -616,3 +616,20 @@ fn a_cell_cgroup_holds_the_process_that_entered_it_and_is_removed_after() {
     assert!(os.remove_cgroup(plain.path().to_str().unwrap()).is_err());
     assert!(plain.path().is_dir());
 }
+
+#[test]
+fn create_dir_makes_one_level_in_a_parent_that_exists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().display().to_string();
+    let mut os = LinuxOs::new();
+    let deep = format!("{base}/gone/cells");
+    assert_eq!(os.create_dir(&deep), Err(OsError::NotFound));
+    assert!(!Path::new(&format!("{base}/gone")).exists());
+    let one = format!("{base}/one");
+    os.create_dir(&one).unwrap();
+    os.create_dir(&one).unwrap();
+    let mode = std::fs::metadata(&one).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    std::fs::write(format!("{base}/file"), b"").unwrap();
+    assert!(os.create_dir(&format!("{base}/file")).is_err());
+}

@@ -101,7 +101,9 @@ impl CallDesk {
     /// Makes the cell's calls directory and its credential.
     pub fn open(os: &mut dyn Os, cell: &CellLayout) -> Result<CallDesk, OsError> {
         let dir = calls_dir(cell);
-        os.create_dir_all(&dir)?;
+        // In the cell's directory, which exists: a kernel shut down
+        // meanwhile is not made again.
+        os.create_dir(&dir)?;
         Ok(CallDesk {
             dir,
             token: os.random_token(),

@@ -50,7 +50,7 @@
 //! and reaps its children (the shims) between ticks.
 
 use super::journal::{self, read_journal, JournalWriter, DEFAULT_CAP};
-use super::kernel::{read_json, to_json, KernelConfig, LaunchRecord, DEFAULT_GRACE_MS};
+use super::kernel::{self, read_json, to_json, KernelConfig, LaunchRecord, DEFAULT_GRACE_MS};
 use super::layout::KernelLayout;
 use super::op::{cell_seqs, kernel_processes, leftovers_dir};
 use super::os::{CellLaunch, Os, OsError, Pid, Signal};
@@ -902,7 +902,7 @@ impl Daemon {
             return;
         }
         let dir = leftovers_dir(&self.kernel);
-        if os.create_dir_all(&dir).is_err() {
+        if kernel::make_dir(os, &self.kernel, &dir).is_err() {
             return;
         }
         for (pid, starttime) in orphans {
@@ -1090,7 +1090,7 @@ impl Daemon {
             }
         }
         let dir = python::py_dir(&self.kernel);
-        os.create_dir_all(&dir)
+        kernel::make_dir(os, &self.kernel, &dir)
             .map_err(|e| format!("cannot create {dir}: {e}"))?;
         // A new interpreter starts with no cell handed to it, and no
         // death of it told.

@@ -216,6 +216,30 @@ pub fn was_shut(os: &dyn Os, shut: &str, nonce: &str) -> bool {
         .is_some_and(|list| list.split(|&b| b == b'\n').any(|l| l == nonce.as_bytes()))
 }
 
+/// Makes `path`, a directory inside the kernel's, one level at a time
+/// below the kernel's directory, which must exist (`NotFound` otherwise).
+/// An op preempted across the kernel's shutdown (its directory removed)
+/// must not make it again, left behind for good (timeout seed 102540: a
+/// late cancel's tombstone made `cells/1/cancel` after the shutdown).
+pub fn make_dir(os: &mut dyn Os, kernel: &KernelLayout, path: &str) -> Result<(), OsError> {
+    let Some(rest) = path.strip_prefix(kernel.dir()) else {
+        return Err(OsError::Other(format!(
+            "{path} is not inside {}",
+            kernel.dir()
+        )));
+    };
+    let mut at = kernel.dir().trim_end_matches('/').to_owned();
+    if !os.exists(&at) {
+        return Err(OsError::NotFound);
+    }
+    for part in rest.split('/').filter(|p| !p.is_empty()) {
+        at.push('/');
+        at.push_str(part);
+        os.create_dir(&at)?;
+    }
+    Ok(())
+}
+
 /// The recorded daemon's pid when it is alive.
 pub fn live_daemon(os: &dyn Os, kernel: &KernelLayout) -> Option<Identity> {
     match probe(os, kernel, None) {

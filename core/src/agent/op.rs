@@ -306,7 +306,11 @@ impl OpRun {
                                 .ok()
                                 .flatten()
                                 .is_some_and(|s| s.request_id == submission.request_id);
-                        return self.reply(Reply::IdentityMismatch { status, recorded });
+                        return self.reply(Reply::IdentityMismatch {
+                            status,
+                            recorded,
+                            files_kept: files_kept(os, &k, expect),
+                        });
                     }
                 }
                 let k = self.kernel_dir(os, &kernel)?;
@@ -391,7 +395,7 @@ impl OpRun {
             }
             Op::Cancel { kernel, seq } => {
                 let k = self.kernel_dir(os, &kernel)?;
-                let state = cancel(os, &k.cell(seq))?;
+                let state = cancel(os, &k, &k.cell(seq))?;
                 if state != CancelState::AlreadyDone {
                     os.wake(&k.wake());
                 }
@@ -456,10 +460,13 @@ impl OpRun {
                 }
                 Handshake::Kept => w.handshake = None,
                 Handshake::Withdrawn(status) => {
+                    // Withdrawn by this very look: it never ran, whatever
+                    // an earlier send of it did not hear back.
                     return self.reply(Reply::IdentityMismatch {
                         status,
                         recorded: false,
-                    })
+                        files_kept: true,
+                    });
                 }
             }
         }
@@ -776,8 +783,7 @@ fn submit(
             )
         });
     }
-    os.create_dir_all(cell.dir())
-        .map_err(|e| io("creating the cell directory", e))?;
+    kernel::make_dir(os, k, cell.dir()).map_err(|e| io("creating the cell directory", e))?;
     let acceptance = match os.create_new(&cell.submission(), &to_json(sub)) {
         Ok(()) => Acceptance::Accepted,
         Err(OsError::AlreadyExists) => {
@@ -797,6 +803,17 @@ fn submit(
     // The caller marks the number used (`mark_used`) unless the daemon
     // announced its exit: a withdrawn cell leaves it free.
     Ok(acceptance)
+}
+
+/// Are the expected daemon's kernel files still here: the same boot, and
+/// the config the spawn of that daemon wrote (its nonce)? See
+/// [`Reply::IdentityMismatch`]'s `files_kept`.
+fn files_kept(os: &dyn Os, k: &KernelLayout, expect: &Identity) -> bool {
+    os.boot_id().is_ok_and(|b| b == expect.boot_id)
+        && read_json::<KernelConfig>(os, &k.config())
+            .ok()
+            .flatten()
+            .is_some_and(|c| c.nonce == expect.nonce)
 }
 
 /// A daemon took the cell (it opened its journal, or launched it); a cell
@@ -874,14 +891,13 @@ fn mark_used(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agen
         // Marked already (a resend): nothing to add.
         return Ok(());
     }
-    if !os.exists(k.dir()) {
-        // Shut down meanwhile (a late submit's handshake): the mark would
-        // make the kernel's directory again, left behind for good.
-        return Ok(());
-    }
     let dir = k.seqs_dir();
-    os.create_dir_all(&dir)
-        .map_err(|e| io("creating the seqs directory", e))?;
+    match kernel::make_dir(os, k, &dir) {
+        Ok(()) => {}
+        // Shut down meanwhile (a late submit's handshake): nothing to mark.
+        Err(OsError::NotFound) => return Ok(()),
+        Err(e) => return Err(io("creating the seqs directory", e)),
+    }
     match os.create_new(&format!("{dir}/{seq}"), b"") {
         Ok(()) | Err(OsError::AlreadyExists) => {}
         Err(e) => return Err(io("recording the sequence number", e)),
@@ -960,8 +976,7 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
             },
         };
         let dir = leftovers_dir(k);
-        os.create_dir_all(&dir)
-            .map_err(|e| io("creating the leftovers directory", e))?;
+        kernel::make_dir(os, k, &dir).map_err(|e| io("creating the leftovers directory", e))?;
         os.write_atomic(&format!("{dir}/{seq}.json"), &to_json(&record))
             .map_err(|e| io("keeping the leftovers' launch record", e))?;
     }
@@ -974,9 +989,19 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
         .map_err(|e| io("removing the cell", e))
 }
 
-fn cancel(os: &mut dyn Os, cell: &CellLayout) -> Result<CancelState, AgentError> {
-    os.create_dir_all(cell.dir())
-        .map_err(|e| io("creating the cell directory", e))?;
+fn cancel(os: &mut dyn Os, k: &KernelLayout, cell: &CellLayout) -> Result<CancelState, AgentError> {
+    // A cancel can come before its cell's submission: the tombstone waits
+    // for it in the cell's directory.
+    match kernel::make_dir(os, k, cell.dir()) {
+        Ok(()) => {}
+        Err(OsError::NotFound) => {
+            return Err(err(
+                ErrorKind::NoSuchKernel,
+                format!("{} was removed meanwhile (the kernel was shut down)", k.dir()),
+            ))
+        }
+        Err(e) => return Err(io("creating the cell directory", e)),
+    }
     tombstone::write(os, cell, CancelReason::Requested)
         .map_err(|e| io("writing the tombstone", e))?;
     let read = read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;

@@ -110,6 +110,11 @@ pub trait Os {
     fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError>;
     /// Creates a directory and its parents, mode 0700.
     fn create_dir_all(&mut self, path: &str) -> Result<(), OsError>;
+    /// Creates one directory, mode 0700, in a parent that must exist
+    /// (`NotFound` otherwise); one that exists already is fine. What is
+    /// made inside a kernel's directory is made so (see
+    /// [`super::kernel::make_dir`]).
+    fn create_dir(&mut self, path: &str) -> Result<(), OsError>;
     /// Removes a file or a directory tree; absent is fine.
     fn remove_all(&mut self, path: &str) -> Result<(), OsError>;
 

@@ -124,6 +124,15 @@ impl Os for FakeOs {
         self.dirs.insert(path.trim_end_matches('/').to_owned());
         Ok(())
     }
+    fn create_dir(&mut self, path: &str) -> Result<(), OsError> {
+        let path = path.trim_end_matches('/');
+        let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+        if !parent.is_empty() && !self.exists(parent) {
+            return Err(OsError::NotFound);
+        }
+        self.dirs.insert(path.to_owned());
+        Ok(())
+    }
     fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
         let dir = format!("{path}/");
         self.files.retain(|k, _| k != path && !k.starts_with(&dir));
@@ -1223,6 +1232,8 @@ fn a_done_python_cell_without_a_cgroup_stays_owned_while_a_marked_leftover_lives
 /// A shell cell's launch under kernel `/k` (the kernel directory exists).
 fn shell_launch(os: &mut FakeOs) -> CellLaunch {
     os.files.insert("/k/config.json".into(), b"{}".to_vec());
+    // The daemon launches a cell whose directory its submit made.
+    os.dirs.insert("/k/cells/1".into());
     CellLaunch {
         kernel_dir: "/k".into(),
         cell_dir: "/k/cells/1".into(),
@@ -2077,7 +2088,9 @@ fn a_jump_of_the_sandbox_clock_does_not_end_the_wait_for_an_exiting_daemon() {
     );
     os.procs.remove(&50);
     os.now += 5;
-    let line = run.poll(&mut os).expect("an answer once the daemon is gone");
+    let line = run
+        .poll(&mut os)
+        .expect("an answer once the daemon is gone");
     let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
     assert!(
         matches!(
@@ -2089,7 +2102,10 @@ fn a_jump_of_the_sandbox_clock_does_not_end_the_wait_for_an_exiting_daemon() {
         ),
         "{reply:?}"
     );
-    assert!(!os.exists(k.cell(CellSeq(1)).dir()), "the cell is withdrawn");
+    assert!(
+        !os.exists(k.cell(CellSeq(1)).dir()),
+        "the cell is withdrawn"
+    );
 }
 
 #[test]
@@ -2187,4 +2203,23 @@ fn a_daemon_that_ticks_late_kills_before_it_calls_anything_unkillable() {
             .any(|k| matches!(k, EntryKind::Unkillable { .. })),
         "{kinds:?}"
     );
+}
+
+#[test]
+fn nothing_inside_a_removed_kernel_directory_is_made_again() {
+    // timeout seed 102540: a cancel preempted across its kernel's shutdown
+    // made `cells/1/cancel` again, left behind for good.
+    let mut os = FakeOs::new();
+    let k = KernelLayout::new("/r/kernels/k");
+    os.dirs.insert("/r/kernels".into());
+    let cell = k.cell(CellSeq(1));
+    assert_eq!(
+        super::kernel::make_dir(&mut os, &k, cell.dir()),
+        Err(OsError::NotFound)
+    );
+    assert!(!os.exists(k.dir()), "the kernel's directory is not made");
+    os.dirs.insert(k.dir().into());
+    super::kernel::make_dir(&mut os, &k, cell.dir()).unwrap();
+    assert!(os.exists(cell.dir()), "below a kernel that exists, it is");
+    super::kernel::make_dir(&mut os, &k, cell.dir()).unwrap();
 }

@@ -399,8 +399,20 @@ impl Client {
                 self.acks_done(&c.kernel, &sent.acks);
                 self.on_submitted(&c, acceptance, batch)
             }
-            (Task::Submit(c), Reply::IdentityMismatch { status, recorded }) => {
-                self.on_mismatch(&c, status, recorded || sent.uncertain, sent.expect)
+            (
+                Task::Submit(c),
+                Reply::IdentityMismatch {
+                    status,
+                    recorded,
+                    files_kept,
+                },
+            ) => {
+                // An earlier send that was not answered may have run the
+                // cell, unless the sandbox kept what would show it
+                // (shim_killed_escapes seed 101837: a withdrawn cell's
+                // answer was lost, and the resend's was taken for a loss).
+                let may_have_run = recorded || (sent.uncertain && !files_kept);
+                self.on_mismatch(&c, status, may_have_run, sent.expect)
             }
             (Task::Ack(c), Reply::Acked) => {
                 self.acks_done(&c.kernel, &[c.seq]);

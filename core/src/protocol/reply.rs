@@ -173,6 +173,15 @@ pub enum Reply {
         /// The cell's sequence number already holds this very request (an
         /// earlier send recorded it in the daemon that is now gone).
         recorded: bool,
+        /// The expected daemon's kernel files are still here (the same
+        /// boot, the config its spawn wrote): a cell any send recorded
+        /// would still be (only its client's ack or a withdrawal removes a
+        /// submission), so `recorded: false` also says that no earlier
+        /// unanswered send ran it here. False when the files are gone or
+        /// another daemon's, and from an agent that predates the field:
+        /// an earlier unanswered send may have run the cell.
+        #[serde(default)]
+        files_kept: bool,
     },
 }
 

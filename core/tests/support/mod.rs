@@ -138,6 +138,8 @@ impl FakeCell {
 #[derive(Clone, Debug, Default)]
 pub struct FakeKernel {
     pub daemon: Option<Identity>,
+    /// The last daemon spawned, kept when it dies (its files stay).
+    pub spawned: Option<Identity>,
     pub cells: BTreeMap<u64, FakeCell>,
     pub tombstones: BTreeSet<u64>,
     /// Every sequence number a submission took (acknowledged cells too).
@@ -335,6 +337,7 @@ impl FakeAgent {
                 };
                 self.next_pid += 1;
                 k.daemon = Some(identity.clone());
+                k.spawned = Some(identity.clone());
                 Ok(Reply::Spawned {
                     identity,
                     fresh: true,
@@ -355,7 +358,16 @@ impl FakeAgent {
                             .get(kernel)
                             .and_then(|k| k.cells.get(&submission.seq.0))
                             .is_some_and(|c| c.request_id == submission.request_id.0);
-                        return Ok(Reply::IdentityMismatch { status, recorded });
+                        let files_kept = self.kernels.get(kernel).is_some_and(|k| {
+                            k.spawned.as_ref().is_some_and(|s| {
+                                s.nonce == e.nonce && self.boot_id == e.boot_id
+                            })
+                        });
+                        return Ok(Reply::IdentityMismatch {
+                            status,
+                            recorded,
+                            files_kept,
+                        });
                     }
                 }
                 let reply = self.submit(kernel, submission);
@@ -498,6 +510,10 @@ pub enum Net {
     /// The op runs but its reply is lost (the driver sees a timeout at the
     /// deadline).
     LoseReplies,
+    /// The op never reaches the agent, and the driver sees a timeout at
+    /// the deadline (a connection that hung): the client cannot tell it
+    /// from a lost reply.
+    LoseRequests,
 }
 
 /// The client, the fake agent and a discrete-event clock.
@@ -588,6 +604,13 @@ impl Harness {
                             Err(TransportError {
                                 kind: TransportErrorKind::Unreachable,
                                 detail: "connection refused".into(),
+                            }),
+                        )),
+                        Net::LoseRequests => Some((
+                            *deadline,
+                            Err(TransportError {
+                                kind: TransportErrorKind::TimedOut,
+                                detail: "exec deadline passed".into(),
                             }),
                         )),
                         Net::LoseReplies => {

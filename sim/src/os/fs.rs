@@ -169,6 +169,27 @@ impl Fs {
         Ok(())
     }
 
+    pub(crate) fn create_dir(&mut self, path: &str) -> Result<(), OsError> {
+        let path = normalize(path)?;
+        let parent = match path.rsplit_once('/') {
+            Some(("", _)) | None => "/",
+            Some((parent, _)) => parent,
+        };
+        if parent != "/" && !matches!(self.nodes.get(parent), Some(Node::Dir)) {
+            return Err(OsError::NotFound);
+        }
+        match self.nodes.get(&path) {
+            Some(Node::Dir) => Ok(()),
+            Some(Node::File(_)) => Err(OsError::Other(format!(
+                "{path} exists and is not a directory"
+            ))),
+            None => {
+                self.nodes.insert(path, Node::Dir);
+                Ok(())
+            }
+        }
+    }
+
     pub(crate) fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
         let path = normalize(path)?;
         if path == "/" {

@@ -778,6 +778,11 @@ impl Os for SimOs {
         self.fs.create_dir_all(path)
     }
 
+    fn create_dir(&mut self, path: &str) -> Result<(), OsError> {
+        self.writable(path)?;
+        self.fs.create_dir(path)
+    }
+
     fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
         self.fs.remove_all(path)
     }

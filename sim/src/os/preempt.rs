@@ -114,6 +114,10 @@ impl<R: Send + 'static> Os for Proxy<R> {
         let path = path.to_owned();
         self.call(move |os| os.create_dir_all(&path))
     }
+    fn create_dir(&mut self, path: &str) -> Result<(), OsError> {
+        let path = path.to_owned();
+        self.call(move |os| os.create_dir(&path))
+    }
     /// As `remove_dir_all` does it: what a directory holds, one entry at
     /// a time (each a call, so a pause can land between two), then the
     /// directory, which fails if something was made in it meanwhile.
