@@ -512,6 +512,29 @@ impl Daemon {
             })
             .chain(self.py.map(|p| p.0))
             .collect();
+        // The shims gone since the last look, read once for the tick. A
+        // Python cell's interpreter, orphaned with its shim, is killed
+        // before the loss is told below: a tick that told it first and
+        // was then slow (preempted) let the client hear of the loss while
+        // the namespace still lived (python_state seed 104103).
+        let gone: BTreeSet<CellSeq> = self
+            .cells
+            .iter()
+            .filter(|(_, t)| {
+                t.shim.is_some_and(|(pid, start)| {
+                    !os.process(pid)
+                        .is_some_and(|p| p.starttime == start && !p.zombie)
+                })
+            })
+            .map(|(&seq, _)| seq)
+            .collect();
+        if self
+            .cells
+            .iter()
+            .any(|(seq, t)| t.python && !t.shim_death_seen && gone.contains(seq))
+        {
+            self.kill_orphaned_interpreters(os);
+        }
         let mut drop = Vec::new();
         let mut interp_lost = Vec::new();
         let mut shim_loss_told = false;
@@ -538,14 +561,9 @@ impl Daemon {
                     }
                 }
             }
-            if let Some((pid, start)) = t.shim {
-                let alive = os
-                    .process(pid)
-                    .is_some_and(|p| p.starttime == start && !p.zombie);
-                if !alive {
-                    t.shim = None;
-                    self.orphans_due = true;
-                }
+            if t.shim.is_some() && gone.contains(&seq) {
+                t.shim = None;
+                self.orphans_due = true;
             }
             if t.shim.is_none() && !t.done && !t.shim_death_told {
                 let first_look = !t.shim_death_seen;
@@ -975,22 +993,15 @@ impl Daemon {
                 // already: nobody was told.
                 let _ = w.output(os, Stream::Stderr, &python::loss_note(python::SHIM_DIED));
             }
-            if config.lang == Lang::Python && self.interpreter_lost(os) {
-                self.kill_orphaned_interpreters(os);
-                self.py = None;
-                // Told by the cell it died in (the shim's note), else
-                // nobody was told: it died between cells.
-                let told = python::told_file(&self.kernel);
-                let was_told = os.exists(&told);
-                let _ = os.remove_all(&told);
-                if !was_told {
-                    // Nobody was told: it died between cells.
-                    let _ = w.output(
-                        os,
-                        Stream::Stderr,
-                        &python::loss_note(python::LOST_BETWEEN_CELLS),
-                    );
-                }
+            if config.lang == Lang::Python
+                && self.interpreter_lost(os)
+                && self.end_lost_interpreter(os)
+            {
+                let _ = w.output(
+                    os,
+                    Stream::Stderr,
+                    &python::loss_note(python::LOST_BETWEEN_CELLS),
+                );
             }
             if let Some(reason) = tombstone::read(os, &cell) {
                 // The cancel won: the cell never starts.
@@ -1013,7 +1024,7 @@ impl Daemon {
                 // resolves the cell, which never starts.
                 return;
             }
-            match self.launch(os, seq, &sub, &config) {
+            match self.launch(os, seq, &sub, &config, &mut w) {
                 Ok(track) => {
                     let mut track = track;
                     track.deadline = sub.timeout_ms.map(|ms| now + Duration::from_millis(ms));
@@ -1041,6 +1052,7 @@ impl Daemon {
         seq: CellSeq,
         sub: &Submission,
         config: &KernelConfig,
+        w: &mut JournalWriter,
     ) -> Result<Track, String> {
         let cell = self.kernel.cell(seq);
         let marker = marker_value(&self.nonce, seq);
@@ -1065,7 +1077,14 @@ impl Daemon {
                 (pid, os.process(pid).map_or(0, |p| p.starttime), false)
             }
             Lang::Python => {
-                let (pid, start) = self.interpreter(os)?;
+                let (pid, start, untold) = self.interpreter(os)?;
+                if untold {
+                    let _ = w.output(
+                        os,
+                        Stream::Stderr,
+                        &python::loss_note(python::LOST_BETWEEN_CELLS),
+                    );
+                }
                 os.write_atomic(
                     &python::run_file(&self.kernel),
                     seq.0.to_string().as_bytes(),
@@ -1079,15 +1098,35 @@ impl Daemon {
         Ok(Track::new((pid, start), marker, python))
     }
 
-    /// The Python interpreter's shim, started if it is not running.
-    fn interpreter(&mut self, os: &mut dyn Os) -> Result<(Pid, u64), String> {
+    /// A lost interpreter's end: what is left of it killed, and this
+    /// daemon's record of it dropped. True when nobody has told the loss
+    /// (the shim tells it in the cell it died in): the next cell's
+    /// journal must.
+    fn end_lost_interpreter(&mut self, os: &mut dyn Os) -> bool {
+        self.kill_orphaned_interpreters(os);
+        self.py = None;
+        let told = python::told_file(&self.kernel);
+        let was_told = os.exists(&told);
+        let _ = os.remove_all(&told);
+        !was_told
+    }
+
+    /// The Python interpreter's shim, started if it is not running, and
+    /// whether a loss of the one before is still to be told. The shim
+    /// is looked at again here: one that died after this tick's look
+    /// for a lost interpreter is a loss too, not a silent fresh start
+    /// (python_cancel seed 100826: the next cell found the namespace gone
+    /// and nobody had said so).
+    fn interpreter(&mut self, os: &mut dyn Os) -> Result<(Pid, u64, bool), String> {
+        let mut untold = false;
         if let Some((pid, start)) = self.py {
             if os
                 .process(pid)
                 .is_some_and(|p| p.starttime == start && !p.zombie)
             {
-                return Ok((pid, start));
+                return Ok((pid, start, false));
             }
+            untold = self.end_lost_interpreter(os);
         }
         let dir = python::py_dir(&self.kernel);
         kernel::make_dir(os, &self.kernel, &dir)
@@ -1113,7 +1152,7 @@ impl Daemon {
         self.py = Some((pid, start));
         let record = LaunchRecord::new(os, pid, start, launch.marker.1.clone());
         let _ = os.write_atomic(&python::launch_file(&self.kernel), &to_json(&record));
-        Ok((pid, start))
+        Ok((pid, start, untold))
     }
 
     /// Every live process the kernel owns: its daemon's descendants (shims,

@@ -34,6 +34,9 @@ pub(crate) struct FakeOs {
     pub(crate) term_pending: bool,
     /// Directories made (a directory with files in it exists anyway).
     dirs: BTreeSet<String>,
+    /// Appends and signals in the order they were made, for tests of what
+    /// comes first: `append PATH`, `signal PID SIGNAL`.
+    acts: Vec<String>,
 }
 
 fn proc_(pid: Pid, ppid: Pid, pgid: Pid) -> ProcInfo {
@@ -96,6 +99,7 @@ impl Os for FakeOs {
     }
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.room()?;
+        self.acts.push(format!("append {path}"));
         self.files
             .entry(path.into())
             .or_default()
@@ -162,6 +166,7 @@ impl Os for FakeOs {
     }
     fn signal(&mut self, pid: Pid, signal: Signal) -> Result<(), OsError> {
         self.signals.push((pid, signal));
+        self.acts.push(format!("signal {pid} {signal:?}"));
         if signal == Signal::Kill {
             self.procs.remove(&pid);
         }
@@ -1037,6 +1042,47 @@ fn an_interpreter_lost_after_its_cells_result_is_told_by_the_next_cell() {
     }
     assert_eq!(os.launches.len(), 2, "a fresh interpreter's shim");
     assert!(noted(&os, &k.cell(CellSeq(2)).journal()));
+}
+
+/// python_state seed 104103: the daemon told the loss of the namespace
+/// (the shim's death) and only then killed the orphaned interpreter; its
+/// tick, slow, let the client hear of the loss while the interpreter, and
+/// the namespace, still lived.
+#[test]
+fn an_orphaned_interpreter_is_killed_before_its_loss_is_told() {
+    let mut os = FakeOs::new();
+    let dir = python_kernel_with_submission(&mut os);
+    let k = KernelLayout::new(&dir);
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 1, "the interpreter's shim (60)");
+    os.add(proc_(61, 60, 60)); // the interpreter
+    let mark = format!("n1:{}", super::python::INTERPRETER_MARK);
+    os.env.insert(61, vec![(MARKER_NAME.into(), mark)]);
+    let cell = k.cell(CellSeq(1));
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    w.push(
+        &mut os,
+        EntryKind::Started {
+            pid: 61,
+            pgid: 60,
+            starttime: 161,
+        },
+    )
+    .unwrap();
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    // The shim is killed from outside; the interpreter lives on, orphaned.
+    os.procs.remove(&60);
+    os.procs.get_mut(&61).unwrap().ppid = 10;
+    os.acts.clear();
+    os.now = 20;
+    let _ = d.tick(&mut os);
+    let j = format!("append {}", cell.journal());
+    let kill = os.acts.iter().position(|a| a == "signal 61 Kill");
+    let told = os.acts.iter().position(|a| *a == j);
+    assert!(kill.is_some() && told.is_some(), "{:?}", os.acts);
+    assert!(kill < told, "killed, then told: {:?}", os.acts);
 }
 
 /// The interpreter killed while the disk is full (python_cancel seed
