@@ -1175,9 +1175,19 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
         },
         Scenario {
             name: "python_cancel",
-            about: "cancel a Python cell with children, a setsid daemon and a setsid + env -i daemon: KeyboardInterrupt, nothing survives, the namespace stays",
+            about: "cancel a Python cell with children, a setsid daemon and a setsid + env -i daemon: KeyboardInterrupt, nothing survives, the namespace stays; an earlier cell's leftover (a child holding the marker, waiting for a grandchild without it) is not the cancelled cell's",
             script: vec![
-                Action::Run(py_cell("py_set", vec![set_name("x", "kept")], Expect::Ok)),
+                Action::Run(CellSpec {
+                    bystander: true,
+                    ..py_cell(
+                        "py_set",
+                        vec![
+                            set_name("x", "kept"),
+                            Step::EnvIGrandchild { sleep_ms: 600_000 },
+                        ],
+                        Expect::Ok,
+                    )
+                }),
                 Action::Run(py_escapes),
                 Action::Run(py_cell(
                     "py_after",

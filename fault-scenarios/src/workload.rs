@@ -89,6 +89,16 @@ pub enum Step {
         /// How long the orphan lives.
         sleep_ms: u64,
     },
+    /// `sh -c 'env -i PATH=/usr/bin:/bin sleep S </dev/null >/dev/null
+    /// 2>&1' &`: a background child that keeps the environment (the
+    /// marker) and waits for its own child, which has an empty one. The
+    /// grandchild is the cell's only by its parent: in a Python kernel,
+    /// where every cell's processes descend from the one interpreter, a
+    /// later cell's cancel must leave it alone.
+    EnvIGrandchild {
+        /// How long the grandchild (and so its parent) lives.
+        sleep_ms: u64,
+    },
     /// `trap 'printf %s TEXT' EXIT`: replaces any EXIT trap of the shell.
     SetExitTrap {
         /// Printed to stdout when the shell exits (not when it is killed).
@@ -203,6 +213,15 @@ pub enum Step {
         /// How many lines (at most [`MAX_LATE_LINES`]).
         lines: u32,
     },
+}
+
+/// The command of [`Step::EnvIGrandchild`]'s child: its grandchild with
+/// an empty environment, waited for.
+fn env_i_sleep(sleep_ms: u64) -> String {
+    format!(
+        "env -i PATH=/usr/bin:/bin sleep {} </dev/null >/dev/null 2>&1",
+        secs(sleep_ms)
+    )
 }
 
 /// A [`Step::LatePrint`] prints at most this many lines.
@@ -622,6 +641,10 @@ fn shell_step(step: &Step, dir: &str) -> String {
                 secs(*sleep_ms)
             ))
         ),
+        Step::EnvIGrandchild { sleep_ms } => format!(
+            "sh -c {} &",
+            sh_quote(&env_i_sleep(*sleep_ms))
+        ),
         // dash has no job control without a tty, so setpgid comes from perl
         // (perl-base is essential on Debian); the subshell exits at once, so
         // the sleep is orphaned.
@@ -823,6 +846,10 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
         Step::EnvIDaemon { sleep_ms } => vec![format!(
             "_tw_sp.call(['setsid', 'env', '-i', 'PATH=/usr/bin:/bin', 'sh', '-c', 'sleep {} </dev/null >/dev/null 2>&1 &'])",
             secs(*sleep_ms)
+        )],
+        Step::EnvIGrandchild { sleep_ms } => vec![format!(
+            "_tw_sp.Popen(['sh', '-c', {}])",
+            py_str(&env_i_sleep(*sleep_ms))
         )],
         Step::SetpgidOrphan { sleep_ms } => vec![format!(
             "_tw_sp.call(['sh', '-c', \"(perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} &)\"])",

@@ -123,6 +123,9 @@ fn tag(step: Step, tags: &mut Vec<String>, leftovers: &mut Vec<String>) -> Step 
         Step::EnvIDaemon { sleep_ms } => Step::EnvIDaemon {
             sleep_ms: renamed(sleep_ms, true),
         },
+        Step::EnvIGrandchild { sleep_ms } => Step::EnvIGrandchild {
+            sleep_ms: renamed(sleep_ms, true),
+        },
         Step::SetpgidOrphan { sleep_ms } => Step::SetpgidOrphan {
             sleep_ms: renamed(sleep_ms, true),
         },

@@ -68,6 +68,8 @@ struct DaemonRun {
     exiting: bool,
     /// It caught a SIGTERM from outside (its stop is not its own doing).
     stopped: bool,
+    /// When it started (virtual ms).
+    started_ms: u64,
 }
 
 /// A daemon's tick paused at one of its OS calls.
@@ -301,6 +303,7 @@ impl Sandbox {
                     next_wake: now,
                     exiting: false,
                     stopped: false,
+                    started_ms: self.virtual_ms(now),
                 },
             );
         }
@@ -687,6 +690,7 @@ impl Sandbox {
                             && !self.exiting_daemons.contains(from)
                             && !self.cancelled_by_its_kernel(*from, c)
                             && !self.ended_for_its_killed_shim(*from, c)
+                            && !self.swept_by_a_successor(*from, c)
                         {
                             self.signalled_cells.insert(c.clone());
                         }
@@ -741,6 +745,23 @@ impl Sandbox {
                 .daemons
                 .get(&from)
                 .is_some_and(|d| kernel_name(&d.kernel_dir) == cell.0)
+    }
+
+    /// `from` is a daemon of the kernel of `cell` that started after the
+    /// cell did: a daemon that took over from a dead one, whose state is
+    /// lost, ends what its predecessors left (their interpreter, their
+    /// cells' leftovers), as a kernel restart does. The client was told
+    /// the state was lost; the cell is no bystander of that.
+    fn swept_by_a_successor(&self, from: Pid, cell: &(String, u64)) -> bool {
+        let Some(d) = self.daemons.get(&from) else {
+            return false;
+        };
+        kernel_name(&d.kernel_dir) == cell.0
+            && self
+                .cell_spawns
+                .get(cell)
+                .and_then(|at| at.first())
+                .is_some_and(|&first| first < d.started_ms)
     }
 
     /// A shutdown of `kernel` was seen.

@@ -997,7 +997,10 @@ fn cancel(os: &mut dyn Os, k: &KernelLayout, cell: &CellLayout) -> Result<Cancel
         Err(OsError::NotFound) => {
             return Err(err(
                 ErrorKind::NoSuchKernel,
-                format!("{} was removed meanwhile (the kernel was shut down)", k.dir()),
+                format!(
+                    "{} was removed meanwhile (the kernel was shut down)",
+                    k.dir()
+                ),
             ))
         }
         Err(e) => return Err(io("creating the cell directory", e)),
@@ -1137,6 +1140,24 @@ pub fn kernel_processes(
             );
         }
     }
+    // Everything in a session one of them is in: a kernel's sessions are
+    // its own (its daemon's, each shell cell's, its interpreter's: each
+    // made by setsid), and a process that dropped the marker keeps its
+    // session (python_cancel seed 1692: an earlier cell's `env -i`
+    // grandchild under the interpreter, whose journal was acked, was left
+    // after the shutdown). Never session 0 or 1 (see `cell_processes`).
+    let sessions: BTreeSet<Pid> = set
+        .iter()
+        .filter_map(|p| table.get(*p))
+        .map(|p| p.sid)
+        .filter(|&sid| sid > 1)
+        .collect();
+    set.extend(
+        table
+            .iter()
+            .filter(|p| sessions.contains(&p.sid) && !protected.contains(&p.pid))
+            .map(|p| p.pid),
+    );
     // A zombie is dead already; its parent reaps it, or never does (a PID 1
     // that does not reap, as in many containers): waiting for it to go
     // would stall every shutdown to its bound.

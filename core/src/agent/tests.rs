@@ -2269,3 +2269,38 @@ fn nothing_inside_a_removed_kernel_directory_is_made_again() {
     assert!(os.exists(cell.dir()), "below a kernel that exists, it is");
     super::kernel::make_dir(&mut os, &k, cell.dir()).unwrap();
 }
+
+#[test]
+fn a_shutdown_takes_what_shares_a_session_with_the_kernels_processes() {
+    // python_cancel seed 1692: an acked cell's `env -i` grandchild (no
+    // marker) under the interpreter outlived the shutdown; it shares the
+    // session of its marked parent.
+    let mut os = FakeOs::new();
+    let k = KernelLayout::new("/k");
+    let config = KernelConfig {
+        lang: Lang::Python,
+        nonce: "n1".into(),
+        idle_timeout_ms: 1_000,
+        grace_ms: 100,
+    };
+    os.files.insert(k.config(), to_json(&config));
+    let mut parent = proc_(80, 1, 70);
+    parent.sid = 70;
+    os.add(parent);
+    os.env.insert(80, vec![(MARKER_NAME.into(), "n1:1".into())]);
+    let mut grandchild = proc_(81, 80, 70);
+    grandchild.sid = 70;
+    os.add(grandchild);
+    let mut stranger = proc_(90, 1, 90);
+    stranger.sid = 90;
+    os.add(stranger);
+    // A cell of this kernel whose journal is gone (acked): its marker is
+    // still looked for by number.
+    os.dirs.insert(k.cell(CellSeq(1)).dir().into());
+    let table = Table::snapshot(&os);
+    let protected = procs::protected(&table, os.me);
+    let set = super::op::kernel_processes(&os, &table, &k, &protected);
+    assert!(set.contains(&80), "{set:?}");
+    assert!(set.contains(&81), "the grandchild, by its session: {set:?}");
+    assert!(!set.contains(&90), "{set:?}");
+}

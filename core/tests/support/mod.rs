@@ -359,9 +359,9 @@ impl FakeAgent {
                             .and_then(|k| k.cells.get(&submission.seq.0))
                             .is_some_and(|c| c.request_id == submission.request_id.0);
                         let files_kept = self.kernels.get(kernel).is_some_and(|k| {
-                            k.spawned.as_ref().is_some_and(|s| {
-                                s.nonce == e.nonce && self.boot_id == e.boot_id
-                            })
+                            k.spawned
+                                .as_ref()
+                                .is_some_and(|s| s.nonce == e.nonce && self.boot_id == e.boot_id)
                         });
                         return Ok(Reply::IdentityMismatch {
                             status,

@@ -632,6 +632,38 @@ impl SimOs {
                     Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
                 }
             }
+            Step::EnvIGrandchild { sleep_ms } => {
+                // The child `sh` waits for its grandchild: modelled as a
+                // sleep of the same length (it ends when the grandchild
+                // would).
+                let mut child = ForkSpec::new(
+                    &["sh", "-c", &format!("env -i sleep {}", secs(sleep_ms))],
+                    Program::Sleep {
+                        until: until(sleep_ms),
+                    },
+                    Role::Cell,
+                );
+                // subprocess.Popen leaves SIGINT as it is.
+                child.background = !shell.bash && shell.python.is_none();
+                let result = self.fork_child(pid, shell, child).and_then(|a| {
+                    let mut sleep = ForkSpec::new(
+                        &["sleep", &secs(sleep_ms)],
+                        Program::Sleep {
+                            until: until(sleep_ms),
+                        },
+                        Role::Cell,
+                    );
+                    sleep.stdio = Some((Fd::Null, Fd::Null));
+                    sleep.env = Some(BTreeMap::from([(
+                        "PATH".to_owned(),
+                        "/usr/bin:/bin".to_owned(),
+                    )]));
+                    self.fork(a, sleep)
+                });
+                if let Err(e) = result {
+                    self.shell_error(pid, shell, &format!("fork: {e}"));
+                }
+            }
             Step::SetpgidOrphan { sleep_ms } => {
                 let bash = shell.bash;
                 let argv = match shell.python {
