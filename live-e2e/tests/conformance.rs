@@ -9,7 +9,8 @@
 //! terminal tests, pexpect's replwrap, more of SWE-ReX, the Oils shell
 //! spec tests, also split across cells) and `conformance/python_suites.rs`
 //! (jupyter_kernel_test, ipykernel, IPython, e2b, OpenHands' IPython
-//! tests, LangChain, smolagents, CPython, the notebook's interrupt test).
+//! tests, LangChain, smolagents, CPython, the notebook's interrupt test,
+//! nbclient's test notebooks).
 //! Cases where tether differs from the source in a way the README does
 //! not document are product bugs: such a case stays as the source
 //! expects, `#[ignore = "product bug: …"]` until it is fixed (none now).
@@ -644,9 +645,7 @@ on_backends! {
     docker_oils_array_nameref_cases: shell_suites::oils_array_nameref_cases on "docker";
     local_oils_glob_option_cases: shell_suites::oils_glob_option_cases on "local";
     docker_oils_glob_option_cases: shell_suites::oils_glob_option_cases on "docker";
-    #[ignore = "product bug: the markers under a failing expression are one column right where the line is the last of its cell"]
     local_cpython_traceback_carets: python_suites::cpython_traceback_carets on "local";
-    #[ignore = "product bug: the markers under a failing expression are one column right where the line is the last of its cell"]
     docker_cpython_traceback_carets: python_suites::cpython_traceback_carets on "docker";
     local_cpython_traceback_cases: python_suites::cpython_traceback_cases on "local";
     docker_cpython_traceback_cases: python_suites::cpython_traceback_cases on "docker";

@@ -6,11 +6,12 @@
 //! pexpect (`tests/test_replwrap.py`), LangChain experimental
 //! (`tests/unit_tests/python/test_python_{1,2}.py`), smolagents
 //! (`tests/test_local_python_executor.py`) and CPython
-//! (`Lib/test/test_sys.py`, `Lib/test/test_code_module.py`), IPython's
-//! `test_interactiveshell.py` run_cell cases, ipykernel's `test_async.py`
-//! and `test_message_spec.py`, and the Jupyter notebook's interrupt
-//! test, written in tether's
-//! shape: each case names
+//! (`Lib/test/test_sys.py`, `Lib/test/test_code_module.py`,
+//! `test_traceback.py`, `test_future_stmt/test_future.py`,
+//! `test_warnings`), IPython's `test_interactiveshell.py` run_cell cases,
+//! ipykernel's `test_async.py` and `test_message_spec.py`, the Jupyter
+//! notebook's interrupt test and nbclient's test notebooks
+//! (`tests/files/*.ipynb`), written in tether's shape: each case names
 //! its source; expectations are exact where the source checks a substring.
 
 use super::{err, py};

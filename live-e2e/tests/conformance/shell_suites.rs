@@ -7,7 +7,11 @@
 //! (`spec/background.test.sh`, `spec/errexit.test.sh`,
 //! `spec/builtin-set.test.sh`; split across cells: `spec/builtin-cd`,
 //! `builtin-dirs`, `alias`, `builtin-trap`, `sh-options`,
-//! `builtin-umask`, `sh-func` and `array-assoc.test.sh`),
+//! `builtin-umask`, `sh-func`, `array-assoc`, `builtin-getopts`,
+//! `builtin-read`, `builtin-printf`, `here-doc`, `builtin-eval-source`,
+//! `strict-options`, `array`, `arith`, `var-op-test`, `nameref`,
+//! `assign-extended`, `glob-bash`, `extglob-files` and
+//! `globstar.test.sh`),
 //! written in tether's shape: each case names the test it comes from and
 //! checks tether's exact output where the source checks a substring.
 
