@@ -1051,7 +1051,12 @@ pub(super) async fn cpython_traceback_cases(live: &mut Live) {
     );
     shows(live, "import sys; sys.getrecursionlimit()", "1000\n").await;
     // test_exception_with_note: the note follows the message.
-    let run = raises(live, "e = ValueError(123)\ne.add_note('My Note')\nraise e", "My Note").await;
+    let run = raises(
+        live,
+        "e = ValueError(123)\ne.add_note('My Note')\nraise e",
+        "My Note",
+    )
+    .await;
     assert_eq!(
         (tb(&run), run.outcome.clone()),
         (
@@ -1173,7 +1178,12 @@ pub(super) async fn cpython_future_warning_cases(live: &mut Live) {
         "",
     )
     .await;
-    shows(live, "warnings.warn(\"FilterTests.test_ignore\", UserWarning)", "").await;
+    shows(
+        live,
+        "warnings.warn(\"FilterTests.test_ignore\", UserWarning)",
+        "",
+    )
+    .await;
     // test_once: shown the first time only, whatever the line or file.
     shows(
         live,
@@ -1215,7 +1225,8 @@ pub(super) async fn cpython_future_warning_cases(live: &mut Live) {
     )
     .await;
     let run = py(live, "f()\nf()").await;
-    let shown = "<cell N>:5: UserWarning: FilterTests.test_always\n  warnings.warn(message, UserWarning)\n";
+    let shown =
+        "<cell N>:5: UserWarning: FilterTests.test_always\n  warnings.warn(message, UserWarning)\n";
     assert_eq!(
         (run.outcome.clone(), any_cell(&err(&run))),
         (CellOutcome::Ok, format!("{shown}{shown}")),
@@ -1265,7 +1276,9 @@ pub(super) async fn nbclient_notebook_cases(live: &mut Live) {
     )
     .await
     .out();
-    let end = py(live, "print(t1.strftime(time_format), end=\"\")").await.out();
+    let end = py(live, "print(t1.strftime(time_format), end=\"\")")
+        .await
+        .out();
     shows(
         live,
         &format!(

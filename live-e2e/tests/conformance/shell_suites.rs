@@ -1167,7 +1167,12 @@ pub(super) async fn oils_getopts_read_printf_cases(live: &mut Live) {
     ok(live, "printf -v $var %s 'hello there'", "").await;
     ok(live, "printf '%s\\n' \"$foo\"", "hello there\n").await;
     ok(live, "a=(a b c)", "").await;
-    ok(live, "printf -v 'a[1]' %s 'foo'\necho status=$?", "status=0\n").await;
+    ok(
+        live,
+        "printf -v 'a[1]' %s 'foo'\necho status=$?",
+        "status=0\n",
+    )
+    .await;
     ok(live, "printf '%s\\n' \"${a[@]}\"", "a\nfoo\nc\n").await;
     // "printf -v dynamic scope": the function of one cell assigns the
     // global and its local; the next cell sees the global only.
@@ -1237,7 +1242,12 @@ pub(super) async fn oils_heredoc_source_cases(live: &mut Live) {
     // here doc is the definition's redirect; defined in one cell, run in
     // the next.
     ok(live, "fun() { cat; } <<EOF\n1\n2\nEOF", "").await;
-    ok(live, "echo before; fun; echo after ", "before\n1\n2\nafter\n").await;
+    ok(
+        live,
+        "echo before; fun; echo after ",
+        "before\n1\n2\nafter\n",
+    )
+    .await;
     // "here doc stripping tabs", the here doc in the body of a function
     // defined in one cell (as above) and called in the next.
     ok(
@@ -1275,13 +1285,7 @@ pub(super) async fn oils_heredoc_source_cases(live: &mut Live) {
     ok(live, "echo $LIBVAR", "libvar\n").await;
     // "exit within eval (regression)", "exit within source (regression)":
     // the status is the cell's, nothing after runs, the next cell runs.
-    exits(
-        live,
-        "eval 'exit 42'\necho 'should not get here'",
-        42,
-        "",
-    )
-    .await;
+    exits(live, "eval 'exit 42'\necho 'should not get here'", 42, "").await;
     exits(
         live,
         "cd $TMP\necho 'exit 42' > lib.sh\n. ./lib.sh\necho 'should not get here'",
@@ -1371,7 +1375,12 @@ pub(super) async fn oils_array_nameref_cases(live: &mut Live) {
     // first line, an OSH option, left out).
     ok(live, "a=(5 6 7 8)", "").await;
     ok(live, "(( a[0]++, ++a[1], a[2]--, --a[3] ))", "").await;
-    ok(live, "(( undef[0]++, ++undef[1], undef[2]--, --undef[3] ))", "").await;
+    ok(
+        live,
+        "(( undef[0]++, ++undef[1], undef[2]--, --undef[3] ))",
+        "",
+    )
+    .await;
     ok(
         live,
         "echo \"${a[@]}\" - \"${undef[@]}\"",
@@ -1411,7 +1420,12 @@ pub(super) async fn oils_array_nameref_cases(live: &mut Live) {
     .await;
     ok(live, "# now Y is mutated!\necho 4 y=$y", "4 y=XXXX\n").await;
     // "flag -n and +n"
-    ok(live, "unset -n ref\nx=foo\n\nref=x\n\necho ref=$ref", "ref=x\n").await;
+    ok(
+        live,
+        "unset -n ref\nx=foo\n\nref=x\n\necho ref=$ref",
+        "ref=x\n",
+    )
+    .await;
     ok(live, "typeset -n ref", "").await;
     ok(live, "echo ref=$ref", "ref=foo\n").await;
     ok(live, "# mutate underlying var\nx=bar", "").await;
@@ -1419,7 +1433,12 @@ pub(super) async fn oils_array_nameref_cases(live: &mut Live) {
     ok(live, "typeset +n ref", "").await;
     ok(live, "echo ref=$ref", "ref=x\n").await;
     // "unset nameref": `unset ref` unsets what it names.
-    ok(live, "unset ref\nx=X\ntypeset -n ref=x\necho ref=$ref", "ref=X\n").await;
+    ok(
+        live,
+        "unset ref\nx=X\ntypeset -n ref=x\necho ref=$ref",
+        "ref=X\n",
+    )
+    .await;
     ok(live, "# this works\nunset ref", "").await;
     ok(live, "echo ref=$ref\necho x=$x", "ref=\nx=\n").await;
     // assign-extended.test.sh "declare -pnrx": the nameref, readonly and
@@ -1457,7 +1476,12 @@ pub(super) async fn oils_glob_option_cases(live: &mut Live) {
     let t = format!("{}/oils-glob-{}", live.side_dir(), unique());
     ok(live, &format!("mkdir -p {t} && cd {t}"), "").await;
     // glob-bash.test.sh "shopt -s nullglob"
-    ok(live, "echo _tmp/spec-tmp/*.nonexistent", "_tmp/spec-tmp/*.nonexistent\n").await;
+    ok(
+        live,
+        "echo _tmp/spec-tmp/*.nonexistent",
+        "_tmp/spec-tmp/*.nonexistent\n",
+    )
+    .await;
     ok(live, "shopt -s nullglob", "").await;
     ok(live, "echo _tmp/spec-tmp/*.nonexistent", "\n").await;
     // sh-options.test.sh "shopt -q", the option set in the cell before.
@@ -1489,8 +1513,18 @@ pub(super) async fn oils_glob_option_cases(live: &mut Live) {
     // "!(*.h|*.cc) to match everything except C++": `shopt -s extglob` in
     // one cell, the patterns parse and match in the next ones.
     ok(live, "shopt -s extglob", "").await;
-    ok(live, "mkdir -p 0\ncd 0\ntouch {foo,bar}.cc {foo,bar,baz}.h", "").await;
-    ok(live, "echo @(*.cc|*.h)", "bar.cc bar.h baz.h foo.cc foo.h\n").await;
+    ok(
+        live,
+        "mkdir -p 0\ncd 0\ntouch {foo,bar}.cc {foo,bar,baz}.h",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo @(*.cc|*.h)",
+        "bar.cc bar.h baz.h foo.cc foo.h\n",
+    )
+    .await;
     ok(
         live,
         "mkdir -p extglob2\ntouch extglob2/{foo,bar}.cc extglob2/{foo,bar,baz}.h \\\n      extglob2/{foo,bar,baz}.py",
@@ -1505,7 +1539,12 @@ pub(super) async fn oils_glob_option_cases(live: &mut Live) {
     .await;
     ok(live, "cd ..", "").await;
     // globstar.test.sh "each occurrence of ** recurses through all depths"
-    ok(live, "shopt -s globstar\nmkdir -p globstar && cd globstar", "").await;
+    ok(
+        live,
+        "shopt -s globstar\nmkdir -p globstar && cd globstar",
+        "",
+    )
+    .await;
     ok(
         live,
         "mkdir -p c/subdir\ntouch {leaf.md,c/leaf.md,c/subdir/leaf.md}",
