@@ -1309,3 +1309,57 @@ pub(super) async fn nbclient_notebook_cases(live: &mut Live) {
     shows(live, "print(\"Hello World\")", "Hello World\n").await;
     live.shutdown("py").await;
 }
+
+/// CPython's `Lib/test/test_threading.py` ThreadJoinOnShutdown
+/// test_2_join_in_forked_process: the script forks; the child starts a
+/// thread that waits for the main thread, says `end of main` and comes
+/// to the end of the script; the parent waits for the child's status 0
+/// (the source's `support.wait_process`, written out: the docker image
+/// has no `test` package) and exits 0. The script as a cell: a child
+/// forked in a cell that comes to the end of the cell's code ends there
+/// as at the end of a script (its threads joined, status 0), and only
+/// the parent goes on as the kernel: the next cell is the parent's, with
+/// its namespace, and nothing is left running.
+pub(super) async fn cpython_forked_child_cases(live: &mut Live) {
+    shows(live, "import os\nkept = 1\npid0 = os.getpid()", "").await;
+    let script = concat!(
+        "import sys, os, time, threading\n",
+        "\n",
+        "# a thread, which waits for the main program to terminate\n",
+        "def joiningfunc(mainthread):\n",
+        "    mainthread.join()\n",
+        "    print('end of thread')\n",
+        "    # stdout is fully buffered because not a tty, we have to flush\n",
+        "    # before exit.\n",
+        "    sys.stdout.flush()\n",
+        "\n",
+        "childpid = os.fork()\n",
+        "if childpid != 0:\n",
+        "    # parent process\n",
+        "    _, status = os.waitpid(childpid, 0)\n",
+        "    assert os.waitstatus_to_exitcode(status) == 0, status\n",
+        "    sys.exit(0)\n",
+        "\n",
+        "# child process\n",
+        "t = threading.Thread(target=joiningfunc,\n",
+        "                     args=(threading.current_thread(),))\n",
+        "t.start()\n",
+        "print('end of main')\n",
+    );
+    let run = live
+        .run_with_timeout("py", Lang::Python, script, Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        (run.outcome.clone(), run.out(), err(&run)),
+        (
+            CellOutcome::Exit { code: 0 },
+            "end of main\nend of thread\n".into(),
+            String::new()
+        ),
+        "{}",
+        show(&run)
+    );
+    shows(live, "kept, os.getpid() == pid0", "(1, True)\n").await;
+    shows(live, "kept += 1\nkept", "2\n").await;
+    live.shutdown("py").await;
+}
