@@ -653,8 +653,6 @@ on_backends! {
     docker_cpython_future_warning_cases: python_suites::cpython_future_warning_cases on "docker";
     local_nbclient_notebook_cases: python_suites::nbclient_notebook_cases on "local";
     docker_nbclient_notebook_cases: python_suites::nbclient_notebook_cases on "docker";
-    #[ignore = "product bug: a child forked in a Python cell comes back to the kernel's loop at the end of the cell's code: it reports the cell and reads the next ones"]
     local_cpython_forked_child_cases: python_suites::cpython_forked_child_cases on "local";
-    #[ignore = "product bug: a child forked in a Python cell comes back to the kernel's loop at the end of the cell's code: it reports the cell and reads the next ones"]
     docker_cpython_forked_child_cases: python_suites::cpython_forked_child_cases on "docker";
 }

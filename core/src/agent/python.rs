@@ -52,6 +52,7 @@ _ns["__builtins__"] = __builtins__
 sys.modules["__main__"] = _main
 _busy = [False]
 _loop = [None]
+_pid = os.getpid()
 def _run(code):
     # Top-level `await` (as in IPython): such a cell compiles to a
     # coroutine, run on one event loop the kernel keeps across cells.
@@ -384,6 +385,13 @@ for _line in _cmds:
     finally:
         _busy[0] = False
         _cred.reset(_ctok)
+    if os.getpid() != _pid:
+        # A child the cell forked (os.fork) that came to the end of the
+        # cell's code ends here, as a script's child ends at the end of the
+        # script (its threads joined, atexit run), with the status of how
+        # the code ended: it never reports the parent's cell nor reads the
+        # kernel's next ones.
+        sys.exit(_out["code"] if _out["outcome"] == "exit" else int(_out["outcome"] != "ok"))
     try:
         sys.stdout.flush()
         sys.stderr.flush()
