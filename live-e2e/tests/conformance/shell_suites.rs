@@ -1573,3 +1573,52 @@ pub(super) async fn oils_glob_option_cases(live: &mut Live) {
     ok(live, "set +efuC", "").await;
     live.shutdown("k").await;
 }
+
+/// The Oils spec tests `spec/builtin-trap-err.test.sh` ("trap can use
+/// original $LINENO", "trap ERR and set -o errexit") and
+/// `spec/builtin-trap-bash.test.sh` ("trap -p", "Combine ERR trap and
+/// USR1 trap"): each script as one cell (bash's output, as the spec
+/// records it), then split across cells: an ERR trap set in one cell
+/// fires in the next ones (README: traps other than EXIT persist), with
+/// `$LINENO` the line in the cell, and `trap -p` lists it.
+pub(super) async fn oils_err_trap_cases(live: &mut Live) {
+    live.prepare().await;
+    // builtin-trap-err.test.sh "trap can use original $LINENO"
+    ok(
+        live,
+        "trap 'echo line=$LINENO' ERR\n\nfalse\nfalse\necho ok",
+        "line=3\nline=4\nok\n",
+    )
+    .await;
+    ok(live, "trap - ERR", "").await;
+    ok(live, "trap 'echo line=$LINENO' ERR", "").await;
+    // builtin-trap-bash.test.sh "trap -p" (with the ERR trap)
+    ok(live, "trap -p", "trap -- 'echo line=$LINENO' ERR\n").await;
+    ok(live, "\nfalse\nfalse\necho ok", "line=2\nline=3\nok\n").await;
+    // builtin-trap-err.test.sh "trap ERR and set -o errexit"
+    ok(live, "false\necho a", "line=1\na\n").await;
+    ok(live, "set -o errexit", "").await;
+    exits(
+        live,
+        "echo b\nfalse   # trap executed, and executation also halts\necho c  # doesn't get here",
+        1,
+        "b\nline=2\n",
+    )
+    .await;
+    ok(live, "set +o errexit\ntrap - ERR", "").await;
+    ok(live, "false\ntrap -p", "").await;
+    // builtin-trap-bash.test.sh "Combine ERR trap and USR1 trap"
+    let combine = "sh -c \"kill -USR1 $$\"\necho after=$?";
+    let traps = "trap 'false; echo $LINENO usr1' USR1\ntrap 'false; echo $LINENO err' ERR";
+    ok(
+        live,
+        &format!("{traps}\n\n{combine}"),
+        "1 err\n1 usr1\nafter=0\n",
+    )
+    .await;
+    ok(live, "trap - USR1 ERR", "").await;
+    ok(live, traps, "").await;
+    ok(live, combine, "1 err\n1 usr1\nafter=0\n").await;
+    ok(live, "trap - USR1 ERR\ntrap", "").await;
+    live.shutdown("k").await;
+}
