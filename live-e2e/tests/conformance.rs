@@ -655,8 +655,6 @@ on_backends! {
     docker_nbclient_notebook_cases: python_suites::nbclient_notebook_cases on "docker";
     local_cpython_forked_child_cases: python_suites::cpython_forked_child_cases on "local";
     docker_cpython_forked_child_cases: python_suites::cpython_forked_child_cases on "docker";
-    #[ignore = "product bug: an ERR trap is lost at the end of the cell that set it, and `trap -p` does not list it"]
     local_oils_err_trap_cases: shell_suites::oils_err_trap_cases on "local";
-    #[ignore = "product bug: an ERR trap is lost at the end of the cell that set it, and `trap -p` does not list it"]
     docker_oils_err_trap_cases: shell_suites::oils_err_trap_cases on "docker";
 }

@@ -1595,6 +1595,10 @@ pub(super) async fn oils_err_trap_cases(live: &mut Live) {
     // builtin-trap-bash.test.sh "trap -p" (with the ERR trap)
     ok(live, "trap -p", "trap -- 'echo line=$LINENO' ERR\n").await;
     ok(live, "\nfalse\nfalse\necho ok", "line=2\nline=3\nok\n").await;
+    exits(live, "false", 1, "line=1\n").await;
+    // The next cell starts with `$?` as the one before ended (README), and
+    // the trap does not fire for that.
+    ok(live, "echo $?", "1\n").await;
     // builtin-trap-err.test.sh "trap ERR and set -o errexit"
     ok(live, "false\necho a", "line=1\na\n").await;
     ok(live, "set -o errexit", "").await;
