@@ -9,7 +9,8 @@
 //! terminal tests, pexpect's replwrap, more of SWE-ReX, the Oils shell
 //! spec tests, also split across cells) and `conformance/python_suites.rs`
 //! (jupyter_kernel_test, ipykernel, IPython, e2b, OpenHands' IPython
-//! tests, LangChain, smolagents, CPython, the notebook's interrupt test).
+//! tests, LangChain, smolagents, CPython, the notebook's interrupt test,
+//! nbclient's test notebooks).
 //! Cases where tether differs from the source in a way the README does
 //! not document are product bugs: such a case stays as the source
 //! expects, `#[ignore = "product bug: …"]` until it is fixed (none now).
@@ -634,4 +635,26 @@ on_backends! {
     docker_oils_pwd_variable: shell_suites::oils_pwd_variable on "docker";
     local_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "local";
     docker_oils_removed_working_dir: shell_suites::oils_removed_working_dir on "docker";
+    local_oils_getopts_read_printf_cases: shell_suites::oils_getopts_read_printf_cases on "local";
+    docker_oils_getopts_read_printf_cases: shell_suites::oils_getopts_read_printf_cases on "docker";
+    local_oils_getopts_inside_a_group: shell_suites::oils_getopts_inside_a_group on "local";
+    docker_oils_getopts_inside_a_group: shell_suites::oils_getopts_inside_a_group on "docker";
+    local_oils_heredoc_source_cases: shell_suites::oils_heredoc_source_cases on "local";
+    docker_oils_heredoc_source_cases: shell_suites::oils_heredoc_source_cases on "docker";
+    local_oils_array_nameref_cases: shell_suites::oils_array_nameref_cases on "local";
+    docker_oils_array_nameref_cases: shell_suites::oils_array_nameref_cases on "docker";
+    local_oils_glob_option_cases: shell_suites::oils_glob_option_cases on "local";
+    docker_oils_glob_option_cases: shell_suites::oils_glob_option_cases on "docker";
+    local_cpython_traceback_carets: python_suites::cpython_traceback_carets on "local";
+    docker_cpython_traceback_carets: python_suites::cpython_traceback_carets on "docker";
+    local_cpython_traceback_cases: python_suites::cpython_traceback_cases on "local";
+    docker_cpython_traceback_cases: python_suites::cpython_traceback_cases on "docker";
+    local_cpython_future_warning_cases: python_suites::cpython_future_warning_cases on "local";
+    docker_cpython_future_warning_cases: python_suites::cpython_future_warning_cases on "docker";
+    local_nbclient_notebook_cases: python_suites::nbclient_notebook_cases on "local";
+    docker_nbclient_notebook_cases: python_suites::nbclient_notebook_cases on "docker";
+    local_cpython_forked_child_cases: python_suites::cpython_forked_child_cases on "local";
+    docker_cpython_forked_child_cases: python_suites::cpython_forked_child_cases on "docker";
+    local_oils_err_trap_cases: shell_suites::oils_err_trap_cases on "local";
+    docker_oils_err_trap_cases: shell_suites::oils_err_trap_cases on "docker";
 }

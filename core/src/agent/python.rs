@@ -52,6 +52,7 @@ _ns["__builtins__"] = __builtins__
 sys.modules["__main__"] = _main
 _busy = [False]
 _loop = [None]
+_pid = os.getpid()
 def _run(code):
     # Top-level `await` (as in IPython): such a cell compiles to a
     # coroutine, run on one event loop the kernel keeps across cells.
@@ -319,10 +320,18 @@ for _line in _cmds:
         with open(os.path.join(_dir, "code"), "rb") as _f:
             _src = _f.read()
         # Each cell's source stays known under its own name, so tracebacks
-        # show its lines, also from a function an earlier cell defined.
+        # show its lines, also from a function an earlier cell defined. The
+        # lines are a file's as linecache reads one (split where Python's
+        # tokenizer splits, each ending in a newline, the last one too):
+        # the traceback places its markers under a failing expression by
+        # counting that newline.
         _name = "<cell %s>" % _seq
         _text = _src.decode("utf-8", "replace")
-        linecache.cache[_name] = (len(_text), None, _text.splitlines(True), _name)
+        _lines = io.StringIO(_text, newline=None).readlines()
+        if _lines and not _lines[-1].endswith("\n"):
+            _lines[-1] += "\n"
+        linecache.cache[_name] = (len(_text), None, _lines, _name)
+        del _lines
         _flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT | _future[0]
         # A warning shows once per cell, not once per session: the
         # registry that remembers which were shown is the namespace's, and
@@ -376,6 +385,13 @@ for _line in _cmds:
     finally:
         _busy[0] = False
         _cred.reset(_ctok)
+    if os.getpid() != _pid:
+        # A child the cell forked (os.fork) that came to the end of the
+        # cell's code ends here, as a script's child ends at the end of the
+        # script (its threads joined, atexit run), with the status of how
+        # the code ended: it never reports the parent's cell nor reads the
+        # kernel's next ones.
+        sys.exit(_out["code"] if _out["outcome"] == "exit" else int(_out["outcome"] != "ok"))
     try:
         sys.stdout.flush()
         sys.stderr.flush()

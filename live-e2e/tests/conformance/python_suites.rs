@@ -6,11 +6,12 @@
 //! pexpect (`tests/test_replwrap.py`), LangChain experimental
 //! (`tests/unit_tests/python/test_python_{1,2}.py`), smolagents
 //! (`tests/test_local_python_executor.py`) and CPython
-//! (`Lib/test/test_sys.py`, `Lib/test/test_code_module.py`), IPython's
-//! `test_interactiveshell.py` run_cell cases, ipykernel's `test_async.py`
-//! and `test_message_spec.py`, and the Jupyter notebook's interrupt
-//! test, written in tether's
-//! shape: each case names
+//! (`Lib/test/test_sys.py`, `Lib/test/test_code_module.py`,
+//! `test_traceback.py`, `test_future_stmt/test_future.py`,
+//! `test_warnings`), IPython's `test_interactiveshell.py` run_cell cases,
+//! ipykernel's `test_async.py` and `test_message_spec.py`, the Jupyter
+//! notebook's interrupt test and nbclient's test notebooks
+//! (`tests/files/*.ipynb`), written in tether's shape: each case names
 //! its source; expectations are exact where the source checks a substring.
 
 use super::{err, py};
@@ -930,5 +931,435 @@ pub(super) async fn last_exception_is_kept(live: &mut Live) {
         "(True, True)\n",
     )
     .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_traceback.py` test_basic_caret,
+/// test_caret_for_binary_operators and the known-depth part of
+/// `_check_recursive_traceback_display`: a cell's traceback carries the
+/// 3.11 position markers under the failing expression, at the columns
+/// the interpreter gives them for a file, also where the failing line is
+/// the last of its cell (no newline after it); the repeated frames of a
+/// recursion are folded. The function of one cell, called from the next,
+/// shows both cells' lines.
+pub(super) async fn cpython_traceback_carets(live: &mut Live) {
+    let tb = |run: &CellRun| any_cell(&err(run));
+    // test_basic_caret
+    shows(
+        live,
+        "def f():\n    if True: raise ValueError(\"basic caret tests\")",
+        "",
+    )
+    .await;
+    let run = raises(live, "f()", "ValueError: basic caret tests").await;
+    assert_eq!(
+        tb(&run),
+        "Traceback (most recent call last):\n  File \"<cell N>\", line 1, in <module>\n    f()\n  File \"<cell N>\", line 2, in f\n    if True: raise ValueError(\"basic caret tests\")\n             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\nValueError: basic caret tests\n",
+        "{}",
+        show(&run)
+    );
+    // test_caret_for_binary_operators
+    shows(
+        live,
+        "def f_with_binary_operator():\n    divisor = 20\n    return 10 + divisor / 0 + 30",
+        "",
+    )
+    .await;
+    let run = raises(
+        live,
+        "f_with_binary_operator()",
+        "ZeroDivisionError: division by zero",
+    )
+    .await;
+    assert_eq!(
+        tb(&run),
+        "Traceback (most recent call last):\n  File \"<cell N>\", line 1, in <module>\n    f_with_binary_operator()\n  File \"<cell N>\", line 3, in f_with_binary_operator\n    return 10 + divisor / 0 + 30\n                ~~~~~~~~^~~\nZeroDivisionError: division by zero\n",
+        "{}",
+        show(&run)
+    );
+    // _check_recursive_traceback_display: a known number of recursive
+    // calls (three shown, "[Previous line repeated 7 more times]").
+    shows(
+        live,
+        "def g(count=10):\n    if count:\n        return g(count-1)\n    raise ValueError",
+        "",
+    )
+    .await;
+    let run = raises(live, "g()", "ValueError").await;
+    let frame = "  File \"<cell N>\", line 3, in g\n    return g(count-1)\n           ^^^^^^^^^^\n";
+    assert_eq!(
+        tb(&run),
+        format!(
+            "Traceback (most recent call last):\n  File \"<cell N>\", line 1, in <module>\n    g()\n{frame}{frame}{frame}  [Previous line repeated 7 more times]\n  File \"<cell N>\", line 4, in g\n    raise ValueError\nValueError\n"
+        ),
+        "{}",
+        show(&run)
+    );
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_traceback.py` (the recursion-limit part of
+/// `_check_recursive_traceback_display`, test_exception_with_note,
+/// test_exception_group_basic) and nbclient's `tests/files/Skip
+/// Exceptions.ipynb`: a cell's traceback is the interpreter's own text
+/// (the file is `<cell N>`, the source's is its own file; no frame of
+/// tether's): a recursion that hits the limit is folded and the kernel
+/// goes on, a note follows the message, an exception group is boxed.
+pub(super) async fn cpython_traceback_cases(live: &mut Live) {
+    let tb = |run: &CellRun| any_cell(&err(run));
+    // ... and hitting the recursion limit: three frames of `f`, then the
+    // repeat count (within 60 of the limit: the kernel's own frames are
+    // below the cell's), then the error; the kernel goes on.
+    shows(live, "def f():\n    f()", "").await;
+    let run = py(live, "f()").await;
+    let text = tb(&run);
+    let lines: Vec<&str> = text.lines().collect();
+    let f = ["  File \"<cell N>\", line 2, in f", "    f()"];
+    assert_eq!(
+        lines[..9],
+        [
+            "Traceback (most recent call last):",
+            "  File \"<cell N>\", line 1, in <module>",
+            "    f()",
+            f[0],
+            f[1],
+            f[0],
+            f[1],
+            f[0],
+            f[1]
+        ],
+        "{}",
+        show(&run)
+    );
+    let repeated: usize = lines[9]
+        .strip_prefix("  [Previous line repeated ")
+        .and_then(|l| l.strip_suffix(" more times]"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", show(&run)));
+    assert!((940..1000).contains(&repeated), "{}", show(&run));
+    assert_eq!(
+        (lines.len(), lines[10], &run.outcome),
+        (
+            11,
+            "RecursionError: maximum recursion depth exceeded",
+            &CellOutcome::Error {
+                message: "RecursionError: maximum recursion depth exceeded".into()
+            }
+        ),
+        "{}",
+        show(&run)
+    );
+    shows(live, "import sys; sys.getrecursionlimit()", "1000\n").await;
+    // test_exception_with_note: the note follows the message.
+    let run = raises(
+        live,
+        "e = ValueError(123)\ne.add_note('My Note')\nraise e",
+        "My Note",
+    )
+    .await;
+    assert_eq!(
+        (tb(&run), run.outcome.clone()),
+        (
+            "Traceback (most recent call last):\n  File \"<cell N>\", line 3, in <module>\n    raise e\nValueError: 123\nMy Note\n".into(),
+            CellOutcome::Error {
+                message: "ValueError: 123".into()
+            }
+        ),
+        "{}",
+        show(&run)
+    );
+    // test_exception_group_basic
+    shows(
+        live,
+        "def exc():\n    raise ExceptionGroup(\"eg\", [ValueError(1), TypeError(2)])",
+        "",
+    )
+    .await;
+    let run = raises(live, "exc()", "    +------------------------------------").await;
+    assert_eq!(
+        (tb(&run), run.outcome.clone()),
+        (
+            concat!(
+                "  + Exception Group Traceback (most recent call last):\n",
+                "  |   File \"<cell N>\", line 1, in <module>\n",
+                "  |     exc()\n",
+                "  |   File \"<cell N>\", line 2, in exc\n",
+                "  |     raise ExceptionGroup(\"eg\", [ValueError(1), TypeError(2)])\n",
+                "  | ExceptionGroup: eg (2 sub-exceptions)\n",
+                "  +-+---------------- 1 ----------------\n",
+                "    | ValueError: 1\n",
+                "    +---------------- 2 ----------------\n",
+                "    | TypeError: 2\n",
+                "    +------------------------------------\n",
+            )
+            .into(),
+            CellOutcome::Error {
+                message: "ExceptionGroup: eg (2 sub-exceptions)".into()
+            }
+        ),
+        "{}",
+        show(&run)
+    );
+    // nbclient "Skip Exceptions.ipynb": a non-ASCII comment, then the
+    // raise; the next cell prints.
+    let run = raises(
+        live,
+        "# üñîçø∂é\nraise Exception(\"message\")",
+        "Exception: message",
+    )
+    .await;
+    assert_eq!(
+        tb(&run),
+        "Traceback (most recent call last):\n  File \"<cell N>\", line 2, in <module>\n    raise Exception(\"message\")\nException: message\n",
+        "{}",
+        show(&run)
+    );
+    shows(live, "print(\"ok\")", "ok\n").await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_future_stmt/test_future.py`
+/// (AnnotationsFutureTestCase's template, test_badfuture3) and
+/// `Lib/test/test_warnings/__init__.py` (FilterTests test_error,
+/// test_ignore, test_once, test_always), split across cells: a
+/// `from __future__ import annotations` cell makes the later cells' annotations strings (as
+/// at the prompt: README, "Python kernels"); a filter one cell sets
+/// decides what the next cell's warning does (`once` is once per
+/// session, as its registry is the `warnings` module's).
+pub(super) async fn cpython_future_warning_cases(live: &mut Live) {
+    // AnnotationsFutureTestCase: the template's annotations, the import in
+    // a cell before.
+    shows(live, "from __future__ import annotations", "").await;
+    let ann = "Name1 and (Name2 or Name3)";
+    shows(
+        live,
+        &format!(
+            "def f() -> {ann}:\n    ...\ndef g(arg: {ann}) -> None:\n    ...\nasync def f2() -> {ann}:\n    ...\nasync def g2(arg: {ann}) -> None:\n    ...\nclass H:\n    var: {ann}\n    object.attr: {ann}\nvar: {ann}\nvar2: {ann} = None\nobject.attr: {ann}\n"
+        ),
+        "",
+    )
+    .await;
+    shows(
+        live,
+        "{f.__annotations__['return'], g.__annotations__['arg'], f2.__annotations__['return'], g2.__annotations__['arg'], __annotations__['var'], __annotations__['var2']}",
+        &format!("{{'{ann}'}}\n"),
+    )
+    .await;
+    // test_badfuture3: an unknown feature is a syntax error at its line.
+    let run = raises(
+        live,
+        "\"\"\"This is a test\"\"\"\nfrom __future__ import nested_scopes\nfrom __future__ import rested_snopes\n\ndef f(x):\n    def g(y):\n        return x + y\n    return g\n\nresult = f(2)(4)",
+        "SyntaxError: future feature rested_snopes is not defined",
+    )
+    .await;
+    assert!(
+        any_cell(&err(&run)).starts_with("  File \"<cell N>\", line 3\n"),
+        "{}",
+        show(&run)
+    );
+    raises(live, "result", "NameError: name 'result' is not defined").await;
+    // FilterTests.test_error: the filter of one cell, the warning of the next.
+    shows(
+        live,
+        "import warnings\nwarnings.resetwarnings()\nwarnings.filterwarnings(\"error\", category=UserWarning)",
+        "",
+    )
+    .await;
+    raises(
+        live,
+        "warnings.warn(\"FilterTests.test_error\")",
+        "UserWarning: FilterTests.test_error",
+    )
+    .await;
+    // test_ignore
+    shows(
+        live,
+        "warnings.resetwarnings()\nwarnings.filterwarnings(\"ignore\", category=UserWarning)",
+        "",
+    )
+    .await;
+    shows(
+        live,
+        "warnings.warn(\"FilterTests.test_ignore\", UserWarning)",
+        "",
+    )
+    .await;
+    // test_once: shown the first time only, whatever the line or file.
+    shows(
+        live,
+        "warnings.resetwarnings()\nwarnings.filterwarnings(\"once\", category=UserWarning)\nmessage = UserWarning(\"FilterTests.test_once\")",
+        "",
+    )
+    .await;
+    let run = py(
+        live,
+        "warnings.warn_explicit(message, UserWarning, \"__init__.py\", 42)",
+    )
+    .await;
+    assert_eq!(
+        (run.outcome.clone(), err(&run)),
+        (
+            CellOutcome::Ok,
+            "__init__.py:42: UserWarning: FilterTests.test_once\n".into()
+        ),
+        "{}",
+        show(&run)
+    );
+    shows(
+        live,
+        "warnings.warn_explicit(message, UserWarning, \"__init__.py\", 13)",
+        "",
+    )
+    .await;
+    shows(
+        live,
+        "warnings.warn_explicit(message, UserWarning, \"test_warnings2.py\", 42)",
+        "",
+    )
+    .await;
+    // test_always: twice from one place, shown twice.
+    shows(
+        live,
+        "warnings.resetwarnings()\nwarnings.filterwarnings(\"always\", category=UserWarning)\nmessage = \"FilterTests.test_always\"\ndef f():\n    warnings.warn(message, UserWarning)",
+        "",
+    )
+    .await;
+    let run = py(live, "f()\nf()").await;
+    let shown =
+        "<cell N>:5: UserWarning: FilterTests.test_always\n  warnings.warn(message, UserWarning)\n";
+    assert_eq!(
+        (run.outcome.clone(), any_cell(&err(&run))),
+        (CellOutcome::Ok, format!("{shown}{shown}")),
+        "{}",
+        show(&run)
+    );
+    shows(live, "warnings.resetwarnings()", "").await;
+    live.shutdown("py").await;
+}
+
+/// nbclient's test notebooks (`tests/files/`: Factorials, Unicode, Empty
+/// Cell, HelloWorld, Sleep1s of test_execution_timing, Autokill of
+/// test_kernel_death_during_execution), each cell a cell: the outputs
+/// the notebooks record. A kernel killed during a cell (Autokill's
+/// `os.kill(pid, SIGTERM)`) fails that cell, saying so, instead of
+/// hanging (nbclient raises `DeadKernelError`); the next cell runs in a
+/// fresh interpreter, as after Jupyter's restart (README, "Python
+/// kernels").
+pub(super) async fn nbclient_notebook_cases(live: &mut Live) {
+    // Factorials.ipynb
+    shows(live, "i, j = 1, 1", "").await;
+    shows(
+        live,
+        "for m in range(10):\n    i, j = j, i + j\n    print(j)",
+        "2\n3\n5\n8\n13\n21\n34\n55\n89\n144\n",
+    )
+    .await;
+    // Unicode.ipynb, HelloWorld.ipynb
+    shows(live, "print(\"☃\")", "☃\n").await;
+    shows(live, "print(\"Hello World\")", "Hello World\n").await;
+    // Empty Cell.ipynb
+    shows(live, "\"Code 1\"", "'Code 1'\n").await;
+    shows(live, "", "").await;
+    shows(live, "\"Code 2\"", "'Code 2'\n").await;
+    // Sleep1s.ipynb: the times printed without a newline, each its cell's
+    // whole output; a second apart at least.
+    shows(live, "import datetime\nimport time", "").await;
+    shows(
+        live,
+        "t0 = datetime.datetime.utcnow()\ntime.sleep(1)\nt1 = datetime.datetime.utcnow()",
+        "",
+    )
+    .await;
+    let start = py(
+        live,
+        "time_format = \"%Y-%m-%dT%H:%M:%S.%fZ\"\nprint(t0.strftime(time_format), end=\"\")",
+    )
+    .await
+    .out();
+    let end = py(live, "print(t1.strftime(time_format), end=\"\")")
+        .await
+        .out();
+    shows(
+        live,
+        &format!(
+            "d = datetime.datetime.strptime({end:?}, time_format) - datetime.datetime.strptime({start:?}, time_format)\nd >= datetime.timedelta(seconds=1)"
+        ),
+        "True\n",
+    )
+    .await;
+    // Autokill.ipynb
+    let run = py(
+        live,
+        "import os\nimport signal\n\npid = os.getpid()\nos.kill(pid, signal.SIGTERM)",
+    )
+    .await;
+    let died = "the Python interpreter was killed by signal 15; the kernel's namespace is lost";
+    assert_eq!(
+        (run.outcome.clone(), err(&run)),
+        (
+            CellOutcome::Error {
+                message: died.into()
+            },
+            format!("tether: {died}\n")
+        ),
+        "{}",
+        show(&run)
+    );
+    shows(live, "'pid' in dir(), 'i' in dir()", "(False, False)\n").await;
+    shows(live, "print(\"Hello World\")", "Hello World\n").await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_threading.py` ThreadJoinOnShutdown
+/// test_2_join_in_forked_process: the script forks; the child starts a
+/// thread that waits for the main thread, says `end of main` and comes
+/// to the end of the script; the parent waits for the child's status 0
+/// (the source's `support.wait_process`, written out: the docker image
+/// has no `test` package) and exits 0. The script as a cell: a child
+/// forked in a cell that comes to the end of the cell's code ends there
+/// as at the end of a script (its threads joined, status 0), and only
+/// the parent goes on as the kernel: the next cell is the parent's, with
+/// its namespace, and nothing is left running.
+pub(super) async fn cpython_forked_child_cases(live: &mut Live) {
+    shows(live, "import os\nkept = 1\npid0 = os.getpid()", "").await;
+    let script = concat!(
+        "import sys, os, time, threading\n",
+        "\n",
+        "# a thread, which waits for the main program to terminate\n",
+        "def joiningfunc(mainthread):\n",
+        "    mainthread.join()\n",
+        "    print('end of thread')\n",
+        "    # stdout is fully buffered because not a tty, we have to flush\n",
+        "    # before exit.\n",
+        "    sys.stdout.flush()\n",
+        "\n",
+        "childpid = os.fork()\n",
+        "if childpid != 0:\n",
+        "    # parent process\n",
+        "    _, status = os.waitpid(childpid, 0)\n",
+        "    assert os.waitstatus_to_exitcode(status) == 0, status\n",
+        "    sys.exit(0)\n",
+        "\n",
+        "# child process\n",
+        "t = threading.Thread(target=joiningfunc,\n",
+        "                     args=(threading.current_thread(),))\n",
+        "t.start()\n",
+        "print('end of main')\n",
+    );
+    let run = live
+        .run_with_timeout("py", Lang::Python, script, Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        (run.outcome.clone(), run.out(), err(&run)),
+        (
+            CellOutcome::Exit { code: 0 },
+            "end of main\nend of thread\n".into(),
+            String::new()
+        ),
+        "{}",
+        show(&run)
+    );
+    shows(live, "kept, os.getpid() == pid0", "(1, True)\n").await;
+    shows(live, "kept += 1\nkept", "2\n").await;
     live.shutdown("py").await;
 }

@@ -7,7 +7,11 @@
 //! (`spec/background.test.sh`, `spec/errexit.test.sh`,
 //! `spec/builtin-set.test.sh`; split across cells: `spec/builtin-cd`,
 //! `builtin-dirs`, `alias`, `builtin-trap`, `sh-options`,
-//! `builtin-umask`, `sh-func` and `array-assoc.test.sh`),
+//! `builtin-umask`, `sh-func`, `array-assoc`, `builtin-getopts`,
+//! `builtin-read`, `builtin-printf`, `here-doc`, `builtin-eval-source`,
+//! `strict-options`, `array`, `arith`, `var-op-test`, `nameref`,
+//! `assign-extended`, `glob-bash`, `extglob-files` and
+//! `globstar.test.sh`),
 //! written in tether's shape: each case names the test it comes from and
 //! checks tether's exact output where the source checks a substring.
 
@@ -1042,5 +1046,583 @@ pub(super) async fn oils_declared_assoc_array(live: &mut Live) {
         "a+1\nfoo\nx\n",
     )
     .await;
+    live.shutdown("k").await;
+}
+
+/// The Oils spec tests `spec/builtin-getopts.test.sh`,
+/// `builtin-read.test.sh` and `builtin-printf.test.sh`, each script split
+/// across cells: what `getopts`, `read` and `printf -v` leave (`OPTIND`,
+/// `OPTARG`, the variables, `IFS`) is what the next cell sees. The spec
+/// runs each case in a new shell; here one kernel runs them in turn, so a
+/// case that needs the first option starts with `OPTIND=1` (POSIX's reset).
+/// `printf '%s\n'` stands for the spec's `argv.py` (one argument a line).
+pub(super) async fn oils_getopts_read_printf_cases(live: &mut Live) {
+    live.prepare().await;
+    let t = format!("{}/oils-read-{}", live.side_dir(), unique());
+    ok(live, &format!("mkdir -p {t} && cd {t}"), "").await;
+    // builtin-getopts.test.sh "getopts three invocations": one a cell.
+    ok(live, "set -- -h -c foo", "").await;
+    let three = "getopts 'hc:' opt\necho status=$? opt=$opt";
+    ok(live, three, "status=0 opt=h\n").await;
+    ok(live, three, "status=0 opt=c\n").await;
+    ok(live, three, "status=1 opt=?\n").await;
+    // "getopts resets OPTARG"
+    ok(live, "OPTIND=1\nset -- -c foo -h", "").await;
+    let resets = "getopts 'hc:' opt\necho status=$? opt=$opt OPTARG=$OPTARG";
+    ok(live, resets, "status=0 opt=c OPTARG=foo\n").await;
+    ok(live, resets, "status=0 opt=h OPTARG=\n").await;
+    // "Basic getopts invocation": the loop, the shift and the echo each a
+    // cell.
+    ok(
+        live,
+        "OPTIND=1\nset -- -h -c foo x y z\nFLAG_h=0\nFLAG_c=''",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "while getopts \"hc:\" opt; do\n  case $opt in\n    h) FLAG_h=1 ;;\n    c) FLAG_c=\"$OPTARG\" ;;\n  esac\ndone",
+        "",
+    )
+    .await;
+    ok(live, "shift $(( OPTIND - 1 ))", "").await;
+    ok(
+        live,
+        "echo h=$FLAG_h c=$FLAG_c optind=$OPTIND argv=$@",
+        "h=1 c=foo optind=4 argv=x y z\n",
+    )
+    .await;
+    // "OPTIND narrowed down": bash does not reset OPTIND between the two
+    // loops, so the second skips `-c` (the spec's recorded bash output);
+    // across cells too.
+    ok(
+        live,
+        "FLAG_a=\nFLAG_b=\nFLAG_c=\nFLAG_d=\nFLAG_e=\nOPTIND=1\nset -- -a\nwhile getopts \"ab:\" opt; do\n  case $opt in\n    a) FLAG_a=1 ;;\n    b) FLAG_b=\"$OPTARG\" ;;\n  esac\ndone",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "set -- -c -d -e E\nwhile getopts \"cde:\" opt; do\n  case $opt in\n    c) FLAG_c=1 ;;\n    d) FLAG_d=1 ;;\n    e) FLAG_e=\"$OPTARG\" ;;\n  esac\ndone",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo a=$FLAG_a b=$FLAG_b c=$FLAG_c d=$FLAG_d e=$FLAG_e",
+        "a=1 b= c= d=1 e=E\n",
+    )
+    .await;
+    // "Getopts parses the function's arguments": the function from one
+    // cell, called in the next, sets the global OPTIND and `opt`.
+    ok(
+        live,
+        "FLAG_h=0\nFLAG_c=''\nmyfunc() {\n  while getopts \"hc:\" opt; do\n    case $opt in\n      h) FLAG_h=1 ;;\n      c) FLAG_c=\"$OPTARG\" ;;\n    esac\n  done\n}\nOPTIND=1\nset -- -h -c foo x y z",
+        "",
+    )
+    .await;
+    ok(live, "myfunc -c bar", "").await;
+    ok(
+        live,
+        "echo h=$FLAG_h c=$FLAG_c opt=$opt optind=$OPTIND argv=$@",
+        "h=0 c=bar opt=? optind=3 argv=-h -c foo x y z\n",
+    )
+    .await;
+    // builtin-read.test.sh "read multiple lines with IFS=:": IFS set in
+    // one cell splits the `read` of the next.
+    ok(
+        live,
+        "tmp=$PWD/bash-read-ifs.txt\nIFS=:\ncat >$tmp <<'EOF'\n  \\\\a :b\\: c:d\\\n  e\nEOF",
+        "",
+    )
+    .await;
+    ok(live, "read a b c d < $tmp", "").await;
+    ok(
+        live,
+        "printf \"%s\\n\" \"[$a|$b|$c|$d]\"",
+        "[  \\a |b: c|d  e|]\n",
+    )
+    .await;
+    // "read with IFS=$'\n'" (the command substitution drops the newline:
+    // IFS is empty, and so nothing is stripped).
+    ok(live, "IFS=$(echo -e '\\n')", "").await;
+    ok(live, "read var <<EOF\n  a b c\n  d e f\nEOF", "").await;
+    ok(live, "echo \"[$var]\"", "[  a b c]\n").await;
+    ok(live, "unset IFS", "").await;
+    // "read -a reads into array": the arrays of one cell, read in the next.
+    ok(
+        live,
+        "read -a myarray <<'EOF'\na b c\\ d\nEOF\nread -r -a array2 extra arguments <<'EOF'\na b c\\ d\nEOF",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "printf '%s\\n' \"${myarray[@]}\"\necho --\nprintf '%s\\n' \"${array2[@]}\"\necho \"[${extra[@]}${arguments[@]}]\"",
+        "a\nb\nc d\n--\na\nb\nc\\\nd\n[]\n",
+    )
+    .await;
+    // builtin-printf.test.sh "printf -v %s", "printf -v a[1]".
+    ok(live, "var=foo", "").await;
+    ok(live, "printf -v $var %s 'hello there'", "").await;
+    ok(live, "printf '%s\\n' \"$foo\"", "hello there\n").await;
+    ok(live, "a=(a b c)", "").await;
+    ok(
+        live,
+        "printf -v 'a[1]' %s 'foo'\necho status=$?",
+        "status=0\n",
+    )
+    .await;
+    ok(live, "printf '%s\\n' \"${a[@]}\"", "a\nfoo\nc\n").await;
+    // "printf -v dynamic scope": the function of one cell assigns the
+    // global and its local; the next cell sees the global only.
+    ok(
+        live,
+        "dollar='dollar'\nf() {\n  local mylocal=foo\n  printf -v dollar %q '$'  # assign foo to a quoted dollar\n  printf -v mylocal %q 'mylocal'\n  echo dollar=$dollar\n  echo mylocal=$mylocal\n}\necho dollar=$dollar",
+        "dollar=dollar\n",
+    )
+    .await;
+    ok(live, "f", "dollar=\\$\nmylocal=mylocal\n").await;
+    ok(
+        live,
+        "echo dollar=$dollar\necho mylocal=$mylocal",
+        "dollar=\\$\nmylocal=\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+/// Oils `spec/builtin-getopts.test.sh` "two flags: -ab" and "More
+/// Smooshing 2": inside a group of options (`-ab`) bash keeps its place
+/// in the group apart from `OPTIND` (which still names the group's word),
+/// in the shell process. Each spec script as one cell gives bash's output,
+/// as the spec records it. Split across cells, each cell is a new shell
+/// (README, "Shell kernels", per cell by design): `OPTIND` persists, the
+/// place inside the group does not, so a group's next letter is its first
+/// again; separate options (`-a -b`) go on across cells.
+pub(super) async fn oils_getopts_inside_a_group(live: &mut Live) {
+    live.prepare().await;
+    let two = "getopts \"ab\" opt -ab\necho OPTIND=$OPTIND opt=$opt OPTARG=$OPTARG";
+    ok(
+        live,
+        &format!("{two}\n{two}"),
+        "OPTIND=1 opt=a OPTARG=\nOPTIND=2 opt=b OPTARG=\n",
+    )
+    .await;
+    ok(live, "OPTIND=1", "").await;
+    let three = "getopts \"abc:\" opt -abc10\necho OPTIND=$OPTIND opt=$opt OPTARG=$OPTARG";
+    ok(
+        live,
+        &format!("{three}\n{three}\n{three}"),
+        "OPTIND=1 opt=a OPTARG=\nOPTIND=1 opt=b OPTARG=\nOPTIND=2 opt=c OPTARG=10\n",
+    )
+    .await;
+    ok(live, "OPTIND=1", "").await;
+    ok(live, two, "OPTIND=1 opt=a OPTARG=\n").await;
+    ok(live, two, "OPTIND=1 opt=a OPTARG=\n").await;
+    ok(live, "OPTIND=1", "").await;
+    let apart = "getopts \"ab\" opt -a -b\necho OPTIND=$OPTIND opt=$opt";
+    ok(live, apart, "OPTIND=2 opt=a\n").await;
+    ok(live, apart, "OPTIND=3 opt=b\n").await;
+    live.shutdown("k").await;
+}
+
+/// The Oils spec tests `spec/here-doc.test.sh`,
+/// `spec/builtin-eval-source.test.sh` and `spec/strict-options.test.sh`
+/// (its `return` from a sourced file), split across cells: a function
+/// whose body or definition carries a here doc is saved and restored with
+/// it; what a sourced file defines stays; `exit` inside `eval` or a
+/// sourced file ends the cell with its status (the cell's code itself
+/// runs in an `eval`). The spec's helper files are written by a cell.
+pub(super) async fn oils_heredoc_source_cases(live: &mut Live) {
+    live.prepare().await;
+    let t = format!("{}/oils-src-{}", live.side_dir(), unique());
+    ok(live, &format!("mkdir -p {t} && cd {t}\nTMP={t}"), "").await;
+    // here-doc.test.sh "Function def and execution with here doc": the
+    // here doc is the definition's redirect; defined in one cell, run in
+    // the next.
+    ok(live, "fun() { cat; } <<EOF\n1\n2\nEOF", "").await;
+    ok(
+        live,
+        "echo before; fun; echo after ",
+        "before\n1\n2\nafter\n",
+    )
+    .await;
+    // "here doc stripping tabs", the here doc in the body of a function
+    // defined in one cell (as above) and called in the next.
+    ok(
+        live,
+        "strip() {\ncat <<-EOF\n\t1\n\t2\n\t\t3  # 2 tabs are both stripped\n  4  # spaces are preserved\n\tEOF\n}",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "strip",
+        "1\n2\n3  # 2 tabs are both stripped\n  4  # spaces are preserved\n",
+    )
+    .await;
+    // "Here doc with var sub, command sub, arith sub": the variable from
+    // the cell before.
+    ok(live, "var=v", "").await;
+    ok(
+        live,
+        "cat <<EOF\nvar: ${var}\ncommand: $(echo hi)\narith: $((1+2))\nEOF",
+        "var: v\ncommand: hi\narith: 3\n",
+    )
+    .await;
+    // "Here doc with builtin 'read'": what `read` read, in the next cell.
+    ok(live, "read v1 v2 <<EOF\nval1 val2\nEOF", "").await;
+    ok(live, "echo =$v1= =$v2=", "=val1= =val2=\n").await;
+    // builtin-eval-source.test.sh "Source": the file's variable, in the
+    // next cell.
+    ok(
+        live,
+        "lib=$TMP/spec-test-lib.sh\necho 'LIBVAR=libvar' > $lib\n. $lib  # dash doesn't have source",
+        "",
+    )
+    .await;
+    ok(live, "echo $LIBVAR", "libvar\n").await;
+    // "exit within eval (regression)", "exit within source (regression)":
+    // the status is the cell's, nothing after runs, the next cell runs.
+    exits(live, "eval 'exit 42'\necho 'should not get here'", 42, "").await;
+    exits(
+        live,
+        "cd $TMP\necho 'exit 42' > lib.sh\n. ./lib.sh\necho 'should not get here'",
+        42,
+        "",
+    )
+    .await;
+    ok(live, "echo $LIBVAR", "libvar\n").await;
+    // "Source from a function, mutating argv and defining a local var"
+    // (the spec's testdata/source-argv.sh, written here): the function
+    // from one cell, called in the next; its local does not leak.
+    ok(
+        live,
+        "printf '%s\\n' 'echo source-argv: $@' shift 'local foo=foo_val' > source-argv.sh\nf() {\n  . ./source-argv.sh              # no argv\n  . ./source-argv.sh args to src  # new argv\n  echo $@\n  echo foo=$foo  # defined in source-argv.sh\n}",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "f args to func",
+        "source-argv: args to func\nsource-argv: args to src\nto func\nfoo=foo_val\n",
+    )
+    .await;
+    ok(live, "echo foo=$foo  # not defined", "foo=\n").await;
+    // strict-options.test.sh "Sourcing a script that returns at the top
+    // level" (testdata/return-helper.sh, written here).
+    ok(
+        live,
+        "printf '%s\\n' \"echo 'return-helper.sh'\" 'return 42' \"echo 'should not see'\" > return-helper.sh",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo one\n. ./return-helper.sh\necho $?\necho two",
+        "one\nreturn-helper.sh\n42\ntwo\n",
+    )
+    .await;
+    // "source works for files in current directory (bash only)": the
+    // directory of the cell before.
+    ok(live, "cd $TMP\necho \"echo current dir\" > cmd", "").await;
+    ok(live, ". cmd\necho status=$?", "current dir\nstatus=0\n").await;
+    // "source finds files in PATH before current dir": PATH set in one
+    // cell is searched by `.` in the next.
+    ok(
+        live,
+        "mkdir -p dir\necho \"echo path\" > dir/cmd\nold_path=$PATH\nPATH=\"dir:$PATH\"",
+        "",
+    )
+    .await;
+    ok(live, ". cmd\necho status=$?", "path\nstatus=0\n").await;
+    ok(live, "PATH=$old_path", "").await;
+    live.shutdown("k").await;
+}
+
+/// The Oils spec tests `spec/array.test.sh`, `spec/arith.test.sh`,
+/// `spec/var-op-test.test.sh`, `spec/nameref.test.sh` and
+/// `spec/assign-extended.test.sh`, split across cells: indexed arrays
+/// (appended to, sparse, elements unset) and namerefs (`declare -n`,
+/// set, unset and removed in one cell, followed in the next) keep what
+/// bash keeps. `printf '%s\n'` stands for the spec's `argv.py`.
+pub(super) async fn oils_array_nameref_cases(live: &mut Live) {
+    live.prepare().await;
+    let t = format!("{}/oils-arr-{}", live.side_dir(), unique());
+    ok(live, &format!("mkdir -p {t} && cd {t}"), "").await;
+    // array.test.sh "declare array and then append", a line a cell.
+    ok(live, "declare -a array", "").await;
+    ok(live, "array+=(a)", "").await;
+    ok(live, "array+=(b c)", "").await;
+    ok(live, "printf '%s\\n' \"${array[@]}\"", "a\nb\nc\n").await;
+    // "Append sparse arrays"
+    ok(live, "a=()\n(( a[99]=1 ))", "").await;
+    ok(live, "b=()\n(( b[33]=2 ))\n(( b[66]=3 ))", "").await;
+    ok(live, "a+=( \"${b[@]}\" )", "").await;
+    ok(
+        live,
+        "printf '%s\\n' \"${a[@]}\"\nprintf '%s\\n' \"${a[99]}\" \"${a[100]}\" \"${a[101]}\"",
+        "1\n2\n3\n1\n2\n3\n",
+    )
+    .await;
+    // "Length after unset"
+    ok(live, "a=(0 1 2 3)", "").await;
+    ok(live, "unset a[-1]\necho len=${#a[@]}", "len=3\n").await;
+    ok(live, "unset a[-1]\necho len=${#a[@]}", "len=2\n").await;
+    ok(live, "declare -p a", "declare -a a=([0]=\"0\" [1]=\"1\")\n").await;
+    // arith.test.sh "Increment and decrement array elements" (the spec's
+    // first line, an OSH option, left out).
+    ok(live, "a=(5 6 7 8)", "").await;
+    ok(live, "(( a[0]++, ++a[1], a[2]--, --a[3] ))", "").await;
+    ok(
+        live,
+        "(( undef[0]++, ++undef[1], undef[2]--, --undef[3] ))",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo \"${a[@]}\" - \"${undef[@]}\"",
+        "6 7 6 7 - 1 1 -1 -1\n",
+    )
+    .await;
+    // var-op-test.test.sh "Assign default value when unset": the
+    // expansion assigns (its command, `is`, is not found), and the value
+    // is there in the next cell.
+    let e = exits(live, "${unset=is unset}", 127, "").await;
+    assert!(e.contains("is: command not found"), "{e}");
+    ok(live, "echo $unset", "is unset\n").await;
+    // nameref.test.sh "pass array by reference"
+    ok(
+        live,
+        "show_value() {\n  local -n array_name=$1\n  local idx=$2\n  echo \"${array_name[$idx]}\"\n}",
+        "",
+    )
+    .await;
+    ok(live, "shadock=(ga bu zo meu)", "").await;
+    ok(live, "show_value shadock 2", "zo\n").await;
+    // "mutating through nameref: ref=": `ref` becomes a reference in one
+    // cell; later cells read and assign through it.
+    ok(
+        live,
+        "x=XX\ny=YY\n\nref=x\nref=y\necho 1 ref=$ref",
+        "1 ref=y\n",
+    )
+    .await;
+    ok(live, "# now it's a reference\ntypeset -n ref", "").await;
+    ok(live, "echo 2 ref=$ref  # prints YY", "2 ref=YY\n").await;
+    ok(
+        live,
+        "ref=XXXX\necho 3 ref=$ref  # it actually prints y, which is XXXX",
+        "3 ref=XXXX\n",
+    )
+    .await;
+    ok(live, "# now Y is mutated!\necho 4 y=$y", "4 y=XXXX\n").await;
+    // "flag -n and +n"
+    ok(
+        live,
+        "unset -n ref\nx=foo\n\nref=x\n\necho ref=$ref",
+        "ref=x\n",
+    )
+    .await;
+    ok(live, "typeset -n ref", "").await;
+    ok(live, "echo ref=$ref", "ref=foo\n").await;
+    ok(live, "# mutate underlying var\nx=bar", "").await;
+    ok(live, "echo ref=$ref", "ref=bar\n").await;
+    ok(live, "typeset +n ref", "").await;
+    ok(live, "echo ref=$ref", "ref=x\n").await;
+    // "unset nameref": `unset ref` unsets what it names.
+    ok(
+        live,
+        "unset ref\nx=X\ntypeset -n ref=x\necho ref=$ref",
+        "ref=X\n",
+    )
+    .await;
+    ok(live, "# this works\nunset ref", "").await;
+    ok(live, "echo ref=$ref\necho x=$x", "ref=\nx=\n").await;
+    // assign-extended.test.sh "declare -pnrx": the nameref, readonly and
+    // exported variables of one cell, listed by a function of the next
+    // (bash's output, as the spec records it).
+    ok(
+        live,
+        "test_var1=111\nreadonly test_var2=222\nexport test_var3=333\ndeclare -n test_var4=test_var1",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "f1() {\n  local test_var5=555\n  {\n    echo '[declare -pn]'\n    declare -pn\n    echo '[declare -pr]'\n    declare -pr\n    echo '[declare -px]'\n    declare -px\n  } | grep -E '^\\[|^\\b.*test_var.\\b'\n}",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "f1",
+        "[declare -pn]\ndeclare -n test_var4=\"test_var1\"\n[declare -pr]\ndeclare -r test_var2=\"222\"\n[declare -px]\ndeclare -x test_var3=\"333\"\n",
+    )
+    .await;
+    live.shutdown("k").await;
+}
+
+/// The Oils spec tests `spec/glob-bash.test.sh`, `spec/extglob-files.test.sh`,
+/// `spec/globstar.test.sh` and `spec/sh-options.test.sh` (`$-`), split
+/// across cells: the `shopt` globbing options (`nullglob`, `failglob`,
+/// `dotglob`, `extglob`, `globstar`) and the `set` flags one cell turns on
+/// decide how the next cell's words expand, and extended patterns parse
+/// in a later cell. `echo` stands for the spec's `argv.py`.
+pub(super) async fn oils_glob_option_cases(live: &mut Live) {
+    live.prepare().await;
+    let t = format!("{}/oils-glob-{}", live.side_dir(), unique());
+    ok(live, &format!("mkdir -p {t} && cd {t}"), "").await;
+    // glob-bash.test.sh "shopt -s nullglob"
+    ok(
+        live,
+        "echo _tmp/spec-tmp/*.nonexistent",
+        "_tmp/spec-tmp/*.nonexistent\n",
+    )
+    .await;
+    ok(live, "shopt -s nullglob", "").await;
+    ok(live, "echo _tmp/spec-tmp/*.nonexistent", "\n").await;
+    // sh-options.test.sh "shopt -q", the option set in the cell before.
+    ok(
+        live,
+        "shopt -q nullglob\necho nullglob=$?\nshopt -q nullglob failglob\necho nullglob,failglob=$?",
+        "nullglob=0\nnullglob,failglob=1\n",
+    )
+    .await;
+    ok(live, "shopt -u nullglob", "").await;
+    // glob-bash.test.sh "shopt -s failglob in command context"
+    ok(live, "echo *.ZZ", "*.ZZ\n").await;
+    ok(live, "shopt -s failglob", "").await;
+    let run = sh(
+        live,
+        "echo *.ZZ  # nothing is printed, not []\necho status=$?",
+    )
+    .await;
+    assert_eq!(run.out(), "status=1\n", "{run:?}");
+    assert!(err(&run).contains("no match: *.ZZ"), "{run:?}");
+    ok(live, "shopt -u failglob", "").await;
+    // "dotglob"
+    ok(live, "mkdir -p dotglob\ncd dotglob\ntouch .foorc other", "").await;
+    ok(live, "echo *", "other\n").await;
+    ok(live, "shopt -s dotglob", "").await;
+    ok(live, "echo * | sort", ".foorc other\n").await;
+    ok(live, "shopt -u dotglob; cd ..", "").await;
+    // extglob-files.test.sh "@() matches exactly one of the patterns" and
+    // "!(*.h|*.cc) to match everything except C++": `shopt -s extglob` in
+    // one cell, the patterns parse and match in the next ones.
+    ok(live, "shopt -s extglob", "").await;
+    ok(
+        live,
+        "mkdir -p 0\ncd 0\ntouch {foo,bar}.cc {foo,bar,baz}.h",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo @(*.cc|*.h)",
+        "bar.cc bar.h baz.h foo.cc foo.h\n",
+    )
+    .await;
+    ok(
+        live,
+        "mkdir -p extglob2\ntouch extglob2/{foo,bar}.cc extglob2/{foo,bar,baz}.h \\\n      extglob2/{foo,bar,baz}.py",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo extglob2/!(*.h|*.cc)",
+        "extglob2/bar.py extglob2/baz.py extglob2/foo.py\n",
+    )
+    .await;
+    ok(live, "cd ..", "").await;
+    // globstar.test.sh "each occurrence of ** recurses through all depths"
+    ok(
+        live,
+        "shopt -s globstar\nmkdir -p globstar && cd globstar",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "mkdir -p c/subdir\ntouch {leaf.md,c/leaf.md,c/subdir/leaf.md}",
+        "",
+    )
+    .await;
+    ok(
+        live,
+        "echo **/*.* | tr ' ' '\\n' | sort\necho\necho **/**/*.* | tr ' ' '\\n' | sort",
+        "c/leaf.md\nc/subdir/leaf.md\nleaf.md\n\nc/leaf.md\nc/subdir/leaf.md\nleaf.md\n",
+    )
+    .await;
+    ok(live, "shopt -u globstar extglob", "").await;
+    // sh-options.test.sh "$- with pipefail" (a `bash -c` shell, as in
+    // "$- with -c": bash's `huBc`), then "$- and more options".
+    ok(live, "set -o pipefail -o nounset", "").await;
+    ok(live, "echo $-", "huBc\n").await;
+    ok(live, "set +o pipefail +o nounset", "").await;
+    ok(live, "set -efuC", "").await;
+    ok(
+        live,
+        "o=$-\n[[ $o == *e* ]]; echo yes\n[[ $o == *f* ]]; echo yes\n[[ $o == *u* ]]; echo yes\n[[ $o == *C* ]]; echo yes",
+        "yes\nyes\nyes\nyes\n",
+    )
+    .await;
+    ok(live, "set +efuC", "").await;
+    live.shutdown("k").await;
+}
+
+/// The Oils spec tests `spec/builtin-trap-err.test.sh` ("trap can use
+/// original $LINENO", "trap ERR and set -o errexit") and
+/// `spec/builtin-trap-bash.test.sh` ("trap -p", "Combine ERR trap and
+/// USR1 trap"): each script as one cell (bash's output, as the spec
+/// records it), then split across cells: an ERR trap set in one cell
+/// fires in the next ones (README: traps other than EXIT persist), with
+/// `$LINENO` the line in the cell, and `trap -p` lists it.
+pub(super) async fn oils_err_trap_cases(live: &mut Live) {
+    live.prepare().await;
+    // builtin-trap-err.test.sh "trap can use original $LINENO"
+    ok(
+        live,
+        "trap 'echo line=$LINENO' ERR\n\nfalse\nfalse\necho ok",
+        "line=3\nline=4\nok\n",
+    )
+    .await;
+    ok(live, "trap - ERR", "").await;
+    ok(live, "trap 'echo line=$LINENO' ERR", "").await;
+    // builtin-trap-bash.test.sh "trap -p" (with the ERR trap)
+    ok(live, "trap -p", "trap -- 'echo line=$LINENO' ERR\n").await;
+    ok(live, "\nfalse\nfalse\necho ok", "line=2\nline=3\nok\n").await;
+    exits(live, "false", 1, "line=1\n").await;
+    // The next cell starts with `$?` as the one before ended (README), and
+    // the trap does not fire for that.
+    ok(live, "echo $?", "1\n").await;
+    // builtin-trap-err.test.sh "trap ERR and set -o errexit"
+    ok(live, "false\necho a", "line=1\na\n").await;
+    ok(live, "set -o errexit", "").await;
+    exits(
+        live,
+        "echo b\nfalse   # trap executed, and executation also halts\necho c  # doesn't get here",
+        1,
+        "b\nline=2\n",
+    )
+    .await;
+    ok(live, "set +o errexit\ntrap - ERR", "").await;
+    ok(live, "false\ntrap -p", "").await;
+    // builtin-trap-bash.test.sh "Combine ERR trap and USR1 trap"
+    let combine = "sh -c \"kill -USR1 $$\"\necho after=$?";
+    let traps = "trap 'false; echo $LINENO usr1' USR1\ntrap 'false; echo $LINENO err' ERR";
+    ok(
+        live,
+        &format!("{traps}\n\n{combine}"),
+        "1 err\n1 usr1\nafter=0\n",
+    )
+    .await;
+    ok(live, "trap - USR1 ERR", "").await;
+    ok(live, traps, "").await;
+    ok(live, combine, "1 err\n1 usr1\nafter=0\n").await;
+    ok(live, "trap - USR1 ERR\ntrap", "").await;
     live.shutdown("k").await;
 }

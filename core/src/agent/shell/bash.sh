@@ -8,6 +8,7 @@
 __tether_begin() {
   __tether_state=$1 __tether_cell=$2 __tether_pre= __tether_args=()
   __tether_exit_trap= __tether_exit_trap_set=
+  __tether_err_trap= __tether_err_trap_set=
   builtin trap '__tether_term "$@"' TERM
   __tether_term_ours=1
   shopt -s expand_aliases
@@ -123,6 +124,15 @@ __tether_arm() {
     unset __tether_cd_note
   fi
   builtin trap '{ __tether_save "$@"; } 2>/dev/null' EXIT
+  # The user's ERR trap is set at the start of the code's own eval, on its
+  # first line (so `$LINENO` stays the code's), as in the cell that set
+  # it: set before the eval, bash would also run it for the eval itself
+  # when the code's last command fails. `$?` and `$_` are then the
+  # previous cell's again (a failing command that is not the last of an
+  # && list fires no ERR trap and stops no `set -e`).
+  if [[ -n $__tether_err_trap_set ]]; then
+    __tether_pre="builtin trap -- ${__tether_err_trap@Q} ERR; __tether_st && __tether_same ${1@Q}; $__tether_pre"
+  fi
   unset __tether_snap
   return "${__tether_last:-0}"
 }
@@ -130,6 +140,9 @@ __tether_arm() {
 # Its argument becomes `$_` (when __tether_arm returned 0): the previous
 # cell's last argument where it is known, else empty (never tether's).
 __tether_same() { :; }
+
+# The previous cell's status, as __tether_arm returns it.
+__tether_st() { return "${__tether_last:-0}"; }
 
 # Called with the positional parameters where the TERM came (the EXIT
 # trap then runs in here, and finds them as its own).
@@ -140,6 +153,11 @@ __tether_is_exit() {
   return 1
 }
 
+__tether_is_err() {
+  case ${1^^} in ERR | SIGERR) return 0 ;; esac
+  return 1
+}
+
 __tether_is_term() {
   case ${1^^} in 15 | TERM | SIGTERM) return 0 ;; esac
   return 1
@@ -147,8 +165,11 @@ __tether_is_term() {
 
 # A user's EXIT trap is kept aside (saved with the state, shown by
 # `trap -p`) and never fires: the kernel's shell does not exit at the end
-# of a cell. TERM is tether's until the user traps it: it saves the state
-# when a cancel comes.
+# of a cell. The ERR trap is set, and also noted here: bash hides it from
+# `trap -p` inside a function (it is not inherited without errtrace), as
+# this one and the save are, so the note is what lists and saves it. TERM
+# is tether's until the user traps it: it saves the state when a cancel
+# comes.
 trap() {
   local __tether_s __tether_act __tether_rest=() __tether_print=
   case ${1-} in
@@ -158,11 +179,18 @@ trap() {
   esac
   if [[ -n $__tether_print ]] || (($# == 0)); then
     # every signal by number (not {1..64}: the user may have turned off
-    # brace expansion)
-    (($# != 0)) || set -- EXIT 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 ERR DEBUG RETURN
+    # brace expansion), in bash's order
+    (($# != 0)) || set -- EXIT 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 DEBUG ERR RETURN
     for __tether_s; do
-      if __tether_is_exit "$__tether_s"; then
-        [[ -z $__tether_exit_trap_set ]] || printf 'trap -- %s EXIT\n' "${__tether_exit_trap@Q}"
+      if __tether_is_exit "$__tether_s" || __tether_is_err "$__tether_s"; then
+        # the ones before it first, in the order asked
+        ((${#__tether_rest[@]} == 0)) || builtin trap -p "${__tether_rest[@]}"
+        __tether_rest=()
+        if __tether_is_exit "$__tether_s"; then
+          [[ -z $__tether_exit_trap_set ]] || printf 'trap -- %s EXIT\n' "${__tether_exit_trap@Q}"
+        else
+          [[ -z $__tether_err_trap_set ]] || printf 'trap -- %s ERR\n' "${__tether_err_trap@Q}"
+        fi
       elif ! __tether_is_term "$__tether_s" || [[ -z $__tether_term_ours ]]; then
         __tether_rest+=("$__tether_s")
       fi
@@ -188,6 +216,13 @@ trap() {
       else
         __tether_exit_trap=$__tether_act __tether_exit_trap_set=1
       fi
+    elif __tether_is_err "$__tether_s"; then
+      if [[ $__tether_act == - ]]; then
+        __tether_err_trap= __tether_err_trap_set=
+      else
+        __tether_err_trap=$__tether_act __tether_err_trap_set=1
+      fi
+      __tether_rest+=("$__tether_s")
     elif __tether_is_term "$__tether_s" && [[ $__tether_act == - || $__tether_act == __tether_term || $__tether_act == '__tether_term "$@"' ]]; then
       builtin trap '__tether_term "$@"' TERM
       __tether_term_ours=1
@@ -250,6 +285,7 @@ __tether_save() {
     ((${#__tether_fnames[@]} == 0)) || declare -f -- "${__tether_fnames[@]}"
     ((${#__tether_fx[@]} == 0)) || printf 'declare -fx -- %q\n' "${__tether_fx[@]}"
     [[ -z $__tether_exit_trap_set ]] || printf '__tether_exit_trap=%q __tether_exit_trap_set=1\n' "$__tether_exit_trap"
+    [[ -z $__tether_err_trap_set ]] || printf '__tether_err_trap=%q __tether_err_trap_set=1\n' "$__tether_err_trap"
     umask -p
     # aliases after the functions: they would expand in the restored bodies
     alias -p
