@@ -837,7 +837,7 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
             "    pass".to_owned(),
         ],
         Step::BackgroundChildHoldingStdout { sleep_ms } => {
-            vec![format!("_tw_sp.Popen(['sleep', '{}'])", secs(*sleep_ms))]
+            vec![format!("_tw_bg = _tw_sp.Popen(['sleep', '{}'])", secs(*sleep_ms))]
         }
         Step::SetsidDoubleForkDaemon { sleep_ms } => vec![format!(
             "_tw_sp.call(['setsid', 'sh', '-c', '(sleep {} &)'])",
@@ -848,7 +848,7 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
             secs(*sleep_ms)
         )],
         Step::EnvIGrandchild { sleep_ms } => vec![format!(
-            "_tw_sp.Popen(['sh', '-c', {}])",
+            "_tw_bg = _tw_sp.Popen(['sh', '-c', {}])",
             py_str(&env_i_sleep(*sleep_ms))
         )],
         Step::SetpgidOrphan { sleep_ms } => vec![format!(
