@@ -27,9 +27,25 @@ pub struct Race {
     /// none and runs in [`World::classic`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<World>,
+    /// The fingerprint of its scenario's script when it was saved
+    /// ([`script_digest`]); absent in files older than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
 }
 
 impl Race {
+    /// Its scenario's script changed since it was saved: a race file
+    /// replays the scenario as it is now, and a changed workload (a step
+    /// more, a cell less) moves every pid and time, so the file may no
+    /// longer reach its race and pass for nothing (python_cancel's files
+    /// when a leftover was added to its first cell: one stopped reaching
+    /// its race). Save it again from a replay that reaches the race.
+    pub fn stale(&self, scenario: &Scenario) -> bool {
+        self.script
+            .as_ref()
+            .is_some_and(|d| *d != script_digest(scenario))
+    }
+
     /// The world to replay it in.
     pub fn world_for(&self, scenario: &Scenario) -> World {
         self.world
@@ -84,8 +100,12 @@ impl Race {
             Some(w) => format!(",\n  \"world\": {}", compact(w)?),
             None => String::new(),
         };
+        let script = match &self.script {
+            Some(d) => format!(",\n  \"script\": {}", compact(d)?),
+            None => String::new(),
+        };
         Ok(format!(
-            "{{\n  \"about\": {},\n  \"scenario\": {},\n  \"seed\": {},\n  \"schedule\": {schedule}{world}\n}}\n",
+            "{{\n  \"about\": {},\n  \"scenario\": {},\n  \"seed\": {},\n  \"schedule\": {schedule}{world}{script}\n}}\n",
             compact(&self.about)?,
             compact(&self.scenario)?,
             self.seed,
@@ -119,6 +139,20 @@ impl Race {
 
 fn compact(value: &impl Serialize) -> Result<String, String> {
     serde_json::to_string(value).map_err(|e| e.to_string())
+}
+
+/// A fingerprint of `scenario`'s script (its cells, their workloads and
+/// order) and of whether its PID 1 reaps: what a race file's replay
+/// depends on besides its seed, world and schedule. FNV-1a over its
+/// debug text: stable for a given build of the workspace.
+pub fn script_digest(scenario: &Scenario) -> String {
+    let text = format!("{:?} {}", scenario.script, scenario.init_reaps);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
 }
 
 /// The catalog's scenario names, for error messages.
@@ -224,6 +258,7 @@ mod tests {
             )
             .unwrap(),
             world: Some(scenario::by_name("reply_lost").unwrap().world(7)),
+            script: Some(script_digest(&scenario::by_name("reply_lost").unwrap())),
         };
         let text = race.text().unwrap();
         assert_eq!(serde_json::from_str::<Race>(&text).unwrap(), race);
@@ -235,5 +270,26 @@ mod tests {
             serde_json::from_str::<Race>(&empty.text().unwrap()).unwrap(),
             empty
         );
+    }
+
+    #[test]
+    fn a_race_whose_scenario_changed_since_it_was_saved_is_stale() {
+        let mut s = scenario::by_name("python_cancel").unwrap();
+        let race = Race {
+            about: String::new(),
+            scenario: s.name.into(),
+            seed: 0,
+            schedule: FaultSchedule::empty(),
+            world: None,
+            script: Some(script_digest(&s)),
+        };
+        assert!(!race.stale(&s));
+        s.script.truncate(1);
+        assert!(race.stale(&s), "a cell less");
+        let old = Race {
+            script: None,
+            ..race
+        };
+        assert!(!old.stale(&s), "a file older than the fingerprint");
     }
 }

@@ -84,6 +84,12 @@ left out). `replay … --save-race FILE` writes one. Given a directory, it repla
 *.json in it (not below it: races/open/ holds the ones not fixed yet) and
 prints one line each.
 
+A race replays its scenario as the catalog has it now. `--save-race` also
+writes \"script\", a fingerprint of the scenario's script; when the script
+has changed since (a step more, a cell less moves every pid and time), the
+replay may no longer reach the race, and `race` prints a WARNING for the
+file (it still runs it; save it again from a replay that reaches the race).
+
 Examples:
   tether-sim race sim/races/                      every known race, one line each
   tether-sim race sim/races/reply-lost-after-submit.json
@@ -302,8 +308,17 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     }
     let mut rows = Vec::new();
     let mut failed = 0;
+    let mut stale = 0;
     for (path, (race, s)) in races {
         let report = run_race(&race, &s);
+        if race.stale(&s) {
+            stale += 1;
+            eprintln!(
+                "tether-sim: WARNING {path}: scenario {} changed since this race was saved; \
+                 its replay may no longer reach the race (save it again from a replay that does)",
+                s.name
+            );
+        }
         if !report.violations.is_empty() {
             failed += 1;
         }
@@ -332,7 +347,10 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     if json {
         emit_json(&rows)?;
     }
-    eprintln!("tether-sim: {} race file(s), {failed} failing", files.len());
+    eprintln!(
+        "tether-sim: {} race file(s), {failed} failing, {stale} saved for a scenario that changed since",
+        files.len()
+    );
     Ok(u8::from(failed > 0))
 }
 
@@ -543,6 +561,7 @@ fn run(command: Command) -> Result<u8, String> {
                     seed,
                     schedule: schedule.clone(),
                     world: Some(world.clone()),
+                    script: Some(tether_scenarios::race::script_digest(&s)),
                 };
                 race.save(path)?;
                 eprintln!(
@@ -556,6 +575,13 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Race { file, json } => {
             let (race, s) = Race::load_checked(&file, MAX_VIRTUAL)?;
+            if race.stale(&s) {
+                eprintln!(
+                    "tether-sim: WARNING {file}: scenario {} changed since this race was saved; \
+                     its replay may no longer reach the race (save it again from a replay that does)",
+                    s.name
+                );
+            }
             let report = run_race(&race, &s);
             show_run(
                 &report,
