@@ -1145,6 +1145,12 @@ fn client_knobs(all_faults: Vec<Family>) -> Vec<Scenario> {
 
 /// The Python scenarios (after the shell ones in [`all`]).
 fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> Vec<Scenario> {
+    // What python_cancel and python_bystander read back after the cancel.
+    let py_after = py_cell(
+        "py_after",
+        vec![print_name("x"), print_name("during")],
+        Expect::Ok,
+    );
     vec![
         Scenario {
             name: "python_state",
@@ -1183,11 +1189,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             script: vec![
                 Action::Run(py_cell("py_set", vec![set_name("x", "kept")], Expect::Ok)),
                 Action::Run(py_escapes.clone()),
-                Action::Run(py_cell(
-                    "py_after",
-                    vec![print_name("x"), print_name("during")],
-                    Expect::Ok,
-                )),
+                Action::Run(py_after.clone()),
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
@@ -1213,11 +1215,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
                     )
                 }),
                 Action::Run(py_escapes),
-                Action::Run(py_cell(
-                    "py_after",
-                    vec![print_name("x"), print_name("during")],
-                    Expect::Ok,
-                )),
+                Action::Run(py_after),
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),

@@ -311,13 +311,8 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     let mut stale = 0;
     for (path, (race, s)) in races {
         let report = run_race(&race, &s);
-        if race.stale(&s) {
+        if warn_if_stale(&path, &race, &s) {
             stale += 1;
-            eprintln!(
-                "tether-sim: WARNING {path}: scenario {} changed since this race was saved; \
-                 its replay may no longer reach the race (save it again from a replay that does)",
-                s.name
-            );
         }
         if !report.violations.is_empty() {
             failed += 1;
@@ -575,13 +570,7 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Race { file, json } => {
             let (race, s) = Race::load_checked(&file, MAX_VIRTUAL)?;
-            if race.stale(&s) {
-                eprintln!(
-                    "tether-sim: WARNING {file}: scenario {} changed since this race was saved; \
-                     its replay may no longer reach the race (save it again from a replay that does)",
-                    s.name
-                );
-            }
+            warn_if_stale(&file, &race, &s);
             let report = run_race(&race, &s);
             show_run(
                 &report,
@@ -593,6 +582,20 @@ fn run(command: Command) -> Result<u8, String> {
             )
         }
     }
+}
+
+/// Warns on stderr when `race`'s scenario changed since it was saved
+/// ([`Race::stale`]); true if so.
+fn warn_if_stale(path: &str, race: &Race, s: &Scenario) -> bool {
+    let stale = race.stale(s);
+    if stale {
+        eprintln!(
+            "tether-sim: WARNING {path}: scenario {} changed since this race was saved; \
+             its replay may no longer reach the race (save it again from a replay that does)",
+            s.name
+        );
+    }
+    stale
 }
 
 #[cfg(test)]

@@ -2078,6 +2078,29 @@ fn submit_during_an_announced_exit(os: &mut FakeOs) -> (OpRun, KernelLayout) {
     (run, k)
 }
 
+/// The exiting daemon (pid 50) of [`submit_during_an_announced_exit`]
+/// is gone: the submit answers that the cell is not recorded, and it is.
+fn expect_withdrawn(os: &mut FakeOs, run: &mut OpRun, k: &KernelLayout) {
+    os.procs.remove(&50);
+    let line = run.poll(os).expect("an answer once the daemon is gone");
+    let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+    assert!(
+        matches!(
+            reply.reply,
+            Some(crate::protocol::Reply::IdentityMismatch {
+                recorded: false,
+                files_kept: true,
+                ..
+            })
+        ),
+        "{reply:?}"
+    );
+    assert!(
+        !os.exists(k.cell(CellSeq(1)).dir()),
+        "the cell is withdrawn"
+    );
+}
+
 #[test]
 fn a_cell_recorded_as_its_daemon_exits_idle_is_withdrawn_and_runs_on_the_next() {
     // two_kernels seed 30944: a submit found the daemon alive and recorded
@@ -2088,26 +2111,8 @@ fn a_cell_recorded_as_its_daemon_exits_idle_is_withdrawn_and_runs_on_the_next() 
     let (mut run, k) = submit_during_an_announced_exit(&mut os);
     os.now += 50;
     assert!(run.poll(&mut os).is_none(), "the daemon still exits");
-    os.procs.remove(&50);
     os.now += 50;
-    let line = run
-        .poll(&mut os)
-        .expect("an answer once the daemon is gone");
-    let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
-    assert!(
-        matches!(
-            reply.reply,
-            Some(crate::protocol::Reply::IdentityMismatch {
-                recorded: false,
-                ..
-            })
-        ),
-        "{reply:?}"
-    );
-    assert!(
-        !os.exists(k.cell(CellSeq(1)).dir()),
-        "the cell is withdrawn"
-    );
+    expect_withdrawn(&mut os, &mut run, &k);
     // The next daemon takes the cell under its number: nothing used it.
     assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
     assert!(!os.exists(&k.exiting()), "a spawn ends the announcement");
@@ -2132,26 +2137,8 @@ fn a_jump_of_the_sandbox_clock_does_not_end_the_wait_for_an_exiting_daemon() {
         run.poll(&mut os).is_none(),
         "still waiting: the daemon has not decided"
     );
-    os.procs.remove(&50);
     os.now += 5;
-    let line = run
-        .poll(&mut os)
-        .expect("an answer once the daemon is gone");
-    let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
-    assert!(
-        matches!(
-            reply.reply,
-            Some(crate::protocol::Reply::IdentityMismatch {
-                recorded: false,
-                ..
-            })
-        ),
-        "{reply:?}"
-    );
-    assert!(
-        !os.exists(k.cell(CellSeq(1)).dir()),
-        "the cell is withdrawn"
-    );
+    expect_withdrawn(&mut os, &mut run, &k);
 }
 
 #[test]
