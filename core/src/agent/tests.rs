@@ -978,23 +978,19 @@ fn a_python_cell_acked_before_the_daemon_saw_done_does_not_block_the_next() {
     assert_eq!(os.files.get(&run).map(Vec::as_slice), Some(&b"2"[..]));
 }
 
-/// The interpreter's shim killed after a cancel's result was settled
-/// and before `done` (python_cancel seed 1195, live): the cancelled cell
-/// can take no note, so the next Python cell carries it; without it the
-/// next cell finds the namespace gone and nobody said so.
-#[test]
-fn an_interpreter_lost_after_its_cells_result_is_told_by_the_next_cell() {
-    let mut os = FakeOs::new();
-    let dir = python_kernel_with_submission(&mut os);
+/// A Python kernel whose daemon started cell 1 on a fresh interpreter
+/// (61, under its shim 60): the daemon, the kernel and the cell's journal.
+fn python_cell_started(os: &mut FakeOs) -> (Daemon, KernelLayout, JournalWriter) {
+    let dir = python_kernel_with_submission(os);
     let k = KernelLayout::new(&dir);
     let mut d = Daemon::new(&dir, "n1");
-    let _ = d.tick(&mut os);
+    let _ = d.tick(os);
     assert_eq!(os.launches.len(), 1, "the interpreter's shim (60)");
     os.add(proc_(61, 60, 60)); // the interpreter
-    let cell = k.cell(CellSeq(1));
-    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
+    let journal = k.cell(CellSeq(1)).journal();
+    let mut w = JournalWriter::open(os, &journal, 1 << 20).unwrap();
     w.push(
-        &mut os,
+        os,
         EntryKind::Started {
             pid: 61,
             pgid: 60,
@@ -1002,6 +998,18 @@ fn an_interpreter_lost_after_its_cells_result_is_told_by_the_next_cell() {
         },
     )
     .unwrap();
+    (d, k, w)
+}
+
+/// The interpreter's shim killed after a cancel's result was settled
+/// and before `done` (python_cancel seed 1195, live): the cancelled cell
+/// can take no note, so the next Python cell carries it; without it the
+/// next cell finds the namespace gone and nobody said so.
+#[test]
+fn an_interpreter_lost_after_its_cells_result_is_told_by_the_next_cell() {
+    let mut os = FakeOs::new();
+    let (mut d, k, mut w) = python_cell_started(&mut os);
+    let cell = k.cell(CellSeq(1));
     // Cancelled: the shim settles the result, then is killed -9 (the
     // interpreter with it) before it writes `done`.
     os.files.insert(cell.cancel(), b"cancel\n".to_vec());
@@ -1051,25 +1059,10 @@ fn an_interpreter_lost_after_its_cells_result_is_told_by_the_next_cell() {
 #[test]
 fn an_orphaned_interpreter_is_killed_before_its_loss_is_told() {
     let mut os = FakeOs::new();
-    let dir = python_kernel_with_submission(&mut os);
-    let k = KernelLayout::new(&dir);
-    let mut d = Daemon::new(&dir, "n1");
-    let _ = d.tick(&mut os);
-    assert_eq!(os.launches.len(), 1, "the interpreter's shim (60)");
-    os.add(proc_(61, 60, 60)); // the interpreter
+    let (mut d, k, _) = python_cell_started(&mut os);
     let mark = format!("n1:{}", super::python::INTERPRETER_MARK);
     os.env.insert(61, vec![(MARKER_NAME.into(), mark)]);
     let cell = k.cell(CellSeq(1));
-    let mut w = JournalWriter::open(&mut os, &cell.journal(), 1 << 20).unwrap();
-    w.push(
-        &mut os,
-        EntryKind::Started {
-            pid: 61,
-            pgid: 60,
-            starttime: 161,
-        },
-    )
-    .unwrap();
     os.now = 10;
     let _ = d.tick(&mut os);
     // The shim is killed from outside; the interpreter lives on, orphaned.
