@@ -813,6 +813,18 @@ fn a_submission_the_full_disk_keeps_from_starting_keeps_the_daemon_from_idling()
     assert_eq!(os.launches.len(), 1, "the cell starts once there is room");
 }
 
+/// Ticks `d` every 100 ms, ten times at most, until it exits; whether it
+/// did.
+fn tick_until_exit(d: &mut Daemon, os: &mut FakeOs) -> bool {
+    for _ in 0..10 {
+        if d.tick(os) == DaemonStep::Exit {
+            return true;
+        }
+        os.now += 100;
+    }
+    false
+}
+
 #[test]
 fn a_daemon_sent_term_during_a_tick_starts_no_cell_and_its_stop_resolves_it() {
     // reaper seed 1464: the TERM landed while a tick was under way (the
@@ -825,12 +837,7 @@ fn a_daemon_sent_term_during_a_tick_starts_no_cell_and_its_stop_resolves_it() {
     assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
     assert!(os.launches.is_empty(), "a cell started after the TERM");
     d.terminate(os.now());
-    for _ in 0..10 {
-        if d.tick(&mut os) == DaemonStep::Exit {
-            break;
-        }
-        os.now += 100;
-    }
+    tick_until_exit(&mut d, &mut os);
     let kinds = journal_kinds(&os, &format!("{dir}/cells/1/journal"));
     assert!(
         kinds.iter().any(|k| matches!(
@@ -854,15 +861,7 @@ fn a_stopped_daemon_announces_its_exit_so_a_late_cell_goes_to_the_next_daemon() 
     let k = KernelLayout::new(&dir);
     let mut d = Daemon::new(&dir, "n1");
     d.terminate(os.now());
-    let mut exited = false;
-    for _ in 0..10 {
-        if d.tick(&mut os) == DaemonStep::Exit {
-            exited = true;
-            break;
-        }
-        os.now += 100;
-    }
-    assert!(exited, "the stop ends");
+    assert!(tick_until_exit(&mut d, &mut os), "the stop ends");
     assert_eq!(
         os.files.get(&k.exiting()).map(Vec::as_slice),
         Some(&b"n1"[..]),
