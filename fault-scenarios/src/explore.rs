@@ -79,7 +79,8 @@ impl Shard {
         Ok(Shard { k, n })
     }
 
-    fn owns(self, seed: u64) -> bool {
+    /// Whether item `seed` (a seed, or a race file's index) is this shard's.
+    pub fn owns(self, seed: u64) -> bool {
         seed % self.n == self.k - 1
     }
 }

@@ -14,6 +14,8 @@
 //!   (shared with the live runner);
 //! - [`explore`]: many seeds, in parallel and sharded, shrinking, the table;
 //! - [`race`]: race files (a reviewer's race kept as JSON);
+//! - [`corpus`]: the race files of `sim/races/`, embedded, replayed by
+//!   every exploration;
 //! - [`control`]: armed faults shared by the fault loop and the hosts;
 //! - [`channel`]: the real client's channel over a simulated stream;
 //! - [`client_host`]: the real driver over the simulated transport, the script;
@@ -22,6 +24,7 @@
 
 pub mod channel;
 pub mod client_host;
+pub mod corpus;
 pub use tether_scenarios::{
     control, explore, faults, observe, oracle, outages, race, scenario, swarm,
 };

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 use std::io::Write as _;
 use std::process::ExitCode;
+use tether_sim::corpus;
 use tether_sim::explore::{self, Options, RunReport, Shard};
 use tether_sim::faults::FaultSchedule;
 use tether_sim::race::{self, race_files, Race};
@@ -36,7 +37,7 @@ Exit codes:
 
 const TOP_HELP: &str = "\
 Examples (from the workspace: cargo run --release -p tether-sim -- …):
-  tether-sim explore                               every scenario x 100 seeds
+  tether-sim explore                               the race corpus, then every scenario x 100 seeds
   tether-sim explore --scenario reply_lost --seeds 1000
   tether-sim explore --shard 3/8 --seeds 10000     one of 8 CI shards
   tether-sim replay --scenario happy --seed 3      the trace of one run
@@ -52,12 +53,16 @@ JSON (--json) goes to stdout, progress and reports to stderr.";
 
 const EXPLORE_HELP: &str = "\
 Examples:
-  tether-sim explore                                   every scenario x 100 seeds
+  tether-sim explore                                   the race corpus, then every scenario x 100 seeds
   tether-sim explore --scenario cancel_early --seeds 1000
   tether-sim explore --shard 3/8 --seeds 10000         seeds with seed % 8 == 2
   tether-sim explore --check-determinism --seeds 20    each seed twice, traces compared
   tether-sim explore --max-faults 8                    denser fault schedules
   tether-sim explore --json --quiet > summary.json
+
+Every exploration first replays the race corpus: the race files of
+sim/races/ (built into the binary; `--no-corpus` skips them), the ones of
+the scenarios explored and of this shard. About a second for all of them.
 
 A failing seed is reported on stderr with its schedule, the shrunk schedule
 (fewest and shortest faults that still fail) and the replay command; add
@@ -156,6 +161,10 @@ enum Command {
         /// At most this many drawn faults per run (default 8; each seed draws how many, 0 to N, with the rest of its world).
         #[arg(long, value_name = "N")]
         max_faults: Option<usize>,
+        /// Do not replay the race corpus (the race files of sim/races/,
+        /// built in) before the seeds.
+        #[arg(long)]
+        no_corpus: bool,
     },
     /// Print the full trace of one run.
     #[command(after_help = format!("{REPLAY_HELP}\n\n{EXIT_CODES}"))]
@@ -283,17 +292,6 @@ fn variant_error(name: &str, built: &[&str]) -> String {
 /// Replays every race file of `dir`: one line each (or one JSON array),
 /// exit 1 if any run breaks an invariant. Every file is checked before
 /// any runs, so a malformed one is a usage error, not a half-done run.
-/// A race on the real product, in the world it was found in.
-fn run_race(race: &Race, s: &Scenario) -> RunReport {
-    world::run_in(
-        s,
-        race.seed,
-        &race.world_for(s),
-        &race.schedule,
-        Variant::Real,
-    )
-}
-
 fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     let files = race_files(std::path::Path::new(dir))?;
     if files.is_empty() {
@@ -310,7 +308,7 @@ fn race_dir(dir: &str, json: bool) -> Result<u8, String> {
     let mut failed = 0;
     let mut stale = 0;
     for (path, (race, s)) in races {
-        let report = run_race(&race, &s);
+        let report = corpus::replay_race(&race, &s, Variant::Real);
         if warn_if_stale(&path, &race, &s) {
             stale += 1;
         }
@@ -455,6 +453,7 @@ fn run(command: Command) -> Result<u8, String> {
             quiet,
             variant: variant_name,
             max_faults,
+            no_corpus,
         } => {
             let mut scenarios = explore::pick(scenario.as_deref())?;
             if let Some(n) = max_faults {
@@ -491,12 +490,37 @@ fn run(command: Command) -> Result<u8, String> {
                     variant.name()
                 );
             }
+            // The corpus first: a second, and a broken known race shows at once.
+            let corpus = if no_corpus {
+                None
+            } else {
+                if !quiet {
+                    eprintln!("replaying the race corpus ({}/*.json)", corpus::DIR);
+                }
+                Some(corpus::replay(&scenarios, opts.shard, variant, false))
+            };
+            for f in corpus.iter().flat_map(|c| &c.failures) {
+                eprint!("{}", f.render());
+            }
+            for path in corpus.iter().flat_map(|c| &c.stale) {
+                eprintln!(
+                    "tether-sim: WARNING {path}: its scenario changed since it was saved; \
+                     its replay may no longer reach the race"
+                );
+            }
             let summary = explore::explore(&scenarios, &opts, &world::Sim(variant));
             for f in &summary.failures {
                 eprint!("{}", f.render());
             }
+            let corpus_failed = corpus.as_ref().is_some_and(|c| !c.failures.is_empty());
             if json {
                 let mut value = serde_json::to_value(&summary).map_err(|e| e.to_string())?;
+                if let Some(obj) = value.as_object_mut() {
+                    obj.insert(
+                        "corpus".into(),
+                        serde_json::to_value(&corpus).map_err(|e| e.to_string())?,
+                    );
+                }
                 // Each failure carries the command that replays it.
                 if let Some(failures) = value
                     .get_mut("failures")
@@ -510,9 +534,14 @@ fn run(command: Command) -> Result<u8, String> {
                 }
                 emit_json(&value)?;
             } else {
-                emit(&summary.table())?;
+                let mut table = summary.table();
+                match &corpus {
+                    Some(c) => table.push_str(&format!("{}\n", c.line())),
+                    None => table.push_str("corpus: not replayed (--no-corpus)\n"),
+                }
+                emit(&table)?;
             }
-            Ok(if summary.failures.is_empty() {
+            Ok(if summary.failures.is_empty() && !corpus_failed {
                 OK
             } else {
                 VIOLATION
@@ -571,7 +600,7 @@ fn run(command: Command) -> Result<u8, String> {
         Command::Race { file, json } => {
             let (race, s) = Race::load_checked(&file, MAX_VIRTUAL)?;
             warn_if_stale(&file, &race, &s);
-            let report = run_race(&race, &s);
+            let report = corpus::replay_race(&race, &s, Variant::Real);
             show_run(
                 &report,
                 json,

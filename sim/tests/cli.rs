@@ -525,3 +525,59 @@ fn help_documents_the_exit_codes() {
         }
     }
 }
+
+#[test]
+fn explore_replays_the_race_corpus_of_its_scenarios_first() {
+    // The race files of two_kernels, as the corpus built in holds them.
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/races");
+    let mine = tether_sim::race::race_files(std::path::Path::new(dir))
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            tether_sim::race::Race::load(f.to_str().unwrap())
+                .unwrap()
+                .scenario
+                == "two_kernels"
+        })
+        .count();
+    assert!(mine > 0, "two_kernels has race files");
+    let args = ["explore", "--scenario", "two_kernels", "--seeds", "1"];
+    let run = sim(&[&args[..], &["--json", "--quiet"]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let corpus = &json(&run)["corpus"];
+    assert_eq!(corpus["replayed"], mine, "{corpus}");
+    assert_eq!(corpus["failures"], Value::Array(vec![]));
+    let table = sim(&[&args[..], &["--quiet"]].concat());
+    assert!(
+        table.stdout.contains(&format!("corpus: {mine} race files")),
+        "{}",
+        table.stdout
+    );
+    let skipped = sim(&[&args[..], &["--json", "--quiet", "--no-corpus"]].concat());
+    assert_eq!(json(&skipped)["corpus"], Value::Null);
+
+    // A broken variant that brings back known races fails on them, exit 1,
+    // each with the command that replays its file.
+    let listed = json(&sim(&["list", "--json"]));
+    if !listed["variants"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("cancel-pgid-only"))
+    {
+        return; // a build without the broken variants (tested above)
+    }
+    let broken = sim(&[
+        &args[..],
+        &["--json", "--quiet", "--variant", "cancel-pgid-only"],
+    ]
+    .concat());
+    assert_eq!(broken.code, 1, "{}", broken.stderr);
+    let failures = json(&broken)["corpus"]["failures"].clone();
+    assert!(!failures.as_array().unwrap().is_empty(), "{failures}");
+    assert!(
+        broken.stderr.contains("VIOLATION race file sim/races/")
+            && broken.stderr.contains("-- race sim/races/"),
+        "{}",
+        broken.stderr
+    );
+}

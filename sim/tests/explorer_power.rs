@@ -1,6 +1,6 @@
 //! The explorer as a test command for `cargo mutants` (see
-//! `scripts/mutants`): every scenario over a short run of seeds, failing at
-//! the first violation. A mutant of `core` that this test does not fail
+//! `scripts/mutants`): the race corpus, then every scenario over a short
+//! run of seeds, failing at the first violation. A mutant of `core` that this test does not fail
 //! survived the explorer.
 //!
 //! It is `#[ignore]`d so `cargo test --workspace` does not pay for it
@@ -9,7 +9,8 @@
 //! `TETHER_POWER_SEEDS` sets the seeds per scenario (default 10) and
 //! `TETHER_POWER_JOBS` the worker threads (default 1).
 
-use tether_sim::explore::{explore, Options};
+use tether_sim::corpus;
+use tether_sim::explore::{explore, Options, Shard};
 use tether_sim::scenario;
 use tether_sim::world::{Sim, Variant};
 
@@ -35,6 +36,12 @@ fn the_explorer_finds_no_violation() {
         shrink_first: 0,
         ..Options::default()
     };
+    // The race corpus first, as `tether-sim explore` replays it: a second.
+    let corpus = corpus::replay(&scenario::all(), Shard { k: 1, n: 1 }, Variant::Real, true);
+    if let Some(failure) = corpus.failures.first() {
+        panic!("{}", failure.render());
+    }
+    eprintln!("{}", corpus.line());
     // One scenario at a time, so a killed mutant stops at its first
     // failing scenario instead of running the others.
     for s in scenario::all() {
