@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 use support::{kname, Harness, Net};
 use tether_core::bytes::Bytes;
-use tether_core::client::{Client, ClientError, Effect, Event};
+use tether_core::client::{CellKey, Client, ClientError, Effect, Event, KernelRecord};
 use tether_core::ids::CellSeq;
 use tether_core::protocol::{Acceptance, CellOutcome, Lang, OpKind};
 use tether_core::time::Timestamp;
@@ -260,6 +260,60 @@ fn a_cell_no_unanswered_send_recorded_runs_on_the_next_daemon_where_the_files_we
     h.settle();
     assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok), "{}", h.trace);
     assert_eq!(h.agent.runs.values().sum::<u32>(), 1, "run once");
+}
+
+/// A cell sent once to a daemon killed before, its submit lost on the
+/// way; then the client process goes: the record a resume starts from.
+fn record_of_a_cell_sent_into_a_dead_daemon(h: &mut Harness) -> (CellKey, KernelRecord) {
+    h.open("k", Lang::Shell);
+    h.settle();
+    h.agent.kill_daemon(&kname("k"));
+    h.net = Net::LoseRequests;
+    let cell = h.run("k", "out once", None);
+    h.run_until(|h| h.sent(OpKind::Submit) == 1 && h.pending.is_empty());
+    let record = h.records[&kname("k")].clone();
+    assert!(record.cells.iter().any(|c| c.submitted), "{record:?}");
+    (cell, record)
+}
+
+#[test]
+fn a_resumed_cell_the_dead_daemon_never_recorded_runs_on_the_next_daemon() {
+    // shim_killed_escapes seed 101837, resumed: every send of the cell
+    // went unanswered and the client wrote it off; the resume's probe
+    // finds the daemon dead, and the agent, asked about the cell, says
+    // the daemon never recorded it, in files the sandbox kept: it never
+    // ran, so it runs on the next daemon instead of being reported lost.
+    let mut h = Harness::new(45);
+    let (cell, record) = record_of_a_cell_sent_into_a_dead_daemon(&mut h);
+    let mut h2 = Harness::with(Client::new(support::config(), 46), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert_eq!(h2.outcome(&cell), Some(CellOutcome::Ok), "{}", h2.trace);
+    assert_eq!(h2.output(&cell), "once\n");
+    assert_eq!(
+        state_lost(&h2),
+        1,
+        "the kernel's state was lost all the same"
+    );
+    assert_eq!(h2.agent.runs.values().sum::<u32>(), 1, "run once");
+}
+
+#[test]
+fn a_resumed_cell_of_a_replaced_sandbox_is_lost_never_run_again() {
+    // The same, but the sandbox was replaced: no file tells whether the
+    // lost daemon ran it, so it is reported lost and never run again.
+    let mut h = Harness::new(47);
+    let (cell, record) = record_of_a_cell_sent_into_a_dead_daemon(&mut h);
+    h.agent.replace_sandbox();
+    let mut h2 = Harness::with(Client::new(support::config(), 48), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert!(
+        matches!(h2.outcome(&cell), Some(CellOutcome::Error { .. })),
+        "{}",
+        h2.trace
+    );
+    assert_eq!(h2.agent.runs.values().sum::<u32>(), 0, "{}", h2.trace);
 }
 
 #[test]

@@ -251,8 +251,8 @@ impl World {
                 self.journaled.insert(key, ns);
             }
         }
-        if let Op::Probe { kernel, expect } = op {
-            if let Ok(Reply::Probed { status }) = parse_reply(id.0, op.kind(), &out) {
+        if let Op::Probe { kernel, expect, .. } = op {
+            if let Ok(Reply::Probed { status, .. }) = parse_reply(id.0, op.kind(), &out) {
                 let lost = match status {
                     ProbeStatus::Dead { .. } | ProbeStatus::Replaced { .. } => true,
                     ProbeStatus::Absent => expect.is_some(),

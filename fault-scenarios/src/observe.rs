@@ -382,6 +382,7 @@ pub fn cell(
         started_ms,
         resolved_ms: seen.resolved_at,
         ended_ms,
+        last_resolved_ms: seen.last_resolved_at,
         truth,
     }
 }

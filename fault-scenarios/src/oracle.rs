@@ -87,6 +87,9 @@ pub struct CellObs {
     pub resolved_ms: Option<u64>,
     /// When the client's call returned, if it did.
     pub ended_ms: Option<u64>,
+    /// When the client last resolved it (a resume resolves an `unknown`
+    /// cell again), if it did.
+    pub last_resolved_ms: Option<u64>,
     /// Ground truth from the sandbox.
     pub truth: CellTruth,
 }
@@ -1068,7 +1071,10 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     // A death must be reported before a cell that was started after it
     // passes as ok (it ran on a fresh kernel, or on nothing).
     for cell in &obs.cells {
-        let end = cell.ended_ms.unwrap_or(u64::MAX);
+        // Its ok was delivered at its last resolution: a resume's, for a
+        // cell written off as unknown (reported before it, the death was
+        // told before the ok).
+        let end = cell.last_resolved_ms.max(cell.ended_ms).unwrap_or(u64::MAX);
         // A death of another kernel's daemon (known by kernel) took
         // nothing of this cell's.
         let died_before = match kernel_of(cell) {
@@ -2070,6 +2076,24 @@ mod tests {
         // Its eviction, reported, stands for the report of the loss.
         o.evictions = vec![(7, "k".into())];
         assert!(check(&o).is_empty());
+    }
+
+    #[test]
+    fn a_cell_resumed_to_ok_needs_the_loss_told_before_its_last_resolution() {
+        // sandbox_bounce seed 50: the cell was written off as unknown at
+        // 7,565 ms (its call returned then); the resume's probe told the
+        // loss at 8,490 and ran the cell on the fresh daemon, ok at 8,535.
+        let mut o = good();
+        o.kernel_deaths = vec![5];
+        o.known_kernel_deaths = vec![5];
+        o.cells[0].started_ms = 10;
+        o.cells[0].ended_ms = Some(7_565);
+        o.cells[0].last_resolved_ms = Some(8_535);
+        o.state_lost_reports = vec![8_490];
+        assert!(check(&o).is_empty(), "{:?}", check(&o));
+        // Told only after the ok: missed.
+        o.state_lost_reports = vec![8_600];
+        assert_eq!(kinds(&check(&o)), ["missed_state_lost"]);
     }
 
     #[test]

@@ -17,7 +17,8 @@ use super::tombstone::{self, CancelReason};
 use crate::ids::{CellSeq, KernelName};
 use crate::protocol::{
     Acceptance, AgentError, CancelState, EntryKind, Envelope, ErrorKind, Identity, JournalBatch,
-    JournalEntry, Lang, Op, ProbeStatus, Reply, ReplyEnvelope, Submission, PROTOCOL_VERSION,
+    JournalEntry, Lang, Op, ProbeStatus, Reply, ReplyEnvelope, SentCell, Submission,
+    PROTOCOL_VERSION,
 };
 use crate::time::Timestamp;
 use std::collections::BTreeSet;
@@ -254,10 +255,32 @@ impl OpRun {
                 ErrorKind::BadRequest,
                 "a plain command runs without the agent; it is not an agent op",
             )),
-            Op::Probe { kernel, expect } => {
+            Op::Probe {
+                kernel,
+                expect,
+                sent,
+            } => {
                 let k = self.layout.kernel(&kernel);
                 let status = probe(os, &k, expect.as_ref());
-                self.reply(Reply::Probed { status })
+                // Of the cells sent to a daemon that is gone, those it
+                // never recorded never ran, if its files tell (the answer
+                // a submit of each under its identity would give).
+                let never_recorded = match &expect {
+                    Some(e)
+                        if !matches!(status, ProbeStatus::Alive { .. })
+                            && files_kept(os, &k, e) =>
+                    {
+                        sent.iter()
+                            .filter(|c| !recorded(os, &k, c))
+                            .map(|c| c.seq)
+                            .collect()
+                    }
+                    _ => Vec::new(),
+                };
+                self.reply(Reply::Probed {
+                    status,
+                    never_recorded,
+                })
             }
             Op::Spawn {
                 kernel,
@@ -301,14 +324,16 @@ impl OpRun {
                     let k = self.layout.kernel(&kernel);
                     let status = probe(os, &k, Some(expect));
                     if !matches!(status, ProbeStatus::Alive { .. }) {
-                        let recorded =
-                            read_json::<Submission>(os, &k.cell(submission.seq).submission())
-                                .ok()
-                                .flatten()
-                                .is_some_and(|s| s.request_id == submission.request_id);
                         return self.reply(Reply::IdentityMismatch {
                             status,
-                            recorded,
+                            recorded: recorded(
+                                os,
+                                &k,
+                                &SentCell {
+                                    seq: submission.seq,
+                                    request_id: submission.request_id.clone(),
+                                },
+                            ),
                             files_kept: files_kept(os, &k, expect),
                         });
                     }
@@ -814,6 +839,15 @@ fn files_kept(os: &dyn Os, k: &KernelLayout, expect: &Identity) -> bool {
             .ok()
             .flatten()
             .is_some_and(|c| c.nonce == expect.nonce)
+}
+
+/// The kernel holds `cell`'s submission (under its request id: another
+/// cell in its place is not it).
+fn recorded(os: &dyn Os, k: &KernelLayout, cell: &SentCell) -> bool {
+    read_json::<Submission>(os, &k.cell(cell.seq).submission())
+        .ok()
+        .flatten()
+        .is_some_and(|s| s.request_id == cell.request_id)
 }
 
 /// A daemon took the cell (it opened its journal, or launched it); a cell

@@ -2283,3 +2283,48 @@ fn a_shutdown_takes_what_shares_a_session_with_the_kernels_processes() {
     assert!(set.contains(&81), "the grandchild, by its session: {set:?}");
     assert!(!set.contains(&90), "{set:?}");
 }
+
+#[test]
+fn a_probe_of_a_dead_daemon_says_which_sent_cells_it_never_recorded() {
+    let mut os = FakeOs::new();
+    let spawned = op_to_end(&mut os, spawn_op("n1"));
+    let Some(crate::protocol::Reply::Spawned { identity, .. }) = spawned.reply else {
+        panic!("{spawned:?}")
+    };
+    assert!(acceptance(&op(&mut os, submit_op(1, "r1"))).is_some());
+    let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
+    let sent = |seq: u64, request: &str| crate::protocol::SentCell {
+        seq: CellSeq(seq),
+        request_id: RequestId(request.into()),
+    };
+    let probe = |os: &mut FakeOs| {
+        let reply = op(
+            os,
+            crate::protocol::Op::Probe {
+                kernel: KernelName::new("k").unwrap(),
+                expect: Some(identity.clone()),
+                // 1 under its id; 2 never sent anywhere; 1 again under an
+                // id it does not carry: another cell in its place.
+                sent: vec![sent(1, "r1"), sent(2, "r2"), sent(1, "other")],
+            },
+        );
+        match reply.reply {
+            Some(crate::protocol::Reply::Probed {
+                status,
+                never_recorded,
+            }) => (status, never_recorded),
+            other => panic!("{other:?}"),
+        }
+    };
+    let (status, never) = probe(&mut os);
+    assert!(matches!(status, ProbeStatus::Alive { .. }), "{status:?}");
+    assert!(never.is_empty(), "a live daemon: nothing to say");
+    os.procs.remove(&identity.pid);
+    let (status, never) = probe(&mut os);
+    assert!(matches!(status, ProbeStatus::Dead { .. }), "{status:?}");
+    assert_eq!(never, [CellSeq(2), CellSeq(1)]);
+    // Its spawn's config gone: no file tells what it recorded.
+    os.files.remove(&k.config());
+    let (_, never) = probe(&mut os);
+    assert!(never.is_empty(), "{never:?}");
+}

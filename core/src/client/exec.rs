@@ -337,7 +337,7 @@ impl Client {
             (Task::Probe(k), E::NoSuchKernel) => {
                 let k = k.clone();
                 self.drop_task(&task);
-                self.on_probed(&k, crate::protocol::ProbeStatus::Absent);
+                self.on_probed(&k, crate::protocol::ProbeStatus::Absent, &[]);
             }
             (Task::Submit(c) | Task::Wait(c), E::KernelDead | E::NoSuchKernel) => {
                 let k = c.kernel.clone();
@@ -389,7 +389,13 @@ impl Client {
                 self.note(None, format!("installed the agent at {path}"));
                 self.after_install(Ok(()));
             }
-            (Task::Probe(k), Reply::Probed { status }) => self.on_probed(&k, status),
+            (
+                Task::Probe(k),
+                Reply::Probed {
+                    status,
+                    never_recorded,
+                },
+            ) => self.on_probed(&k, status, &never_recorded),
             (Task::Spawn(k), Reply::Spawned { identity, fresh }) => {
                 self.spawn_answered(&k);
                 self.ready(&k, identity, fresh)

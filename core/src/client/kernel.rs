@@ -13,7 +13,7 @@ use super::retry::Task;
 use super::timer::Timer;
 use super::Client;
 use crate::ids::{CellSeq, KernelName};
-use crate::protocol::{CellOutcome, Identity, Lang, Op, ProbeStatus};
+use crate::protocol::{CellOutcome, Identity, Lang, Op, ProbeStatus, SentCell};
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -213,17 +213,7 @@ impl Client {
         sent: Option<Identity>,
     ) {
         if !recorded {
-            let mut cancelled = false;
-            if let Some(cell) = self.cell_mut(key) {
-                cell.rec.submitted = false;
-                cell.accepted = false;
-                cancelled = cell.rec.cancel_requested;
-            }
-            if cancelled {
-                // Never recorded and cancelled: it never runs anywhere.
-                let outcome = self.cancelled_outcome(key);
-                self.resolve(key, outcome, false);
-            }
+            self.never_recorded(key);
         }
         let name = &key.kernel;
         let Some(k) = self.kernels.get(name) else {
@@ -231,7 +221,7 @@ impl Client {
         };
         let ready = k.phase == Phase::Ready;
         if ready && sent.is_some() && k.identity == sent {
-            self.on_probed(name, status);
+            self.on_probed(name, status, &[]);
         } else {
             // An earlier verdict already moved the kernel on: the cell
             // waits for (or goes to) the daemon the kernel has now.
@@ -239,6 +229,21 @@ impl Client {
             if ready {
                 self.drive_cell(key);
             }
+        }
+    }
+
+    /// No daemon recorded `key`'s submission, so none ran it: it goes to
+    /// the next daemon, or, cancelled, ends without running anywhere.
+    fn never_recorded(&mut self, key: &CellKey) {
+        let mut cancelled = false;
+        if let Some(cell) = self.cell_mut(key) {
+            cell.rec.submitted = false;
+            cell.accepted = false;
+            cancelled = cell.rec.cancel_requested;
+        }
+        if cancelled {
+            let outcome = self.cancelled_outcome(key);
+            self.resolve(key, outcome, false);
         }
     }
 
@@ -250,6 +255,19 @@ impl Client {
             (Task::Probe(_), Phase::Probing) => Some(Op::Probe {
                 kernel: name.clone(),
                 expect: k.identity.clone(),
+                // Cells in flight: if the daemon is gone, the agent says
+                // which it never recorded, so a cell whose submits all
+                // went unanswered is not taken for one that may have run
+                // (shim_killed_escapes seed 101837, resumed).
+                sent: k
+                    .cells
+                    .values()
+                    .filter(|c| !c.resolved && c.rec.submitted && !c.fallback)
+                    .map(|c| SentCell {
+                        seq: c.rec.seq,
+                        request_id: c.rec.request_id.clone(),
+                    })
+                    .collect(),
             }),
             (Task::Spawn(_), Phase::Spawning) => Some(Op::Spawn {
                 kernel: name.clone(),
@@ -271,12 +289,29 @@ impl Client {
         }
     }
 
-    /// A probe's verdict.
-    pub(crate) fn on_probed(&mut self, name: &KernelName, status: ProbeStatus) {
+    /// A probe's verdict; `never_recorded`: cells the lost daemon never
+    /// recorded (they go to the next one).
+    pub(crate) fn on_probed(
+        &mut self,
+        name: &KernelName,
+        status: ProbeStatus,
+        never_recorded: &[CellSeq],
+    ) {
         let Some(k) = self.kernels.get(name) else {
             return;
         };
         let expected = k.identity.is_some();
+        if !matches!(status, ProbeStatus::Alive { .. }) {
+            for seq in never_recorded {
+                let key = CellKey {
+                    kernel: name.clone(),
+                    seq: *seq,
+                };
+                if self.cell(&key).is_some_and(|c| !c.resolved) {
+                    self.never_recorded(&key);
+                }
+            }
+        }
         match status {
             ProbeStatus::Alive { identity } => self.ready(name, identity, false),
             ProbeStatus::Dead { evidence } => self.state_lost(name, evidence, false),

@@ -24,7 +24,7 @@ pub mod seal;
 pub use calls::{CallAnswer, CallReply, CallRequest};
 pub use install::InstallRefusal;
 pub use journal::{parse_journal, EntryKind, JournalEntry, JournalRead, Stream};
-pub use ops::{Envelope, Identity, Lang, Op, OpKind, Submission};
+pub use ops::{Envelope, Identity, Lang, Op, OpKind, SentCell, Submission};
 pub use parse::{parse_reply, ExecOutput, ReplyError};
 pub use render::{render, AgentLocation, Rendered, StdinSource};
 pub use reply::{

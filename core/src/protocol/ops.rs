@@ -54,6 +54,16 @@ pub struct Submission {
     pub timeout_ms: Option<u64>,
 }
 
+/// A cell named by its place and the id its submission carries: a
+/// submission under another id in that place is not this cell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentCell {
+    /// Its place in the kernel.
+    pub seq: CellSeq,
+    /// The id of its submission.
+    pub request_id: RequestId,
+}
+
 /// An operation the agent performs in one exec call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -72,6 +82,11 @@ pub enum Op {
         /// The identity recorded at spawn, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<Identity>,
+        /// Cells the client sent to that daemon and has no verdict on:
+        /// if the daemon is gone and its files are kept, the reply says
+        /// which of them it never recorded (they never ran anywhere).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sent: Vec<SentCell>,
     },
     /// Start the kernel daemon; a live daemon with the same nonce is reused.
     Spawn {

@@ -203,6 +203,7 @@ mod tests {
         let probe = Op::Probe {
             kernel: KernelName::new("k").unwrap(),
             expect: None,
+            sent: Vec::new(),
         };
         assert!(matches!(
             render(1, &probe, &loc).stdin,

@@ -3,7 +3,7 @@
 use super::journal::JournalEntry;
 use super::ops::Identity;
 use crate::bytes::Bytes;
-use crate::ids::KernelName;
+use crate::ids::{CellSeq, KernelName};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -121,6 +121,13 @@ pub enum Reply {
     Probed {
         /// What was found.
         status: ProbeStatus,
+        /// Of the probe's `sent` cells, those the expected daemon never
+        /// recorded, when it is gone and its kernel's files are kept (the
+        /// same boot, its spawn's config): they never ran, and may go to
+        /// the next daemon. Empty when the daemon is alive, or its files
+        /// are gone (then nothing can tell).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        never_recorded: Vec<CellSeq>,
     },
     /// The daemon runs.
     Spawned {

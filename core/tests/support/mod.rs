@@ -16,7 +16,7 @@ use tether_core::bytes::Bytes;
 use tether_core::client::{
     CellKey, Client, Config, Effect, Event, KernelRecord, TransportError, TransportErrorKind,
 };
-use tether_core::ids::{CellSeq, ExecId, KernelName};
+use tether_core::ids::{CellSeq, ExecId, KernelName, RequestId};
 use tether_core::protocol::{
     Acceptance, AgentError, AgentLocation, CancelState, CellOutcome, EntryKind, ErrorKind,
     ExecOutput, Identity, JournalBatch, JournalEntry, Op, ProbeStatus, Reply, ReplyEnvelope,
@@ -221,6 +221,23 @@ impl FakeAgent {
         }
     }
 
+    /// The kernel holds the submission of `seq` under `request_id`.
+    fn recorded(&self, kernel: &KernelName, seq: CellSeq, request_id: &RequestId) -> bool {
+        self.kernels
+            .get(kernel)
+            .and_then(|k| k.cells.get(&seq.0))
+            .is_some_and(|c| c.request_id == request_id.0)
+    }
+
+    /// The files of the daemon `e` are kept: its spawn's nonce, this boot.
+    fn files_kept(&self, kernel: &KernelName, e: &Identity) -> bool {
+        self.kernels.get(kernel).is_some_and(|k| {
+            k.spawned
+                .as_ref()
+                .is_some_and(|s| s.nonce == e.nonce && self.boot_id == e.boot_id)
+        })
+    }
+
     fn probe(&self, kernel: &KernelName, expect: Option<&Identity>) -> ProbeStatus {
         let Some(k) = self.kernels.get(kernel) else {
             return ProbeStatus::Absent;
@@ -316,9 +333,29 @@ impl FakeAgent {
                     path: "/tmp/tether/bin/tether-agent-abababababababab".into(),
                 })
             }
-            Op::Probe { kernel, expect } => Ok(Reply::Probed {
-                status: self.probe(kernel, expect.as_ref()),
-            }),
+            Op::Probe {
+                kernel,
+                expect,
+                sent,
+            } => {
+                let status = self.probe(kernel, expect.as_ref());
+                let never_recorded = match expect {
+                    Some(e)
+                        if !matches!(status, ProbeStatus::Alive { .. })
+                            && self.files_kept(kernel, e) =>
+                    {
+                        sent.iter()
+                            .filter(|c| !self.recorded(kernel, c.seq, &c.request_id))
+                            .map(|c| c.seq)
+                            .collect()
+                    }
+                    _ => Vec::new(),
+                };
+                Ok(Reply::Probed {
+                    status,
+                    never_recorded,
+                })
+            }
             Op::Spawn { kernel, nonce, .. } => {
                 let k = self.kernels.entry(kernel.clone()).or_default();
                 if let Some(d) = &k.daemon {
@@ -353,20 +390,10 @@ impl FakeAgent {
                 if let Some(e) = expect {
                     let status = self.probe(kernel, Some(e));
                     if !matches!(status, ProbeStatus::Alive { .. }) {
-                        let recorded = self
-                            .kernels
-                            .get(kernel)
-                            .and_then(|k| k.cells.get(&submission.seq.0))
-                            .is_some_and(|c| c.request_id == submission.request_id.0);
-                        let files_kept = self.kernels.get(kernel).is_some_and(|k| {
-                            k.spawned
-                                .as_ref()
-                                .is_some_and(|s| s.nonce == e.nonce && self.boot_id == e.boot_id)
-                        });
                         return Ok(Reply::IdentityMismatch {
                             status,
-                            recorded,
-                            files_kept,
+                            recorded: self.recorded(kernel, submission.seq, &submission.request_id),
+                            files_kept: self.files_kept(kernel, e),
                         });
                     }
                 }
@@ -790,7 +817,7 @@ impl Harness {
 pub fn describe(op: &Op) -> String {
     match op {
         Op::Install { size, .. } => format!("install size={size}"),
-        Op::Probe { kernel, expect } => format!(
+        Op::Probe { kernel, expect, .. } => format!(
             "probe {kernel} expect={}",
             expect
                 .as_ref()

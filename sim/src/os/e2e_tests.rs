@@ -488,9 +488,11 @@ fn bounce_probe(keep_boot_id: bool) {
     let daemon = h.spawn("k");
     let Ok(Reply::Probed {
         status: tether_core::protocol::ProbeStatus::Alive { identity },
+        ..
     }) = h.op(Op::Probe {
         kernel: KernelName::new("k").unwrap(),
         expect: None,
+        sent: Vec::new(),
     })
     else {
         panic!("alive")
@@ -507,12 +509,14 @@ fn bounce_probe(keep_boot_id: bool) {
     let status = h.op(Op::Probe {
         kernel: KernelName::new("k").unwrap(),
         expect: Some(identity),
+        sent: Vec::new(),
     });
     assert!(
         matches!(
             status,
             Ok(Reply::Probed {
-                status: tether_core::protocol::ProbeStatus::Replaced { .. }
+                status: tether_core::protocol::ProbeStatus::Replaced { .. },
+                ..
             })
         ),
         "{status:?}"
