@@ -13,7 +13,8 @@
 //! nbclient's test notebooks).
 //! Cases where tether differs from the source in a way the README does
 //! not document are product bugs: such a case stays as the source
-//! expects, `#[ignore = "product bug: …"]` until it is fixed (none now).
+//! expects, `#[ignore = "product bug: …"]` until it is fixed (one now:
+//! a user's function named `builtin`, README "Conformance").
 
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::backends::{self, skip};
@@ -657,6 +658,14 @@ on_backends! {
     docker_cpython_forked_child_cases: python_suites::cpython_forked_child_cases on "docker";
     local_oils_err_trap_cases: shell_suites::oils_err_trap_cases on "local";
     docker_oils_err_trap_cases: shell_suites::oils_err_trap_cases on "docker";
+    local_cpython_exception_cases: python_suites::cpython_exception_cases on "local";
+    docker_cpython_exception_cases: python_suites::cpython_exception_cases on "docker";
+    local_cpython_generator_cases: python_suites::cpython_generator_cases on "local";
+    docker_cpython_generator_cases: python_suites::cpython_generator_cases on "docker";
+    local_cpython_contextlib_cases: python_suites::cpython_contextlib_cases on "local";
+    docker_cpython_contextlib_cases: python_suites::cpython_contextlib_cases on "docker";
+    local_cpython_pprint_displayhook_cases: python_suites::cpython_pprint_displayhook_cases on "local";
+    docker_cpython_pprint_displayhook_cases: python_suites::cpython_pprint_displayhook_cases on "docker";
     local_oils_word_split_cases: shell_suites::oils_word_split_cases on "local";
     docker_oils_word_split_cases: shell_suites::oils_word_split_cases on "docker";
     local_oils_assign_export_cases: shell_suites::oils_assign_export_cases on "local";
