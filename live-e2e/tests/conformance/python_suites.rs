@@ -8,7 +8,8 @@
 //! (`tests/test_local_python_executor.py`) and CPython
 //! (`Lib/test/test_sys.py`, `Lib/test/test_code_module.py`,
 //! `test_traceback.py`, `test_future_stmt/test_future.py`,
-//! `test_warnings`), IPython's `test_interactiveshell.py` run_cell cases,
+//! `test_warnings`, `test_exceptions.py`, `test_generators.py`,
+//! `test_asyncgen.py`, `test_contextlib.py`, `test_pprint.py`), IPython's `test_interactiveshell.py` run_cell cases,
 //! ipykernel's `test_async.py` and `test_message_spec.py`, the Jupyter
 //! notebook's interrupt test and nbclient's test notebooks
 //! (`tests/files/*.ipynb`), written in tether's shape: each case names
@@ -1361,5 +1362,229 @@ pub(super) async fn cpython_forked_child_cases(live: &mut Live) {
     );
     shows(live, "kept, os.getpid() == pid0", "(1, True)\n").await;
     shows(live, "kept += 1\nkept", "2\n").await;
+    live.shutdown("py").await;
+}
+
+/// Runs each `(code, stdout)` in turn as its own cell, each checked as by
+/// `shows`: a test split across cells.
+async fn shows_all(live: &mut Live, cells: &[(&str, &str)]) {
+    for (code, stdout) in cells {
+        shows(live, code, stdout).await;
+    }
+}
+
+/// CPython's `Lib/test/test_exceptions.py` (ExceptionTests test_notes,
+/// testChainingAttrs, testChainingDescriptors, test_exception_cleanup_names),
+/// split across cells: an exception kept in a variable keeps its
+/// traceback (its frame's line is shown from the cell that raised it) and
+/// its notes, and a later cell chains to it; `raise … from None` hides the
+/// context; the name bound by `except … as e` is gone after the block, also
+/// at a cell's top level.
+pub(super) async fn cpython_exception_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            // test_exception_cleanup_names
+            (
+                "try:\n    raise Exception()\nexcept Exception as e:\n    saved = e\n    print(type(e).__name__)",
+                "Exception\n",
+            ),
+            ("'e' in dir(), 'saved' in dir()", "(False, True)\n"),
+            // test_notes: notes added over several cells
+            ("e = ValueError(123)\ne.add_note('My Note')", ""),
+            ("e.__notes__", "['My Note']\n"),
+            ("e.add_note('Your Note')", ""),
+            ("e.__notes__", "['My Note', 'Your Note']\n"),
+        ],
+    )
+    .await;
+    // (the message's wording changed between versions)
+    let run = py(live, "e.add_note(42)").await;
+    assert!(
+        matches!(&run.outcome, CellOutcome::Error { message } if message.starts_with("TypeError: ")),
+        "{}",
+        show(&run)
+    );
+    let run = raises(live, "raise e", "Your Note").await;
+    assert!(
+        any_cell(&err(&run)).ends_with("    raise e\nValueError: 123\nMy Note\nYour Note\n"),
+        "{}",
+        show(&run)
+    );
+    // testChainingAttrs: a caught exception of one cell, the cause of the
+    // next cell's; the cause's traceback shows its own cell's line.
+    shows(
+        live,
+        "try:\n    1/0\nexcept ZeroDivisionError as z:\n    first = z",
+        "",
+    )
+    .await;
+    shows(
+        live,
+        "first.__cause__, first.__context__, first.__suppress_context__, first.__traceback__.tb_lineno",
+        "(None, None, False, 2)\n",
+    )
+    .await;
+    let run = raises(live, "raise KeyError('k') from first", "KeyError: 'k'").await;
+    assert_eq!(
+        any_cell(&err(&run)),
+        "Traceback (most recent call last):\n  File \"<cell N>\", line 2, in <module>\n    1/0\n    ~^~\nZeroDivisionError: division by zero\n\nThe above exception was the direct cause of the following exception:\n\nTraceback (most recent call last):\n  File \"<cell N>\", line 1, in <module>\n    raise KeyError('k') from first\nKeyError: 'k'\n",
+        "{}",
+        show(&run)
+    );
+    // testChainingDescriptors: `from None` suppresses the context.
+    let run = raises(
+        live,
+        "try:\n    first.missing\nexcept AttributeError:\n    raise KeyError('quiet') from None",
+        "KeyError: 'quiet'",
+    )
+    .await;
+    assert!(
+        !err(&run).contains("During handling") && !err(&run).contains("AttributeError"),
+        "{}",
+        show(&run)
+    );
+    shows(
+        live,
+        "import sys\nv = sys.last_value\nv.__suppress_context__, type(v.__context__).__name__",
+        "(True, 'AttributeError')\n",
+    )
+    .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_generators.py` (the doctests' "Generators
+/// can call other generators", `send`, `close` and `throw` of
+/// ExceptionTest and GeneratorTest) and `Lib/test/test_asyncgen.py`
+/// (AsyncGenAsyncioTest: `__anext__` and `aclose` on the loop), split
+/// across cells: a generator made in one cell is advanced, sent to, thrown
+/// into and closed in the next ones, its frame alive in between; an async
+/// generator likewise with top-level `await` on the kernel's loop
+/// (README, "Python kernels"), its `finally` run by `aclose`.
+pub(super) async fn cpython_generator_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            (
+                "def g1():\n    try:\n        x = yield 1\n        print('got', x)\n        yield 2\n        yield 3\n    except ValueError as v:\n        print('caught', v)\n        yield 'recovered'\n    finally:\n        print('closing')",
+                "",
+            ),
+            ("gen = g1()\nnext(gen)", "1\n"),
+            ("gen.gi_frame is not None, gen.gi_running", "(True, False)\n"),
+            ("gen.send('sent')", "got sent\n2\n"),
+            ("gen.throw(ValueError('bad'))", "caught bad\n'recovered'\n"),
+            ("gen.close()", "closing\n"),
+            ("gen.gi_frame is None", "True\n"),
+            (
+                "def yrange(n):\n    for i in range(n):\n        yield i\ndef zrange(n):\n    for i in yrange(n):\n        yield i",
+                "",
+            ),
+            ("z = zrange(5)\nnext(z), next(z)", "(0, 1)\n"),
+            ("list(z)", "[2, 3, 4]\n"),
+        ],
+    )
+    .await;
+    raises(live, "next(z)", "StopIteration").await;
+    shows_all(
+        live,
+        &[
+            (
+                "import asyncio\nasync def agen():\n    try:\n        for i in range(3):\n            await asyncio.sleep(0)\n            yield i\n    finally:\n        print('agen finally')",
+                "",
+            ),
+            ("ag = agen()\nawait ag.__anext__()", "0\n"),
+            ("await ag.__anext__()", "1\n"),
+            ("await ag.aclose()", "agen finally\n"),
+            ("[x async for x in agen()]", "agen finally\n[0, 1, 2]\n"),
+        ],
+    )
+    .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_contextlib.py` (ContextManagerTestCase
+/// test_contextmanager_plain, TestExitStack test_callback and
+/// test_enter_context, TestRedirectStdout test_redirect_to_string_io,
+/// TestSuppress test_exception_hierarchy), split across cells: a context
+/// entered in one cell is left in a later one; an `ExitStack` collects
+/// callbacks and a file over several cells and runs them last in, first
+/// out when closed; `redirect_stdout` catches a cell's prints.
+pub(super) async fn cpython_contextlib_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            (
+                "from contextlib import contextmanager, ExitStack, redirect_stdout, suppress\nimport io\nstate = []\n@contextmanager\ndef woohoo():\n    state.append(1)\n    yield 42\n    state.append(999)",
+                "",
+            ),
+            ("cm = woohoo()\nx = cm.__enter__()\nstate, x", "([1], 42)\n"),
+            ("state.append(x)", ""),
+            ("cm.__exit__(None, None, None)\nstate", "[1, 42, 999]\n"),
+            ("stack = ExitStack()\nstack.callback(print, 'first in');", ""),
+            (
+                "f = stack.enter_context(open('tether-conf-ctx.txt', 'w'))\nstack.callback(print, 'last in');",
+                "",
+            ),
+            ("f.write('kept'); f.closed", "False\n"),
+            ("stack.close()", "last in\nfirst in\n"),
+            (
+                "f.closed, open('tether-conf-ctx.txt').read()",
+                "(True, 'kept')\n",
+            ),
+            (
+                "buf = io.StringIO()\nwith redirect_stdout(buf):\n    help(pow)\nprint('pow' in buf.getvalue())",
+                "True\n",
+            ),
+            (
+                "with suppress(LookupError):\n    {}['missing']\nprint('suppressed')",
+                "suppressed\n",
+            ),
+            ("import os; os.remove('tether-conf-ctx.txt')", ""),
+        ],
+    )
+    .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_pprint.py` (QueryTestCase test_basic,
+/// test_knotted, test_width) and `Lib/test/test_sys.py`
+/// (test_original_displayhook, with the hook a cell sets): `pprint` of a
+/// structure an earlier cell built, a recursive one shown with `[...]`
+/// (repr) and `<Recursion on list …>` (pprint); the value of a cell's last
+/// expression is its one-line repr, as at the prompt (IPython's pretty
+/// printer would wrap a long list at 79 columns); a `sys.displayhook` a
+/// cell sets shows the later cells' values, as at the prompt.
+pub(super) async fn cpython_pprint_displayhook_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            (
+                "import pprint\nstuff = ['spam', 'eggs', 'lumberjack', 'knights', 'ni']\nstuff.insert(0, stuff[:])",
+                "",
+            ),
+            (
+                "pprint.pprint(stuff, width=40)",
+                "[['spam',\n  'eggs',\n  'lumberjack',\n  'knights',\n  'ni'],\n 'spam',\n 'eggs',\n 'lumberjack',\n 'knights',\n 'ni']\n",
+            ),
+            ("a = [1]\na.append(a)", ""),
+            ("a", "[1, [...]]\n"),
+            (
+                "pprint.isrecursive(a), pprint.isreadable(a), pprint.pformat(a).startswith('[1, <Recursion on list with id=')",
+                "(True, False, True)\n",
+            ),
+            (
+                "list(range(30))",
+                "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]\n",
+            ),
+            (
+                "import sys\nseen = []\ndef hook(value):\n    if value is not None:\n        seen.append(value)\n        print('hook:', repr(value))\nsys.displayhook = hook",
+                "",
+            ),
+            ("6 * 7", "hook: 42\n"),
+            ("sys.displayhook = sys.__displayhook__\nseen", "[42]\n"),
+            ("'back'", "'back'\n"),
+        ],
+    )
+    .await;
     live.shutdown("py").await;
 }

@@ -254,19 +254,26 @@ __tether_save() {
   # code (the EXIT trap) sees the code's own.
   [[ $__tether_us != "$__tether_pre$__tether_code" ]] || __tether_us=
   builtin trap - EXIT
+  # BASHOPTS is rebuilt by `shopt` only: bash turns dotglob off when
+  # GLOBIGNORE is unset without it, so it is rebuilt first. nocasematch
+  # would make the patterns below match `uid` for UID (a user's variable
+  # dropped as the shell's), so it goes once the options are noted.
+  shopt -q dotglob && shopt -s dotglob || shopt -u dotglob
   __tether_so=$SHELLOPTS __tether_bo=$BASHOPTS
   set +euvx
+  shopt -u nocasematch
   builtin trap -p >| "$__tether_cell/shell.new" || return
   builtin trap '' TERM
   __tether_user_vars vars
   __tether_declared decl
   declare -F >| "$__tether_cell/scratch.fns"
   mapfile -t __tether_fns < "$__tether_cell/scratch.fns"
-  __tether_fnames=() __tether_fx=()
+  __tether_fnames=() __tether_fx=() __tether_fr=()
   for __tether_n in "${__tether_fns[@]}"; do
     case ${__tether_n##* } in __tether_* | trap) continue ;; esac
     __tether_fnames+=("${__tether_n##* }")
-    [[ $__tether_n != 'declare -fx '* ]] || __tether_fx+=("${__tether_n##* }")
+    [[ $__tether_n != 'declare -f'*x' '* ]] || __tether_fx+=("${__tether_n##* }")
+    [[ $__tether_n != 'declare -f'*r*' '* ]] || __tether_fr+=("${__tether_n##* }")
   done
   {
     printf '%s\n' __tether_unset_all
@@ -284,6 +291,7 @@ __tether_save() {
     fi
     ((${#__tether_fnames[@]} == 0)) || declare -f -- "${__tether_fnames[@]}"
     ((${#__tether_fx[@]} == 0)) || printf 'declare -fx -- %q\n' "${__tether_fx[@]}"
+    ((${#__tether_fr[@]} == 0)) || printf 'readonly -f -- %q\n' "${__tether_fr[@]}"
     [[ -z $__tether_exit_trap_set ]] || printf '__tether_exit_trap=%q __tether_exit_trap_set=1\n' "$__tether_exit_trap"
     [[ -z $__tether_err_trap_set ]] || printf '__tether_err_trap=%q __tether_err_trap_set=1\n' "$__tether_err_trap"
     umask -p
