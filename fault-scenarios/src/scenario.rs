@@ -329,6 +329,14 @@ fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
     }
 }
 
+/// A Python cell in the kernel `kernel` (not the scenario's main one).
+fn py_cell_in(kernel: &str, label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
+    CellSpec {
+        kernel: Some(kernel.into()),
+        ..py_cell(label, steps, expect)
+    }
+}
+
 fn tool_call(name: &str, args: &str) -> Step {
     Step::ToolCall {
         name: name.into(),
@@ -431,6 +439,57 @@ fn background_log(all_faults: Vec<Family>) -> Scenario {
             Action::Idle { ms: 1_500 },
         ],
         fixed: FaultSchedule::empty(),
+        space: space(all_faults),
+        init_reaps: true,
+        fails_open: false,
+    }
+}
+
+/// A cell that prints a line, spins, prints the next, `lines` times: a
+/// journal append every `gap_ms`. It spins rather than runs `sleep`: a
+/// cell that forks after its daemon was killed forks after the client
+/// wrote it off (the open race
+/// `lost-cell-of-a-killed-daemon-forks-until-the-next-daemon-adopts-it`),
+/// which is not what this scenario is about.
+fn drip(tag: &str, lines: u32, gap_ms: u64) -> Vec<Step> {
+    (1..=lines)
+        .flat_map(|i| {
+            [
+                print(&format!("{tag}{i}\n")),
+                Step::BusyLoop { ms: Some(gap_ms) },
+            ]
+        })
+        .collect()
+}
+
+/// The kernels' disk fills while cells print, a line at a time: a shell
+/// cell, then a Python cell in a kernel of its own, each under a window
+/// of `disk_full` (and whatever the seed draws besides). Where the
+/// sandbox's writes tear (half the worlds), a refused append leaves part
+/// of its line in the journal. The journal writer keeps what it could
+/// not write and writes it once the disk frees, after cutting the torn
+/// line; the reader never delivers a torn line, a line twice or a gap;
+/// what could not be kept is said (the oracle's output checks).
+fn full_disk(all_faults: Vec<Family>) -> Scenario {
+    Scenario {
+        name: "full_disk",
+        about: "the kernels' disk fills (writes refused, or torn mid-line) while a shell and a Python cell print a line at a time: every line delivered once, in order, or its loss said; nothing runs twice",
+        script: vec![
+            Action::Run(cell("drip", drip("s", 8, 150), Expect::Ok)),
+            Action::Run(py_cell_in(
+                "py",
+                "py_drip",
+                (1..=8)
+                    .flat_map(|i| [print(&format!("p{i}\n")), Step::Sleep { ms: 150 }])
+                    .collect(),
+                Expect::Ok,
+            )),
+            Action::Run(cell("after", vec![print("after\n")], Expect::Ok)),
+        ],
+        fixed: fixed(vec![
+            (400, FaultKind::DiskFull { for_ms: 500 }),
+            (2_000, FaultKind::DiskFull { for_ms: 400 }),
+        ]),
         space: space(all_faults),
         init_reaps: true,
         fails_open: false,
@@ -1027,7 +1086,7 @@ pub fn all() -> Vec<Scenario> {
     ]
     .into_iter()
     .chain([shim_killed_escapes(), daemon_shim_killed(), daemon_termed()])
-    .chain([background_log(all_faults.clone())])
+    .chain([background_log(all_faults.clone()), full_disk(all_faults.clone())])
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
     .chain(client_knobs(all_faults))
     .chain([fail_open()])

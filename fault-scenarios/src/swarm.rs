@@ -84,6 +84,13 @@ pub struct World {
     /// `os::preempt`); 0: every step is atomic.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub preempt_permille: u32,
+    /// A write on a full disk may put part of its bytes down before it
+    /// fails, as `write(2)` does when the space runs out mid-buffer: an
+    /// append under a `disk_full` fault leaves a torn last line (the
+    /// journal's repair and reader see one); off, every refused write
+    /// leaves the file as it was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub torn_writes: bool,
 }
 
 /// What keeps a kernel from starting on a sandbox: each is answered as
@@ -183,6 +190,7 @@ impl World {
             fallback: true,
             channel: false,
             preempt_permille: 0,
+            torn_writes: false,
         }
     }
 
@@ -269,6 +277,15 @@ impl World {
         // After the channel's draws, for the same reason: some seeds never
         // preempt an agent step, some often do.
         let preempt_permille = [0, 0, 20, 100, 300][rng.random_range(0..5)];
+        // Last again, and only where a disk can fill: the others' worlds
+        // stay what they were.
+        let disk_fills = families.contains(&Family::DiskFull)
+            || scenario
+                .fixed
+                .0
+                .iter()
+                .any(|f| matches!(f.kind, FaultKind::DiskFull { .. }));
+        let torn_writes = disk_fills && rng.random_bool(0.5);
         World {
             cgroups,
             bash,
@@ -291,6 +308,7 @@ impl World {
             fallback,
             channel,
             preempt_permille,
+            torn_writes,
         }
     }
 

@@ -199,6 +199,7 @@ impl Sandbox {
             pid_max: world.pid_max,
             bounce_keeps_boot_id: world.bounce_keeps_boot_id,
             shim_start: std::time::Duration::from_millis(world.shim_start_ms),
+            torn_writes: world.torn_writes,
             ..SimOsConfig::default()
         };
         if !world.cgroups {

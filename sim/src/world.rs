@@ -537,6 +537,20 @@ fn written_off_at(seen: &crate::observe::CellSeen) -> Option<u64> {
     }
 }
 
+/// Until when `seen`'s key was its own: the start of the next cell the
+/// client gave the same key (a kernel evicted and opened again by a later
+/// client process numbers its cells from 1 again), or never.
+fn key_own_until(log: &ClientLog, seen: &crate::observe::CellSeen) -> u64 {
+    let from = seen.started_at.unwrap_or(0);
+    log.cells
+        .values()
+        .filter(|c| c.key.is_some() && c.key == seen.key)
+        .filter_map(|c| c.started_at)
+        .filter(|&t| t > from)
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
 /// Two cells the client saw carry `key`.
 fn key_reused(log: &ClientLog, key: Option<&tether_core::client::CellKey>) -> bool {
     key.is_some_and(|k| {
@@ -565,6 +579,10 @@ fn observe(
             .key
             .as_ref()
             .map(|key| (key.kernel.as_str().to_owned(), key.seq.0));
+        // What happened under the key after a later cell took it over is
+        // that cell's (full_disk seed 205: `after` in a kernel opened
+        // again was taken for `drip` forking after its resolution).
+        let own_until = key_own_until(log, &seen);
         let mut alive_at_end = match (&sandbox.snapshot, &cell_key) {
             (Some(snap), Some(key)) => snap.get(key).cloned().unwrap_or_default(),
             _ => Vec::new(),
@@ -636,7 +654,7 @@ fn observe(
                         spec.lang != Lang::Python || !sandbox.untraceable.contains(pid)
                     })
                     .map(|&(_, at)| at)
-                    .filter(|&at| at > resolved)
+                    .filter(|&at| at > resolved && at < own_until)
                     .max(),
                 _ => None,
             },
@@ -649,7 +667,7 @@ fn observe(
                 (Some(key), Some(resolved)) => sandbox
                     .cell_spawns
                     .get(key)
-                    .and_then(|t| t.iter().copied().find(|&t| t > resolved)),
+                    .and_then(|t| t.iter().copied().find(|&t| t > resolved && t < own_until)),
                 _ => None,
             },
         };

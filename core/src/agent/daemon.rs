@@ -626,9 +626,11 @@ impl Daemon {
                         vec![EntryKind::Result { outcome }]
                     };
                     t.shim_death_told = w.settle(os, result).is_ok();
-                } else {
-                    t.done = true;
                 }
+                // A journal that cannot be read now is ended at a later
+                // tick: taken for done, the cell would be left unresolved
+                // and the daemon free to exit idle under it (full_disk
+                // seed 140: a torn line that could not be cut).
                 let c = t.cancel.get_or_insert_with(|| Escalation {
                     since: now,
                     ..Escalation::default()

@@ -46,13 +46,18 @@ impl JournalWriter {
     /// Takes over the journal at `path` (absent is fine), keeping at most
     /// `cap` bytes of output.
     pub fn open(os: &mut dyn Os, path: &str, cap: u64) -> Result<JournalWriter, OsError> {
+        // A torn last line is cut so the next entry starts a line; where
+        // the cut cannot be written now (the disk that tore the line is
+        // still full), the first write repairs it, as after a failed one:
+        // taking the journal over never fails for want of space.
+        let mut torn = false;
         let read = match os.read_file(path) {
             Ok(bytes) => {
                 let read = parse_journal(&bytes);
-                if read.partial_tail > 0 {
-                    // Cut the torn line so the next entry starts a line.
-                    os.write_atomic(path, &bytes[..bytes.len() - read.partial_tail])?;
-                }
+                torn = read.partial_tail > 0
+                    && os
+                        .write_atomic(path, &bytes[..bytes.len() - read.partial_tail])
+                        .is_err();
                 read
             }
             Err(OsError::NotFound) => JournalRead::default(),
@@ -69,7 +74,7 @@ impl JournalWriter {
             unwritten: Vec::new(),
             flag_unwritten: false,
             settle_unwritten: false,
-            failed: false,
+            failed: torn,
         };
         for e in &read.entries {
             w.next_n = w.next_n.max(e.n + 1);

@@ -320,6 +320,37 @@ fn a_probe_of_a_daemon_whose_files_are_gone_tells_a_new_boot_from_a_removal() {
 }
 
 #[test]
+fn a_torn_journal_is_taken_over_on_a_full_disk_and_cut_once_it_frees() {
+    // full_disk seed 140: a shim's append tore a line as the disk filled;
+    // the daemon, ending the cell for its dead shim, could not cut it and
+    // took the cell for done. Taking the journal over must not need space.
+    let mut os = FakeOs::new();
+    let path = "/j";
+    let mut w = JournalWriter::open(&mut os, path, 1 << 20).unwrap();
+    w.output(&mut os, Stream::Stdout, b"kept").unwrap();
+    os.append(path, b"{\"n\":2,\"ki").unwrap(); // the torn append
+    os.disk_full = true;
+    let mut w2 = JournalWriter::open(&mut os, path, 1 << 20).expect("opened on a full disk");
+    let end = vec![EntryKind::Result {
+        outcome: CellOutcome::Ok,
+    }];
+    assert!(
+        w2.finish(&mut os, end).is_err(),
+        "nothing can be written yet"
+    );
+    assert!(w2.has_unwritten());
+    os.disk_full = false;
+    w2.flush(&mut os).unwrap();
+    let read = parse_journal(&os.files[path]);
+    assert!(
+        read.bad_lines.is_empty() && read.partial_tail == 0,
+        "{read:?}"
+    );
+    let ns: Vec<u64> = read.entries.iter().map(|e| e.n).collect();
+    assert_eq!(ns, vec![1, 2, 3], "the torn line cut, each entry once");
+}
+
+#[test]
 fn journal_writer_recovers_n_cuts_torn_tail_and_clips_once() {
     let mut os = FakeOs::new();
     let path = "/j";

@@ -4,7 +4,9 @@
 //! `ENOSPC` or `EIO` would; reads, listings and removals still work.
 //! Windows nest: writes work again when the last ends. The workloads'
 //! own side-effect files are ground truth, not the agent's, and are
-//! never refused.
+//! never refused. Where the sandbox's writes tear, a refused append may
+//! put part of its bytes down first, as `write(2)` does when the space
+//! runs out mid-buffer: a torn last line for the journal's repair.
 
 use super::SimOs;
 use tether_core::agent::OsError;
@@ -20,6 +22,19 @@ impl SimOs {
         if !self.disk_full.is_empty() {
             self.disk_full.remove(0);
         }
+    }
+
+    /// How many bytes of a refused append of `len` bytes reach the file
+    /// first: none, a third or two thirds of them in turn (by the count
+    /// of refused writes, so a run replays), where the sandbox's writes
+    /// tear ([`SimOsConfig::torn_writes`](super::SimOsConfig)); none
+    /// elsewhere.
+    pub(super) fn torn_prefix(&self, len: usize) -> usize {
+        if !self.config.torn_writes {
+            return 0;
+        }
+        let share = usize::try_from(self.refused_writes % 3).unwrap_or(0);
+        len * share / 3
     }
 
     /// How many writes were refused so far (the fault is applied).
@@ -67,5 +82,28 @@ mod tests {
         os.free_disk();
         os.append("/var/tmp/k/j", b"b").unwrap();
         assert_eq!(os.read_file("/var/tmp/k/j").unwrap(), b"ab");
+    }
+
+    #[test]
+    fn where_writes_tear_a_refused_append_may_leave_part_of_its_bytes() {
+        let mut os = SimOs::new(SimOsConfig {
+            torn_writes: true,
+            ..SimOsConfig::default()
+        });
+        os.create_dir_all("/var/tmp/k").unwrap();
+        os.write_atomic("/var/tmp/k/j", b"").unwrap();
+        os.fill_disk("/var/tmp/k");
+        for _ in 0..3 {
+            assert!(os.append("/var/tmp/k/j", b"123456\n").is_err());
+        }
+        // A third of the bytes, then two thirds, then none (the count of
+        // refused writes: 1, 2, 3); never the whole line.
+        assert_eq!(os.read_file("/var/tmp/k/j").unwrap(), b"121234");
+        assert!(os.write_atomic("/var/tmp/k/j", b"x").is_err());
+        assert_eq!(
+            os.read_file("/var/tmp/k/j").unwrap(),
+            b"121234",
+            "atomic: all or nothing"
+        );
     }
 }

@@ -103,6 +103,9 @@ pub struct SimOsConfig {
     /// Mount points whose filesystem is `noexec`: a file under them is
     /// written but cannot be run ([`SimOs::can_exec`]; exec gives 126).
     pub noexec: Vec<String>,
+    /// An append refused by a full disk may have put part of its bytes
+    /// down first (see `disk.rs`).
+    pub torn_writes: bool,
 }
 
 impl Default for SimOsConfig {
@@ -127,6 +130,7 @@ impl Default for SimOsConfig {
             shim_start: std::time::Duration::ZERO,
             read_only: Vec::new(),
             noexec: Vec::new(),
+            torn_writes: false,
         }
     }
 }
@@ -760,7 +764,13 @@ impl Os for SimOs {
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
-        self.check_write(path)?;
+        if let Err(e) = self.check_write(path) {
+            let torn = self.torn_prefix(data.len());
+            if torn > 0 && self.fs.exists(path) {
+                self.fs.append(path, &data[..torn])?;
+            }
+            return Err(e);
+        }
         self.writable(path)?;
         self.fs.append(path, data)
     }
