@@ -250,12 +250,7 @@ fn a_cell_no_unanswered_send_recorded_runs_on_the_next_daemon_where_the_files_we
     // resend found no trace of the cell in files the sandbox kept, so it
     // never ran: it runs on the next daemon, not reported lost.
     let mut h = Harness::new(44);
-    h.open("k", Lang::Shell);
-    h.settle();
-    h.agent.kill_daemon(&kname("k"));
-    h.net = Net::LoseRequests;
-    let cell = h.run("k", "out once", None);
-    h.run_until(|h| h.sent(OpKind::Submit) == 1 && h.pending.is_empty());
+    let (cell, _) = record_of_a_cell_sent_into_a_dead_daemon(&mut h);
     h.net = Net::Up;
     h.settle();
     assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok), "{}", h.trace);
@@ -263,7 +258,7 @@ fn a_cell_no_unanswered_send_recorded_runs_on_the_next_daemon_where_the_files_we
 }
 
 /// A cell sent once to a daemon killed before, its submit lost on the
-/// way; then the client process goes: the record a resume starts from.
+/// way: the record a resume starts from if the client process goes now.
 fn record_of_a_cell_sent_into_a_dead_daemon(h: &mut Harness) -> (CellKey, KernelRecord) {
     h.open("k", Lang::Shell);
     h.settle();

@@ -329,11 +329,11 @@ fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
     }
 }
 
-/// A Python cell in the kernel `kernel` (not the scenario's main one).
-fn py_cell_in(kernel: &str, label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
+/// `c` in the kernel `kernel` (not the scenario's main one).
+fn on(kernel: &str, c: CellSpec) -> CellSpec {
     CellSpec {
         kernel: Some(kernel.into()),
-        ..py_cell(label, steps, expect)
+        ..c
     }
 }
 
@@ -476,13 +476,15 @@ fn full_disk(all_faults: Vec<Family>) -> Scenario {
         about: "the kernels' disk fills (writes refused, or torn mid-line) while a shell and a Python cell print a line at a time: every line delivered once, in order, or its loss said; nothing runs twice",
         script: vec![
             Action::Run(cell("drip", drip("s", 8, 150), Expect::Ok)),
-            Action::Run(py_cell_in(
+            Action::Run(on(
                 "py",
-                "py_drip",
-                (1..=8)
-                    .flat_map(|i| [print(&format!("p{i}\n")), Step::Sleep { ms: 150 }])
-                    .collect(),
-                Expect::Ok,
+                py_cell(
+                    "py_drip",
+                    (1..=8)
+                        .flat_map(|i| [print(&format!("p{i}\n")), Step::Sleep { ms: 150 }])
+                        .collect(),
+                    Expect::Ok,
+                ),
             )),
             Action::Run(cell("after", vec![print("after\n")], Expect::Ok)),
         ],
@@ -1143,10 +1145,6 @@ fn fail_open() -> Scenario {
 /// Scenarios about the client's own timers (after the Python ones in
 /// [`all`]): its reaper, and a cell timeout across a client restart.
 fn client_knobs(all_faults: Vec<Family>) -> Vec<Scenario> {
-    let on = |kernel: &str, c: CellSpec| CellSpec {
-        kernel: Some(kernel.into()),
-        ..c
-    };
     let mut slow = cell(
         "slow",
         vec![print("tick\n"), Step::Sleep { ms: 60_000 }],
