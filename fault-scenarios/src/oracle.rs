@@ -94,6 +94,16 @@ pub struct CellObs {
     pub truth: CellTruth,
 }
 
+impl CellObs {
+    /// When the client delivered the outcome the oracle judges: its last
+    /// resolution (a resume's, for a cell written off as `unknown`), or
+    /// when its call returned; never, for a call that never returned and
+    /// a cell nobody resolved. A loss told before it was told in time.
+    pub fn delivered_ms(&self) -> u64 {
+        self.last_resolved_ms.max(self.ended_ms).unwrap_or(u64::MAX)
+    }
+}
+
 /// Ground truth about one cell, from the simulated OS.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CellTruth {
@@ -869,11 +879,11 @@ impl fmt::Display for Violation {
             ),
             Violation::NamespaceLost { cell } => write!(
                 f,
-                "{cell} found the Python namespace gone, but no interpreter or kernel died"
+                "{cell} found its kernel's names gone (a Python namespace, a shell's variables), but no interpreter or kernel died"
             ),
             Violation::UnreportedLoss { cell } => write!(
                 f,
-                "{cell} found the Python namespace gone, but its loss was never reported"
+                "{cell} found its kernel's names gone (a Python namespace, a shell's variables), but their loss was never reported"
             ),
             Violation::ShellStateLost { cell } => write!(
                 f,
@@ -1071,10 +1081,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     // A death must be reported before a cell that was started after it
     // passes as ok (it ran on a fresh kernel, or on nothing).
     for cell in &obs.cells {
-        // Its ok was delivered at its last resolution: a resume's, for a
-        // cell written off as unknown (reported before it, the death was
-        // told before the ok).
-        let end = cell.last_resolved_ms.max(cell.ended_ms).unwrap_or(u64::MAX);
+        let end = cell.delivered_ms();
         // A death of another kernel's daemon (known by kernel) took
         // nothing of this cell's.
         let died_before = match kernel_of(cell) {
@@ -1401,7 +1408,7 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
         .collect();
     let mut noted = false;
     for cell in &obs.cells {
-        let end = cell.ended_ms.unwrap_or(u64::MAX);
+        let end = cell.delivered_ms();
         if cell.namespace_lost {
             // An eviction by the client's reaper is a death the client
             // caused and reported (`KernelEvicted`).
@@ -2094,6 +2101,29 @@ mod tests {
         // Told only after the ok: missed.
         o.state_lost_reports = vec![8_600];
         assert_eq!(kinds(&check(&o)), ["missed_state_lost"]);
+    }
+
+    #[test]
+    fn a_resumed_cell_that_finds_the_names_gone_needs_the_loss_told_before_its_last_resolution() {
+        // idle_exit seed 50: i_read written off as unknown at 7,565 ms;
+        // the resume told the loss at 8,490 and ran it on a fresh daemon,
+        // where `x` was unbound (exit 127 at 8,535).
+        let mut o = good();
+        o.kernel_deaths = vec![360];
+        o.known_kernel_deaths = vec![360];
+        o.cells[0].started_ms = 465;
+        o.cells[0].namespace_lost = true;
+        o.cells[0].outcome = Some(CellOutcome::Exit { code: 127 });
+        o.cells[0].ended_ms = Some(7_565);
+        o.cells[0].last_resolved_ms = Some(8_535);
+        o.state_lost_reports = vec![8_490];
+        assert!(
+            !kinds(&check(&o)).contains(&"unreported_loss"),
+            "{:?}",
+            check(&o)
+        );
+        o.state_lost_reports = vec![8_600];
+        assert!(kinds(&check(&o)).contains(&"unreported_loss"));
     }
 
     #[test]

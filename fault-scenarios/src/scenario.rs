@@ -498,6 +498,48 @@ fn full_disk(all_faults: Vec<Family>) -> Scenario {
     }
 }
 
+/// The sandbox's clock jumps two hours at a time (a suspended machine
+/// waking), past any idle timeout the daemon has, between cells and while
+/// they are submitted and run: the daemon exits idle only with no cell in
+/// flight; a submit racing its exit either has its cell run or withdrawn
+/// for the next daemon (the handshake); every loss of the state is
+/// reported before a cell reads it (`print_name` of a name the first cell
+/// bound fails on a fresh shell).
+fn idle_exit(all_faults: Vec<Family>) -> Scenario {
+    let jump = FaultKind::ClockJump { ms: 7_200_000 };
+    let reads = |label: &str| CellSpec {
+        expect: None,
+        ..cell(label, vec![print_name("x")], Expect::Ok)
+    };
+    Scenario {
+        name: "idle_exit",
+        about: "the sandbox clock jumps past the daemon's idle timeout between and during cells: it exits idle only with no cell in flight, a submit racing the exit runs its cell or withdraws it for the next daemon, and a lost state is reported before a cell reads it",
+        script: vec![
+            Action::Run(cell(
+                "i_set",
+                vec![set_name("x", "kept"), print("set\n")],
+                Expect::Ok,
+            )),
+            Action::Idle { ms: 400 },
+            Action::Run(reads("i_read")),
+            Action::Run(cell(
+                "i_work",
+                vec![print("a\n"), Step::Sleep { ms: 600 }, print("b\n")],
+                Expect::Ok,
+            )),
+            Action::Idle { ms: 400 },
+            Action::Run(reads("i_again")),
+        ],
+        // A jump every 110 ms: whenever the daemon is idle its timeout has
+        // passed, so it decides to exit at its first idle tick, and each
+        // submit races that decision somewhere in its course.
+        fixed: fixed((0..30).map(|i| (200 + i * 110, jump.clone())).collect()),
+        space: space(all_faults),
+        init_reaps: true,
+        fails_open: false,
+    }
+}
+
 /// A shell cell's shim killed from outside while the cell has escaped
 /// its session (a setsid daemon) and its marker too (`setsid env -i`):
 /// the daemon ends the cell as a cancel does, and where there is no
@@ -1088,7 +1130,11 @@ pub fn all() -> Vec<Scenario> {
     ]
     .into_iter()
     .chain([shim_killed_escapes(), daemon_shim_killed(), daemon_termed()])
-    .chain([background_log(all_faults.clone()), full_disk(all_faults.clone())])
+    .chain([
+        background_log(all_faults.clone()),
+        full_disk(all_faults.clone()),
+        idle_exit(all_faults.clone()),
+    ])
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
     .chain(client_knobs(all_faults))
     .chain([fail_open()])
