@@ -418,7 +418,9 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, host: &dyn RunSeed) -> Su
                 if shrunk < opts.shrink_first {
                     shrunk += 1;
                     let small = shrink(&failure.schedule, opts.shrink_budget, |s| {
-                        !host.run(scenario, failure.seed, s).violations.is_empty()
+                        !run_guarded(host, scenario, failure.seed, s)
+                            .violations
+                            .is_empty()
                     });
                     failure.shrunk = Some(small);
                 }
@@ -434,13 +436,39 @@ pub fn explore(scenarios: &[Scenario], opts: &Options, host: &dyn RunSeed) -> Su
     summary
 }
 
+/// `host.run`, with a panic of the run (the product's code or the
+/// simulation's) turned into a violation: the exploration goes on, and the
+/// seed is reported, shrunk and replayable like any other failing seed.
+fn run_guarded(
+    host: &dyn RunSeed,
+    scenario: &Scenario,
+    seed: u64,
+    schedule: &FaultSchedule,
+) -> RunReport {
+    let run = std::panic::AssertUnwindSafe(|| host.run(scenario, seed, schedule));
+    match std::panic::catch_unwind(run) {
+        Ok(report) => report,
+        Err(payload) => {
+            let detail = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic with no message".to_owned());
+            RunReport {
+                violations: vec![Violation::Panicked { detail }],
+                ..RunReport::default()
+            }
+        }
+    }
+}
+
 fn run_one(job: &Job<'_>, opts: &Options, host: &dyn RunSeed) -> Done {
     let t = Instant::now();
     let world = job.scenario.world(job.seed);
     let schedule = host.schedule(job.scenario, job.seed, &world);
-    let mut report = host.run(job.scenario, job.seed, &schedule);
+    let mut report = run_guarded(host, job.scenario, job.seed, &schedule);
     if opts.check_determinism {
-        let again = host.run(job.scenario, job.seed, &schedule);
+        let again = run_guarded(host, job.scenario, job.seed, &schedule);
         if let Some(detail) = first_difference(&report.trace, &again.trace) {
             report.violations.push(Violation::Harness {
                 detail: format!("same seed, different trace: {detail}"),
@@ -605,6 +633,35 @@ mod tests {
         assert_eq!(shrunk.len(), 1);
         assert!(first.replay_command().contains("--seed"));
         assert!(summary.table().contains("state"));
+    }
+
+    /// Panics whenever the schedule kills the daemon (as a product bug
+    /// that panics would).
+    struct Panicky;
+
+    impl RunSeed for Panicky {
+        fn run(&self, s: &Scenario, seed: u64, schedule: &FaultSchedule) -> RunReport {
+            let report = Fake.run(s, seed, schedule);
+            assert!(report.violations.is_empty(), "index out of bounds");
+            report
+        }
+    }
+
+    #[test]
+    fn a_run_that_panics_is_a_violation_and_the_exploration_goes_on() {
+        let scenarios = vec![scenario::by_name("state").unwrap()];
+        let opts = Options {
+            seeds: 60,
+            jobs: 2,
+            ..Options::default()
+        };
+        let summary = explore(&scenarios, &opts, &Panicky);
+        assert_eq!(summary.rows[0].seeds, 60, "every seed ran");
+        assert!(summary.rows[0].failing_seeds > 0);
+        let first = &summary.failures[0];
+        assert_eq!(first.violations[0].kind(), "panicked");
+        assert!(first.render().contains("index out of bounds"));
+        assert_eq!(first.shrunk.as_ref().map(FaultSchedule::len), Some(1));
     }
 
     #[test]

@@ -624,6 +624,12 @@ pub enum Violation {
         /// What failed.
         detail: String,
     },
+    /// The run panicked: the product's code (an agent or client state
+    /// machine) or the simulation's.
+    Panicked {
+        /// The panic's message.
+        detail: String,
+    },
     /// A kernel's daemon got SIGTERM and processes of the kernel (shims,
     /// the interpreter, cell processes) outlived its stop, or the stopped
     /// daemon exited leaving a cell of the kernel unresolved.
@@ -807,6 +813,7 @@ impl Violation {
             Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
             Violation::Harness { .. } => "harness",
+            Violation::Panicked { .. } => "panicked",
             Violation::StopSurvivor { .. } => "stop_survivor",
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
             Violation::EvictedUnderCap { .. } => "evicted_under_cap",
@@ -911,6 +918,7 @@ impl fmt::Display for Violation {
             }
             Violation::Expectation { detail } => write!(f, "expectation failed: {detail}"),
             Violation::Harness { detail } => write!(f, "harness: {detail}"),
+            Violation::Panicked { detail } => write!(f, "the run panicked: {detail}"),
             Violation::StopSurvivor { detail } => {
                 write!(f, "a stopped kernel left processes running or a cell open: {detail}")
             }

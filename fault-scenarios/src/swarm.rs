@@ -91,6 +91,12 @@ pub struct World {
     /// leaves the file as it was.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub torn_writes: bool,
+    /// The client's cells come with CRLF line ends (typed at a terminal, or
+    /// sent by a frontend that writes them): the agent must take them as
+    /// LF. The simulation's cell code is JSON, so the CRs are whitespace
+    /// to it, and only the agent's handling of them is judged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crlf: bool,
 }
 
 /// What keeps a kernel from starting on a sandbox: each is answered as
@@ -191,6 +197,7 @@ impl World {
             channel: false,
             preempt_permille: 0,
             torn_writes: false,
+            crlf: false,
         }
     }
 
@@ -286,6 +293,8 @@ impl World {
                 .iter()
                 .any(|f| matches!(f.kind, FaultKind::DiskFull { .. }));
         let torn_writes = disk_fills && rng.random_bool(0.5);
+        // Last of all, for the same reason.
+        let crlf = rng.random_bool(0.25);
         World {
             cgroups,
             bash,
@@ -309,6 +318,7 @@ impl World {
             channel,
             preempt_permille,
             torn_writes,
+            crlf,
         }
     }
 

@@ -285,7 +285,23 @@ impl Host for ClientCtx {
     }
 
     fn code(&self, cell: &CellSpec) -> Bytes {
-        Bytes(cell.full_workload().encode())
+        let code = cell.full_workload().encode();
+        if !self.world.crlf {
+            return Bytes(code);
+        }
+        // One JSON token a line, each line ended by CRLF: whitespace to
+        // the decoder, a CRLF text to the agent.
+        let pretty = serde_json::from_slice::<serde_json::Value>(&code)
+            .and_then(|v| serde_json::to_vec_pretty(&v))
+            .unwrap_or(code);
+        let mut crlf = Vec::with_capacity(pretty.len() * 11 / 10);
+        for b in pretty {
+            if b == b'\n' {
+                crlf.push(b'\r');
+            }
+            crlf.push(b);
+        }
+        Bytes(crlf)
     }
 
     fn note(&self, what: &str) {
