@@ -104,6 +104,8 @@ live! {
     local_shim_killed_escapes: "shim_killed_escapes" on "local";
     local_daemon_termed: "daemon_termed" on "local";
     local_daemon_shim_killed: "daemon_shim_killed" on "local";
+    local_full_disk: "full_disk" on "local";
+    local_idle_exit: "idle_exit" on "local";
     docker_happy: "happy" on "docker";
     docker_reply_lost: "reply_lost" on "docker";
     docker_cancel_escapes: "cancel_escapes" on "docker";
