@@ -240,6 +240,10 @@ pub struct Observations {
     /// [`escalation`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub early_kills: Vec<String>,
+    /// The kernels whose daemon got SIGTERM from outside, where the host
+    /// knows (`None`: not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub termed_kernels: Option<Vec<String>>,
     /// Shims a kernel daemon started after it caught SIGTERM.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub started_after_term: Vec<String>,
@@ -1111,6 +1115,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
             });
         }
     }
+    check_stops(obs, &mut v);
     check_namespace(obs, &mut v);
     check_shell_state(obs, &mut v);
     check_tools(&obs.tools, &mut v);
@@ -1198,6 +1203,29 @@ fn kernel_of(cell: &CellObs) -> Option<&str> {
         .as_deref()
         .and_then(|k| k.rsplit_once('#'))
         .map(|(k, _)| k)
+}
+
+/// A cell resolved as its kernel's stop (its daemon got SIGTERM) only if
+/// that daemon got one: a daemon that takes its idle exit for a stop
+/// fails its cells with a SIGTERM nobody sent.
+fn check_stops(obs: &Observations, v: &mut Vec<Violation>) {
+    let Some(termed) = &obs.termed_kernels else {
+        return;
+    };
+    for cell in &obs.cells {
+        let stop =
+            matches!(&cell.outcome, Some(CellOutcome::Error { message }) if *message == STOPPED);
+        let kernel = kernel_of(cell);
+        if stop && kernel.is_some_and(|k| !termed.iter().any(|t| t == k)) {
+            v.push(Violation::BadResolution {
+                cell: cell.label.clone(),
+                detail: format!(
+                    "resolved as its kernel's stop by SIGTERM, but no SIGTERM reached kernel {}'s daemon",
+                    kernel.unwrap_or_default()
+                ),
+            });
+        }
+    }
 }
 
 /// Was `cell`'s kernel evicted by the client's reaper before `end` (ms)?
@@ -2132,6 +2160,28 @@ mod tests {
         );
         o.state_lost_reports = vec![8_600];
         assert!(kinds(&check(&o)).contains(&"unreported_loss"));
+    }
+
+    #[test]
+    fn a_stop_error_needs_a_sigterm_to_the_cells_daemon() {
+        let mut o = good();
+        o.cells[0].outcome = Some(CellOutcome::Error {
+            message: STOPPED.into(),
+        });
+        // A host that does not know which daemons got one: not judged.
+        assert!(!kinds(&check(&o)).contains(&"bad_resolution"));
+        o.termed_kernels = Some(vec!["k".into()]);
+        assert!(
+            !kinds(&check(&o)).contains(&"bad_resolution"),
+            "{:?}",
+            check(&o)
+        );
+        // Another kernel's daemon got it, or none did: the idle exit taken
+        // for a stop.
+        o.termed_kernels = Some(vec!["other".into()]);
+        assert!(kinds(&check(&o)).contains(&"bad_resolution"));
+        o.termed_kernels = Some(Vec::new());
+        assert!(kinds(&check(&o)).contains(&"bad_resolution"));
     }
 
     #[test]

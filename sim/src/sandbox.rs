@@ -169,6 +169,8 @@ pub struct Sandbox {
     frozen_until_ms: Option<u64>,
     /// What a stopped kernel left running after its stop was over.
     pub term_survivors: Vec<String>,
+    /// The kernels whose daemon got SIGTERM from outside (a fault).
+    pub termed_kernels: std::collections::BTreeSet<String>,
     /// What happened on channels (streams opened, ops carried, channel
     /// faults that hit one).
     pub channel_counts: ChannelCounts,
@@ -246,6 +248,7 @@ impl Sandbox {
             term_checks: Vec::new(),
             frozen_until_ms: None,
             term_survivors: Vec::new(),
+            termed_kernels: std::collections::BTreeSet::new(),
             background_lossy: BTreeMap::new(),
             logs_reads: BTreeMap::new(),
             escalation: escalation::EscalationTruth::default(),

@@ -723,6 +723,7 @@ fn observe(
             .chain(observe::stranded_losses(log, &sandbox.stranded))
             .collect(),
         stop_survivors: sandbox.term_survivors.clone(),
+        termed_kernels: Some(sandbox.termed_kernels.iter().cloned().collect()),
         early_kills: sandbox.early_kills(),
         started_after_term: sandbox.started_after_term(),
         journal_gaps: sandbox.journal_gaps.clone(),

@@ -118,6 +118,7 @@ impl Sandbox {
             });
             self.os.term_from_outside(*pid);
             let kernel = super::kernel_name(kernel_dir);
+            self.termed_kernels.insert(kernel.clone());
             self.note_lossy(Some(&kernel), format!("its daemon {pid} got SIGTERM"));
         }
         self.flush_events();
