@@ -214,7 +214,15 @@ pub struct Driver {
     stats: DriverStats,
     tools: Option<ToolHandler>,
     tool_tasks: JoinSet<ToolResult>,
+    /// Timer wakes in a row after which a timer was still due (see
+    /// [`Driver::check_timers`]).
+    still_due: u32,
 }
+
+/// Wakes in a row that leave a timer due before the driver calls the state
+/// machine stuck: a correct one has popped every due timer when
+/// `handle_timeout` returns.
+const STILL_DUE_LIMIT: u32 = 1_000;
 
 impl Driver {
     /// A driver for `client`, reaching the sandbox through `transport`,
@@ -242,6 +250,7 @@ impl Driver {
             stats: DriverStats::default(),
             tools: None,
             tool_tasks: JoinSet::new(),
+            still_due: 0,
         }
     }
 
@@ -604,7 +613,31 @@ impl Driver {
             () = sleep_until_opt(wake) => {
                 let now = self.now();
                 self.client.handle_timeout(now);
+                self.check_timers(now, waiting_for)?;
             }
+        }
+        Ok(())
+    }
+
+    /// After `handle_timeout(now)` no timer may still be due at `now`: one
+    /// that is would wake the driver again at once, for ever, without
+    /// time passing (a state machine that re-arms a timer in the past, or
+    /// never pops one). Rather than spin on a core, the driver stops with
+    /// [`DriverError::Stalled`] once that happened [`STILL_DUE_LIMIT`]
+    /// times in a row.
+    fn check_timers(&mut self, now: Timestamp, waiting_for: &str) -> Result<(), DriverError> {
+        if self.client.poll_timeout().is_some_and(|t| t <= now) {
+            self.still_due += 1;
+        } else {
+            self.still_due = 0;
+        }
+        if self.still_due >= STILL_DUE_LIMIT {
+            return Err(DriverError::Stalled {
+                waiting_for: format!(
+                    "{waiting_for} (its timers stayed due after {STILL_DUE_LIMIT} wakes in a row at {} ms: they spin)",
+                    now.0
+                ),
+            });
         }
         Ok(())
     }

@@ -40,6 +40,9 @@ pub enum Mutation {
     /// A probe takes a daemon of another boot for one that merely died:
     /// the client never hears that the sandbox was replaced.
     RebootTakenForDeath,
+    /// The client's reaper does nothing when its timer fires, which stays
+    /// due: the driver wakes again at once, for ever, without time passing.
+    ReaperSpins,
 }
 
 thread_local! {

@@ -251,7 +251,7 @@ fn emit_json(value: &impl Serialize) -> Result<(), String> {
 
 /// The broken variants (they exist only in builds with `--features
 /// mutations`).
-const MUTATION_VARIANTS: [&str; 9] = [
+const MUTATION_VARIANTS: [&str; 10] = [
     "cancel-pgid-only",
     "resubmit-new-id",
     "transport-error-is-death",
@@ -261,6 +261,7 @@ const MUTATION_VARIANTS: [&str; 9] = [
     "kill-before-grace",
     "daemon-ignores-term",
     "note-kept-state-lost",
+    "reaper-spins",
 ];
 
 /// The variants this build runs.

@@ -78,6 +78,9 @@ pub enum Variant {
     /// A probe takes a daemon of another boot for a dead one.
     #[cfg(feature = "mutations")]
     RebootTakenForDeath,
+    /// The client's reaper does nothing, its timer stays due: it spins.
+    #[cfg(feature = "mutations")]
+    ReaperSpins,
 }
 
 impl Variant {
@@ -105,12 +108,14 @@ impl Variant {
             "note-kept-state-lost" => Ok(Variant::NoteKeptStateLost),
             #[cfg(feature = "mutations")]
             "reboot-taken-for-death" => Ok(Variant::RebootTakenForDeath),
+            #[cfg(feature = "mutations")]
+            "reaper-spins" => Ok(Variant::ReaperSpins),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
                  daemon-exits-at-term, fallback-when-off, plain-exec-resent, \
                  kill-before-grace, daemon-ignores-term, note-kept-state-lost, \
-                 reboot-taken-for-death"
+                 reboot-taken-for-death, reaper-spins"
             )),
         }
     }
@@ -139,6 +144,8 @@ impl Variant {
             Variant::NoteKeptStateLost => "note-kept-state-lost",
             #[cfg(feature = "mutations")]
             Variant::RebootTakenForDeath => "reboot-taken-for-death",
+            #[cfg(feature = "mutations")]
+            Variant::ReaperSpins => "reaper-spins",
         }
     }
 
@@ -157,6 +164,7 @@ impl Variant {
             Variant::DaemonIgnoresTerm => Some(Mutation::DaemonIgnoresTerm),
             Variant::NoteKeptStateLost => Some(Mutation::NoteKeptStateLost),
             Variant::RebootTakenForDeath => Some(Mutation::RebootTakenForDeath),
+            Variant::ReaperSpins => Some(Mutation::ReaperSpins),
         }
     }
 }

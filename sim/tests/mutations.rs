@@ -36,6 +36,14 @@ fn caught(variant: &str, scenarios: &[&str]) {
     eprintln!("{variant:?} caught:\n{}", failure.render());
 }
 
+/// Caught fast, not by the run's end: the driver stops a client whose
+/// timers stay due after it handled them (`Driver::check_timers`), and
+/// the run reports the driver's error.
+#[test]
+fn a_client_whose_timer_spins_is_caught() {
+    caught("reaper-spins", &["reaper"]);
+}
+
 #[test]
 fn cancel_that_only_signals_the_process_group_is_caught() {
     caught("cancel-pgid-only", &["cancel_escapes"]);

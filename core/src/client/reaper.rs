@@ -51,6 +51,10 @@ impl Client {
 
     /// The reap timer fired.
     pub(crate) fn reap(&mut self) {
+        #[cfg(feature = "mutations")]
+        if crate::mutation::active(crate::mutation::Mutation::ReaperSpins) {
+            return;
+        }
         let idle = self.config.kernel_idle_timeout;
         let now = self.now;
         for (used, name) in self.reapable() {
