@@ -504,10 +504,7 @@ fn run(command: Command) -> Result<u8, String> {
                 eprint!("{}", f.render());
             }
             for path in corpus.iter().flat_map(|c| &c.stale) {
-                eprintln!(
-                    "tether-sim: WARNING {path}: its scenario changed since it was saved; \
-                     its replay may no longer reach the race"
-                );
+                warn_stale(path);
             }
             let summary = explore::explore(&scenarios, &opts, &world::Sim(variant));
             for f in &summary.failures {
@@ -619,13 +616,17 @@ fn run(command: Command) -> Result<u8, String> {
 fn warn_if_stale(path: &str, race: &Race, s: &Scenario) -> bool {
     let stale = race.stale(s);
     if stale {
-        eprintln!(
-            "tether-sim: WARNING {path}: scenario {} changed since this race was saved; \
-             its replay may no longer reach the race (save it again from a replay that does)",
-            s.name
-        );
+        warn_stale(path);
     }
     stale
+}
+
+/// The warning for a race file whose scenario changed since it was saved.
+fn warn_stale(path: &str) {
+    eprintln!(
+        "tether-sim: WARNING {path}: its scenario changed since this race was saved; \
+         its replay may no longer reach the race (save it again from a replay that does)"
+    );
 }
 
 #[cfg(test)]
