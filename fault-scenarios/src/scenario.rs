@@ -445,20 +445,13 @@ fn background_log(all_faults: Vec<Family>) -> Scenario {
     }
 }
 
-/// A cell that prints a line, spins, prints the next, `lines` times: a
-/// journal append every `gap_ms`. It spins rather than runs `sleep`: a
-/// cell that forks after its daemon was killed forks after the client
-/// wrote it off (the open race
-/// `lost-cell-of-a-killed-daemon-forks-until-the-next-daemon-adopts-it`),
-/// which is not what this scenario is about.
+/// A cell that prints a line, sleeps, prints the next, `lines` times: a
+/// journal append every `gap_ms`, a fork between two (a cell written off
+/// with its daemon must fork no more: the op that proves the daemon gone
+/// ends it, `orphans`).
 fn drip(tag: &str, lines: u32, gap_ms: u64) -> Vec<Step> {
     (1..=lines)
-        .flat_map(|i| {
-            [
-                print(&format!("{tag}{i}\n")),
-                Step::BusyLoop { ms: Some(gap_ms) },
-            ]
-        })
+        .flat_map(|i| [print(&format!("{tag}{i}\n")), Step::Sleep { ms: gap_ms }])
         .collect()
 }
 
@@ -589,7 +582,7 @@ fn shim_killed_escapes() -> Scenario {
 fn daemon_shim_killed() -> Scenario {
     Scenario {
         name: "daemon_shim_killed",
-        about: "the kernel daemon, then the shim of a cell that ignores TERM and left a setsid daemon, are killed: the next daemon adopts the cell, ends its processes (KILL only after the grace) and runs the next cell",
+        about: "the kernel daemon, then the shim of a cell that ignores TERM and left a setsid daemon, are killed: the op that proves the daemon gone ends the cell's processes before the cell is written off (a next daemon adopting one still alive ends it, KILL only after the grace), and the next cell runs on a fresh daemon",
         script: vec![
             Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
             // No expectation: a long-poll may outlast the cell (ok), a

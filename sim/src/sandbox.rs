@@ -131,6 +131,10 @@ pub struct Sandbox {
     pub untraceable: BTreeSet<Pid>,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
+    /// Agent processes (an op's exec, a channel) by the kernels a probe or
+    /// a submit they ran was about: such an op ends what a gone daemon's
+    /// cells still run (`tether_core::agent::orphans`).
+    provers: BTreeMap<Pid, BTreeSet<String>>,
     /// Deaths the agent caused itself while its kernel had work: a daemon
     /// that went idle with a cell it took unfinished.
     pub self_inflicted: Vec<String>,
@@ -238,6 +242,7 @@ impl Sandbox {
             clock_offset: 0,
             self_exits: Vec::new(),
             exiting_daemons: BTreeSet::new(),
+            provers: BTreeMap::new(),
             untraceable: BTreeSet::new(),
             self_inflicted: Vec::new(),
             stranded: Vec::new(),
@@ -695,6 +700,7 @@ impl Sandbox {
                             && !self.cancelled_by_its_kernel(*from, c)
                             && !self.ended_for_its_killed_shim(*from, c)
                             && !self.swept_by_a_successor(*from, c)
+                            && !self.ended_as_its_daemons_orphan(*from, c)
                         {
                             self.signalled_cells.insert(c.clone());
                         }
@@ -766,6 +772,38 @@ impl Sandbox {
                 .get(cell)
                 .and_then(|at| at.first())
                 .is_some_and(|&first| first < d.started_ms)
+    }
+
+    /// `from` is an agent process that ran a probe or a submit of the
+    /// kernel of `cell` while no daemon of that kernel runs: the op that
+    /// proves a daemon gone ends what its cells still run, the client
+    /// being told the state is lost. With a daemon of the kernel alive the
+    /// cells are that daemon's to decide about, and an op of another
+    /// kernel has no business with them.
+    fn ended_as_its_daemons_orphan(&self, from: Pid, cell: &(String, u64)) -> bool {
+        self.roles.get(&from).is_some_and(|r| r.starts_with("exec"))
+            && self.provers.get(&from).is_some_and(|k| k.contains(&cell.0))
+            && !self
+                .daemons
+                .values()
+                .any(|d| kernel_name(&d.kernel_dir) == cell.0)
+    }
+
+    /// Agent process `pid` runs an op of kind `op` about `kernel` (a new
+    /// exec starts afresh: its pid may be an earlier one's).
+    pub(crate) fn note_op(
+        &mut self,
+        pid: Pid,
+        op: Option<OpKind>,
+        kernel: Option<String>,
+        fresh: bool,
+    ) {
+        if fresh {
+            self.provers.remove(&pid);
+        }
+        if let (Some(OpKind::Probe | OpKind::Submit), Some(k)) = (op, kernel) {
+            self.provers.entry(pid).or_default().insert(k);
+        }
     }
 
     /// A shutdown of `kernel` was seen.
@@ -1225,12 +1263,12 @@ async fn handle(
         s.advance(now_ms());
         s.note_logs_read(&kernel);
     }
+    let op_kernel = serde_json::from_slice::<Envelope>(&stdin)
+        .ok()
+        .and_then(|e| e.op.kernel().map(|k| k.as_str().to_owned()));
     if op == Some(OpKind::Shutdown) {
-        let kernel = serde_json::from_slice::<Envelope>(&stdin)
-            .ok()
-            .and_then(|e| e.op.kernel().map(|k| k.as_str().to_owned()))
-            .unwrap_or_default();
-        sb.borrow_mut().shutdown_seen(kernel);
+        sb.borrow_mut()
+            .shutdown_seen(op_kernel.clone().unwrap_or_default());
     }
     let root = root_arg(&argv);
     let (pid, boot) = {
@@ -1266,6 +1304,7 @@ async fn handle(
             }
         };
         s.flush_events();
+        s.note_op(pid, op, op_kernel, true);
         (pid, s.os.current_boot_id().to_owned())
     };
     trace.log("sandbox", format!("exec {kind} as pid {pid}"));

@@ -53,6 +53,7 @@ use super::journal::{self, read_journal, JournalWriter, DEFAULT_CAP};
 use super::kernel::{self, read_json, to_json, KernelConfig, LaunchRecord, DEFAULT_GRACE_MS};
 use super::layout::KernelLayout;
 use super::op::{cell_seqs, kernel_processes, leftovers_dir};
+use super::orphans;
 use super::os::{CellLaunch, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
 use super::python;
@@ -361,7 +362,7 @@ impl Daemon {
     /// runs is adopted and cancelled (its kernel's state is gone), any other
     /// is finalized. Cells submitted but never taken are run.
     fn adopt_existing(&mut self, os: &mut dyn Os) {
-        self.kill_orphaned_interpreter(os);
+        orphans::kill_orphaned_interpreter(os, &self.kernel);
         for seq in cell_seqs(os, &self.kernel) {
             let cell = self.kernel.cell(seq);
             if !super::op::taken(os, &cell) {
@@ -429,33 +430,6 @@ impl Daemon {
             });
             self.cells.insert(seq, t);
         }
-    }
-
-    /// The Python interpreter shim an earlier daemon of this kernel started
-    /// (recorded in `py/launch.json`), with its interpreter and whatever
-    /// they still hold, is killed: its namespace went with that daemon (the
-    /// client was told the state is lost), and left alive it would take the
-    /// next cell handed through `py/run` as well — a second run, in the old
-    /// namespace.
-    fn kill_orphaned_interpreter(&mut self, os: &mut dyn Os) {
-        let path = python::launch_file(&self.kernel);
-        let Ok(Some(l)) = read_json::<LaunchRecord>(os, &path) else {
-            return;
-        };
-        let table = Table::snapshot(os);
-        let protected = procs::protected(&table, os.self_pid());
-        let live = l.of_this_boot(os)
-            && table
-                .get(l.shim_pid)
-                .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
-        if live && !protected.contains(&l.shim_pid) {
-            let mut set = table.descendants(l.shim_pid);
-            set.insert(l.shim_pid);
-            set.retain(|p| !protected.contains(p));
-            procs::stop_and_kill(os, &set);
-        }
-        let _ = os.remove_all(&path);
-        let _ = os.remove_all(&python::run_file(&self.kernel));
     }
 
     /// The still-running shim of a cell an earlier daemon started: from

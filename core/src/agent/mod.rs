@@ -9,6 +9,7 @@
 //! - [`procs`]: which processes belong to a cell, which are protected;
 //! - [`op`]: one op command ([`OpRun`]);
 //! - [`daemon`]: the kernel daemon ([`Daemon`]);
+//! - [`orphans`]: what a gone daemon left running, ended;
 //! - [`shell`]: the script a shell cell runs;
 //! - [`shim`]: the cell shim: its machines (shell cell, Python
 //!   interpreter), journal and outcome decisions;
@@ -24,6 +25,7 @@ pub mod kernel;
 pub mod layout;
 pub mod no_tty;
 pub mod op;
+pub mod orphans;
 pub mod os;
 pub mod procs;
 pub mod python;

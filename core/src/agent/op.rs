@@ -11,6 +11,7 @@ use super::background;
 use super::journal::{self, read_journal};
 use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord};
 use super::layout::{CellLayout, KernelLayout, Layout};
+use super::orphans;
 use super::os::{Os, OsError, Pid};
 use super::procs::{self, marker_value, CellScope, Table};
 use super::tombstone::{self, CancelReason};
@@ -270,6 +271,7 @@ impl OpRun {
                         if !matches!(status, ProbeStatus::Alive { .. })
                             && files_kept(os, &k, e) =>
                     {
+                        orphans::end_orphaned_cells(os, &k);
                         sent.iter()
                             .filter(|c| !recorded(os, &k, c))
                             .map(|c| c.seq)
@@ -324,8 +326,13 @@ impl OpRun {
                     let k = self.layout.kernel(&kernel);
                     let status = probe(os, &k, Some(expect));
                     if !matches!(status, ProbeStatus::Alive { .. }) {
+                        let files_kept = files_kept(os, &k, expect);
+                        if files_kept {
+                            orphans::end_orphaned_cells(os, &k);
+                        }
                         return self.reply(Reply::IdentityMismatch {
                             status,
+                            files_kept,
                             recorded: recorded(
                                 os,
                                 &k,
@@ -334,7 +341,6 @@ impl OpRun {
                                     request_id: submission.request_id.clone(),
                                 },
                             ),
-                            files_kept: files_kept(os, &k, expect),
                         });
                     }
                 }
@@ -1096,42 +1102,16 @@ pub fn kernel_processes(
             );
         }
     }
-    let nonce = read_json::<KernelConfig>(os, &k.config())
-        .ok()
-        .flatten()
-        .map(|c| c.nonce);
+    let nonce = kernel_nonce(os, k);
     for seq in cell_seqs(os, k) {
-        let cell = k.cell(seq);
-        let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
-        let pgid = read_journal(os, &cell.journal())
-            .ok()
-            .and_then(|r| journal::started(&r))
-            .and_then(|started| cells_group(table, started, launch.as_ref()));
-        let shim = launch.filter(|l| {
-            l.of_this_boot(os)
-                && table
-                    .get(l.shim_pid)
-                    .is_some_and(|p| p.starttime == l.shim_starttime)
-        });
-        let scope = CellScope {
-            shim: None,
-            pgid,
-            marker: nonce
-                .as_deref()
-                .map(|n| marker_value(n, seq))
-                .unwrap_or_default(),
-            other_markers: Vec::new(),
-            extra: shim.map(|l| vec![l.shim_pid]).unwrap_or_default(),
-            cgroup: procs::read_cgroup(os, &cell),
-        };
-        if scope.marker.is_empty()
-            && scope.pgid.is_none()
-            && scope.extra.is_empty()
-            && scope.cgroup.is_none()
-        {
-            continue;
-        }
-        set.extend(procs::cell_processes(os, table, &scope, protected));
+        set.extend(recorded_cell_processes(
+            os,
+            table,
+            k,
+            nonce.as_deref(),
+            seq,
+            protected,
+        ));
     }
     // Shims of acknowledged cells that still hold leftovers.
     let dir = leftovers_dir(k);
@@ -1174,6 +1154,65 @@ pub fn kernel_processes(
             );
         }
     }
+    with_sessions(table, &mut set, protected);
+    // A zombie is dead already; its parent reaps it, or never does (a PID 1
+    // that does not reap, as in many containers): waiting for it to go
+    // would stall every shutdown to its bound.
+    set.retain(|p| table.get(*p).is_some_and(|i| !i.zombie));
+    set
+}
+
+/// The nonce of the kernel's config (its cells' markers name it).
+pub(crate) fn kernel_nonce(os: &dyn Os, k: &KernelLayout) -> Option<String> {
+    read_json::<KernelConfig>(os, &k.config())
+        .ok()
+        .flatten()
+        .map(|c| c.nonce)
+}
+
+/// Every live process of cell `seq` its files name: its launched shim
+/// (of this boot) and what descends from it, its journal's process group
+/// while it is still the cell's, its marker, its cgroup.
+pub(crate) fn recorded_cell_processes(
+    os: &dyn Os,
+    table: &Table,
+    k: &KernelLayout,
+    nonce: Option<&str>,
+    seq: CellSeq,
+    protected: &BTreeSet<Pid>,
+) -> BTreeSet<Pid> {
+    let cell = k.cell(seq);
+    let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
+    let pgid = read_journal(os, &cell.journal())
+        .ok()
+        .and_then(|r| journal::started(&r))
+        .and_then(|started| cells_group(table, started, launch.as_ref()));
+    let shim = launch.filter(|l| {
+        l.of_this_boot(os)
+            && table
+                .get(l.shim_pid)
+                .is_some_and(|p| p.starttime == l.shim_starttime)
+    });
+    let scope = CellScope {
+        shim: None,
+        pgid,
+        marker: nonce.map(|n| marker_value(n, seq)).unwrap_or_default(),
+        other_markers: Vec::new(),
+        extra: shim.map(|l| vec![l.shim_pid]).unwrap_or_default(),
+        cgroup: procs::read_cgroup(os, &cell),
+    };
+    if scope.marker.is_empty()
+        && scope.pgid.is_none()
+        && scope.extra.is_empty()
+        && scope.cgroup.is_none()
+    {
+        return BTreeSet::new();
+    }
+    procs::cell_processes(os, table, &scope, protected)
+}
+
+/// Adds to `set` everything in a session one of its processes is in.
+pub(crate) fn with_sessions(table: &Table, set: &mut BTreeSet<Pid>, protected: &BTreeSet<Pid>) {
     // Everything in a session one of them is in: a kernel's sessions are
     // its own (its daemon's, each shell cell's, its interpreter's: each
     // made by setsid), and a process that dropped the marker keeps its
@@ -1192,11 +1231,6 @@ pub fn kernel_processes(
             .filter(|p| sessions.contains(&p.sid) && !protected.contains(&p.pid))
             .map(|p| p.pid),
     );
-    // A zombie is dead already; its parent reaps it, or never does (a PID 1
-    // that does not reap, as in many containers): waiting for it to go
-    // would stall every shutdown to its bound.
-    set.retain(|p| table.get(*p).is_some_and(|i| !i.zombie));
-    set
 }
 
 /// Removes the cgroups of the kernel's cells and of its kept leftovers

@@ -760,6 +760,14 @@ fn a_fresh_daemon_ends_what_a_cell_of_its_dead_predecessor_still_runs() {
             vec![63]
         };
         assert_eq!(termed, expect, "{:?}", os.signals);
+        // A tick within the grace (100 ms) sends no KILL.
+        os.now = 60;
+        let _ = d.tick(&mut os);
+        assert!(
+            os.signals.iter().all(|s| s.1 == Signal::Term),
+            "KILL only after the grace: {:?}",
+            os.signals
+        );
         assert!(!has_done(&os, &cell.journal()));
         os.now = 160;
         let _ = d.tick(&mut os);
@@ -2358,4 +2366,78 @@ fn a_probe_of_a_dead_daemon_says_which_sent_cells_it_never_recorded() {
     os.files.remove(&k.config());
     let (_, never) = probe(&mut os);
     assert!(never.is_empty(), "{never:?}");
+}
+
+/// A daemon killed under a running cell leaves the cell's shim and
+/// processes running. The op that proves the daemon gone (a probe, or a
+/// submit that expected it) ends them before it answers, so a cell its
+/// client writes off as lost does not run on until a next daemon adopts
+/// it (full_disk seed 209: it forked after its resolution). A bystander,
+/// and everything while a daemon of the kernel runs, are left alone.
+#[test]
+fn the_op_that_proves_a_daemon_gone_ends_what_its_cells_still_run() {
+    for via_submit in [false, true] {
+        let mut os = FakeOs::new();
+        let dir = kernel_with_submission(&mut os, false);
+        let k = KernelLayout::new(&dir);
+        let cell = k.cell(CellSeq(1));
+        // The daemon is pid 10 here: it starts shim 60.
+        let _ = Daemon::new(&dir, "n1").tick(&mut os);
+        started_main(&mut os, &cell);
+        os.add(proc_(62, 61, 61));
+        os.add(proc_(63, 1, 63));
+        os.env.insert(63, vec![(MARKER_NAME.into(), "n1:1".into())]);
+        os.add(proc_(90, 1, 90));
+        let daemon = Identity {
+            boot_id: "boot-1".into(),
+            pid: 10,
+            starttime: 110,
+            nonce: "n1".into(),
+        };
+        os.files.insert(k.identity(), to_json(&daemon));
+        os.args.insert(10, vec!["serve".into(), "n1".into()]);
+        // The op runs as pid 11.
+        os.add(proc_(11, 1, 11));
+        os.me = 11;
+        let proving_op = |os: &mut FakeOs| {
+            let kernel = KernelName::new("k").unwrap();
+            let request = if via_submit {
+                let crate::protocol::Op::Submit { submission, .. } = submit_op(2, "r2") else {
+                    unreachable!()
+                };
+                crate::protocol::Op::Submit {
+                    kernel,
+                    submission,
+                    wait_ms: 0,
+                    ack: Vec::new(),
+                    expect: Some(daemon.clone()),
+                }
+            } else {
+                crate::protocol::Op::Probe {
+                    kernel,
+                    expect: Some(daemon.clone()),
+                    sent: Vec::new(),
+                }
+            };
+            op(os, request)
+        };
+        let _ = proving_op(&mut os);
+        assert!(os.signals.is_empty(), "its daemon runs: {:?}", os.signals);
+        os.procs.remove(&10);
+        let reply = proving_op(&mut os);
+        assert!(
+            matches!(
+                reply.reply,
+                Some(
+                    crate::protocol::Reply::Probed { .. }
+                        | crate::protocol::Reply::IdentityMismatch { .. }
+                )
+            ),
+            "{reply:?}"
+        );
+        let mut ended: Vec<Pid> = os.procs.keys().copied().collect();
+        ended.retain(|p| ![1, 11, 90].contains(p));
+        assert!(ended.is_empty(), "left running: {ended:?}");
+        assert!(os.procs.contains_key(&90), "a bystander");
+    }
 }

@@ -112,6 +112,7 @@ async fn serve(
             return;
         };
         s.flush_events();
+        s.note_op(pid, None, None, true);
         let now = s.os.now();
         (
             pid,
@@ -192,6 +193,8 @@ async fn serve(
                 match out {
                     ServerOutput::Accepted { frame, op, kernel } => {
                         count(&sb, "ops");
+                        let op_kernel = kernel.as_ref().map(|k| k.as_str().to_owned());
+                        sb.borrow_mut().note_op(pid, op, op_kernel, false);
                         if op == Some(OpKind::Shutdown) {
                             let kernel = kernel.map(|k| k.as_str().to_owned()).unwrap_or_default();
                             sb.borrow_mut().shutdown_seen(kernel);

@@ -1,0 +1,79 @@
+//! What a gone daemon left running. Its cells' shims and processes, and a
+//! Python kernel's interpreter, outlive it: the client is told the state
+//! is lost and the cells in flight failed, so none of them may run on.
+//! The op that proves the daemon gone (a probe, or a submit that expected
+//! it) ends them before it answers; the next daemon's adoption ends what
+//! is left (a cell whose shim it finds alive is cancelled, the
+//! interpreter killed).
+
+use super::journal;
+use super::kernel::{self, read_json, LaunchRecord};
+use super::layout::KernelLayout;
+use super::op::{cell_seqs, kernel_nonce, recorded_cell_processes, taken, with_sessions};
+use super::os::{Os, Pid};
+use super::procs::{self, Table};
+use super::python;
+use std::collections::BTreeSet;
+
+/// Ends every process of the kernel's unfinished cells, and its Python
+/// interpreter, when no daemon of the kernel runs: without this a cell
+/// written off as lost ran on until a next daemon adopted it, and forked
+/// after its resolution when the respawn was delayed (full_disk seed 209:
+/// a full disk refused the new daemon's config).
+pub fn end_orphaned_cells(os: &mut dyn Os, k: &KernelLayout) {
+    if kernel::live_daemon(os, k).is_some() {
+        // Its adoption decides about them.
+        return;
+    }
+    kill_orphaned_interpreter(os, k);
+    let table = Table::snapshot(os);
+    let protected = procs::protected(&table, os.self_pid());
+    let nonce = kernel_nonce(os, k);
+    let mut set = BTreeSet::new();
+    for seq in cell_seqs(os, k) {
+        let cell = k.cell(seq);
+        if !taken(os, &cell) || os.exists(&journal::done_flag(&cell.journal())) {
+            continue;
+        }
+        set.extend(recorded_cell_processes(
+            os,
+            &table,
+            k,
+            nonce.as_deref(),
+            seq,
+            &protected,
+        ));
+    }
+    with_sessions(&table, &mut set, &protected);
+    set.retain(|p| table.get(*p).is_some_and(|i| !i.zombie));
+    if !set.is_empty() {
+        procs::stop_and_kill(os, &set);
+    }
+}
+
+/// The Python interpreter shim an earlier daemon of this kernel started
+/// (recorded in `py/launch.json`), with its interpreter and whatever they
+/// still hold, is killed: its namespace went with that daemon (the client
+/// was told the state is lost), and left alive it would take the next
+/// cell handed through `py/run` as well — a second run, in the old
+/// namespace.
+pub fn kill_orphaned_interpreter(os: &mut dyn Os, k: &KernelLayout) {
+    let path = python::launch_file(k);
+    let Ok(Some(l)) = read_json::<LaunchRecord>(os, &path) else {
+        return;
+    };
+    let table = Table::snapshot(os);
+    let protected = procs::protected(&table, os.self_pid());
+    let live = l.of_this_boot(os)
+        && table
+            .get(l.shim_pid)
+            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
+    if live && !protected.contains(&l.shim_pid) {
+        let mut set: BTreeSet<Pid> = table.descendants(l.shim_pid);
+        set.insert(l.shim_pid);
+        set.retain(|p| !protected.contains(p));
+        procs::stop_and_kill(os, &set);
+    }
+    let _ = os.remove_all(&path);
+    let _ = os.remove_all(&python::run_file(k));
+}
