@@ -375,15 +375,19 @@ fn a_respawned_kernel_starts_fresh_and_stops_the_dead_ones_cell() {
     assert!(eventually(Duration::from_secs(10), || r
         .probe("k", Some(&id))["status"]
         == "dead"));
-    let w = r.try_op(json!({"wait": {"kernel": "k", "seq": 2, "cursor": 0, "wait_ms": 10}}));
-    assert_eq!(w["error"]["kind"], "kernel_dead", "{w}");
-    r.spawn("k");
-    // the dead kernel's running cell is stopped and resolved
-    let e = r.wait_done("k", 2);
-    assert_eq!(outcome(&e), json!({"outcome": "cancelled"}));
+    // The probe that proved the daemon dead ended its running cell.
     assert!(eventually(Duration::from_secs(10), || !alive(
         pids_in(&pids)[0]
     )));
+    let w = r.try_op(json!({"wait": {"kernel": "k", "seq": 2, "cursor": 0, "wait_ms": 10}}));
+    assert_eq!(w["error"]["kind"], "kernel_dead", "{w}");
+    r.spawn("k");
+    // The new daemon resolves the dead one's cell.
+    let e = r.wait_done("k", 2);
+    assert_eq!(
+        outcome(&e),
+        json!({"outcome": "error", "message": "the kernel daemon that ran this cell is gone"})
+    );
     // the new kernel has a fresh state
     let (o, out, _) = r.run("k", 3, "pwd; echo \"[$OLD]\"");
     assert_eq!(o, json!({"outcome": "ok"}));
