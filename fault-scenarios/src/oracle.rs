@@ -398,6 +398,16 @@ pub struct Outages {
     pub attempts: u32,
     /// The longest one attempt may take before it fails (its deadline).
     pub budget_ms: u64,
+    /// Spans in which the sandbox answered nothing at all (a partition, a
+    /// hold, a freeze: not an agent that answers with errors), from their
+    /// start to when they healed.
+    pub silences: Vec<(u64, u64)>,
+    /// The client gives up on a sandbox that has not answered for this
+    /// long (`Config::unreachable_after`; 0: not judged).
+    pub give_up_ms: u64,
+    /// When the client was down (crashed, not yet resumed): a resumed
+    /// client counts its give-up time from its start.
+    pub client_down: Vec<(u64, u64)>,
 }
 
 impl Outages {
@@ -436,6 +446,31 @@ impl Outages {
             let lo = hi.saturating_sub(self.budget_ms.saturating_mul(j as u64));
             self.covered_ending_in(needed, lo, hi)
         })
+    }
+
+    /// The latest each silence lets a cell that was unresolved when it
+    /// began stay so: `(start, deadline)`. The client gives up on a
+    /// sandbox that has not answered for its give-up time, counted from
+    /// its last answer — at most a second into the silence (a call already
+    /// on its way) plus one call's deadline — so a silence that outlasts
+    /// that must end such a cell (`unknown`) by then. Silences the client
+    /// was down in are not judged.
+    pub fn give_up_deadlines(&self) -> Vec<(u64, u64)> {
+        if self.give_up_ms == 0 {
+            return Vec::new();
+        }
+        self.silences
+            .iter()
+            .map(|&(a, b)| (a, b, a + 1_000 + self.give_up_ms + self.budget_ms + 1_000))
+            .filter(|&(a, b, deadline)| {
+                b >= deadline
+                    && !self
+                        .client_down
+                        .iter()
+                        .any(|&(x, y)| x <= deadline && y >= a)
+            })
+            .map(|(a, _, deadline)| (a, deadline))
+            .collect()
     }
 
     /// Could one failed exec have been sent in `[from, to]`: a failure
@@ -593,6 +628,17 @@ pub enum Violation {
     /// After every fault healed, a fresh cell did not run.
     NoProgress {
         /// What the liveness cell gave.
+        detail: String,
+    },
+    /// A cell stayed unresolved well past the client's give-up time while
+    /// the sandbox answered nothing: a silence must end in `unknown` within
+    /// `Config::unreachable_after` of the last answer, not when the
+    /// attempts happen to run out (or never).
+    LateGiveUp {
+        /// The cell.
+        cell: String,
+        /// When the silence began, and the deadline it was still
+        /// unresolved at.
         detail: String,
     },
     /// A cell resolved `unknown` though the sandbox answered all along:
@@ -813,6 +859,7 @@ impl Violation {
             Violation::Leak { .. } => "leak",
             Violation::NoProgress { .. } => "no_progress",
             Violation::NeedlessUnknown { .. } => "needless_unknown",
+            Violation::LateGiveUp { .. } => "late_give_up",
             Violation::UnreportedLeftovers { .. } => "unreported_leftovers",
             Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
@@ -909,6 +956,10 @@ impl fmt::Display for Violation {
             Violation::NoProgress { detail } => {
                 write!(f, "no progress after faults healed: {detail}")
             }
+            Violation::LateGiveUp { cell, detail } => write!(
+                f,
+                "{cell} was not given up on in time: {detail}"
+            ),
             Violation::NeedlessUnknown { cell, at_ms } => write!(
                 f,
                 "{cell} resolved unknown at {at_ms} ms, but no fault kept the sandbox from answering"
@@ -1047,6 +1098,25 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
         });
     }
     if let Some(outages) = &obs.outages {
+        for (start, deadline) in outages.give_up_deadlines() {
+            for cell in &obs.cells {
+                let unresolved =
+                    |at: u64| cell.resolved_ms.or(cell.ended_ms).is_none_or(|e| e > at);
+                if cell.ran_without_kernel.is_none()
+                    && cell.started_ms < start
+                    && unresolved(start)
+                    && unresolved(deadline)
+                {
+                    v.push(Violation::LateGiveUp {
+                        cell: cell.label.clone(),
+                        detail: format!(
+                            "the sandbox answered nothing from {start} ms on, yet it was still unresolved at {deadline} ms (give-up time {} ms)",
+                            outages.give_up_ms
+                        ),
+                    });
+                }
+            }
+        }
         for cell in &obs.cells {
             if let (Some(CellOutcome::Unknown { .. }), Some(at)) = (&cell.outcome, cell.ended_ms) {
                 // A plain exec is sent once: one failure excuses it.
@@ -1904,6 +1974,63 @@ mod tests {
     }
 
     #[test]
+    fn a_silence_past_the_give_up_time_must_end_the_cells_in_flight() {
+        let mut o = good();
+        o.cells[0].started_ms = 100;
+        o.cells[0].resolved_ms = Some(30_000);
+        o.cells[0].ended_ms = Some(30_000);
+        let outages = Outages {
+            silences: vec![(1_000, 40_000)],
+            give_up_ms: 15_000,
+            budget_ms: 4_000,
+            spans: vec![(1_000, 40_000)],
+            attempts: 6,
+            ..Outages::default()
+        };
+        o.outages = Some(outages.clone());
+        // Still unresolved 21 s into a 39 s silence (the client waited
+        // for its attempts to run out, or for the sandbox).
+        assert_eq!(kinds(&check(&o)), ["late_give_up"]);
+        // Given up within the give-up time, a second and a deadline.
+        o.cells[0].resolved_ms = Some(20_500);
+        o.cells[0].ended_ms = Some(20_500);
+        o.cells[0].outcome = Some(CellOutcome::Unknown {
+            reason: "gave up".into(),
+        });
+        assert_eq!(check(&o), vec![]);
+        o.cells[0].resolved_ms = Some(30_000);
+        o.cells[0].ended_ms = Some(30_000);
+        // Not judged: a silence that heals first (the cell may go on), a
+        // client down in it (its successor counts from its start), a cell
+        // started in it, a host that does not say its give-up time.
+        for excused in [
+            Outages {
+                silences: vec![(1_000, 20_000)],
+                ..outages.clone()
+            },
+            Outages {
+                client_down: vec![(5_000, 6_000)],
+                ..outages.clone()
+            },
+            Outages {
+                silences: vec![(50, 40_000)],
+                ..outages.clone()
+            },
+            Outages {
+                give_up_ms: 0,
+                ..outages.clone()
+            },
+        ] {
+            o.outages = Some(excused);
+            assert!(
+                !kinds(&check(&o)).contains(&"late_give_up"),
+                "{:?}",
+                o.outages
+            );
+        }
+    }
+
+    #[test]
     fn unknown_needs_an_outage_as_long_as_the_clients_retries() {
         let mut o = good();
         o.cells[0].outcome = Some(CellOutcome::Unknown {
@@ -1919,6 +2046,7 @@ mod tests {
             backoffs_ms: vec![100, 200, 400, 800, 1_000],
             attempts: 6,
             budget_ms: 2_500,
+            ..Outages::default()
         };
         o.outages = Some(outages.clone());
         let v = check(&o);

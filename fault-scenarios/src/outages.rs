@@ -28,9 +28,23 @@ pub fn outages(schedule: &FaultSchedule, config: &Config) -> Outages {
         backoffs_ms: backoffs,
         attempts: config.max_attempts,
         budget_ms: budget,
+        silences: Vec::new(),
+        give_up_ms: ms(config.unreachable_after),
+        client_down: Vec::new(),
     };
     for f in &schedule.0 {
         let at = f.at_ms;
+        match f.kind {
+            FaultKind::PartitionExec { for_ms }
+            | FaultKind::HoldExec { for_ms }
+            | FaultKind::FreezeSandbox { for_ms } => {
+                out.silences.push((at, at.saturating_add(for_ms)));
+            }
+            FaultKind::CrashClient { down_ms } => {
+                out.client_down.push((at, at.saturating_add(down_ms)));
+            }
+            _ => {}
+        }
         match f.kind {
             // A call sent during a partition fails at once; one in flight
             // when it begins fails at its deadline (one failure, not an
