@@ -37,7 +37,7 @@ Exit codes:
 
 const TOP_HELP: &str = "\
 Examples (from the workspace: cargo run --release -p tether-sim -- …):
-  tether-sim explore                               the race corpus, then every scenario x 100 seeds
+  tether-sim explore                               the race corpus, then every scenario x 300 seeds
   tether-sim explore --scenario reply_lost --seeds 1000
   tether-sim explore --shard 3/8 --seeds 10000     one of 8 CI shards
   tether-sim replay --scenario happy --seed 3      the trace of one run
@@ -53,7 +53,7 @@ JSON (--json) goes to stdout, progress and reports to stderr.";
 
 const EXPLORE_HELP: &str = "\
 Examples:
-  tether-sim explore                                   the race corpus, then every scenario x 100 seeds
+  tether-sim explore                                   the race corpus, then every scenario x 300 seeds
   tether-sim explore --scenario cancel_early --seeds 1000
   tether-sim explore --shard 3/8 --seeds 10000         seeds with seed % 8 == 2
   tether-sim explore --check-determinism --seeds 20    each seed twice, traces compared
@@ -134,7 +134,7 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         scenario: Option<String>,
         /// Seeds per scenario (before sharding).
-        #[arg(long, default_value_t = 100, value_name = "N",
+        #[arg(long, default_value_t = 300, value_name = "N",
               value_parser = clap::value_parser!(u64).range(1..))]
         seeds: u64,
         /// First seed (with --seeds 1: exactly this seed).

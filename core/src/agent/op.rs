@@ -880,6 +880,14 @@ fn handshake(
         // Still exiting, or about to withdraw its announcement.
         return Ok(Handshake::Pending);
     }
+    if taken(os, cell) {
+        // It withdrew its announcement, took the cell and exited after
+        // the first look (idle_exit seed 210: a cell run to its end taken
+        // for withdrawn, and run again on the next daemon). Seen after
+        // its death, untaken is final.
+        mark_used(os, k, seq)?;
+        return Ok(Handshake::Kept);
+    }
     // Gone without taking it: no daemon ever will (a spawn tombstones
     // what the dead one left untaken). The submission goes first, as in
     // an ack, so that nothing finds a cell directory half removed.
