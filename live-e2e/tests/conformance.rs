@@ -13,8 +13,8 @@
 //! nbclient's test notebooks).
 //! Cases where tether differs from the source in a way the README does
 //! not document are product bugs: such a case stays as the source
-//! expects, `#[ignore = "product bug: …"]` until it is fixed (one now:
-//! a user's function named `builtin`, README "Conformance").
+//! expects, `#[ignore = "product bug: …"]` until it is fixed (README
+//! "Conformance" lists the ones fixed).
 
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::backends::{self, skip};
@@ -690,8 +690,6 @@ on_backends! {
     docker_oils_globignore_cases: shell_suites::oils_globignore_cases on "docker";
     local_oils_special_builtin_cases: shell_suites::oils_special_builtin_cases on "local";
     docker_oils_special_builtin_cases: shell_suites::oils_special_builtin_cases on "docker";
-    #[ignore = "product bug: a user's `builtin` function runs in place of the wrapper's `builtin trap`"]
     local_oils_builtin_redefined: shell_suites::oils_builtin_redefined on "local";
-    #[ignore = "product bug: a user's `builtin` function runs in place of the wrapper's `builtin trap`"]
     docker_oils_builtin_redefined: shell_suites::oils_builtin_redefined on "docker";
 }

@@ -2281,9 +2281,13 @@ pub(super) async fn oils_special_builtin_cases(live: &mut Live) {
 /// Oils `spec/builtin-special.test.sh` "command, builtin - both can be
 /// redefined, not special (regression)", split across cells: the user's
 /// `builtin` and `command` functions, defined in one cell, are called in
-/// the next. tether's wrapper calls `builtin trap` and other builtins
-/// around the code, so a user's function of that name runs in their place
-/// (it prints, and the state is not saved right).
+/// the next. tether's wrapper reaches builtins through `builtin` around
+/// the code; a user's function of that name is set aside while it does
+/// (it printed in every later cell, and the state was not saved right).
+/// Then the same with functions named after the other builtins the
+/// wrapper calls (`declare`, `printf`, `mapfile`, `compgen`, `shopt`,
+/// `local`, `umask`, `alias`, `set`, `eval`), which bash lets a user
+/// define alike.
 pub(super) async fn oils_builtin_redefined(live: &mut Live) {
     spec_kernel(live, "builtin").await;
     oks(
@@ -2299,6 +2303,22 @@ pub(super) async fn oils_builtin_redefined(live: &mut Live) {
                 "builtin-redef echo b\ncommand-redef echo c\n",
             ),
             ("echo $kept", "1\n"),
+            ("unset -f builtin command\nbuiltin echo b\ncommand echo c", "b\nc\n"),
+            (
+                concat!(
+                    "for f in declare printf mapfile compgen shopt local umask alias set eval; do\n",
+                    "  eval \"$f() { echo \\\"$f-redef \\$*\\\"; }\"\n",
+                    "done\n",
+                    "kept=2",
+                ),
+                "",
+            ),
+            ("printf x; set -- a; echo $kept", "printf-redef x\nset-redef -- a\n2\n"),
+            (
+                "builtin unset -f declare printf mapfile compgen shopt local umask alias set eval\necho $kept",
+                "2\n",
+            ),
+            ("type -t printf set eval; echo $kept", "builtin\nbuiltin\nbuiltin\n2\n"),
         ],
     )
     .await;
