@@ -137,13 +137,15 @@ __tether_arm() {
   # first line (so `$LINENO` stays the code's), as in the cell that set
   # it: set before the eval, bash would also run it for the eval itself
   # when the code's last command fails. A user's function named `builtin`
-  # is defined there too, after it. `$?` and `$_` are then the
-  # previous cell's again (a failing command that is not the last of an
-  # && list fires no ERR trap and stops no `set -e`).
-  builtin local __tether_p=
-  [[ -z $__tether_err_trap_set ]] || __tether_p="builtin trap -- ${__tether_err_trap@Q} ERR; "
+  # is defined there too, after it. The code and this prefix leave the
+  # shell's variables first (a `set | grep` of the code's words would find
+  # them). `$?` and `$_` are then the previous cell's again (a failing
+  # command that is not the last of an && list fires no ERR trap and
+  # stops no `set -e`).
+  builtin local __tether_p='builtin unset -v __tether_code __tether_pre; '
+  [[ -z $__tether_err_trap_set ]] || __tether_p+="builtin trap -- ${__tether_err_trap@Q} ERR; "
   [[ -z ${__tether_late+set} ]] || __tether_p+='__tether_late; '
-  [[ -z $__tether_p ]] || __tether_pre="${__tether_p}__tether_st && __tether_same ${1@Q}; $__tether_pre"
+  __tether_pre="${__tether_p}__tether_st && __tether_same ${1@Q}; $__tether_pre"
   builtin unset __tether_snap
   builtin return "${__tether_last:-0}"
 }
@@ -296,14 +298,13 @@ __tether_aside() {
 # started with are kept (__tether_args, set by the snapshot).
 __tether_save() {
   __tether_last=$? __tether_us=$_
-  case ${#FUNCNAME[@]}:${FUNCNAME[1]-} in
-    2:__tether_end) __tether_args=("${@:2}") ;;
-    1: | 2:__tether_term) __tether_args=("$@") ;;
-  esac
   # After the code ran to its end, `$_` is the eval's argument (the code
   # itself), not the code's last argument; only an exit from inside the
   # code (the EXIT trap) sees the code's own.
-  [[ $__tether_us != "$__tether_pre$__tether_code" ]] || __tether_us=
+  case ${#FUNCNAME[@]}:${FUNCNAME[1]-} in
+    2:__tether_end) __tether_args=("${@:2}") __tether_us= ;;
+    1: | 2:__tether_term) __tether_args=("$@") ;;
+  esac
   # The options as the user left them, before the aside (bash before 5.1
   # turns expand_aliases off as it leaves POSIX mode).
   __tether_so=$SHELLOPTS __tether_bo=:$BASHOPTS:
@@ -374,6 +375,16 @@ __tether_save() {
       builtin printf ' %q' "${__tether_args[@]}"
       builtin printf ')\n\\builtin set -- "${__tether_args[@]}"\n'
     fi
+    # SHELLOPTS and BASHOPTS are the shell's (their values are the
+    # options'); exported, they carry the options to child shells
+    # (`export SHELLOPTS` then `set -x` traces a `bash -c` too)
+    for __tether_n in SHELLOPTS BASHOPTS; do
+      if [[ ${!__tether_n@a} == *x* ]]; then
+        builtin printf '\\builtin export %s\n' "$__tether_n"
+      else
+        builtin printf '\\builtin export -n %s\n' "$__tether_n"
+      fi
+    done
     builtin printf '__tether_opts %q %q\n#tether-end\n' "$__tether_so" "$__tether_bo"
   } >> "$__tether_cell/shell.new"
 }
