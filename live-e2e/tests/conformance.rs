@@ -692,4 +692,32 @@ on_backends! {
     docker_oils_special_builtin_cases: shell_suites::oils_special_builtin_cases on "docker";
     local_oils_builtin_redefined: shell_suites::oils_builtin_redefined on "local";
     docker_oils_builtin_redefined: shell_suites::oils_builtin_redefined on "docker";
+    local_oils_append_cases: shell_suites::oils_append_cases on "local";
+    docker_oils_append_cases: shell_suites::oils_append_cases on "docker";
+    local_oils_var_op_cases: shell_suites::oils_var_op_cases on "local";
+    docker_oils_var_op_cases: shell_suites::oils_var_op_cases on "docker";
+    local_oils_var_ref_cases: shell_suites::oils_var_ref_cases on "local";
+    docker_oils_var_ref_cases: shell_suites::oils_var_ref_cases on "docker";
+    local_oils_shellopts_cases: shell_suites::oils_shellopts_cases on "local";
+    docker_oils_shellopts_cases: shell_suites::oils_shellopts_cases on "docker";
+    local_oils_echo_cases: shell_suites::oils_echo_cases on "local";
+    docker_oils_echo_cases: shell_suites::oils_echo_cases on "docker";
+    local_oils_tilde_cases: shell_suites::oils_tilde_cases on "local";
+    docker_oils_tilde_cases: shell_suites::oils_tilde_cases on "docker";
+    local_oils_array_sparse_cases: shell_suites::oils_array_sparse_cases on "local";
+    docker_oils_array_sparse_cases: shell_suites::oils_array_sparse_cases on "docker";
+    local_oils_serialize_cases: shell_suites::oils_serialize_cases on "local";
+    docker_oils_serialize_cases: shell_suites::oils_serialize_cases on "docker";
+    local_oils_function_source_cases: shell_suites::oils_function_source_cases on "local";
+    docker_oils_function_source_cases: shell_suites::oils_function_source_cases on "docker";
+    local_oils_regex_cases: shell_suites::oils_regex_cases on "local";
+    docker_oils_regex_cases: shell_suites::oils_regex_cases on "docker";
+    local_oils_introspect_cases: shell_suites::oils_introspect_cases on "local";
+    docker_oils_introspect_cases: shell_suites::oils_introspect_cases on "docker";
+    local_oils_vars_special_cases: shell_suites::oils_vars_special_cases on "local";
+    docker_oils_vars_special_cases: shell_suites::oils_vars_special_cases on "docker";
+    #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
+    local_oils_function_line_numbers: shell_suites::oils_function_line_numbers on "local";
+    #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
+    docker_oils_function_line_numbers: shell_suites::oils_function_line_numbers on "docker";
 }
