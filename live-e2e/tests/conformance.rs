@@ -716,6 +716,14 @@ on_backends! {
     docker_oils_introspect_cases: shell_suites::oils_introspect_cases on "docker";
     local_oils_vars_special_cases: shell_suites::oils_vars_special_cases on "local";
     docker_oils_vars_special_cases: shell_suites::oils_vars_special_cases on "docker";
+    local_cpython_print_cases: python_suites::cpython_print_cases on "local";
+    docker_cpython_print_cases: python_suites::cpython_print_cases on "docker";
+    local_cpython_logging_cases: python_suites::cpython_logging_cases on "local";
+    docker_cpython_logging_cases: python_suites::cpython_logging_cases on "docker";
+    local_cpython_weakref_cases: python_suites::cpython_weakref_cases on "local";
+    docker_cpython_weakref_cases: python_suites::cpython_weakref_cases on "docker";
+    local_cpython_import_reload_cases: python_suites::cpython_import_reload_cases on "local";
+    docker_cpython_import_reload_cases: python_suites::cpython_import_reload_cases on "docker";
     #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
     local_oils_function_line_numbers: shell_suites::oils_function_line_numbers on "local";
     #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
