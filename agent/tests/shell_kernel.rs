@@ -158,6 +158,55 @@ fn a_cells_own_exit_trap_is_kept_and_never_fires() {
     assert_eq!(out, b"7\n");
 }
 
+/// A user's functions named after the builtins the wrapper calls (bash
+/// finds functions first) change nothing of the wrapper's: under bash a
+/// `builtin` function is set aside at the save and defined last at the
+/// restore (where `declare`, `typeset` and `command` are functions too,
+/// the state is not kept, and the next cell says so); under dash the save
+/// drops them (dash keeps no functions).
+#[test]
+fn functions_named_after_builtins_leave_the_wrapper_alone() {
+    let mut r = Root::new();
+    r.spawn("k");
+    let (o, out, _) = r.run(
+        "k",
+        1,
+        "builtin() { echo B \"$@\"; }; command() { echo C; }; printf() { echo P; }; export -f builtin; X=1; cd /tmp",
+    );
+    assert_eq!((o, out), (json!({"outcome": "ok"}), b"".to_vec()));
+    let (o, out, _) = r.run("k", 2, "builtin echo b; echo \"$X $PWD\"; Y=2; exit 3");
+    assert_eq!(o, json!({"outcome": "exit", "code": 3}));
+    assert_eq!(String::from_utf8_lossy(&out), "B echo b\n1 /tmp\n");
+    let (o, out, _) = r.run(
+        "k",
+        3,
+        "bash -c 'builtin x'; unset -f builtin printf; echo $Y; builtin echo ok",
+    );
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(String::from_utf8_lossy(&out), "B x\n2\nok\n");
+    r.run(
+        "k",
+        4,
+        "builtin() { :; }; declare() { :; }; typeset() { :; }; command() { :; }; Z=1",
+    );
+    let (_, out, e) = r.run("k", 5, "echo \"[${Z-}]\"; type -t builtin");
+    assert_eq!(String::from_utf8_lossy(&out), "[]\nbuiltin\n");
+    assert!(format!("{e:?}").contains("was not kept"), "{e:?}");
+
+    let mut r = Root::new();
+    without_bash(&mut r);
+    r.spawn("k");
+    let (o, _, _) = r.run(
+        "k",
+        1,
+        "umask 027; printf() { echo P; }; umask() { echo U; }; pwd() { echo W; }; X=1; cd /tmp",
+    );
+    assert_eq!(o, json!({"outcome": "ok"}));
+    let (o, out, _) = r.run("k", 2, "echo \"$X\"; pwd; umask");
+    assert_eq!(o, json!({"outcome": "ok"}));
+    assert_eq!(String::from_utf8_lossy(&out), "1\n/tmp\n0027\n");
+}
+
 #[test]
 fn bytes_and_code_run_verbatim() {
     let mut r = Root::new();

@@ -13,8 +13,8 @@
 //! nbclient's test notebooks).
 //! Cases where tether differs from the source in a way the README does
 //! not document are product bugs: such a case stays as the source
-//! expects, `#[ignore = "product bug: …"]` until it is fixed (one now:
-//! a user's function named `builtin`, README "Conformance").
+//! expects, `#[ignore = "product bug: …"]` until it is fixed (README
+//! "Conformance" lists the ones fixed).
 
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::backends::{self, skip};
@@ -690,8 +690,42 @@ on_backends! {
     docker_oils_globignore_cases: shell_suites::oils_globignore_cases on "docker";
     local_oils_special_builtin_cases: shell_suites::oils_special_builtin_cases on "local";
     docker_oils_special_builtin_cases: shell_suites::oils_special_builtin_cases on "docker";
-    #[ignore = "product bug: a user's `builtin` function runs in place of the wrapper's `builtin trap`"]
     local_oils_builtin_redefined: shell_suites::oils_builtin_redefined on "local";
-    #[ignore = "product bug: a user's `builtin` function runs in place of the wrapper's `builtin trap`"]
     docker_oils_builtin_redefined: shell_suites::oils_builtin_redefined on "docker";
+    local_oils_append_cases: shell_suites::oils_append_cases on "local";
+    docker_oils_append_cases: shell_suites::oils_append_cases on "docker";
+    local_oils_var_op_cases: shell_suites::oils_var_op_cases on "local";
+    docker_oils_var_op_cases: shell_suites::oils_var_op_cases on "docker";
+    local_oils_var_ref_cases: shell_suites::oils_var_ref_cases on "local";
+    docker_oils_var_ref_cases: shell_suites::oils_var_ref_cases on "docker";
+    local_oils_shellopts_cases: shell_suites::oils_shellopts_cases on "local";
+    docker_oils_shellopts_cases: shell_suites::oils_shellopts_cases on "docker";
+    local_oils_echo_cases: shell_suites::oils_echo_cases on "local";
+    docker_oils_echo_cases: shell_suites::oils_echo_cases on "docker";
+    local_oils_tilde_cases: shell_suites::oils_tilde_cases on "local";
+    docker_oils_tilde_cases: shell_suites::oils_tilde_cases on "docker";
+    local_oils_array_sparse_cases: shell_suites::oils_array_sparse_cases on "local";
+    docker_oils_array_sparse_cases: shell_suites::oils_array_sparse_cases on "docker";
+    local_oils_serialize_cases: shell_suites::oils_serialize_cases on "local";
+    docker_oils_serialize_cases: shell_suites::oils_serialize_cases on "docker";
+    local_oils_function_source_cases: shell_suites::oils_function_source_cases on "local";
+    docker_oils_function_source_cases: shell_suites::oils_function_source_cases on "docker";
+    local_oils_regex_cases: shell_suites::oils_regex_cases on "local";
+    docker_oils_regex_cases: shell_suites::oils_regex_cases on "docker";
+    local_oils_introspect_cases: shell_suites::oils_introspect_cases on "local";
+    docker_oils_introspect_cases: shell_suites::oils_introspect_cases on "docker";
+    local_oils_vars_special_cases: shell_suites::oils_vars_special_cases on "local";
+    docker_oils_vars_special_cases: shell_suites::oils_vars_special_cases on "docker";
+    local_cpython_print_cases: python_suites::cpython_print_cases on "local";
+    docker_cpython_print_cases: python_suites::cpython_print_cases on "docker";
+    local_cpython_logging_cases: python_suites::cpython_logging_cases on "local";
+    docker_cpython_logging_cases: python_suites::cpython_logging_cases on "docker";
+    local_cpython_weakref_cases: python_suites::cpython_weakref_cases on "local";
+    docker_cpython_weakref_cases: python_suites::cpython_weakref_cases on "docker";
+    local_cpython_import_reload_cases: python_suites::cpython_import_reload_cases on "local";
+    docker_cpython_import_reload_cases: python_suites::cpython_import_reload_cases on "docker";
+    #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
+    local_oils_function_line_numbers: shell_suites::oils_function_line_numbers on "local";
+    #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
+    docker_oils_function_line_numbers: shell_suites::oils_function_line_numbers on "docker";
 }

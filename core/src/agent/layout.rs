@@ -218,13 +218,14 @@ impl CellLayout {
 
     /// `scratch.*`: where the bash wrapper lists names (the variables
     /// before the restore and at the save, the declared ones, the
-    /// functions) to read them back
+    /// functions; `fn` holds a user's function named `builtin`, set aside
+    /// at the save) to read them back
     /// without starting a process. One file each, written once: `>|` over
     /// a file just written makes ext4 write the old data back to disk
     /// first (its replace-by-truncate heuristic), and a cell then waited
     /// for the disk: 100-850 ms under I/O load, measured.
-    pub fn scratch_files(&self) -> [String; 4] {
-        ["tmp", "vars", "decl", "fns"].map(|name| format!("{}/scratch.{name}", self.dir))
+    pub fn scratch_files(&self) -> [String; 5] {
+        ["tmp", "vars", "decl", "fns", "fn"].map(|name| format!("{}/scratch.{name}", self.dir))
     }
 }
 

@@ -47,7 +47,7 @@ pub const SH_LIB: &str = include_str!("shell/sh.sh");
 /// cell left them, as in an interactive shell: `__tether_arm` returns the
 /// saved status and takes the saved last argument as its own; in an `&&`
 /// list, so a restored `set -e` does not stop the shell on it.
-const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && eval "$__tether_snap" 2>/dev/null; __tether_arm "${__tether_us-}" && __tether_same "${__tether_us-}"; eval "$__tether_pre$__tether_code"; { __tether_end "$?" "$@"; } 2>/dev/null
+const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && eval "$__tether_snap" 2>/dev/null; __tether_arm "${__tether_us-}" && __tether_same "${__tether_us-}"; builtin eval "$__tether_pre$__tether_code"; { __tether_end "$?" "$@"; } 2>/dev/null
 "#;
 
 /// The cell script under a POSIX sh.

@@ -9,7 +9,9 @@
 //! (`Lib/test/test_sys.py`, `Lib/test/test_code_module.py`,
 //! `test_traceback.py`, `test_future_stmt/test_future.py`,
 //! `test_warnings`, `test_exceptions.py`, `test_generators.py`,
-//! `test_asyncgen.py`, `test_contextlib.py`, `test_pprint.py`), IPython's `test_interactiveshell.py` run_cell cases,
+//! `test_asyncgen.py`, `test_contextlib.py`, `test_pprint.py`,
+//! `test_print.py`, `test_logging.py`, `test_weakref.py`,
+//! `test_importlib/test_api.py`), IPython's `test_interactiveshell.py` run_cell cases,
 //! ipykernel's `test_async.py` and `test_message_spec.py`, the Jupyter
 //! notebook's interrupt test and nbclient's test notebooks
 //! (`tests/files/*.ipynb`), written in tether's shape: each case names
@@ -1583,6 +1585,251 @@ pub(super) async fn cpython_pprint_displayhook_cases(live: &mut Live) {
             ("6 * 7", "hook: 42\n"),
             ("sys.displayhook = sys.__displayhook__\nseen", "[42]\n"),
             ("'back'", "'back'\n"),
+        ],
+    )
+    .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_print.py` (TestPrint test_print and
+/// test_print_flush, TestPy2MigrationHint), split across cells: each
+/// `x(expected, args, sep, end)` of test_print printed to the cell's
+/// stdout (the source captures it) and to a `StringIO` an earlier cell
+/// made; a class with `__str__` from an earlier cell; `flush=True` on a
+/// file-like object counted over cells; Python 2's `print "…"` and
+/// `print >> f` are the interpreter's errors with their hints, and the
+/// `__rrshift__` of a class of an earlier cell is shown as the value.
+pub(super) async fn cpython_print_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            (
+                "import io\nclass ClassWith__str__:\n    def __init__(self, x):\n        self.x = x\n\n    def __str__(self):\n        return self.x\no = io.StringIO()",
+                "",
+            ),
+            ("print()\nprint('a')\nprint(None)\nprint(1, 2)\nprint(1, ' ', 2)", "\na\nNone\n1 2\n1   2\n"),
+            ("print(1, 2, sep='*')\nprint(1, 's', end='')", "1*2\n1 s"),
+            ("print('a', 'b', sep='\\n')\nprint(1.0, 1, sep='', end='')", "a\nb\n1.01"),
+            ("print(1, 'a', 1.3, sep='*', end='+')\nprint('a\\n', 'b', sep='\\n')", "1*a*1.3+a\n\nb\n"),
+            ("print('\\0', ' ', '\\0', sep='+')", "\0+ +\0\n"),
+            (
+                "print('a\\n', 'b')\nprint('a\\n', 'b', sep=None)\nprint('a\\n', 'b', end=None)\nprint('a\\n', 'b', sep=None, end=None)",
+                "a\n b\na\n b\na\n b\na\n b\n",
+            ),
+            ("print(ClassWith__str__('*'))\nprint(ClassWith__str__('abc'), 1)", "*\nabc 1\n"),
+            ("print(1, 2, sep='*', file=o)\nprint(1, 's', end='', file=o)", ""),
+            ("o.getvalue()", "'1*2\\n1 s'\n"),
+        ],
+    )
+    .await;
+    for (code, last) in [
+        (
+            "print('', sep=3)",
+            "TypeError: sep must be None or a string, not int",
+        ),
+        (
+            "print('', end=3)",
+            "TypeError: end must be None or a string, not int",
+        ),
+        (
+            "print('', file='')",
+            "AttributeError: 'str' object has no attribute 'write'",
+        ),
+    ] {
+        raises(live, code, last).await;
+    }
+    // test_print_flush
+    shows_all(
+        live,
+        &[
+            (
+                "class filelike:\n    def __init__(self):\n        self.written = ''\n        self.flushed = 0\n\n    def write(self, str):\n        self.written += str\n\n    def flush(self):\n        self.flushed += 1\n\nf = filelike()\nprint(1, file=f, end='', flush=True)",
+                "",
+            ),
+            ("print(2, file=f, end='', flush=True)\nprint(3, file=f, flush=False)", ""),
+            ("f.written, f.flushed", "('123\\n', 2)\n"),
+            (
+                "class noflush:\n    def write(self, str):\n        pass\n\n    def flush(self):\n        raise RuntimeError",
+                "",
+            ),
+        ],
+    )
+    .await;
+    raises(live, "print(1, file=noflush(), flush=True)", "RuntimeError").await;
+    // TestPy2MigrationHint: the hint's wording is the interpreter's own
+    // (3.11: `print(...)`; later: the call written out)
+    for code in [
+        "print \"Hello World\"",
+        "print \"Hello World\",",
+        "if 1:\n    print \"Hello World\"",
+        "for i in s: print i",
+    ] {
+        let run = py(live, code).await;
+        assert!(
+            matches!(run.outcome, CellOutcome::Error { .. }),
+            "{code:?}: {}",
+            show(&run)
+        );
+        let last = err(&run).lines().last().unwrap_or_default().to_owned();
+        assert!(
+            last.starts_with(
+                "SyntaxError: Missing parentheses in call to 'print'. Did you mean print("
+            ),
+            "{code:?}: {}",
+            show(&run)
+        );
+    }
+    let run = raises(
+        live,
+        "import sys\nprint >> sys.stderr, \"message\"",
+        "TypeError: unsupported operand type(s) for >>: 'builtin_function_or_method' and '_io.TextIOWrapper'. Did you mean \"print(<message>, file=<output_stream>)\"?",
+    )
+    .await;
+    assert!(err(&run).contains("File \"<cell "), "{}", show(&run));
+    raises(
+        live,
+        "max >> sys.stderr",
+        "TypeError: unsupported operand type(s) for >>: 'builtin_function_or_method' and '_io.TextIOWrapper'",
+    )
+    .await;
+    shows_all(
+        live,
+        &[
+            (
+                "class OverrideRRShift:\n    def __rrshift__(self, lhs):\n        return 42 # Force result independent of LHS",
+                "",
+            ),
+            ("print >> OverrideRRShift()", "42\n"),
+        ],
+    )
+    .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_logging.py` BasicConfigTest (test_no_kwargs,
+/// test_level, test_force, test_strformatstyle), split across cells: the
+/// handler `basicConfig()` makes in one cell writes to stderr in the
+/// later ones (the cell's own, not the one it was made in), a second
+/// `basicConfig(level=…)` does nothing, `force=True` replaces the handler
+/// with one on stdout whose level and style hold in the next cell.
+pub(super) async fn cpython_logging_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            ("import logging, sys\nlogging.basicConfig()", ""),
+            (
+                "h = logging.root.handlers[0]\n(len(logging.root.handlers), type(h).__name__, h.stream is sys.stderr,\n h.formatter._style._fmt == logging.BASIC_FORMAT, h.formatter.datefmt,\n isinstance(h.formatter._style, logging.PercentStyle), logging.root.level)",
+                "(1, 'StreamHandler', True, True, None, True, 30)\n",
+            ),
+        ],
+    )
+    .await;
+    for (code, stderr) in [
+        (
+            "logging.warning('warn')\nlogging.info('info')\nlogging.debug('debug')",
+            "WARNING:root:warn\n",
+        ),
+        (
+            "logging.getLogger('x').error('Log an error')",
+            "ERROR:x:Log an error\n",
+        ),
+    ] {
+        let run = py(live, code).await;
+        assert_eq!(run.outcome, CellOutcome::Ok, "{code:?}: {}", show(&run));
+        assert_eq!(
+            (run.out(), err(&run)),
+            (String::new(), stderr.into()),
+            "{code:?}: {}",
+            show(&run)
+        );
+    }
+    shows_all(
+        live,
+        &[
+            ("logging.basicConfig(level=57)", ""),
+            (
+                "logging.root.level, len(logging.root.handlers)",
+                "(30, 1)\n",
+            ),
+            (
+                "logging.basicConfig(stream=sys.stdout, style='{', level=logging.INFO, force=True)",
+                "",
+            ),
+            (
+                "logging.error('Log an error')\nlogging.info('info')\nlogging.debug('debug')",
+                "ERROR:root:Log an error\nINFO:root:info\n",
+            ),
+            (
+                "logging.root.level, len(logging.root.handlers)",
+                "(20, 1)\n",
+            ),
+        ],
+    )
+    .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_weakref.py` (ReferencesTestCase
+/// check_basic_ref and check_basic_callback, FinalizeTestCase
+/// test_finalize) and `Lib/test/test_sys.py` (test_original_displayhook:
+/// the shown value is kept as `builtins._`), split across cells: an
+/// object an earlier cell made dies when a later cell drops its last
+/// reference, and its weakref callback and finalizer run in that cell; a
+/// value a cell showed stays alive as `_` until the next shown value
+/// replaces it, as at the prompt: `sys.displayhook` drops the old `_`
+/// before it prints the new value, so the callback prints first.
+pub(super) async fn cpython_weakref_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            (
+                "import weakref\nclass C:\n    pass\ncbcalled = 0\ndef callback(ref):\n    global cbcalled\n    cbcalled += 1\no = C()\nref = weakref.ref(o, callback)\nfin = weakref.finalize(o, print, 'finalized')",
+                "",
+            ),
+            ("ref() is o, cbcalled, fin.alive", "(True, 0, True)\n"),
+            ("del o", "finalized\n"),
+            ("cbcalled, ref() is None, fin.alive", "(1, True, False)\n"),
+            (
+                "class D:\n    def __repr__(self):\n        return 'D()'\no2 = D()\nr2 = weakref.ref(o2, lambda r: print('o2 gone'))\no2",
+                "D()\n",
+            ),
+            ("del o2", ""),
+            ("r2() is not None", "o2 gone\nTrue\n"),
+            ("r2() is None", "True\n"),
+        ],
+    )
+    .await;
+    live.shutdown("py").await;
+}
+
+/// CPython's `Lib/test/test_importlib/test_api.py` ReloadTests
+/// test_reload_location_changed, split across cells: a module file one
+/// cell writes in the working directory it moved to is found by the next
+/// (`''` on `sys.path`, README "Python kernels") with the namespace the
+/// source expects; turned into a package by a later cell, `reload` gives
+/// the same module object with the package's `__file__` and `__path__`,
+/// and a later `import` finds that module.
+pub(super) async fn cpython_import_reload_cases(live: &mut Live) {
+    shows_all(
+        live,
+        &[
+            (
+                "import importlib, importlib.util, os, sys, tempfile\nos.chdir(tempfile.mkdtemp())\nname = 'spam'\npath = os.path.join(os.getcwd(), name + '.py')\nopen(path, 'w').close()\nimportlib.invalidate_caches()",
+                "",
+            ),
+            (
+                "module = importlib.import_module(name)\nns = vars(module).copy()\nloader = ns.pop('__loader__')\nspec = ns.pop('__spec__')\nns.pop('__builtins__', None)\n(ns == {'__name__': name, '__package__': '', '__file__': path,\n        '__cached__': importlib.util.cache_from_source(path), '__doc__': None},\n spec.name == name, spec.loader == loader, loader.path == path)",
+                "(True, True, True, True)\n",
+            ),
+            (
+                "init_path = os.path.join(os.getcwd(), name, '__init__.py')\nos.mkdir(name)\nos.rename(path, init_path)\nimportlib.invalidate_caches()",
+                "",
+            ),
+            (
+                "reloaded = importlib.reload(module)\nns = vars(reloaded).copy()\nloader = ns.pop('__loader__')\nspec = ns.pop('__spec__')\nns.pop('__builtins__', None)\n(ns == {'__name__': name, '__package__': name, '__file__': init_path,\n        '__cached__': importlib.util.cache_from_source(init_path),\n        '__path__': [os.path.dirname(init_path)], '__doc__': None},\n spec.name == name, spec.loader == loader, reloaded is module, loader.path == init_path)",
+                "(True, True, True, True, True)\n",
+            ),
+            ("import spam\nspam is module, spam.__file__ == init_path", "(True, True)\n"),
         ],
     )
     .await;

@@ -2,6 +2,14 @@
 # (core/src/agent/shell.rs) calls around the user's code. Every name is
 # __tether_*, except the `trap` function that keeps a user's EXIT trap
 # away from the real one. @MARKER@ is filled in by shell.rs.
+#
+# A user's function may have the name of any builtin (bash finds functions
+# first: `cd() { builtin cd "$@" && ls; }`, Oils' `builtin() { …; }`).
+# What runs once a user's functions are defined (the end of the restore,
+# the `trap` function, the save) reaches every builtin through `builtin`,
+# and a user's function named `builtin` is out of the way while it runs:
+# the restore defines it last (__tether_late, on the code's first line),
+# the save sets it aside first (__tether_aside).
 
 # Reads the kernel's snapshot and the cell's code; says on stderr what the
 # shim noted about the cell before (a state it could not keep).
@@ -35,9 +43,9 @@ __tether_begin() {
 # twice); extglob is on for the pattern (the user's options are saved
 # before and restored after).
 __tether_user_vars() {
-  shopt -s extglob
-  compgen -v -X "$__tether_skip" >| "$__tether_cell/scratch.$1"
-  mapfile -t __tether_names < "$__tether_cell/scratch.$1"
+  builtin shopt -s extglob
+  builtin compgen -v -X "$__tether_skip" >| "$__tether_cell/scratch.$1"
+  builtin mapfile -t __tether_names < "$__tether_cell/scratch.$1"
 }
 __tether_skip='@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|EUID|FUNCNAME|GROUPS|HISTCMD|LINENO|OLDPWD|PIPESTATUS|PPID|PWD|RANDOM|SECONDS|SHELLOPTS|SHLVL|SRANDOM|UID|_|@MARKER@|TETHER_CALL|TETHER_CALL_TOKEN|__tether_*)'
 
@@ -50,20 +58,20 @@ __tether_skip='@(BASH|BASH_*|BASHOPTS|BASHPID|COMP_*|DIRSTACK|EPOCHREALTIME|EPOC
 # that is set (saved twice, harmless) or none (not saved). Scratch file
 # $1, as above.
 __tether_declared() {
-  declare -p >| "$__tether_cell/scratch.$1"
-  mapfile -t __tether_d < "$__tether_cell/scratch.$1"
+  builtin declare -p >| "$__tether_cell/scratch.$1"
+  builtin mapfile -t __tether_d < "$__tether_cell/scratch.$1"
   for __tether_n in "${__tether_d[@]/*=*/}"; do
     __tether_n=${__tether_n##* }
     [[ -z $__tether_n || $__tether_n == $__tether_skip ]] || __tether_names+=("$__tether_n")
   done
-  unset __tether_d
+  builtin unset __tether_d
 }
 
 # The snapshot holds every variable of the user's: the ones this shell
 # inherited go first (so an `unset` persists too).
 __tether_unset_all() {
   __tether_user_vars tmp
-  ((${#__tether_names[@]} == 0)) || unset -v "${__tether_names[@]}"
+  ((${#__tether_names[@]} == 0)) || builtin unset -v "${__tether_names[@]}"
 }
 
 # The directory stack below the current directory, top first.
@@ -96,13 +104,14 @@ __tether_cd() {
 # would stop every later cell (noexec, onecmd) or need a terminal are not
 # restored.
 __tether_opts() {
-  local IFS=: __tether_o __tether_on=()
+  builtin local IFS=: __tether_o __tether_on
+  __tether_on=()
   for __tether_o in $BASHOPTS; do
-    [[ :$2: == *:"$__tether_o":* ]] || shopt -u "$__tether_o"
+    [[ :$2: == *:"$__tether_o":* ]] || builtin shopt -u "$__tether_o"
   done
-  for __tether_o in $2; do shopt -s "$__tether_o"; done
+  for __tether_o in $2; do builtin shopt -s "$__tether_o"; done
   for __tether_o in $SHELLOPTS; do
-    [[ :$1: == *:"$__tether_o":* ]] || set +o "$__tether_o"
+    [[ :$1: == *:"$__tether_o":* ]] || builtin set +o "$__tether_o"
   done
   for __tether_o in $1; do
     case $__tether_o in
@@ -112,7 +121,7 @@ __tether_opts() {
       *) __tether_on+=(-o "$__tether_o") ;;
     esac
   done
-  set "${__tether_on[@]}"
+  builtin set "${__tether_on[@]}"
 } 2>/dev/null
 
 # From here on, whatever ends the shell (exit, set -e, set -u, a cancel's
@@ -120,21 +129,36 @@ __tether_opts() {
 # Returns the previous cell's status, so the code starts with it as `$?`.
 __tether_arm() {
   if [[ -n ${__tether_cd_note-} ]]; then
-    printf '%s' "$__tether_cd_note" >&2
-    unset __tether_cd_note
+    builtin printf '%s' "$__tether_cd_note" >&2
+    builtin unset __tether_cd_note
   fi
   builtin trap '{ __tether_save "$@"; } 2>/dev/null' EXIT
   # The user's ERR trap is set at the start of the code's own eval, on its
   # first line (so `$LINENO` stays the code's), as in the cell that set
   # it: set before the eval, bash would also run it for the eval itself
-  # when the code's last command fails. `$?` and `$_` are then the
-  # previous cell's again (a failing command that is not the last of an
-  # && list fires no ERR trap and stops no `set -e`).
-  if [[ -n $__tether_err_trap_set ]]; then
-    __tether_pre="builtin trap -- ${__tether_err_trap@Q} ERR; __tether_st && __tether_same ${1@Q}; $__tether_pre"
-  fi
-  unset __tether_snap
-  return "${__tether_last:-0}"
+  # when the code's last command fails. A user's function named `builtin`
+  # is defined there too, after it. The code and this prefix leave the
+  # shell's variables first (a `set | grep` of the code's words would find
+  # them). `$?` and `$_` are then the previous cell's again (a failing
+  # command that is not the last of an && list fires no ERR trap and
+  # stops no `set -e`).
+  builtin local __tether_p='builtin unset -v __tether_code __tether_pre; '
+  [[ -z $__tether_err_trap_set ]] || __tether_p+="builtin trap -- ${__tether_err_trap@Q} ERR; "
+  [[ -z ${__tether_late+set} ]] || __tether_p+='__tether_late; '
+  __tether_pre="${__tether_p}__tether_st && __tether_same ${1@Q}; $__tether_pre"
+  builtin unset __tether_snap
+  builtin return "${__tether_last:-0}"
+}
+
+# The user's function named `builtin`, as the save set it aside (its
+# definition in __tether_late, __tether_late_x if exported): the last
+# thing the wrapper defines. (`export` is the only builtin the wrapper
+# calls after it: bash has no other way to export a function.)
+__tether_late() {
+  builtin set -- "$__tether_late" "${__tether_late_x-}"
+  builtin unset __tether_late __tether_late_x
+  builtin eval -- "$1"
+  [[ -z $2 ]] || export -f builtin
 }
 
 # Its argument becomes `$_` (when __tether_arm returned 0): the previous
@@ -171,32 +195,33 @@ __tether_is_term() {
 # is tether's until the user traps it: it saves the state when a cancel
 # comes.
 trap() {
-  local __tether_s __tether_act __tether_rest=() __tether_print=
+  builtin local __tether_s __tether_act __tether_rest __tether_print=
+  __tether_rest=()
   case ${1-} in
-    -l) builtin trap "$@"; return ;;
-    -p) __tether_print=1; shift ;;
-    --) shift ;;
+    -l) builtin trap "$@"; builtin return ;;
+    -p) __tether_print=1; builtin shift ;;
+    --) builtin shift ;;
   esac
   if [[ -n $__tether_print ]] || (($# == 0)); then
     # every signal by number (not {1..64}: the user may have turned off
     # brace expansion), in bash's order
-    (($# != 0)) || set -- EXIT 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 DEBUG ERR RETURN
+    (($# != 0)) || builtin set -- EXIT 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 DEBUG ERR RETURN
     for __tether_s; do
       if __tether_is_exit "$__tether_s" || __tether_is_err "$__tether_s"; then
         # the ones before it first, in the order asked
         ((${#__tether_rest[@]} == 0)) || builtin trap -p "${__tether_rest[@]}"
         __tether_rest=()
         if __tether_is_exit "$__tether_s"; then
-          [[ -z $__tether_exit_trap_set ]] || printf 'trap -- %s EXIT\n' "${__tether_exit_trap@Q}"
+          [[ -z $__tether_exit_trap_set ]] || builtin printf 'trap -- %s EXIT\n' "${__tether_exit_trap@Q}"
         else
-          [[ -z $__tether_err_trap_set ]] || printf 'trap -- %s ERR\n' "${__tether_err_trap@Q}"
+          [[ -z $__tether_err_trap_set ]] || builtin printf 'trap -- %s ERR\n' "${__tether_err_trap@Q}"
         fi
       elif ! __tether_is_term "$__tether_s" || [[ -z $__tether_term_ours ]]; then
         __tether_rest+=("$__tether_s")
       fi
     done
     ((${#__tether_rest[@]} == 0)) || builtin trap -p "${__tether_rest[@]}"
-    return
+    builtin return
   fi
   # One operand, or a first operand that is an unsigned decimal integer
   # naming a signal: every operand is a condition to reset (POSIX; bash:
@@ -207,7 +232,7 @@ trap() {
     __tether_act=-
   else
     __tether_act=$1
-    shift
+    builtin shift
   fi
   for __tether_s; do
     if __tether_is_exit "$__tether_s"; then
@@ -234,6 +259,34 @@ trap() {
   ((${#__tether_rest[@]} == 0)) || builtin trap -- "$__tether_act" "${__tether_rest[@]}"
 }
 
+# Runs with POSIXLY_CORRECT in its temporary environment: in POSIX mode
+# the special builtins (trap, set, export, unset) are found before
+# functions, whatever the user defined. Ends tether's EXIT trap and the
+# user's `set -euvx` (noted before), lists the exported functions into
+# scratch file fns, then sets aside a user's function named `builtin`:
+# its definition goes to scratch file fn, listed by the first of
+# `declare`, `typeset` and `command declare` that is not a function
+# itself (`export -f` fails for a name that is none, and exports one that
+# is: hence the list before), and the function is unset. Fails where it
+# cannot (all three are functions too, or it is readonly): the state is
+# then not kept.
+__tether_aside() {
+  trap - EXIT
+  set +euvx
+  __tether_fn_aside=
+  export -pf >| "$__tether_cell/scratch.fns" || return
+  export -f builtin 2>/dev/null || return 0
+  if ! export -f declare 2>/dev/null; then
+    declare -f builtin
+  elif ! export -f typeset 2>/dev/null; then
+    typeset -f builtin
+  elif ! export -f command 2>/dev/null; then
+    command declare -f builtin
+  else
+    return 1
+  fi >| "$__tether_cell/scratch.fn" && unset -f builtin && __tether_fn_aside=1
+}
+
 # Writes the whole state to shell.new, last line `#tether-end` (the shim
 # takes the file only with it). Builtins only: no process is started.
 # Traps are listed before TERM is ignored: a cancel that comes now does not
@@ -245,71 +298,101 @@ trap() {
 # started with are kept (__tether_args, set by the snapshot).
 __tether_save() {
   __tether_last=$? __tether_us=$_
-  case ${#FUNCNAME[@]}:${FUNCNAME[1]-} in
-    2:__tether_end) __tether_args=("${@:2}") ;;
-    1: | 2:__tether_term) __tether_args=("$@") ;;
-  esac
   # After the code ran to its end, `$_` is the eval's argument (the code
   # itself), not the code's last argument; only an exit from inside the
   # code (the EXIT trap) sees the code's own.
-  [[ $__tether_us != "$__tether_pre$__tether_code" ]] || __tether_us=
-  builtin trap - EXIT
+  case ${#FUNCNAME[@]}:${FUNCNAME[1]-} in
+    2:__tether_end) __tether_args=("${@:2}") __tether_us= ;;
+    1: | 2:__tether_term) __tether_args=("$@") ;;
+  esac
+  # The options as the user left them, before the aside (bash before 5.1
+  # turns expand_aliases off as it leaves POSIX mode).
+  __tether_so=$SHELLOPTS __tether_bo=:$BASHOPTS:
+  POSIXLY_CORRECT=1 __tether_aside || { __tether_no_aside=1 && return 1; }
   # BASHOPTS is rebuilt by `shopt` only: bash turns dotglob off when
-  # GLOBIGNORE is unset without it, so it is rebuilt first. nocasematch
-  # would make the patterns below match `uid` for UID (a user's variable
-  # dropped as the shell's), so it goes once the options are noted.
-  shopt -q dotglob && shopt -s dotglob || shopt -u dotglob
-  __tether_so=$SHELLOPTS __tether_bo=$BASHOPTS
-  set +euvx
-  shopt -u nocasematch
+  # GLOBIGNORE is unset without it, so dotglob is as `shopt` says.
+  # nocasematch would make the patterns below match `uid` for UID (a
+  # user's variable dropped as the shell's), so it goes once the options
+  # are noted.
+  __tether_bo=${__tether_bo/:dotglob:/:}
+  ! builtin shopt -q dotglob || __tether_bo+=dotglob:
+  __tether_bo=${__tether_bo#:} __tether_bo=${__tether_bo%:}
+  builtin shopt -u nocasematch
   builtin trap -p >| "$__tether_cell/shell.new" || return
   builtin trap '' TERM
   __tether_user_vars vars
   __tether_declared decl
-  declare -F >| "$__tether_cell/scratch.fns"
-  mapfile -t __tether_fns < "$__tether_cell/scratch.fns"
-  __tether_fnames=() __tether_fx=() __tether_fr=()
+  # The functions: `export -f NAME` lines (the aside's list) name the
+  # exported ones, `declare -f[r] NAME` lines all (a user's `builtin` set
+  # aside is none of them now).
+  builtin declare -F >> "$__tether_cell/scratch.fns"
+  builtin mapfile -t __tether_fns < "$__tether_cell/scratch.fns"
+  __tether_fnames=() __tether_fx=() __tether_fr=() __tether_late_x=
   for __tether_n in "${__tether_fns[@]}"; do
     case ${__tether_n##* } in __tether_* | trap) continue ;; esac
-    __tether_fnames+=("${__tether_n##* }")
-    [[ $__tether_n != 'declare -f'*x' '* ]] || __tether_fx+=("${__tether_n##* }")
-    [[ $__tether_n != 'declare -f'*r*' '* ]] || __tether_fr+=("${__tether_n##* }")
+    case $__tether_n in
+      'export -f builtin') __tether_late_x=1 ;;
+      'export -f '*) __tether_fx+=("${__tether_n##* }") ;;
+      *)
+        __tether_fnames+=("${__tether_n##* }")
+        [[ $__tether_n != 'declare -f'*r*' '* ]] || __tether_fr+=("${__tether_n##* }")
+        ;;
+    esac
   done
+  __tether_fn=
+  [[ -z $__tether_fn_aside ]] || IFS= builtin read -r -d '' __tether_fn < "$__tether_cell/scratch.fn"
   {
-    printf '%s\n' __tether_unset_all
-    ((${#__tether_names[@]} == 0)) || declare -p -- "${__tether_names[@]}"
+    builtin printf '%s\n' __tether_unset_all
+    ((${#__tether_names[@]} == 0)) || builtin declare -p -- "${__tether_names[@]}"
     # The working directory is the shell's own (the directory stack's top
     # is, also where $PWD was assigned or unset or the directory removed:
     # bash's `pwd` still prints it); OLDPWD and PWD, which the `cd` sets,
     # then as the user left them (exported, assigned, unset).
-    printf '__tether_cd %q\nunset -v OLDPWD PWD\n' "${DIRSTACK[0]:-$PWD}"
-    declare -p OLDPWD PWD 2>/dev/null
+    builtin printf '__tether_cd %q\nunset -v OLDPWD PWD\n' "${DIRSTACK[0]:-$PWD}"
+    builtin declare -p OLDPWD PWD 2>/dev/null
     if ((${#DIRSTACK[@]} > 1)); then
-      printf '__tether_dirs'
-      printf ' %q' "${DIRSTACK[@]:1}"
-      printf '\n'
+      builtin printf '__tether_dirs'
+      builtin printf ' %q' "${DIRSTACK[@]:1}"
+      builtin printf '\n'
     fi
-    ((${#__tether_fnames[@]} == 0)) || declare -f -- "${__tether_fnames[@]}"
-    ((${#__tether_fx[@]} == 0)) || printf 'declare -fx -- %q\n' "${__tether_fx[@]}"
-    ((${#__tether_fr[@]} == 0)) || printf 'readonly -f -- %q\n' "${__tether_fr[@]}"
-    [[ -z $__tether_exit_trap_set ]] || printf '__tether_exit_trap=%q __tether_exit_trap_set=1\n' "$__tether_exit_trap"
-    [[ -z $__tether_err_trap_set ]] || printf '__tether_err_trap=%q __tether_err_trap_set=1\n' "$__tether_err_trap"
-    umask -p
-    # aliases after the functions: they would expand in the restored bodies
-    alias -p
-    printf '__tether_last=%s __tether_us=%q\n' "$__tether_last" "$__tether_us"
+    builtin umask -p
+    # Aliases, then the functions, with alias expansion off: a function's
+    # body is kept as bash parsed it, the aliases of its time expanded, and
+    # no alias must expand in it again. The user's functions are defined
+    # from here on: `\builtin` (an alias of that name neither).
+    builtin printf 'shopt -u expand_aliases\n'
+    builtin alias -p
+    ((${#__tether_fnames[@]} == 0)) || builtin declare -f -- "${__tether_fnames[@]}"
+    builtin printf '\\builtin shopt -s expand_aliases\n'
+    ((${#__tether_fx[@]} == 0)) || builtin printf '\\builtin declare -fx -- %q\n' "${__tether_fx[@]}"
+    ((${#__tether_fr[@]} == 0)) || builtin printf '\\builtin readonly -f -- %q\n' "${__tether_fr[@]}"
+    [[ -z $__tether_fn_aside ]] || builtin printf '__tether_late=%q __tether_late_x=%s\n' "$__tether_fn" "$__tether_late_x"
+    [[ -z $__tether_exit_trap_set ]] || builtin printf '__tether_exit_trap=%q __tether_exit_trap_set=1\n' "$__tether_exit_trap"
+    [[ -z $__tether_err_trap_set ]] || builtin printf '__tether_err_trap=%q __tether_err_trap_set=1\n' "$__tether_err_trap"
+    builtin printf '__tether_last=%s __tether_us=%q\n' "$__tether_last" "$__tether_us"
     if ((${#__tether_args[@]} != 0)); then
-      printf '__tether_args=('
-      printf ' %q' "${__tether_args[@]}"
-      printf ')\nset -- "${__tether_args[@]}"\n'
+      builtin printf '__tether_args=('
+      builtin printf ' %q' "${__tether_args[@]}"
+      builtin printf ')\n\\builtin set -- "${__tether_args[@]}"\n'
     fi
-    printf '__tether_opts %q %q\n#tether-end\n' "$__tether_so" "$__tether_bo"
+    # SHELLOPTS and BASHOPTS are the shell's (their values are the
+    # options'); exported, they carry the options to child shells
+    # (`export SHELLOPTS` then `set -x` traces a `bash -c` too)
+    for __tether_n in SHELLOPTS BASHOPTS; do
+      if [[ ${!__tether_n@a} == *x* ]]; then
+        builtin printf '\\builtin export %s\n' "$__tether_n"
+      else
+        builtin printf '\\builtin export -n %s\n' "$__tether_n"
+      fi
+    done
+    builtin printf '__tether_opts %q %q\n#tether-end\n' "$__tether_so" "$__tether_bo"
   } >> "$__tether_cell/shell.new"
 }
 
 # The code reached its end with status $1; the positional parameters
-# it left follow.
+# it left follow. (No `end` where the aside failed: `builtin` is still
+# the user's.)
 __tether_end() {
   __tether_save "$@"
-  printf '%s\n' "$1" >| "$__tether_cell/end"
+  [[ -n ${__tether_no_aside-} ]] || builtin printf '%s\n' "$1" >| "$__tether_cell/end"
 }

@@ -115,6 +115,10 @@ __tether_save() {
   trap - EXIT
   __tether_f=$-
   set +euvx
+  # dash finds the special builtins (trap, set, unset, export, readonly)
+  # before functions, the others not: a user's function named after one
+  # the save calls goes (functions do not persist under dash anyway)
+  unset -f printf umask pwd echo command [ test
   __tether_quote "$@"
   trap >| "$__tether_cell/shell.new" || return
   trap '' TERM
