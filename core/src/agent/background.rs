@@ -8,9 +8,10 @@
 //! looked reads the file, and one over [`CAP`] keeps its newest
 //! [`KEEP`] bytes (from a line start where one is near) behind a note
 //! saying how much older output was dropped. Several shims append at once
-//! (each `append` is one `O_APPEND` write, so chunks never tear); a trim
-//! racing another shim's append may lose that chunk, which the bound
-//! accepts.
+//! (each `append` is one `O_APPEND` write, so chunks never tear, but on a
+//! full disk a refused write may put part of its bytes down: the writer
+//! cuts that unfinished line before it appends again); a trim racing
+//! another shim's append may lose that chunk, which the bound accepts.
 
 use super::layout::KernelLayout;
 use super::os::{Os, OsError};
@@ -30,6 +31,9 @@ pub struct BackgroundLog {
     kernel_dir: String,
     path: String,
     since_check: u64,
+    /// The bytes of an append that failed: a refused `write(2)` (a full
+    /// disk) may have put a part of them down, a line nobody wrote.
+    torn: Option<Vec<u8>>,
 }
 
 impl BackgroundLog {
@@ -39,6 +43,7 @@ impl BackgroundLog {
             kernel_dir: kernel.dir().to_owned(),
             path: kernel.background_log(),
             since_check: 0,
+            torn: None,
         }
     }
 
@@ -48,11 +53,49 @@ impl BackgroundLog {
         if data.is_empty() || !os.exists(&self.kernel_dir) {
             return Ok(());
         }
-        os.append(&self.path, data)?;
+        if let Some(torn) = self.torn.take() {
+            // Before anything more goes after it (background_log seed
+            // 500303: a torn line ran into the next one).
+            if let Err(e) = self.cut_torn(os, &torn) {
+                self.torn = Some(torn);
+                return Err(e);
+            }
+        }
+        if let Err(e) = os.append(&self.path, data) {
+            // Lost, as a failed append's bytes are; what it may have put
+            // down is cut now if the disk lets it, else before the next.
+            if self.cut_torn(os, data).is_err() {
+                self.torn = Some(data.to_vec());
+            }
+            return Err(e);
+        }
         self.since_check += data.len() as u64;
         if self.since_check >= CHECK_EVERY {
             self.since_check = 0;
             self.trim(os)?;
+        }
+        Ok(())
+    }
+
+    /// Cuts the unfinished line a failed append of `data` left at the end
+    /// of the log: a tail after the last newline that starts one of
+    /// `data`'s lines without being all of it. Whole lines it put down
+    /// stay (they were written); a tail that is no part of `data` is
+    /// someone else's line in the making, and stays.
+    fn cut_torn(&self, os: &mut dyn Os, data: &[u8]) -> Result<(), OsError> {
+        let text = match os.read_file(&self.path) {
+            Ok(text) => text,
+            Err(OsError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let start = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let tail = &text[start..];
+        let torn = !tail.is_empty()
+            && data
+                .split_inclusive(|&b| b == b'\n')
+                .any(|line| line.len() > tail.len() && line.starts_with(tail));
+        if torn {
+            os.write_atomic(&self.path, &text[..start])?;
         }
         Ok(())
     }

@@ -30,6 +30,9 @@ pub(crate) struct FakeOs {
     me: Pid,
     /// Every write fails, as on a full disk.
     pub(crate) disk_full: bool,
+    /// On the full disk, a refused append puts this many of its bytes
+    /// down first.
+    tear: usize,
     /// A SIGTERM the daemon has not acted on yet ([`Os::stop_requested`]).
     pub(crate) term_pending: bool,
     /// Directories made (a directory with files in it exists anyway).
@@ -98,6 +101,14 @@ impl Os for FakeOs {
         Ok(())
     }
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        if self.disk_full && self.tear > 0 {
+            // A refused write(2) that put its first bytes down.
+            let n = self.tear.min(data.len());
+            self.files
+                .entry(path.into())
+                .or_default()
+                .extend_from_slice(&data[..n]);
+        }
         self.room()?;
         self.acts.push(format!("append {path}"));
         self.files
@@ -1425,6 +1436,43 @@ fn the_background_log_keeps_its_newest_bytes_behind_a_note() {
     os.files.clear();
     log.append(&mut os, b"x").unwrap();
     assert!(os.files.is_empty());
+}
+
+/// A refused append on a full disk may put part of its bytes down (torn
+/// writes): the writer cuts the unfinished line it left before it appends
+/// again, keeping the whole lines; another writer's unfinished line is
+/// not its to cut.
+#[test]
+fn a_torn_background_append_is_cut_before_the_next() {
+    use super::background::{self, BackgroundLog};
+    let mut os = FakeOs::new();
+    os.files.insert("/k/config.json".into(), b"{}".to_vec());
+    let k = KernelLayout::new("/k");
+    let mut log = BackgroundLog::new(&k);
+    log.append(&mut os, b"one\n").unwrap();
+    os.disk_full = true;
+    os.tear = 6;
+    assert!(log.append(&mut os, b"two\nthree\n").is_err());
+    assert_eq!(background::read(&os, &k).unwrap(), b"one\ntwo\nth");
+    os.disk_full = false;
+    log.append(&mut os, b"four\n").unwrap();
+    assert_eq!(background::read(&os, &k).unwrap(), b"one\ntwo\nfour\n");
+    // A refused append that put nothing down; meanwhile another writer's
+    // line in the making ("pa" of "partial") is not this one's to cut.
+    os.tear = 0;
+    os.disk_full = true;
+    let mut other = BackgroundLog::new(&k);
+    assert!(other.append(&mut os, b"half\n").is_err());
+    os.disk_full = false;
+    os.files
+        .get_mut(&k.background_log())
+        .unwrap()
+        .extend_from_slice(b"pa");
+    other.append(&mut os, b"five\n").unwrap();
+    assert_eq!(
+        background::read(&os, &k).unwrap(),
+        b"one\ntwo\nfour\npafive\n"
+    );
 }
 
 /// A cancelled cell whose shim found processes still running settles its
