@@ -107,6 +107,8 @@ pub struct ClientLog {
     /// The evictions whose reason is the kernel cap (the least recently
     /// used beyond it), a subset of `evictions`.
     pub cap_evictions: Vec<(u64, String)>,
+    /// When the script began its final shutdown (ms).
+    pub shutdown_at: Option<u64>,
     /// When the script ran a cell on a kernel (ms), and which: a use that
     /// opens the kernel or counts as its latest use.
     pub kernel_uses: Vec<(u64, String)>,
@@ -634,6 +636,7 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
         evictions: log.evictions.clone(),
         cap_evictions: log.cap_evictions.clone(),
         kernel_uses: log.kernel_uses.clone(),
+        shutdown_ms: log.shutdown_at,
         leaked_records: log.records_left.clone(),
         finished: log.finished,
         harness_errors: log.errors.clone(),

@@ -200,6 +200,13 @@ pub struct Observations {
     /// evictions are not judged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_kernels: Option<usize>,
+    /// The client's idle timeout for kernels (ms), where the host knows it
+    /// (`None`: idle evictions are not required).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_idle_ms: Option<u64>,
+    /// When the script began its final shutdown (ms), if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_ms: Option<u64>,
     /// Journals whose entry numbers were not contiguous from 1.
     pub journal_gaps: Vec<String>,
     /// Kernels that had two live daemons at once.
@@ -641,6 +648,14 @@ pub enum Violation {
         /// unresolved at.
         detail: String,
     },
+    /// A kernel stayed open, idle, well past the client's idle timeout
+    /// while nothing kept the client from shutting it down.
+    KernelNotReaped {
+        /// The kernel.
+        kernel: String,
+        /// Since when it was idle, and the deadline it outlived.
+        detail: String,
+    },
     /// A cell resolved `unknown` though the sandbox answered all along:
     /// the client gave up on a healthy kernel.
     NeedlessUnknown {
@@ -860,6 +875,7 @@ impl Violation {
             Violation::NoProgress { .. } => "no_progress",
             Violation::NeedlessUnknown { .. } => "needless_unknown",
             Violation::LateGiveUp { .. } => "late_give_up",
+            Violation::KernelNotReaped { .. } => "kernel_not_reaped",
             Violation::UnreportedLeftovers { .. } => "unreported_leftovers",
             Violation::SelfInflictedLoss { .. } => "self_inflicted_loss",
             Violation::Expectation { .. } => "expectation",
@@ -955,6 +971,9 @@ impl fmt::Display for Violation {
             Violation::Leak { detail } => write!(f, "left after shutdown: {detail}"),
             Violation::NoProgress { detail } => {
                 write!(f, "no progress after faults healed: {detail}")
+            }
+            Violation::KernelNotReaped { kernel, detail } => {
+                write!(f, "kernel {kernel} was not reaped: {detail}")
             }
             Violation::LateGiveUp { cell, detail } => write!(
                 f,
@@ -1196,6 +1215,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     loss_notes::check(obs, &mut v);
     check_evictions(obs, &mut v);
     check_cap_evictions(obs, &mut v);
+    check_idle_evictions(obs, &mut v);
     escalation::check(obs, &mut v);
     // What the host judged on its own ground truth, a finding a line.
     let found: [(&[String], MakeViolation); 6] = [
@@ -1440,6 +1460,84 @@ fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
                     at_ms: *at,
                 });
             }
+        }
+    }
+}
+
+/// The reaper's other promise: a kernel left idle for the idle timeout is
+/// shut down, by a client that is being driven (its timers run only
+/// then). After each use of a kernel whose cells all resolved (none
+/// `unknown`, none run without a kernel), a quiet stretch — no outage, no
+/// failed exec, the client up — as long as the idle timeout from the use
+/// or the cells' end, plus a second, ends
+/// with the kernel evicted if a call of the script (on another kernel)
+/// was under way then, unless the script used the kernel again or began
+/// its final shutdown first.
+fn check_idle_evictions(obs: &Observations, v: &mut Vec<Violation>) {
+    /// A resolved cell leaves the kernel's cells at once (its
+    /// acknowledgement may follow later): a second covers the timer's
+    /// wake and the last exec.
+    const SLACK_MS: u64 = 1_000;
+    let (Some(idle), Some(shutdown), Some(outages)) =
+        (obs.kernel_idle_ms, obs.shutdown_ms, obs.outages.as_ref())
+    else {
+        return;
+    };
+    let quiet = |from: u64, to: u64| {
+        let overlaps = |&(a, b): &(u64, u64)| a <= to && b >= from;
+        !outages.spans.iter().any(overlaps)
+            && !outages.silences.iter().any(overlaps)
+            && !outages.client_down.iter().any(overlaps)
+            && !outages
+                .blips
+                .iter()
+                .any(|&b| b + outages.budget_ms >= from && b <= to)
+    };
+    for (i, (used, kernel)) in obs.kernel_uses.iter().enumerate() {
+        let next = obs.kernel_uses[i + 1..]
+            .iter()
+            .filter(|(_, k)| k == kernel)
+            .map(|(t, _)| *t)
+            .min()
+            .unwrap_or(shutdown)
+            .min(shutdown);
+        let cells: Vec<&CellObs> = obs
+            .cells
+            .iter()
+            .filter(|c| kernel_of(c) == Some(kernel.as_str()))
+            .filter(|c| c.started_ms >= *used && c.started_ms < next)
+            .collect();
+        let settled = cells.iter().all(|c| {
+            c.ran_without_kernel.is_none()
+                && c.resolved_ms.is_some()
+                && !matches!(c.outcome, Some(CellOutcome::Unknown { .. }))
+        });
+        if cells.is_empty() || !settled {
+            continue;
+        }
+        let from = cells
+            .iter()
+            .filter_map(|c| c.last_resolved_ms.or(c.resolved_ms))
+            .fold(*used, u64::max);
+        let deadline = from + idle + SLACK_MS;
+        let evicted = obs
+            .evictions
+            .iter()
+            .any(|(t, k)| k == kernel && *t > *used && *t <= deadline);
+        // The client runs its timers while it is driven: only a call of the
+        // script that spans the deadline (a cell on another kernel) shows
+        // a client that should have reaped by then.
+        let driven = obs
+            .calls
+            .iter()
+            .any(|c| c.started_ms <= deadline && c.ended_ms.is_some_and(|e| e >= deadline + 100));
+        if deadline < next && driven && !evicted && quiet(*used, deadline) {
+            v.push(Violation::KernelNotReaped {
+                kernel: kernel.clone(),
+                detail: format!(
+                    "idle since {from} ms, not evicted by {deadline} ms (idle timeout {idle} ms; used again or shut down at {next} ms)"
+                ),
+            });
         }
     }
 }
@@ -1971,6 +2069,45 @@ mod tests {
         assert_eq!(v[0].kind(), "unreported_leftovers");
         o.cells[0].leftovers_reported = true;
         assert!(check(&o).is_empty());
+    }
+
+    #[test]
+    fn a_kernel_idle_past_its_timeout_while_the_client_is_driven_is_reaped() {
+        let mut o = good();
+        o.cells[0].started_ms = 10;
+        o.cells[0].resolved_ms = Some(20);
+        o.kernel_uses = vec![(10, "k".into())];
+        o.kernel_idle_ms = Some(500);
+        o.shutdown_ms = Some(10_000);
+        o.outages = Some(Outages::default());
+        // A cell on another kernel runs from 1 s to 5 s: the client is
+        // driven past the deadline (20 + 500 + 1000 ms).
+        o.calls.push(CallObs {
+            name: "run_cell other".into(),
+            started_ms: 1_000,
+            ended_ms: Some(5_000),
+            budget_ms: 10_000,
+        });
+        assert_eq!(kinds(&check(&o)), ["kernel_not_reaped"]);
+        o.evictions = vec![(600, "k".into())];
+        assert_eq!(check(&o), vec![]);
+        o.evictions.clear();
+        // Not judged: a client nobody drove then, the kernel used again
+        // first, a fault in the stretch, a host that does not say.
+        let mut undriven = o.clone();
+        undriven.calls.truncate(1);
+        let mut used = o.clone();
+        used.kernel_uses.push((1_200, "k".into()));
+        let mut faulted = o.clone();
+        faulted.outages = Some(Outages {
+            blips: vec![900],
+            ..Outages::default()
+        });
+        let mut unknown = o.clone();
+        unknown.kernel_idle_ms = None;
+        for excused in [undriven, used, faulted, unknown] {
+            assert!(!kinds(&check(&excused)).contains(&"kernel_not_reaped"));
+        }
     }
 
     #[test]

@@ -305,6 +305,7 @@ async fn run_script(
     host.log().liveness = outcome;
     read_background_logs(host, driver).await;
     let start = host.now_ms();
+    host.log().shutdown_at = Some(start);
     for k in kernels(scenario) {
         let r = driver.shutdown(&k, &mut on_event).await;
         finish_call(host, "shutdown", start, r.err());

@@ -354,6 +354,7 @@ pub fn run_in(
     );
     obs.false_unkillable = observe::false_unkillable(&log.borrow(), &sandbox.borrow().kill_deaths);
     obs.max_kernels = Some(world.max_kernels);
+    obs.kernel_idle_ms = Some(world.kernel_idle_ms);
     obs.tools = sandbox.borrow().tool_obs();
     obs.orphan_runs = sandbox.borrow().orphan_runs();
     obs.tools.reported_answered = log.borrow().tool_answered.clone();
