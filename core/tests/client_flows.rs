@@ -1175,3 +1175,34 @@ fn a_spawn_left_unanswered_by_a_crashed_client_is_sent_again_under_its_nonce() {
         "an answered spawn's nonce is spent"
     );
 }
+
+/// The agent says the daemon is gone while every probe finds it alive:
+/// the client takes the probe's word a bounded number of times
+/// (`Config::max_attempts`), then fails the kernel's cell saying so,
+/// instead of probing for ever.
+#[test]
+fn an_agent_that_keeps_calling_a_live_daemon_dead_fails_the_kernel_after_its_attempts() {
+    let mut h = Harness::new(7);
+    h.open("k", Lang::Shell);
+    h.settle();
+    h.agent.dead_on_wait = true;
+    let cell = h.run("k", "out a\ntick\nout b", None);
+    let mut steps = 0;
+    h.run_until(|h| {
+        steps += 1;
+        steps > 10_000 || (h.client.in_flight() == 0 && h.pending.is_empty())
+    });
+    assert!(steps <= 10_000, "still probing after 10,000 steps");
+    assert!(
+        matches!(h.outcome(&cell), Some(CellOutcome::Error { message })
+            if message.contains("keeps reporting the daemon gone")),
+        "{:?}",
+        h.outcome(&cell)
+    );
+    let attempts = support::config().max_attempts as usize;
+    assert!(
+        h.sent(OpKind::Probe) <= attempts + 1,
+        "{}",
+        h.sent(OpKind::Probe)
+    );
+}

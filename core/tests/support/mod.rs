@@ -159,6 +159,9 @@ pub struct FakeAgent {
     pub ops: Vec<Op>,
     /// What an install reports instead of success (e.g. a wrong arch).
     pub install_error: Option<ErrorKind>,
+    /// Every wait answers that the kernel's daemon is gone, whatever the
+    /// probes find (an agent that is wrong about it).
+    pub dead_on_wait: bool,
 }
 
 impl Default for FakeAgent {
@@ -171,6 +174,7 @@ impl Default for FakeAgent {
             runs: BTreeMap::new(),
             ops: Vec::new(),
             install_error: None,
+            dead_on_wait: false,
         }
     }
 }
@@ -417,6 +421,9 @@ impl FakeAgent {
                 answers,
                 ..
             } => {
+                if self.dead_on_wait {
+                    return err(ErrorKind::KernelDead, "the kernel's daemon is not running");
+                }
                 let Some(k) = self.kernels.get_mut(kernel) else {
                     return err(ErrorKind::NoSuchKernel, "no such kernel");
                 };
