@@ -1220,7 +1220,7 @@ pub(crate) fn recorded_cell_processes(
 }
 
 /// Adds to `set` everything in a session one of its processes is in.
-pub(crate) fn with_sessions(table: &Table, set: &mut BTreeSet<Pid>, protected: &BTreeSet<Pid>) {
+fn with_sessions(table: &Table, set: &mut BTreeSet<Pid>, protected: &BTreeSet<Pid>) {
     // Everything in a session one of them is in: a kernel's sessions are
     // its own (its daemon's, each shell cell's, its interpreter's: each
     // made by setsid), and a process that dropped the marker keeps its

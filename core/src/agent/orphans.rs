@@ -9,7 +9,7 @@
 use super::journal;
 use super::kernel::{self, read_json, LaunchRecord};
 use super::layout::KernelLayout;
-use super::op::{cell_seqs, kernel_nonce, recorded_cell_processes, taken, with_sessions};
+use super::op::{cell_seqs, kernel_nonce, recorded_cell_processes, taken};
 use super::os::{Os, Pid};
 use super::procs::{self, Table};
 use super::python;
@@ -44,7 +44,9 @@ pub fn end_orphaned_cells(os: &mut dyn Os, k: &KernelLayout) {
             &protected,
         ));
     }
-    with_sessions(&table, &mut set, &protected);
+    // As a cancel reaches them (no session of a shim: a shim shares its
+    // daemon's session with every shim of the kernel, those of done cells
+    // whose leftovers may run on included).
     set.retain(|p| table.get(*p).is_some_and(|i| !i.zombie));
     if !set.is_empty() {
         procs::stop_and_kill(os, &set);
