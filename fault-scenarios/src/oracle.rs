@@ -455,6 +455,19 @@ impl Outages {
         })
     }
 
+    /// Nothing in `[from, to]` kept the client from its work: no outage, no
+    /// failed exec (to within a call's deadline), the client up.
+    pub fn quiet(&self, from: u64, to: u64) -> bool {
+        let overlaps = |&(a, b): &(u64, u64)| a <= to && b >= from;
+        !self.spans.iter().any(overlaps)
+            && !self.silences.iter().any(overlaps)
+            && !self.client_down.iter().any(overlaps)
+            && !self
+                .blips
+                .iter()
+                .any(|&b| b + self.budget_ms >= from && b <= to)
+    }
+
     /// The latest each silence lets a cell that was unresolved when it
     /// began stay so: `(start, deadline)`. The client gives up on a
     /// sandbox that has not answered for its give-up time, counted from
@@ -1491,16 +1504,6 @@ fn check_idle_evictions(obs: &Observations, v: &mut Vec<Violation>) {
     else {
         return;
     };
-    let quiet = |from: u64, to: u64| {
-        let overlaps = |&(a, b): &(u64, u64)| a <= to && b >= from;
-        !outages.spans.iter().any(overlaps)
-            && !outages.silences.iter().any(overlaps)
-            && !outages.client_down.iter().any(overlaps)
-            && !outages
-                .blips
-                .iter()
-                .any(|&b| b + outages.budget_ms >= from && b <= to)
-    };
     for (i, (used, kernel)) in obs.kernel_uses.iter().enumerate() {
         let next = obs.kernel_uses[i + 1..]
             .iter()
@@ -1539,7 +1542,7 @@ fn check_idle_evictions(obs: &Observations, v: &mut Vec<Violation>) {
             .calls
             .iter()
             .any(|c| c.started_ms <= deadline && c.ended_ms.is_some_and(|e| e >= deadline + 100));
-        if deadline < next && driven && !evicted && quiet(*used, deadline) {
+        if deadline < next && driven && !evicted && outages.quiet(*used, deadline) {
             v.push(Violation::KernelNotReaped {
                 kernel: kernel.clone(),
                 detail: format!(

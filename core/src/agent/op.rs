@@ -269,9 +269,8 @@ impl OpRun {
                 let never_recorded = match &expect {
                     Some(e)
                         if !matches!(status, ProbeStatus::Alive { .. })
-                            && files_kept(os, &k, e) =>
+                            && gone_with_files_kept(os, &k, e) =>
                     {
-                        orphans::end_orphaned_cells(os, &k);
                         sent.iter()
                             .filter(|c| !recorded(os, &k, c))
                             .map(|c| c.seq)
@@ -326,10 +325,7 @@ impl OpRun {
                     let k = self.layout.kernel(&kernel);
                     let status = probe(os, &k, Some(expect));
                     if !matches!(status, ProbeStatus::Alive { .. }) {
-                        let files_kept = files_kept(os, &k, expect);
-                        if files_kept {
-                            orphans::end_orphaned_cells(os, &k);
-                        }
+                        let files_kept = gone_with_files_kept(os, &k, expect);
                         return self.reply(Reply::IdentityMismatch {
                             status,
                             files_kept,
@@ -845,6 +841,17 @@ fn files_kept(os: &dyn Os, k: &KernelLayout, expect: &Identity) -> bool {
             .ok()
             .flatten()
             .is_some_and(|c| c.nonce == expect.nonce)
+}
+
+/// For an op that found the expected daemon gone: are its files kept
+/// ([`files_kept`])? If so, what its cells still run is ended first
+/// ([`orphans::end_orphaned_cells`]).
+fn gone_with_files_kept(os: &mut dyn Os, k: &KernelLayout, expect: &Identity) -> bool {
+    let kept = files_kept(os, k, expect);
+    if kept {
+        orphans::end_orphaned_cells(os, k);
+    }
+    kept
 }
 
 /// The kernel holds `cell`'s submission (under its request id: another
