@@ -789,6 +789,36 @@ fn replies_for_old_or_unknown_exec_ids_are_ignored() {
         .any(|e| matches!(e, Event::KernelReady { .. })));
 }
 
+/// A spawn still out may start a daemon after a shutdown sent meanwhile
+/// has swept the kernel: the shutdown waits for the spawn's answer, or its
+/// deadline (full_disk seed 103509 left such a daemon running).
+#[test]
+fn a_shutdown_waits_for_the_spawn_in_flight() {
+    for lost in [false, true] {
+        let mut h = Harness::new(40);
+        if lost {
+            h.lose_kind = Some(OpKind::Spawn);
+        }
+        h.open("k", Lang::Shell);
+        assert_eq!(h.sent(OpKind::Spawn), 1);
+        h.client.shutdown(&kname("k"), h.now);
+        h.drain();
+        assert_eq!(
+            h.sent(OpKind::Shutdown),
+            0,
+            "no shutdown while the spawn is unanswered (lost reply: {lost})"
+        );
+        h.run_until(|h| h.sent(OpKind::Shutdown) == 1);
+        let answered = h.trace.find("result x1").expect("the spawn's result");
+        let shutdown = h.trace.find("shutdown k").expect("the shutdown");
+        assert!(answered < shutdown, "{}", h.trace);
+        h.lose_kind = None;
+        h.settle();
+        assert!(h.client.record(&kname("k")).is_none(), "{}", h.trace);
+        assert!(h.agent.kernels.is_empty(), "{}", h.trace);
+    }
+}
+
 #[test]
 fn commands_on_unknown_or_dying_kernels_are_typed_errors() {
     let mut h = Harness::new(23);

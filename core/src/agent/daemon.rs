@@ -405,19 +405,14 @@ impl Daemon {
             if w.settle(os, result).is_err() {
                 continue;
             }
-            let marker = read_json::<LaunchRecord>(os, &cell.launch())
-                .ok()
-                .flatten()
-                .map(|l| l.marker)
-                .unwrap_or_default();
+            let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
+            let started = kernel::started_this_boot(os, &cell, launch.as_ref());
+            let marker = launch.map(|l| l.marker).unwrap_or_default();
             let python = self.config.as_ref().is_some_and(|c| c.lang == Lang::Python);
             let mut t = Track::new((0, 0), marker, python);
             t.shim = None;
             t.shim_death_seen = true;
             t.shim_death_told = true;
-            let started = read_journal(os, &cell.journal())
-                .ok()
-                .and_then(|r| journal::started(&r));
             let same_main = started.is_some_and(|(pid, _, start)| {
                 os.process(pid)
                     .is_some_and(|p| p.starttime == start && !p.zombie)
@@ -913,18 +908,7 @@ impl Daemon {
     /// Only before a fresh interpreter is started (which carries the same
     /// marker).
     fn kill_orphaned_interpreters(&self, os: &mut dyn Os) {
-        let table = Table::snapshot(os);
-        let protected = procs::protected(&table, os.self_pid());
-        let marker = format!("{}:{}", self.nonce, python::INTERPRETER_MARK);
-        let set: BTreeSet<Pid> = table
-            .iter()
-            .filter(|p| !p.zombie && !protected.contains(&p.pid))
-            .filter(|p| os.has_env(p.pid, MARKER_NAME, &marker))
-            .map(|p| p.pid)
-            .collect();
-        if !set.is_empty() {
-            procs::stop_and_kill(os, &set);
-        }
+        orphans::kill_interpreters_of(os, &self.nonce);
     }
 
     fn start_next(&mut self, os: &mut dyn Os, now: Timestamp) {

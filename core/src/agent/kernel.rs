@@ -1,7 +1,8 @@
 //! What a kernel directory records about its daemon and its cells, and the
 //! identity check behind `probe` (and behind every "is the daemon alive?").
 
-use super::layout::KernelLayout;
+use super::journal::{self, read_journal};
+use super::layout::{CellLayout, KernelLayout};
 use super::os::{Os, OsError, Pid};
 use crate::protocol::{Identity, Lang, ProbeStatus};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -68,6 +69,26 @@ impl LaunchRecord {
             _ => true,
         }
     }
+}
+
+/// The main process (pid, group, start time) a cell's journal says it
+/// started, unless its launch record is of an earlier boot: pids and start
+/// times count again from each boot, so the entry may name a process of
+/// this one (full_disk seed 100704: a cell from before a bounce named the
+/// other kernel's new daemon, same pid, same start time, and a shutdown
+/// KILLed it). Without a launch record (its daemon died before writing
+/// it) the entry is taken as this boot's.
+pub fn started_this_boot(
+    os: &dyn Os,
+    cell: &CellLayout,
+    launch: Option<&LaunchRecord>,
+) -> Option<(Pid, Pid, u64)> {
+    if launch.is_some_and(|l| !l.of_this_boot(os)) {
+        return None;
+    }
+    read_journal(os, &cell.journal())
+        .ok()
+        .and_then(|r| journal::started(&r))
 }
 
 /// Reads a JSON file: `Ok(None)` when absent, an error when unreadable.

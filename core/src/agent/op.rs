@@ -396,7 +396,16 @@ impl OpRun {
                 }
                 let read =
                     read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;
-                if !journal::is_done(&read) && kernel::live_daemon(os, &k).is_none() {
+                // The journal once more after the daemon is found gone: it
+                // may have ended the cell and exited between the two looks
+                // (idle_exit seed 104918: the cell was taken for lost).
+                let unresolved = |os: &dyn Os| {
+                    read_journal(os, &cell.journal()).map_or(true, |r| !journal::is_done(&r))
+                };
+                if !journal::is_done(&read)
+                    && kernel::live_daemon(os, &k).is_none()
+                    && unresolved(os)
+                {
                     return Err(err(
                         ErrorKind::KernelDead,
                         format!(
@@ -684,6 +693,9 @@ fn spawn_alone(
     if let Ok(Some(old)) = read_json::<KernelConfig>(os, &k.config()) {
         if old.nonce != config.nonce {
             let _ = kernel::record_shut(os, shut, &old.nonce);
+            // No daemon of it runs: its interpreter (if it lives) is an
+            // orphan no record may name.
+            orphans::kill_interpreters_of(os, &old.nonce);
         }
     }
     // A fresh daemon starts from a fresh state: the old one's is lost.
@@ -1198,9 +1210,7 @@ pub(crate) fn recorded_cell_processes(
 ) -> BTreeSet<Pid> {
     let cell = k.cell(seq);
     let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
-    let pgid = read_journal(os, &cell.journal())
-        .ok()
-        .and_then(|r| journal::started(&r))
+    let pgid = kernel::started_this_boot(os, &cell, launch.as_ref())
         .and_then(|started| cells_group(table, started, launch.as_ref()));
     let shim = launch.filter(|l| {
         l.of_this_boot(os)

@@ -60,6 +60,14 @@ pub fn end_orphaned_cells(os: &mut dyn Os, k: &KernelLayout) {
 /// cell handed through `py/run` as well — a second run, in the old
 /// namespace.
 pub fn kill_orphaned_interpreter(os: &mut dyn Os, k: &KernelLayout) {
+    // A daemon killed between starting its interpreter's shim and writing
+    // the record leaves none (full_disk seed 104909: 4 ms apart); the
+    // interpreter still carries the marker of the daemon's nonce, which is
+    // the config's until a spawn retires it (and kills them then).
+    if let Some(nonce) = kernel_nonce(os, k) {
+        kill_interpreters_of(os, &nonce);
+    }
+
     let path = python::launch_file(k);
     let Ok(Some(l)) = read_json::<LaunchRecord>(os, &path) else {
         return;
@@ -78,4 +86,24 @@ pub fn kill_orphaned_interpreter(os: &mut dyn Os, k: &KernelLayout) {
     }
     let _ = os.remove_all(&path);
     let _ = os.remove_all(&python::run_file(k));
+}
+
+/// Kills every interpreter started under the daemon nonce `nonce` (they
+/// carry its marker, `<nonce>:py`), with what they hold: called where no
+/// daemon of that nonce runs, or by that daemon before it starts a fresh
+/// interpreter (an interpreter whose shim died came back to it, a
+/// subreaper, with the old namespace and nobody to hand it cells).
+pub fn kill_interpreters_of(os: &mut dyn Os, nonce: &str) {
+    let table = Table::snapshot(os);
+    let protected = procs::protected(&table, os.self_pid());
+    let marker = format!("{nonce}:{}", python::INTERPRETER_MARK);
+    let set: BTreeSet<Pid> = table
+        .iter()
+        .filter(|p| !p.zombie && !protected.contains(&p.pid))
+        .filter(|p| os.has_env(p.pid, procs::MARKER_NAME, &marker))
+        .map(|p| p.pid)
+        .collect();
+    if !set.is_empty() {
+        procs::stop_and_kill(os, &set);
+    }
 }

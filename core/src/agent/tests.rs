@@ -1950,6 +1950,56 @@ fn a_cells_process_group_reused_by_a_later_process_is_not_the_cells() {
     );
 }
 
+/// A daemon killed between starting its interpreter's shim and recording
+/// it leaves no record of them (full_disk seed 104909): the probe that
+/// finds it gone ends the interpreter by its marker, as does a spawn that
+/// retires the dead daemon's nonce; another nonce's interpreter and a
+/// bystander live on.
+#[test]
+fn an_interpreter_its_dead_daemon_never_recorded_is_ended_by_its_marker() {
+    for by_spawn in [false, true] {
+        let mut os = FakeOs::new();
+        let dir = python_kernel_with_submission(&mut os);
+        let k = KernelLayout::new(&dir);
+        let daemon = Identity {
+            boot_id: "boot-1".into(),
+            pid: 10,
+            starttime: 110,
+            nonce: "n1".into(),
+        };
+        os.files.insert(k.identity(), to_json(&daemon));
+        // Interpreter 70 (its shim 69 outlived the daemon), another
+        // kernel's interpreter 71, a bystander 90; the op is pid 11.
+        os.add(proc_(69, 1, 10));
+        os.add(proc_(70, 69, 70));
+        os.env
+            .insert(70, vec![(MARKER_NAME.into(), "n1:py".into())]);
+        os.add(proc_(71, 1, 71));
+        os.env
+            .insert(71, vec![(MARKER_NAME.into(), "n0:py".into())]);
+        os.add(proc_(90, 1, 90));
+        os.add(proc_(11, 1, 11));
+        os.me = 11;
+        let request = if by_spawn {
+            spawn_op("n2")
+        } else {
+            crate::protocol::Op::Probe {
+                kernel: KernelName::new("k").unwrap(),
+                expect: Some(daemon.clone()),
+                sent: Vec::new(),
+            }
+        };
+        let _ = op(&mut os, request);
+        assert!(!os.procs.contains_key(&70), "by spawn: {by_spawn}");
+        for alive in [71, 90] {
+            assert!(
+                os.procs.contains_key(&alive),
+                "{alive} (by spawn: {by_spawn})"
+            );
+        }
+    }
+}
+
 fn spawn_op(nonce: &str) -> crate::protocol::Op {
     crate::protocol::Op::Spawn {
         kernel: KernelName::new("k").unwrap(),

@@ -94,6 +94,9 @@ impl Client {
         if let Some(state) = self.tasks.get_mut(&task) {
             state.exec = None;
         }
+        if self.shutdown_held_for(&task) {
+            return;
+        }
         if let Task::Fallback(key) = &task {
             #[cfg(feature = "mutations")]
             if let Err(e) = &result {

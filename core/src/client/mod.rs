@@ -434,6 +434,9 @@ impl Client {
                         if let Some(state) = self.tasks.get_mut(&task) {
                             state.exec = None;
                         }
+                        if self.shutdown_held_for(&task) {
+                            continue;
+                        }
                         let why = format!("exec {id} passed its deadline");
                         if let Task::Fallback(key) = &task {
                             // A plain exec is never sent again (it may

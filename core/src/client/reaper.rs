@@ -103,7 +103,18 @@ impl Client {
         for key in keys {
             self.resolve(&key, CellOutcome::Cancelled, false);
         }
+        // A spawn sent and not answered yet may start a daemon after the
+        // shutdown has swept the kernel (full_disk seed 103509: a respawn
+        // after a probe found the daemon dead ran late, and its daemon
+        // outlived the shutdown sent meanwhile): the shutdown waits for
+        // its answer ([`Client::shutdown_held_for`]).
+        let spawn = Task::Spawn(name.clone());
+        let spawn_in_flight = self.tasks.get(&spawn).is_some_and(|s| s.exec.is_some());
+        let held = spawn_in_flight.then(|| self.tasks.remove(&spawn)).flatten();
         self.drop_kernel_tasks(name, false);
+        if let Some(state) = held {
+            self.tasks.insert(spawn, state);
+        }
         if let Some(k) = self.kernels.get_mut(name) {
             k.phase = Phase::ShuttingDown;
             k.cells.clear();
@@ -119,7 +130,29 @@ impl Client {
         if let Some(k) = self.kernels.get(name) {
             self.effects.push_back(super::Effect::Persist(k.record()));
         }
-        self.start(Task::Shutdown(name.clone()));
+        if !spawn_in_flight {
+            self.start(Task::Shutdown(name.clone()));
+        }
+    }
+
+    /// An exec of `task` ended (answered, failed or past its deadline):
+    /// if it is a spawn a shutdown waits for, the spawn is dropped and the
+    /// shutdown goes now. Returns whether it was.
+    pub(crate) fn shutdown_held_for(&mut self, task: &Task) -> bool {
+        let Task::Spawn(name) = task else {
+            return false;
+        };
+        if !self
+            .kernels
+            .get(name)
+            .is_some_and(|k| k.phase == Phase::ShuttingDown)
+        {
+            return false;
+        }
+        let name = name.clone();
+        self.drop_task(task);
+        self.start(Task::Shutdown(name));
+        true
     }
 
     /// The agent answered `name`'s shutdown (or has nothing left of it):
