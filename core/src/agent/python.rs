@@ -45,6 +45,9 @@ del input
 # and `unittest.main()` look names up through sys.modules["__main__"].
 # The bootstrap's own module stays alive (its functions hold its dict).
 import types
+# As at the interactive prompt (and `python3 -i`): no script, so argv is
+# [''] ('-c' and the bootstrap are this process's, not the user's).
+sys.argv[:] = [""]
 _boot = sys.modules["__main__"]
 _main = types.ModuleType("__main__")
 _ns = _main.__dict__

@@ -89,6 +89,9 @@ pub(super) async fn jupyter_kernel_cases(live: &mut Live) {
     shows(live, "f(1)", "2\n").await;
     // test_sys_path: the working directory ('') is on sys.path.
     shows(live, "import sys; '' in sys.path", "True\n").await;
+    // The prompt's sys.argv (the tutorial, "Argument Passing": no script
+    // given, argv[0] is ''): not the '-c' and code of the bootstrap.
+    shows(live, "import sys; sys.argv", "['']\n").await;
     // test_subprocess_print: forked mp.Process children print into the
     // cell; test_subprocess_noprint; test_subprocess_error.
     let run = py(
