@@ -1318,6 +1318,43 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             init_reaps: true,
             fails_open: false,
         },
+        // The interpreter's shim is killed as its first cell ends, then
+        // the daemon: what the shim held (the cell's `setsid env -i`
+        // daemon, which carries nothing that names the kernel, and the
+        // interpreter) came back to the daemon, which must record it then
+        // (`leftovers/orphan-*.json`) for the shutdown to find it once the
+        // daemon is gone too, where there is no cgroup. The kill comes
+        // within the shim's own look for orphans (100 ms) in many seeds,
+        // before the shim recorded it.
+        Scenario {
+            name: "python_orphans",
+            about: "the interpreter's shim is killed as its first cell ends, then the daemon: the cell's setsid env -i daemon, orphaned twice, is still found and ended by the shutdown; the next cell runs on a fresh daemon that reports the loss",
+            script: vec![
+                // No expectation: in some seeds the kill lands as the
+                // cell starts.
+                Action::Run(CellSpec {
+                    expect: None,
+                    ..py_cell(
+                        "py_leave",
+                        vec![
+                            set_name("x", "kept"),
+                            Step::EnvIDaemon { sleep_ms: 600_000 },
+                            print("left\n"),
+                        ],
+                        Expect::Ok,
+                    )
+                }),
+                Action::Idle { ms: 2_500 },
+                Action::Run(py_cell("py_fresh", vec![print("fresh\n")], Expect::Ok)),
+            ],
+            fixed: fixed(vec![
+                (120, FaultKind::KillShim),
+                (2_200, FaultKind::KillDaemon),
+            ]),
+            space: space(network()),
+            init_reaps: true,
+            fails_open: false,
+        },
         Scenario {
             name: "python_stuck",
             about: "a Python cell ignores SIGINT: the interpreter is killed after the grace, the loss reported, the next cell runs fresh",

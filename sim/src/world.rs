@@ -600,7 +600,9 @@ fn observe(
             // The documented limit (client/README.md, "what a cancel
             // reaches"): without cgroups a Python cell's `setsid env -i`
             // daemon is tied to it by nothing the agent can read.
-            alive_at_end.retain(|pid| !sandbox.untraceable.contains(pid));
+            // (Judged at the snapshot: a pid reused since is another
+            // process, python_orphans seed 1494.)
+            alive_at_end.retain(|pid| !sandbox.snapshot_untraceable.contains(pid));
         }
         // Nothing that happened to other cells or kernels may signal a
         // bystander's processes (they may end by themselves).
@@ -659,8 +661,8 @@ fn observe(
                     .get(key)
                     .into_iter()
                     .flatten()
-                    .filter(|(pid, _)| {
-                        spec.lang != Lang::Python || !sandbox.untraceable.contains(pid)
+                    .filter(|&&(pid, at)| {
+                        spec.lang != Lang::Python || !sandbox.untraceable_exits.contains(&(pid, at))
                     })
                     .map(|&(_, at)| at)
                     .filter(|&at| at > resolved && at < own_until)

@@ -124,6 +124,9 @@ struct Track {
     python: bool,
     /// The interpreter's pid (Python cells), from the `started` entry.
     interp: Option<(Pid, u64)>,
+    /// A Python cell the daemon started a fresh interpreter shim for: no
+    /// earlier cell ran in that interpreter.
+    first_in_interpreter: bool,
     /// The cell's own cgroup, from its `cgroup` file (a Python cell's is
     /// made by the interpreter's shim, which moves the interpreter into it
     /// while the cell runs).
@@ -160,6 +163,7 @@ impl Track {
             cancel: None,
             python,
             interp: None,
+            first_in_interpreter: false,
             cgroup: None,
             cgroup_checked: false,
             linger_recheck: None,
@@ -299,7 +303,8 @@ impl Daemon {
         self.track_cells(os, now);
         self.start_next(os, now);
         if std::mem::take(&mut self.orphans_due) {
-            self.keep_orphans(os);
+            // A record a full disk refused is written at a later tick.
+            self.orphans_due = !self.keep_orphans(os);
         }
         let busy = self.untaken
             || self
@@ -545,7 +550,27 @@ impl Daemon {
                 // (below). Resolved while they ran on, they would fork and
                 // write for nobody, beside the kernel's next cell.
                 let cancel = tombstone::read(os, &cell);
-                let outcome = if t.python {
+                // A fresh interpreter's shim killed before it started the
+                // cell's code (no `started` entry) took no namespace with
+                // it: nothing of the kernel's is lost, and no loss is told
+                // (python_orphans seed 292: the shim was killed as it
+                // started, and the cell said the namespace was lost).
+                let held_nothing = t.python
+                    && t.first_in_interpreter
+                    && read_journal(os, &cell.journal())
+                        .is_ok_and(|r| journal::started(&r).is_none());
+                let outcome = if held_nothing {
+                    if first_look {
+                        interp_lost.push(seq);
+                    }
+                    shim_loss_told = true;
+                    cancel.map_or_else(
+                        || CellOutcome::Error {
+                            message: python::SHIM_DIED_BEFORE_START.into(),
+                        },
+                        CancelReason::outcome,
+                    )
+                } else if t.python {
                     // The interpreter's shim: the interpreter, orphaned,
                     // goes with it, and with it the namespace.
                     if first_look {
@@ -583,7 +608,7 @@ impl Daemon {
                     if first_look && !t.python && (!w.has_result() || note_kept_state_lost()) {
                         t.state_orphaned = true;
                     }
-                    if t.python && !w.has_result() {
+                    if t.python && !held_nothing && !w.has_result() {
                         let note = python::loss_note(python::SHIM_DIED);
                         shim_loss_told |= w.output(os, Stream::Stderr, &note).is_ok();
                     }
@@ -873,7 +898,11 @@ impl Daemon {
     /// without cgroup v2): the record is what lets shutdown, or a later
     /// daemon's idle exit, still find them (python_cancel seed 222: the
     /// interpreter's shim killed, then the daemon).
-    fn keep_orphans(&self, os: &mut dyn Os) {
+    /// False when a record could not be written (a full disk): the
+    /// daemon tries again at its next tick (python_orphans seed 226: the
+    /// disk was full when the interpreter's shim died, and the `env -i`
+    /// daemon it held outlived the shutdown after the daemon's death).
+    fn keep_orphans(&self, os: &mut dyn Os) -> bool {
         let table = Table::snapshot(os);
         let me = os.self_pid();
         let shims: BTreeSet<Pid> = self
@@ -888,18 +917,22 @@ impl Daemon {
             .map(|p| (p.pid, p.starttime))
             .collect();
         if orphans.is_empty() {
-            return;
+            return true;
         }
         let dir = leftovers_dir(&self.kernel);
         if kernel::make_dir(os, &self.kernel, &dir).is_err() {
-            return;
+            return false;
         }
+        let mut all = true;
         for (pid, starttime) in orphans {
+            let path = format!("{dir}/orphan-{pid}.json");
+            if os.exists(&path) {
+                continue;
+            }
             let record = LaunchRecord::new(os, pid, starttime, String::new());
-            // Best effort: a full disk loses only what a killed daemon
-            // would have lost without it.
-            let _ = os.write_atomic(&format!("{dir}/orphan-{pid}.json"), &to_json(&record));
+            all &= os.write_atomic(&path, &to_json(&record)).is_ok();
         }
+        all
     }
 
     /// Kills this kernel's interpreters whose shim died: orphaned (they
@@ -1022,6 +1055,7 @@ impl Daemon {
         };
         os.write_atomic(&cell.code(), &code)
             .map_err(|e| format!("cannot write the cell's code: {e}"))?;
+        let mut first_in_interpreter = false;
         let (pid, start, python) = match config.lang {
             Lang::Shell => {
                 let launch = CellLaunch {
@@ -1037,7 +1071,9 @@ impl Daemon {
                 (pid, os.process(pid).map_or(0, |p| p.starttime), false)
             }
             Lang::Python => {
+                let before = self.py;
                 let (pid, start, untold) = self.interpreter(os)?;
+                first_in_interpreter = before != Some((pid, start));
                 if untold {
                     let _ = w.output(
                         os,
@@ -1055,7 +1091,9 @@ impl Daemon {
         };
         let record = LaunchRecord::new(os, pid, start, marker.clone());
         let _ = os.write_atomic(&cell.launch(), &to_json(&record));
-        Ok(Track::new((pid, start), marker, python))
+        let mut track = Track::new((pid, start), marker, python);
+        track.first_in_interpreter = first_in_interpreter;
+        Ok(track)
     }
 
     /// A lost interpreter's end: what is left of it killed, and this

@@ -468,6 +468,10 @@ pub fn outcome(reported: CellOutcome, cancel: Option<CancelReason>) -> CellOutco
     }
 }
 
+/// A cell whose fresh interpreter's shim was killed before the cell's
+/// code started: nothing of the kernel's was lost.
+pub const SHIM_DIED_BEFORE_START: &str = "the Python interpreter's shim was killed (from outside) before the cell started; the next cell starts a fresh interpreter";
+
 /// How the interpreter was lost when its shim was killed during a cell.
 pub const SHIM_DIED: &str = "was lost with its shim (killed)";
 

@@ -42,15 +42,19 @@ impl SimOs {
         self.refused_writes
     }
 
-    /// `Err` when a write to `path` is refused now.
-    pub(super) fn check_write(&mut self, path: &str) -> Result<(), OsError> {
-        let full = self.disk_full.iter().any(|p| {
+    /// Whether a write to `path` would be refused now.
+    pub fn refuses_writes(&self, path: &str) -> bool {
+        self.disk_full.iter().any(|p| {
             path == p
                 || path
                     .strip_prefix(p.as_str())
                     .is_some_and(|r| r.starts_with('/'))
-        });
-        if full {
+        })
+    }
+
+    /// `Err` when a write to `path` is refused now.
+    pub(super) fn check_write(&mut self, path: &str) -> Result<(), OsError> {
+        if self.refuses_writes(path) {
             self.refused_writes += 1;
             return Err(OsError::Other(format!(
                 "writing {path}: No space left on device"

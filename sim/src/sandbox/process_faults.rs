@@ -14,6 +14,11 @@
 //! act resolves them with the stop), unless a write was refused.
 
 use super::Sandbox;
+
+/// How long after a shim's death its daemon may take to record what came
+/// back to it: a tick (10 ms) stretched by a preemption (up to about
+/// 90 ms here).
+const RECORD_WINDOW_MS: u64 = 100;
 use crate::os::{ProcView, Role};
 use std::collections::BTreeSet;
 use tether_core::agent::{Os, Pid};
@@ -47,6 +52,7 @@ impl Sandbox {
                         .iter()
                         .any(|e| matches!(e.kind, tether_core::protocol::EntryKind::Result { .. }))
                 });
+            self.note_shim_orphans(*pid);
             self.os.kill_from_outside(*pid);
             // `…/kernels/K/cells/N`: what its pipes held is lost.
             let kernel = cell_dir.rsplit('/').nth(2).unwrap_or_default().to_owned();
@@ -70,6 +76,43 @@ impl Sandbox {
         let pids: Vec<Pid> = shims.into_iter().map(|(pid, _)| pid).collect();
         self.flush_events();
         pids
+    }
+
+    /// Before shim `shim` is killed: its untraceable children (a `setsid
+    /// env -i` daemon come back to it) are found later only by a record
+    /// (`leftovers/orphan-*.json`), which the shim writes at its paced
+    /// look and its daemon when they come back to it. With no live daemon
+    /// above the shim, they go to PID 1 now; with one, they are at risk
+    /// until its next tick ([`Sandbox::note_daemon_killed`]).
+    fn note_shim_orphans(&mut self, shim: Pid) {
+        let now = self.virtual_ms(self.os.now_ts());
+        let daemon = self.os.view(shim).map(|v| v.ppid).filter(|&p| {
+            self.os
+                .view(p)
+                .is_some_and(|v| matches!(v.role, Role::Daemon { .. }))
+        });
+        for child in self.os.children_of(shim) {
+            if !self.untraceable.contains(&child) {
+                continue;
+            }
+            match daemon {
+                None => {
+                    self.unrecordable.insert(child);
+                }
+                Some(d) => self.shim_orphans.push((child, now, d)),
+            }
+        }
+    }
+
+    /// A daemon killed within [`RECORD_WINDOW_MS`] after one of its shims:
+    /// what that shim's death gave it may have no record yet.
+    pub(crate) fn note_daemon_killed(&mut self, daemon: Pid) {
+        let now = self.virtual_ms(self.os.now_ts());
+        for &(child, at, d) in &self.shim_orphans {
+            if d == daemon && now <= at + RECORD_WINDOW_MS {
+                self.unrecordable.insert(child);
+            }
+        }
     }
 
     /// SIGKILL from outside to every live Python interpreter; returns their
