@@ -99,6 +99,7 @@ live! {
     local_python_cancel: "python_cancel" on "local";
     local_python_stuck: "python_stuck" on "local";
     local_python_bystander: "python_bystander" on "local";
+    local_python_orphans: "python_orphans" on "local";
     local_fail_open: "fail_open" on "local";
     local_background_log: "background_log" on "local";
     local_shim_killed_escapes: "shim_killed_escapes" on "local";
