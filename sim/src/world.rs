@@ -328,6 +328,14 @@ pub fn run_in(
     // The agent's code must never panic; a panicked op looked to the
     // client like a dropped connection, so only the sandbox can tell.
     harness.extend(sandbox.borrow().op_panics.iter().cloned());
+    harness.extend(
+        sandbox
+            .borrow()
+            .os()
+            .relative_paths()
+            .into_iter()
+            .map(|p| format!("the agent used a path that is not absolute: {p:?}")),
+    );
     kernel_deaths.sort();
     drop(sim);
 

@@ -3,6 +3,7 @@
 //! on Linux); `create_new` is O_EXCL; `write_atomic` replaces in one step.
 //! Files survive a bounce (a container restart keeps its disk).
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use tether_core::agent::OsError;
 
@@ -16,13 +17,21 @@ enum Node {
 #[derive(Clone, Debug)]
 pub(crate) struct Fs {
     nodes: BTreeMap<String, Node>,
+    /// Paths the agent asked for that are not absolute (the first few):
+    /// always a bug of the agent (a relative path is its working
+    /// directory's, on a real machine a place no other op finds), which
+    /// the failing call alone would hide (best-effort writes ignore it).
+    relative: RefCell<Vec<String>>,
 }
 
 impl Default for Fs {
     fn default() -> Self {
         let mut nodes = BTreeMap::new();
         nodes.insert("/".to_owned(), Node::Dir);
-        Fs { nodes }
+        Fs {
+            nodes,
+            relative: RefCell::new(Vec::new()),
+        }
     }
 }
 
@@ -60,6 +69,23 @@ fn parent(path: &str) -> Option<&str> {
 }
 
 impl Fs {
+    /// [`normalize`], noting a path that is not absolute.
+    fn norm(&self, path: &str) -> Result<String, OsError> {
+        let n = normalize(path);
+        if n.is_err() && !path.starts_with('/') {
+            let mut relative = self.relative.borrow_mut();
+            if relative.len() < 8 {
+                relative.push(path.to_owned());
+            }
+        }
+        n
+    }
+
+    /// The paths of [`Fs::norm`] that were not absolute.
+    pub(crate) fn relative_paths(&self) -> Vec<String> {
+        self.relative.borrow().clone()
+    }
+
     fn need_parent_dir(&self, path: &str) -> Result<(), OsError> {
         match parent(path).and_then(|p| self.nodes.get(p)) {
             Some(Node::Dir) => Ok(()),
@@ -71,7 +97,7 @@ impl Fs {
     }
 
     pub(crate) fn read(&self, path: &str) -> Result<Vec<u8>, OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         match self.nodes.get(&path) {
             Some(Node::File(data)) => Ok(data.clone()),
             Some(Node::Dir) => Err(OsError::Other(format!("{path} is a directory"))),
@@ -80,7 +106,7 @@ impl Fs {
     }
 
     pub(crate) fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         if self.nodes.contains_key(&path) {
             return Err(OsError::AlreadyExists);
         }
@@ -90,7 +116,7 @@ impl Fs {
     }
 
     pub(crate) fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         if let Some(Node::Dir) = self.nodes.get(&path) {
             return Err(OsError::Other(format!("{path} is a directory")));
         }
@@ -100,7 +126,7 @@ impl Fs {
     }
 
     pub(crate) fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         match self.nodes.get_mut(&path) {
             Some(Node::File(existing)) => {
                 existing.extend_from_slice(data);
@@ -116,15 +142,16 @@ impl Fs {
     }
 
     pub(crate) fn exists(&self, path: &str) -> bool {
-        normalize(path).is_ok_and(|p| self.nodes.contains_key(&p))
+        self.norm(path).is_ok_and(|p| self.nodes.contains_key(&p))
     }
 
     pub(crate) fn is_dir(&self, path: &str) -> bool {
-        normalize(path).is_ok_and(|p| matches!(self.nodes.get(&p), Some(Node::Dir)))
+        self.norm(path)
+            .is_ok_and(|p| matches!(self.nodes.get(&p), Some(Node::Dir)))
     }
 
     pub(crate) fn list_dir(&self, path: &str) -> Result<Vec<String>, OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         match self.nodes.get(&path) {
             Some(Node::Dir) => {}
             Some(Node::File(_)) => {
@@ -149,7 +176,7 @@ impl Fs {
     }
 
     pub(crate) fn create_dir_all(&mut self, path: &str) -> Result<(), OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         let mut at = String::new();
         for part in path.split('/').filter(|p| !p.is_empty()) {
             at.push('/');
@@ -170,7 +197,7 @@ impl Fs {
     }
 
     pub(crate) fn create_dir(&mut self, path: &str) -> Result<(), OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         let parent = match path.rsplit_once('/') {
             Some(("", _)) | None => "/",
             Some((parent, _)) => parent,
@@ -191,7 +218,7 @@ impl Fs {
     }
 
     pub(crate) fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
-        let path = normalize(path)?;
+        let path = self.norm(path)?;
         if path == "/" {
             return Err(OsError::PermissionDenied);
         }
@@ -212,7 +239,7 @@ impl Fs {
     /// Drops every file and directory except `dir`, what is under it and
     /// its ancestors (a new machine's disk, with one directory carried over).
     pub(crate) fn keep_only(&mut self, dir: &str) {
-        let Ok(dir) = normalize(dir) else {
+        let Ok(dir) = self.norm(dir) else {
             self.nodes.retain(|k, _| k == "/");
             return;
         };
@@ -224,7 +251,7 @@ impl Fs {
 
     /// Every file path under `dir` (recursively), sorted.
     pub(crate) fn files_under(&self, dir: &str) -> Vec<String> {
-        let Ok(dir) = normalize(dir) else {
+        let Ok(dir) = self.norm(dir) else {
             return Vec::new();
         };
         let prefix = if dir == "/" { dir } else { format!("{dir}/") };
@@ -272,6 +299,12 @@ mod tests {
         fs.create_dir_all("/a/d/e").unwrap();
         assert_eq!(fs.list_dir("/a").unwrap(), vec!["b", "c", "d"]);
         assert!(fs.read("relative").is_err());
+        assert!(!fs.exists("a/b"));
+        assert_eq!(
+            fs.relative_paths(),
+            ["relative", "a/b"],
+            "noted for the harness"
+        );
         fs.remove_all("/a/d").unwrap();
         assert!(!fs.exists("/a/d/e"));
         assert!(fs.exists("/a/b"));

@@ -667,6 +667,12 @@ impl SimOs {
         self.fs.files_under(dir)
     }
 
+    /// Paths the agent asked for that were not absolute (a bug of the
+    /// agent, see `fs::Fs`).
+    pub fn relative_paths(&self) -> Vec<String> {
+        self.fs.relative_paths()
+    }
+
     /// The current boot id.
     pub fn current_boot_id(&self) -> &str {
         &self.boot_id
