@@ -168,11 +168,13 @@ pub struct Sandbox {
     /// Journals whose entry numbers are not 1, 2, 3, … (a gap or a
     /// repeat), read before each shutdown and at the snapshot.
     pub journal_gaps: Vec<String>,
-    /// Agent processes (execs, channels) whose op code panicked. The
-    /// op runs in the connection's task, so a panic there would only
-    /// drop the connection, which the client takes for a transport fault
-    /// and retries: the crash would pass unseen.
-    pub op_panics: Vec<String>,
+    /// Agent processes (execs, channels) whose op code panicked (the op
+    /// runs in the connection's task, so a panic there would only drop
+    /// the connection, which the client takes for a transport fault and
+    /// retries: the crash would pass unseen), or asked to be woken before
+    /// the step that asked (a busy loop, which the simulation's driver
+    /// would hide: the eighth sample's `op.rs:585`).
+    pub op_defects: Vec<String>,
     /// Kernels that had two daemons alive at once, neither of them
     /// exiting (at most one may own a kernel's cells).
     pub two_daemons: BTreeMap<String, String>,
@@ -281,7 +283,7 @@ impl Sandbox {
             state_loss_causes: BTreeMap::new(),
             shell_mains: BTreeMap::new(),
             journal_gaps: Vec::new(),
-            op_panics: Vec::new(),
+            op_defects: Vec::new(),
             two_daemons: BTreeMap::new(),
             channel_counts: ChannelCounts::new(),
             preempter: Preempter::new(seed, world.preempt_permille),
@@ -1239,7 +1241,7 @@ impl Drop for ExecGuard {
         }
         if let Ok(mut sb) = self.sb.try_borrow_mut() {
             if std::thread::panicking() {
-                sb.op_panics
+                sb.op_defects
                     .push(format!("the op of agent process {} panicked", self.pid));
             }
             if sb.os.current_boot_id() == self.boot && sb.os.is_alive(self.pid) {
@@ -1359,6 +1361,11 @@ async fn handle(
     let kill = op.is_some_and(|op| control.take_kill_op(op));
     let line = loop {
         wait_while_frozen(&sb).await;
+        let began = {
+            let mut s = sb.borrow_mut();
+            s.advance(now_ms());
+            s.os.now_ts()
+        };
         let Some((polled, line)) = op_step(&sb, &trace, &kind, pid, &guard.boot, run).await else {
             // Its process died while its step was paused.
             guard.done = true;
@@ -1374,6 +1381,15 @@ async fn handle(
         };
         run = polled;
         let wake = run.next_wake();
+        if line.is_none() {
+            if let Some(w) = wake.filter(|&w| w < began) {
+                // A wake-up before the step that asked for it is a busy
+                // loop on a real machine (its driver sleeps until then).
+                sb.borrow_mut().op_defects.push(format!(
+                    "the op {kind} (pid {pid}) asked to be woken at {w:?}, before its step began ({began:?}): a busy loop"
+                ));
+            }
+        }
         if kill {
             // After its first step, whatever that recorded.
             let mut s = sb.borrow_mut();
@@ -1581,7 +1597,7 @@ mod tests {
         };
         // A connection torn down (the client went, a fault) is no panic.
         drop(guard(&sb));
-        assert!(sb.borrow().op_panics.is_empty());
+        assert!(sb.borrow().op_defects.is_empty());
         let in_task = guard(&sb);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _guard = in_task;
@@ -1589,7 +1605,7 @@ mod tests {
         }));
         assert!(unwound.is_err());
         assert_eq!(
-            sb.borrow().op_panics,
+            sb.borrow().op_defects,
             vec!["the op of agent process 4242 panicked".to_owned()]
         );
     }

@@ -327,7 +327,7 @@ pub fn run_in(
     kernel_deaths.extend(sandbox.borrow().self_exits.iter().copied());
     // The agent's code must never panic; a panicked op looked to the
     // client like a dropped connection, so only the sandbox can tell.
-    harness.extend(sandbox.borrow().op_panics.iter().cloned());
+    harness.extend(sandbox.borrow().op_defects.iter().cloned());
     harness.extend(
         sandbox
             .borrow()
