@@ -899,9 +899,10 @@ impl Daemon {
     /// daemon's idle exit, still find them (python_cancel seed 222: the
     /// interpreter's shim killed, then the daemon).
     /// False when a record could not be written (a full disk): the
-    /// daemon tries again at its next tick (python_orphans seed 226: the
-    /// disk was full when the interpreter's shim died, and the `env -i`
-    /// daemon it held outlived the shutdown after the daemon's death).
+    /// daemon tries again at its next tick, so a disk full only when the
+    /// shim died loses nothing. (A daemon killed before the disk has room
+    /// again keeps nothing: python_orphans seed 226, the limit in
+    /// client/README.md.)
     fn keep_orphans(&self, os: &mut dyn Os) -> bool {
         let table = Table::snapshot(os);
         let me = os.self_pid();
