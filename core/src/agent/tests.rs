@@ -1961,13 +1961,7 @@ fn an_interpreter_its_dead_daemon_never_recorded_is_ended_by_its_marker() {
         let mut os = FakeOs::new();
         let dir = python_kernel_with_submission(&mut os);
         let k = KernelLayout::new(&dir);
-        let daemon = Identity {
-            boot_id: "boot-1".into(),
-            pid: 10,
-            starttime: 110,
-            nonce: "n1".into(),
-        };
-        os.files.insert(k.identity(), to_json(&daemon));
+        let daemon = recorded_daemon_10(&mut os, &k);
         // Interpreter 70 (its shim 69 outlived the daemon), another
         // kernel's interpreter 71, a bystander 90; the op is pid 11.
         os.add(proc_(69, 1, 10));
@@ -1998,6 +1992,19 @@ fn an_interpreter_its_dead_daemon_never_recorded_is_ended_by_its_marker() {
             );
         }
     }
+}
+
+/// Records pid 10 (FakeOs's own, start time 110, nonce n1, boot-1) as
+/// the kernel's daemon; returns its identity.
+fn recorded_daemon_10(os: &mut FakeOs, k: &KernelLayout) -> Identity {
+    let daemon = Identity {
+        boot_id: "boot-1".into(),
+        pid: 10,
+        starttime: 110,
+        nonce: "n1".into(),
+    };
+    os.files.insert(k.identity(), to_json(&daemon));
+    daemon
 }
 
 fn spawn_op(nonce: &str) -> crate::protocol::Op {
@@ -2486,13 +2493,7 @@ fn the_op_that_proves_a_daemon_gone_ends_what_its_cells_still_run() {
         os.add(proc_(63, 1, 63));
         os.env.insert(63, vec![(MARKER_NAME.into(), "n1:1".into())]);
         os.add(proc_(90, 1, 90));
-        let daemon = Identity {
-            boot_id: "boot-1".into(),
-            pid: 10,
-            starttime: 110,
-            nonce: "n1".into(),
-        };
-        os.files.insert(k.identity(), to_json(&daemon));
+        let daemon = recorded_daemon_10(&mut os, &k);
         os.args.insert(10, vec!["serve".into(), "n1".into()]);
         // The op runs as pid 11.
         os.add(proc_(11, 1, 11));
