@@ -14,6 +14,7 @@ use std::fmt;
 use tether_core::agent::daemon::SHIM_DIED;
 use tether_core::agent::python;
 use tether_core::agent::tombstone::STOPPED;
+use tether_core::protocol::calls::{MAX_ARGS, MAX_CALLS, MAX_NAME};
 use tether_core::protocol::CellOutcome;
 use tether_core::protocol::Lang;
 
@@ -344,6 +345,10 @@ pub struct ToolCallObs {
     pub key: Option<String>,
     /// Made by a background process of the cell.
     pub leftover: bool,
+    /// Its name or arguments are past the protocol's limits: the sandbox
+    /// must refuse it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub past_limits: bool,
     /// What the caller printed on success (the result and a newline).
     pub answered: Option<String>,
     /// Its error otherwise.
@@ -384,6 +389,12 @@ pub struct ToolRunObs {
     pub id: String,
     /// What it returned (a string result).
     pub result: String,
+    /// Bytes of the tool's name.
+    #[serde(default)]
+    pub name_len: usize,
+    /// Bytes of its arguments, as compact JSON.
+    #[serde(default)]
+    pub args_len: usize,
 }
 
 /// What made the sandbox unreachable in a run: the only excuse for an
@@ -1948,6 +1959,30 @@ fn check_tools(tools: &ToolObs, v: &mut Vec<Violation>) {
                 detail: format!("call {} (client process #{})", r.id, r.incarnation),
             });
         }
+        // The limits are the protocol's: a call past them is refused in
+        // the sandbox (by its caller or its shim), never run by the host.
+        if r.name_len == 0 || r.name_len > MAX_NAME || r.args_len > MAX_ARGS {
+            v.push(Violation::RefusedToolCallRan {
+                detail: format!(
+                    "call {} (client process #{}) is past the limits: a {}-byte name (1 to {MAX_NAME}), {} bytes of arguments (at most {MAX_ARGS})",
+                    r.id, r.incarnation, r.name_len, r.args_len
+                ),
+            });
+        }
+    }
+    // At most `MAX_CALLS` calls of one cell reach the host.
+    let mut per_cell: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in tools
+        .calls
+        .iter()
+        .filter(|c| tools.runs.iter().any(|r| r.id == c.id))
+    {
+        *per_cell.entry(c.cell.as_str()).or_default() += 1;
+    }
+    for (cell, n) in per_cell.into_iter().filter(|&(_, n)| n > MAX_CALLS) {
+        v.push(Violation::RefusedToolCallRan {
+            detail: format!("{n} calls of cell {cell} ran, past the limit of {MAX_CALLS} a cell"),
+        });
     }
     for ((id, incarnation), n) in runs {
         if n > 1 {
@@ -1999,7 +2034,9 @@ fn check_tool_calls_work(obs: &Observations, v: &mut Vec<Violation>) {
             .iter()
             .any(|&(from, to)| to.saturating_sub(from) >= LONG_OUTAGE_MS)
     });
-    for c in tools.calls.iter().filter(|c| !c.leftover) {
+    // A call past the limits fails by design (and the handler must not
+    // run it: `check_tools`).
+    for c in tools.calls.iter().filter(|c| !c.leftover && !c.past_limits) {
         let Some(failed) = &c.failed else { continue };
         let deadline = failed.starts_with(DEADLINE_MESSAGE);
         let refused =
@@ -2751,11 +2788,15 @@ mod tests {
                     incarnation: 0,
                     id: "a".into(),
                     result: "tool t {}".into(),
+                    name_len: 1,
+                    args_len: 2,
                 },
                 ToolRunObs {
                     incarnation: 1,
                     id: "a".into(),
                     result: "tool t {}".into(),
+                    name_len: 1,
+                    args_len: 2,
                 },
             ],
             reported_answered: vec!["a".into()],
@@ -2793,7 +2834,53 @@ mod tests {
             incarnation: 0,
             id: "b".into(),
             result: "x".into(),
+            name_len: 1,
+            args_len: 2,
         });
+        assert_eq!(tool_kinds(&o), vec!["refused_tool_call_ran"]);
+    }
+
+    #[test]
+    fn a_handler_run_for_a_call_past_the_limits_fires_and_one_at_them_does_not() {
+        for (name_len, args_len, fires) in [
+            (MAX_NAME, MAX_ARGS, false),
+            (MAX_NAME + 1, 2, true),
+            (1, MAX_ARGS + 1, true),
+            (0, 2, true),
+        ] {
+            let mut o = tools_good();
+            o.tools.runs[0].name_len = name_len;
+            o.tools.runs[0].args_len = args_len;
+            o.tools.runs[1].name_len = name_len;
+            o.tools.runs[1].args_len = args_len;
+            let kinds = tool_kinds(&o);
+            assert_eq!(
+                kinds.contains(&"refused_tool_call_ran"),
+                fires,
+                "{name_len}/{args_len}: {kinds:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn more_calls_of_one_cell_than_its_limit_fire() {
+        let mut o = tools_good();
+        o.tools.runs.truncate(1);
+        assert_eq!(check(&o), vec![]);
+        for i in 0..MAX_CALLS {
+            let id = format!("c{i}");
+            o.tools.calls.push(ToolCallObs {
+                id: id.clone(),
+                cell: "/k/1".into(),
+                key: Some("k#1".into()),
+                answered: Some("tool t {}\n".into()),
+                ..ToolCallObs::default()
+            });
+            o.tools.runs.push(ToolRunObs {
+                id,
+                ..o.tools.runs[0].clone()
+            });
+        }
         assert_eq!(tool_kinds(&o), vec!["refused_tool_call_ran"]);
     }
 

@@ -102,9 +102,10 @@ impl CellSpec {
                     }
                     None => break,
                 },
-                Step::ToolCall { name, args } => {
-                    out.extend_from_slice(crate::workload::tool_result(name, args).as_bytes());
-                    out.push(b'\n');
+                Step::ToolCall { .. } | Step::SizedToolCall { .. } => {
+                    if let Some(line) = crate::workload::tool_call_output(step) {
+                        out.extend_from_slice(line.as_bytes());
+                    }
                 }
                 Step::Exit { .. } => break,
                 _ => {}
@@ -383,6 +384,18 @@ fn cell_restart_cell() -> Vec<Action> {
         Action::Run(cell("before", vec![print("x\n")], Expect::Ok)),
         Action::Idle { ms: 2_000 },
         Action::Run(cell("after", vec![print("y\n")], Expect::Ok)),
+    ]
+}
+
+/// Tool calls at the protocol's size limits and one byte past each.
+fn calls_at_the_limits() -> Vec<Step> {
+    use tether_core::protocol::calls::{MAX_ARGS, MAX_NAME};
+    let sized = |name_len, args_len| Step::SizedToolCall { name_len, args_len };
+    vec![
+        sized(MAX_NAME, MAX_ARGS),
+        sized(MAX_NAME + 1, 2),
+        sized(1, MAX_ARGS + 1),
+        print("done\n"),
     ]
 }
 
@@ -886,6 +899,25 @@ pub fn all() -> Vec<Scenario> {
                         },
                     ],
                     Expect::Ok,
+                )),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(all_faults.clone()),
+            init_reaps: true,
+            fails_open: false,
+        },
+        // The protocol's size limits, exactly and one byte past: a
+        // mistake at the boundary (`>` for `>=`, the request's whole body
+        // counted for its arguments) refuses a call the sandbox must take
+        // or runs one it must refuse.
+        Scenario {
+            name: "tool_call_limits",
+            about: "a shell and a Python cell call tools of exactly the size limits (a 256-byte name, 1 MiB of arguments), answered, and one byte past each, refused in the sandbox and never run by the host",
+            script: vec![
+                Action::Run(cell("sh_limits", calls_at_the_limits(), Expect::Ok)),
+                Action::Run(on(
+                    "py",
+                    py_cell("py_limits", calls_at_the_limits(), Expect::Ok),
                 )),
             ],
             fixed: FaultSchedule::empty(),

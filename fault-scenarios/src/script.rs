@@ -185,11 +185,14 @@ pub async fn client_main(host: &impl Host) {
 /// run in the switchboard (the oracle's ground truth for the handler).
 pub fn tool_handler(control: Control, incarnation: u64) -> tether::driver::ToolHandler {
     std::sync::Arc::new(move |call: tether::driver::ToolCall| {
-        let result = crate::workload::tool_result(&call.name, &call.args.to_string());
+        let args = call.args.to_string();
+        let result = crate::workload::tool_result(&call.name, &args);
         control.lock().tool_runs.push(crate::oracle::ToolRunObs {
             incarnation,
             id: call.id.clone(),
             result: result.clone(),
+            name_len: call.name.len(),
+            args_len: args.len(),
         });
         Box::pin(async move {
             tether_core::protocol::calls::CallReply::Ok {

@@ -579,9 +579,8 @@ pub fn play_cell(
                 text,
             } => out.push_str(text),
             Step::Print { .. } => {}
-            Step::ToolCall { name, args } => {
-                out.push_str(&crate::workload::tool_result(name, args));
-                out.push('\n');
+            Step::ToolCall { .. } | Step::SizedToolCall { .. } => {
+                out.push_str(&crate::workload::tool_call_output(step).unwrap_or_default());
             }
             // Background processes: what they print later is not the cell's.
             Step::LeftoverToolCall { .. } | Step::LatePrint { .. } => {}

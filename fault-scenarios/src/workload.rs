@@ -187,6 +187,20 @@ pub enum Step {
         /// Its arguments: compact JSON, no `'`.
         args: String,
     },
+    /// A tool call of a given size, at or past the limits the sandbox
+    /// takes (`MAX_NAME`, `MAX_ARGS`): the name `n` repeated `name_len`
+    /// times, the arguments a JSON string of `args_len` bytes in all
+    /// ([`sized_call`]), fed on stdin (`… | tether-call NAME -`: a 1 MiB
+    /// argument is past what one argv string may hold) or, in Python,
+    /// given to `tether.call`. One within the limits is answered as
+    /// [`Step::ToolCall`]'s; one past them fails (the caller's or the
+    /// shim's refusal on stderr) and never reaches the host.
+    SizedToolCall {
+        /// Bytes of the tool's name (at least 1).
+        name_len: usize,
+        /// Bytes of its compact JSON arguments (at least 2).
+        args_len: usize,
+    },
     /// `(sleep S; tether-call NAME 'ARGS') </dev/null >/dev/null 2>&1 &`:
     /// a background process of the cell that makes a tool call after
     /// `after_ms`, by then usually a leftover of a finished cell (the call
@@ -259,7 +273,46 @@ pub const TOOL_CALL_TIMEOUT_S: u64 = 30;
 /// `args` (compact JSON), a string: what the caller prints, before its
 /// newline.
 pub fn tool_result(name: &str, args: &str) -> String {
+    // Long arguments (a call at the size limit) are named by their size:
+    // echoed, they would be a megabyte of every cell's output.
+    if args.len() > 64 {
+        return format!("tool {name} ({} bytes)", args.len());
+    }
     format!("tool {name} {args}")
+}
+
+/// The name and compact JSON arguments of [`Step::SizedToolCall`].
+pub fn sized_call(name_len: usize, args_len: usize) -> (String, String) {
+    (
+        "n".repeat(name_len),
+        format!("\"{}\"", "x".repeat(args_len.saturating_sub(2))),
+    )
+}
+
+/// Does the sandbox take a call of this name and (compact) arguments, as
+/// the protocol's limits say? The oracle's reading of them, apart from
+/// the agent's checks.
+pub fn within_call_limits(name: &str, args: &str) -> bool {
+    use tether_core::protocol::calls::{MAX_ARGS, MAX_NAME};
+    (1..=MAX_NAME).contains(&name.len()) && args.len() <= MAX_ARGS
+}
+
+/// What a cell's tool call prints when it is answered: `Some` for a call
+/// the sandbox takes (its result line), `None` for a step that is no
+/// call or one past the limits (its refusal goes to stderr).
+pub fn tool_call_output(step: &Step) -> Option<String> {
+    let (name, args) = foreground_call(step)?;
+    within_call_limits(&name, &args).then(|| format!("{}\n", tool_result(&name, &args)))
+}
+
+/// The name and arguments of a step that is a tool call in the cell's
+/// foreground ([`Step::ToolCall`], [`Step::SizedToolCall`]).
+pub fn foreground_call(step: &Step) -> Option<(String, String)> {
+    match step {
+        Step::ToolCall { name, args } => Some((name.clone(), args.clone())),
+        Step::SizedToolCall { name_len, args_len } => Some(sized_call(*name_len, *args_len)),
+        _ => None,
+    }
 }
 
 fn is_tool_call(name: &str, args: &str) -> bool {
@@ -472,6 +525,13 @@ fn validate_steps(steps: &[Step], depth: usize, count: &mut usize) -> Result<(),
                     ),
                 })
             }
+            Step::SizedToolCall { name_len, args_len } if *name_len == 0 || *args_len < 2 => {
+                return Err(WorkloadError::BadState {
+                    detail: format!(
+                        "sized tool call of a {name_len}-byte name and {args_len}-byte arguments: at least 1 and 2"
+                    ),
+                })
+            }
             _ => {}
         }
     }
@@ -673,6 +733,13 @@ fn shell_step(step: &Step, dir: &str) -> String {
         Step::ToolCall { name, args } => {
             format!("TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}'")
         }
+        Step::SizedToolCall { name_len, args_len } => {
+            let (name, _) = sized_call(*name_len, *args_len);
+            format!(
+                "{{ printf '\"'; head -c {} /dev/zero | tr '\\0' x; printf '\"'; }} | TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} -",
+                args_len.saturating_sub(2)
+            )
+        }
         Step::LeftoverToolCall {
             after_ms,
             name,
@@ -785,6 +852,19 @@ fn shell_probe(probe: &Probe, dir: &str) -> String {
     }
 }
 
+/// `tether.call(NAME, ARGS)` (both Python expressions) and its result
+/// printed, or its error on stderr: a tool call step in a Python cell.
+fn py_tool_call(label: &str, name: &str, args: &str) -> Vec<String> {
+    vec![
+        format!("_tw_os.environ['TETHER_CALL_TIMEOUT'] = '{TOOL_CALL_TIMEOUT_S}'"),
+        "try:".to_owned(),
+        format!("    _tw_r = __import__('tether').call({name}, {args})"),
+        "    _tw_sys.stdout.write((_tw_r if isinstance(_tw_r, str) else __import__('json').dumps(_tw_r, separators=(',', ':'))) + '\\n'); _tw_sys.stdout.flush()".to_owned(),
+        "except Exception as _tw_e:".to_owned(),
+        format!("    _tw_sys.stderr.write('tether-call {label}: ' + str(_tw_e) + '\\n'); _tw_sys.stderr.flush()"),
+    ]
+}
+
 /// A Python string literal for `s` (JSON string syntax is valid Python).
 fn py_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "''".to_owned())
@@ -887,18 +967,16 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
         Step::State { .. } | Step::Show { .. } | Step::Fail | Step::Expand { .. } => {
             vec!["pass  # a shell kernel's step".to_owned()]
         }
-        Step::ToolCall { name, args } => vec![
-            format!("_tw_os.environ['TETHER_CALL_TIMEOUT'] = '{TOOL_CALL_TIMEOUT_S}'"),
-            "try:".to_owned(),
-            format!(
-                "    _tw_r = __import__('tether').call({}, __import__('json').loads({}))",
-                py_str(name),
-                py_str(args)
-            ),
-            "    _tw_sys.stdout.write((_tw_r if isinstance(_tw_r, str) else __import__('json').dumps(_tw_r, separators=(',', ':'))) + '\\n'); _tw_sys.stdout.flush()".to_owned(),
-            "except Exception as _tw_e:".to_owned(),
-            format!("    _tw_sys.stderr.write('tether-call {name}: ' + str(_tw_e) + '\\n'); _tw_sys.stderr.flush()"),
-        ],
+        Step::ToolCall { name, args } => py_tool_call(
+            name,
+            &py_str(name),
+            &format!("__import__('json').loads({})", py_str(args)),
+        ),
+        Step::SizedToolCall { name_len, args_len } => py_tool_call(
+            &sized_call(*name_len, 0).0,
+            &format!("'n' * {name_len}"),
+            &format!("'x' * {}", args_len.saturating_sub(2)),
+        ),
         Step::LeftoverToolCall {
             after_ms,
             name,

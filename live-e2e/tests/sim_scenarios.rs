@@ -79,6 +79,7 @@ live! {
     local_happy: "happy" on "local";
     local_state: "state" on "local";
     local_tool_calls: "tool_calls" on "local";
+    local_tool_call_limits: "tool_call_limits" on "local";
     local_cancel_escapes: "cancel_escapes" on "local";
     local_cancel_trap: "cancel_trap" on "local";
     local_cancel_ignorer: "cancel_ignorer" on "local";

@@ -191,6 +191,9 @@ pub struct Sandbox {
     frozen_until_ms: Option<u64>,
     /// What a stopped kernel left running after its stop was over.
     pub term_survivors: Vec<String>,
+    /// Cells a stopped daemon left open, untaken, until they are
+    /// withdrawn.
+    left_open: Vec<process_faults::LeftOpen>,
     /// The kernels whose daemon got SIGTERM from outside (a fault).
     pub termed_kernels: std::collections::BTreeSet<String>,
     /// What happened on channels (streams opened, ops carried, channel
@@ -276,6 +279,7 @@ impl Sandbox {
             term_checks: Vec::new(),
             frozen_until_ms: None,
             term_survivors: Vec::new(),
+            left_open: Vec::new(),
             termed_kernels: std::collections::BTreeSet::new(),
             background_lossy: BTreeMap::new(),
             logs_reads: BTreeMap::new(),
@@ -406,6 +410,7 @@ impl Sandbox {
         self.check_one_daemon_per_kernel(now_ms);
         self.flush_events();
         self.check_stopped_kernels(now_ms);
+        self.check_left_open(now_ms);
         self.forget_strands_that_ran();
     }
 
@@ -956,6 +961,7 @@ impl Sandbox {
                             .map(|seq| format!("{}#{seq}", kernel_name(&r.kernel_dir)))
                     }),
                     leftover: c.leftover,
+                    past_limits: !tether_scenarios::workload::within_call_limits(&c.name, &c.args),
                     answered: match &c.end {
                         Some(CallEnd::Answered { stdout }) => Some(stdout.clone()),
                         _ => None,

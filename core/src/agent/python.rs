@@ -133,11 +133,15 @@ def _call(name, args=None):
         raise _ToolError("refused: the cell this call belongs to has ended")
     if not isinstance(name, str) or not name:
         raise _ToolError("a tool's name is a non-empty string")
-    body = json.dumps({"id": "", "token": tok, "name": name, "args": {} if args is None else args})
-    if len(body) > @MAX_ARGS@:
-        raise _ToolError("the call's arguments are %d bytes, over the limit of @MAX_ARGS@" % len(body))
+    args = {} if args is None else args
+    # The limit is on the arguments alone, as compact UTF-8 JSON: the size
+    # the shim measures (the whole request, spaced and escaped, refused a
+    # call of exactly the limit that `tether-call` gets answered).
+    size = len(json.dumps(args, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > @MAX_ARGS@:
+        raise _ToolError("the call's arguments are %d bytes, over the limit of @MAX_ARGS@" % size)
     cid = os.urandom(12).hex()
-    body = json.dumps({"id": cid, "token": tok, "name": name, "args": {} if args is None else args})
+    body = json.dumps({"id": cid, "token": tok, "name": name, "args": args})
     tmp = os.path.join(d, "." + cid + ".tmp")
     with open(tmp, "w") as f:
         f.write(body)

@@ -187,6 +187,8 @@ mod tests {
             incarnation: 0,
             id: "a".into(),
             result: "r".into(),
+            name_len: 1,
+            args_len: 2,
         });
         o.tools.answers.push(ToolAnswerObs {
             id: "a".into(),

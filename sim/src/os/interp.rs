@@ -692,9 +692,18 @@ impl SimOs {
                     Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
                 }
             }
-            Step::ToolCall { name, args } => {
+            Step::ToolCall { .. } | Step::SizedToolCall { .. } => {
+                let (name, args) =
+                    tether_scenarios::workload::foreground_call(&step).unwrap_or_default();
+                // A sized call's arguments come on stdin (they may be a
+                // megabyte: not for the process table).
+                let shown = if matches!(step, Step::SizedToolCall { .. }) {
+                    "-"
+                } else {
+                    args.as_str()
+                };
                 let mut spec = ForkSpec::new(
-                    &["tether-call", &name, &args],
+                    &["tether-call", &name, shown],
                     Program::Caller(Box::new(CallerRun::new(
                         name.clone(),
                         args.clone(),

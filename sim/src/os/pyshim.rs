@@ -11,6 +11,8 @@ use super::process::{CellRef, ExitStatus, Fd, ForkSpec, Program, Role};
 use super::python::PyInterp;
 use super::shim::reading;
 use super::SimOs;
+use std::time::Duration;
+use tether_core::agent::shim::PUMP_MS;
 use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
 use tether_core::protocol::Stream;
 use tether_core::time::Timestamp;
@@ -26,6 +28,10 @@ pub(crate) struct PyShimRun {
     reads: Option<[u64; 3]>,
     ctl_eof: bool,
     stdin: Option<u64>,
+    /// While a cell runs: the next look at its tool calls (one per
+    /// [`PUMP_MS`], as the real shim's pump; the simulation wakes for it
+    /// only while the calls directory holds something).
+    next_tick: Option<Timestamp>,
 }
 
 impl PyShimRun {
@@ -37,6 +43,7 @@ impl PyShimRun {
             reads: None,
             ctl_eof: false,
             stdin: None,
+            next_tick: None,
         }
     }
 
@@ -62,9 +69,15 @@ impl PyShimRun {
         let pipes = self.reading().into_iter().map(|(id, _)| id);
         let lingering = self.machine.lingering();
         let look = os.orphan_look_due(pid, self.machine.interpreter(), self.machine.orphans());
+        let tick = self.next_tick.filter(|_| {
+            self.machine.running_cell().is_some_and(|dir| {
+                let calls = format!("{}/calls", dir.trim_end_matches('/'));
+                os.list_dir(&calls).is_ok_and(|names| !names.is_empty())
+            })
+        });
         os.shim_due(pid, self.start_at, pipes.chain(self.reports()), lingering)
             .or_else(|| {
-                [self.machine.poll_timeout(os), look]
+                [self.machine.poll_timeout(os), look, tick]
                     .into_iter()
                     .flatten()
                     .min()
@@ -113,6 +126,7 @@ impl SimOs {
                     shim.machine.handle_sent(sent);
                 }
                 InterpStep::Pump => {
+                    shim.next_tick = Some(self.now + Duration::from_millis(PUMP_MS));
                     let read = self.pyshim_read(shim);
                     if !read
                         && !self.shim_reap(pid, |_, child, status| {

@@ -167,11 +167,12 @@ impl SimOs {
     }
 
     /// The bootstrap's loop body for one stdin line: `seq dir marker
-    /// token` (the tool-call credential is not modelled).
+    /// token` (`-`: the cell takes no tool calls).
     fn start_py_cell(&mut self, pid: Pid, py: &mut PyInterp, line: &[u8]) {
+        use tether_core::protocol::calls::{ENV_DIR, ENV_TOKEN};
         let text = String::from_utf8_lossy(line);
         let mut parts = text.trim_end_matches('\n').splitn(4, ' ');
-        let (Some(seq), Some(dir), Some(marker), Some(_token)) =
+        let (Some(seq), Some(dir), Some(marker), Some(token)) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             // The bootstrap's unpacking fails: ValueError ends the loop.
@@ -184,6 +185,17 @@ impl SimOs {
         };
         py.environ
             .insert(procs::MARKER_NAME.to_owned(), marker.to_owned());
+        // The cell's tool-call credential, in `os.environ` as the
+        // bootstrap puts it (and in the context variable `tether.call`
+        // reads: the simulated caller reads the environment).
+        if token == "-" {
+            py.environ.remove(ENV_DIR);
+            py.environ.remove(ENV_TOKEN);
+        } else {
+            let calls = format!("{}/calls", dir.trim_end_matches('/'));
+            py.environ.insert(ENV_DIR.to_owned(), calls);
+            py.environ.insert(ENV_TOKEN.to_owned(), token.to_owned());
+        }
         let origin = CellRef {
             kernel_dir: py.kernel_dir.clone(),
             cell_dir: dir.trim_end_matches('/').to_owned(),

@@ -21,11 +21,25 @@ use super::Sandbox;
 const RECORD_WINDOW_MS: u64 = 100;
 use crate::os::{ProcView, Role};
 use std::collections::BTreeSet;
+use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::{Os, Pid};
+use tether_core::ids::CellSeq;
 
 /// How long after a stopped kernel's grace period its processes may still
 /// be dying: the exit sweep's STOP + KILL rounds, a tick apart.
 pub const STOP_SLACK_MS: u64 = 1_000;
+
+/// A cell a stopped daemon left open that no shim had taken (see
+/// [`Sandbox::check_left_open`]).
+#[derive(Clone, Debug)]
+pub(crate) struct LeftOpen {
+    kernel_dir: String,
+    seq: u64,
+    /// Its submission then (a withdrawn cell's goes; a later cell of the
+    /// same number has another).
+    submission: Vec<u8>,
+    at_ms: u64,
+}
 
 /// What a TERMed kernel owned, to be looked at again at `due_ms`.
 #[derive(Clone, Debug)]
@@ -272,13 +286,49 @@ impl Sandbox {
         // taken (and run) by the next daemon of that directory, or resolved
         // with another reason. A refused write (a full disk) may leave one
         // open: the journal could not be closed.
+        // A cell no shim took may have been recorded after the stop's last
+        // look: the submit that recorded it finds the exit announced,
+        // waits for the daemon to go and withdraws it (`close_stopped`).
+        // It is judged by what became of it (`check_left_open`).
         if self.os.refused_writes() == 0 {
-            for (seq, _) in self.unfinished_cells(kernel_dir) {
-                self.term_survivors.push(format!(
-                    "kernel {}'s stopped daemon exited at {now_ms} ms leaving its cell {seq} open (submitted, not done)",
-                    super::kernel_name(kernel_dir)
-                ));
+            for (seq, taken) in self.unfinished_cells(kernel_dir) {
+                let cell = KernelLayout::new(kernel_dir).cell(CellSeq(seq));
+                match self.os.read_file(&cell.submission()).ok() {
+                    Some(submission) if !taken => self.left_open.push(LeftOpen {
+                        kernel_dir: kernel_dir.to_owned(),
+                        seq,
+                        submission,
+                        at_ms: now_ms,
+                    }),
+                    _ => self.term_survivors.push(format!(
+                        "kernel {}'s stopped daemon exited at {now_ms} ms leaving its cell {seq} open (submitted, not done)",
+                        super::kernel_name(kernel_dir)
+                    )),
+                }
             }
+        }
+    }
+
+    /// Cells a stopped daemon left open and untaken: one withdrawn (its
+    /// submission gone or replaced) is done with; one a shim takes under
+    /// the same submission was left for the next daemon to run.
+    pub(super) fn check_left_open(&mut self, now_ms: u64) {
+        let left = std::mem::take(&mut self.left_open);
+        for l in left {
+            let cell = KernelLayout::new(&l.kernel_dir).cell(CellSeq(l.seq));
+            if self.os.read_file(&cell.submission()).ok().as_ref() != Some(&l.submission) {
+                continue;
+            }
+            if tether_core::agent::op::taken(&self.os, &cell) {
+                self.term_survivors.push(format!(
+                    "kernel {}'s stopped daemon exited at {} ms leaving its cell {} open (submitted, not done); it was taken by {now_ms} ms",
+                    super::kernel_name(&l.kernel_dir),
+                    l.at_ms,
+                    l.seq
+                ));
+                continue;
+            }
+            self.left_open.push(l);
         }
     }
 

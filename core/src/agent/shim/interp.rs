@@ -218,6 +218,15 @@ impl InterpShim {
         &self.launch.cell_dir
     }
 
+    /// The directory of the cell the interpreter runs now, if any (its
+    /// `calls` directory is where the cell's tool calls come).
+    pub fn running_cell(&self) -> Option<&str> {
+        self.current
+            .as_ref()
+            .filter(|c| matches!(c.phase, CellPhase::Sent | CellPhase::Running))
+            .map(|c| c.core.cell().dir())
+    }
+
     /// The interpreter, once started.
     pub fn interpreter(&self) -> Option<Pid> {
         self.py.map(|(pid, _)| pid)
