@@ -205,6 +205,12 @@ pub enum FaultKind {
         /// How long the op waits before it starts.
         hold_ms: u64,
     },
+    /// Every kernel's directory is removed from under its running daemon,
+    /// as a temp cleaner (systemd-tmpfiles, tmpreaper) or a stray
+    /// `rm -rf` does: config, cells, journals and records gone at once.
+    /// The kernel is lost: its daemon must end what its cells still run
+    /// and exit, and the client must say so.
+    WipeKernelDirs,
 }
 
 /// `reply` damaged as [`FaultKind::DamageReply`] says: cut at
@@ -252,6 +258,7 @@ impl FaultKind {
             FaultKind::ChannelStall { .. } => Family::ChannelStall,
             FaultKind::ChannelLateReply { .. } => Family::ChannelLateReply,
             FaultKind::ChannelReorder { .. } => Family::ChannelReorder,
+            FaultKind::WipeKernelDirs => Family::WipeKernelDirs,
         }
     }
 
@@ -263,6 +270,7 @@ impl FaultKind {
                 | FaultKind::BounceSandbox
                 | FaultKind::ReplaceSandbox
                 | FaultKind::TermDaemon
+                | FaultKind::WipeKernelDirs
         )
     }
 
@@ -361,11 +369,13 @@ pub enum Family {
     ChannelLateReply,
     /// [`FaultKind::ChannelReorder`]
     ChannelReorder,
+    /// [`FaultKind::WipeKernelDirs`]
+    WipeKernelDirs,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 25] = [
+    pub const ALL: [Family; 26] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -391,6 +401,7 @@ impl Family {
         Family::ChannelStall,
         Family::ChannelLateReply,
         Family::ChannelReorder,
+        Family::WipeKernelDirs,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -408,6 +419,10 @@ impl Family {
     /// in the sandbox's file system, in the clocks, in signal delivery.
     /// [`crate::swarm::World::draw`] draws them after everything else.
     pub const LATER: [Family; 2] = [Family::DamageReply, Family::DiskFull];
+
+    /// Faults added after the channel's: [`crate::swarm::World::draw`]
+    /// draws them last of all, each with chance 0.2.
+    pub const LAST: [Family; 1] = [Family::WipeKernelDirs];
 
     /// Faults on the sandbox's own processes from outside (an OOM killer,
     /// `pkill`, `docker stop`, `docker pause`). [`crate::swarm::World::draw`]
@@ -524,6 +539,7 @@ impl Family {
             Family::ChannelLateReply => FaultKind::ChannelLateReply {
                 ms: rng.random_range(500..10_000),
             },
+            Family::WipeKernelDirs => FaultKind::WipeKernelDirs,
             Family::ChannelReorder => FaultKind::ChannelReorder {
                 hold_ms: rng.random_range(100..6_000),
             },

@@ -80,7 +80,10 @@ pub fn outages(schedule: &FaultSchedule, config: &Config) -> Outages {
                 at.saturating_add(for_ms).saturating_add(budget),
             )),
             // The agent's processes die; the exec server answers on.
-            FaultKind::KillShim | FaultKind::KillInterpreter | FaultKind::TermDaemon => {}
+            FaultKind::KillShim
+            | FaultKind::KillInterpreter
+            | FaultKind::TermDaemon
+            | FaultKind::WipeKernelDirs => {}
             // The agent answers, with I/O errors: it can neither take a
             // cell nor record what one did, so the client cannot learn
             // more than a sandbox that does not answer would tell it.

@@ -295,6 +295,8 @@ impl World {
         let torn_writes = disk_fills && rng.random_bool(0.5);
         // Last of all, for the same reason.
         let crlf = rng.random_bool(0.25);
+        // And after it, the families added since.
+        families.extend(Family::LAST.into_iter().filter(|_| rng.random_bool(0.2)));
         World {
             cgroups,
             bash,
@@ -380,7 +382,11 @@ mod tests {
         assert!(both(&|w| w.families == s.space.families));
         assert!(worlds.iter().any(|w| w.faults == 0));
         assert!(worlds.iter().any(|w| w.faults == 8));
-        for family in Family::PROCESSES.into_iter().chain(Family::LATER) {
+        for family in Family::PROCESSES
+            .into_iter()
+            .chain(Family::LATER)
+            .chain(Family::LAST)
+        {
             assert!(both(&|w| w.families.contains(&family)), "{family:?}");
         }
         assert!(worlds.iter().any(|w| w.max_kernels == 1));

@@ -657,6 +657,17 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
                 log.interpreter_pids.extend(&shims.interpreters);
             }
         }
+        FaultKind::WipeKernelDirs => {
+            let pids = sim_observe::daemons(ctx).await;
+            // The kernels are lost from the removal on.
+            let at = ctx.now_ms();
+            let script = format!("rm -rf {}/kernels/*", ctx.root);
+            sim_observe::exec(ctx, vec!["sh".to_owned(), "-c".to_owned(), script]).await;
+            ctx.switch
+                .note(format!("kernel directories removed (daemons {pids:?})"));
+            let mut log = ctx.log.borrow_mut();
+            log.kernel_deaths.extend(pids.iter().map(|p| (at, *p)));
+        }
         FaultKind::TermDaemon => {
             let pids = sim_observe::daemons(ctx).await;
             // The kernel is lost from the TERM on.

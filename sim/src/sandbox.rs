@@ -145,6 +145,10 @@ pub struct Sandbox {
     /// its daemon both killed before either recorded them): a documented
     /// limit (client/README.md), excused as leaks.
     pub(crate) unrecordable: BTreeSet<Pid>,
+    /// Processes and cgroups of a kernel whose directory was removed while
+    /// no daemon of it ran: nothing names them any more.
+    pub(crate) wiped_unnamed: BTreeSet<Pid>,
+    pub(crate) wiped_unnamed_cgroups: BTreeSet<String>,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
     /// Agent processes (an op's exec, a channel) by the kernels a probe or
@@ -270,6 +274,8 @@ impl Sandbox {
             daemon_killed_on_full_disk: false,
             shim_orphans: Vec::new(),
             unrecordable: BTreeSet::new(),
+            wiped_unnamed: BTreeSet::new(),
+            wiped_unnamed_cgroups: BTreeSet::new(),
             self_inflicted: Vec::new(),
             stranded: Vec::new(),
             kill_deaths: Vec::new(),
@@ -1087,10 +1093,19 @@ impl Sandbox {
                 !(self.untraceable.contains(&v.pid)
                     && (self.daemon_killed_on_full_disk || self.unrecordable.contains(&v.pid)))
             })
+            // The same limit: a kernel's directory removed while no daemon
+            // of it ran.
+            .filter(|v| !self.wiped_unnamed.contains(&v.pid))
             .map(|v| format!("{} {}", v.pid, v.argv.join(" ")))
             .collect();
         let files = self.os.files_under(&format!("{}/kernels", self.root));
-        (procs, files, self.os.cgroups())
+        let cgroups = self
+            .os
+            .cgroups()
+            .into_iter()
+            .filter(|g| !self.wiped_unnamed_cgroups.contains(g))
+            .collect();
+        (procs, files, cgroups)
     }
 
     /// Cells that ran more than once, or that no scripted cell accounts

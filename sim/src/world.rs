@@ -522,6 +522,13 @@ fn apply(
                         deaths.all.push((now, pid));
                     }
                 }
+                FaultKind::WipeKernelDirs => {
+                    // The kernels are lost from the removal on: their
+                    // daemons end what is left and exit.
+                    for pid in sandbox.borrow_mut().wipe_kernel_dirs(now) {
+                        deaths.all.push((now, pid));
+                    }
+                }
                 FaultKind::FreezeSandbox { for_ms } => sandbox.borrow_mut().freeze(now, for_ms),
                 FaultKind::DiskFull { .. } => sandbox.borrow_mut().fill_disk(now),
                 FaultKind::ChannelCut { at_permille } => {

@@ -52,7 +52,7 @@
 use super::journal::{self, read_journal, JournalWriter, DEFAULT_CAP};
 use super::kernel::{self, read_json, to_json, KernelConfig, LaunchRecord, DEFAULT_GRACE_MS};
 use super::layout::KernelLayout;
-use super::op::{cell_seqs, kernel_processes, leftovers_dir};
+use super::op::{cell_seqs, kernel_processes, leftovers_dir, remove_cgroups};
 use super::orphans;
 use super::os::{CellLaunch, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
@@ -1267,6 +1267,11 @@ impl Daemon {
             for g in self.cells.values().filter_map(|t| t.cgroup.as_deref()) {
                 let _ = os.remove_cgroup(g);
             }
+            // And those its files name (cells no longer tracked, kept
+            // leftovers, now ended): left to the shutdown, they outlived
+            // a kernel whose directory went before it (python_bystander
+            // seed 253: an idle exit, then a temp cleaner).
+            remove_cgroups(os, &self.kernel);
             return DaemonStep::Exit;
         }
         procs::stop_and_kill(os, &set);

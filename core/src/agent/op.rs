@@ -1261,7 +1261,7 @@ fn with_sessions(table: &Table, set: &mut BTreeSet<Pid>, protected: &BTreeSet<Pi
 /// Removes the cgroups of the kernel's cells and of its kept leftovers
 /// records, before the directories that name them go (only empty ones can
 /// be removed; a cgroup with members stays, as its processes do).
-fn remove_cgroups(os: &mut dyn Os, k: &KernelLayout) {
+pub(crate) fn remove_cgroups(os: &mut dyn Os, k: &KernelLayout) {
     let mut groups: Vec<String> = cell_seqs(os, k)
         .into_iter()
         .filter_map(|seq| procs::read_cgroup(os, &k.cell(seq)))

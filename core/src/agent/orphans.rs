@@ -60,32 +60,39 @@ pub fn end_orphaned_cells(os: &mut dyn Os, k: &KernelLayout) {
 /// cell handed through `py/run` as well — a second run, in the old
 /// namespace.
 pub fn kill_orphaned_interpreter(os: &mut dyn Os, k: &KernelLayout) {
+    let table = Table::snapshot(os);
+    let protected = procs::protected(&table, os.self_pid());
     // A daemon killed between starting its interpreter's shim and writing
     // the record leaves none (full_disk seed 104909: 4 ms apart); the
     // interpreter still carries the marker of the daemon's nonce, which is
     // the config's until a spawn retires it (and kills them then).
-    if let Some(nonce) = kernel_nonce(os, k) {
-        kill_interpreters_of(os, &nonce);
-    }
-
+    let mut set = kernel_nonce(os, k)
+        .map(|nonce| interpreters_of(os, &table, &protected, &nonce))
+        .unwrap_or_default();
     let path = python::launch_file(k);
-    let Ok(Some(l)) = read_json::<LaunchRecord>(os, &path) else {
-        return;
-    };
-    let table = Table::snapshot(os);
-    let protected = procs::protected(&table, os.self_pid());
-    let live = l.of_this_boot(os)
-        && table
-            .get(l.shim_pid)
-            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
-    if live && !protected.contains(&l.shim_pid) {
-        let mut set: BTreeSet<Pid> = table.descendants(l.shim_pid);
-        set.insert(l.shim_pid);
-        set.retain(|p| !protected.contains(p));
+    let record = read_json::<LaunchRecord>(os, &path);
+    if let Ok(Some(l)) = &record {
+        let live = l.of_this_boot(os)
+            && table
+                .get(l.shim_pid)
+                .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
+        if live && !protected.contains(&l.shim_pid) {
+            set.insert(l.shim_pid);
+            set.extend(
+                table
+                    .descendants(l.shim_pid)
+                    .into_iter()
+                    .filter(|p| !protected.contains(p)),
+            );
+        }
+    }
+    if !set.is_empty() {
         procs::stop_and_kill(os, &set);
     }
-    let _ = os.remove_all(&path);
-    let _ = os.remove_all(&python::run_file(k));
+    if matches!(record, Ok(Some(_))) {
+        let _ = os.remove_all(&path);
+        let _ = os.remove_all(&python::run_file(k));
+    }
 }
 
 /// Kills every interpreter started under the daemon nonce `nonce` (they
@@ -96,14 +103,25 @@ pub fn kill_orphaned_interpreter(os: &mut dyn Os, k: &KernelLayout) {
 pub fn kill_interpreters_of(os: &mut dyn Os, nonce: &str) {
     let table = Table::snapshot(os);
     let protected = procs::protected(&table, os.self_pid());
+    let set = interpreters_of(os, &table, &protected, nonce);
+    if !set.is_empty() {
+        procs::stop_and_kill(os, &set);
+    }
+}
+
+/// The live processes of `table` that carry the interpreter marker of
+/// daemon nonce `nonce` (`<nonce>:py`), but for `protected`.
+fn interpreters_of(
+    os: &dyn Os,
+    table: &Table,
+    protected: &BTreeSet<Pid>,
+    nonce: &str,
+) -> BTreeSet<Pid> {
     let marker = format!("{nonce}:{}", python::INTERPRETER_MARK);
-    let set: BTreeSet<Pid> = table
+    table
         .iter()
         .filter(|p| !p.zombie && !protected.contains(&p.pid))
         .filter(|p| os.has_env(p.pid, procs::MARKER_NAME, &marker))
         .map(|p| p.pid)
-        .collect();
-    if !set.is_empty() {
-        procs::stop_and_kill(os, &set);
-    }
+        .collect()
 }

@@ -356,6 +356,12 @@ impl SimOs {
         let _ = self.deliver(0, pid, SimSignal::Kill);
     }
 
+    /// Removes `path` and everything under it from outside the agent (a
+    /// temp cleaner, a user's `rm -rf`).
+    pub fn remove_from_outside(&mut self, path: &str) {
+        let _ = self.fs.remove_all(path);
+    }
+
     /// SIGTERM from outside (`docker stop`, a host shutdown) to `pid`.
     pub fn term_from_outside(&mut self, pid: Pid) {
         let _ = self.deliver(0, pid, SimSignal::Term);

@@ -460,11 +460,25 @@ impl SimOs {
 
         let reaper = self.find_reaper(pid);
         let children: Vec<Pid> = self.children_of(pid);
-        let mut groups = vec![pgid];
+        // Groups this exit may orphan, as Linux's `kill_orphaned_pgrp`
+        // finds them: its own, if its parent was the group's link out
+        // (another group of the same session), and each child's, if this
+        // process was that child group's link.
+        let sid = self.procs.get(&pid).map_or(0, |p| p.sid);
+        let mut groups = Vec::new();
+        if self
+            .procs
+            .get(&ppid)
+            .is_some_and(|parent| parent.pgid != pgid && parent.sid == sid)
+        {
+            groups.push(pgid);
+        }
         for child in &children {
             if let Some(c) = self.procs.get_mut(child) {
+                if c.pgid != pgid && c.sid == sid {
+                    groups.push(c.pgid);
+                }
                 c.ppid = reaper;
-                groups.push(c.pgid);
             }
             self.log(ProcEventKind::Reparent {
                 pid: *child,
@@ -531,8 +545,11 @@ impl SimOs {
     }
 
     /// POSIX: when a process group becomes orphaned (no member has a parent
-    /// in another group of the same session) and holds a stopped member,
-    /// every member gets SIGHUP then SIGCONT.
+    /// in another group of the same session; a parent that is PID 1 does
+    /// not count) and holds a stopped member, every member gets SIGHUP then
+    /// SIGCONT. Called only for a group an exit may have orphaned: one
+    /// orphaned all along (a session leader's, whose parent is in another
+    /// session) is never hung up.
     fn hang_up_orphaned_group(&mut self, pgid: Pid) {
         let members: Vec<Pid> = self
             .procs
@@ -553,7 +570,9 @@ impl SimOs {
                 return true;
             };
             match self.procs.get(&p.ppid) {
-                Some(parent) if parent.alive() => parent.pgid == pgid || parent.sid != p.sid,
+                Some(parent) if parent.alive() && p.ppid != 1 => {
+                    parent.pgid == pgid || parent.sid != p.sid
+                }
                 _ => true,
             }
         });

@@ -497,27 +497,48 @@ fn a_dead_reader_kills_the_writer_with_sigpipe() {
     )));
 }
 
+/// A sleeping process forked from `parent`, in a new session or group.
+fn sleeper(os: &mut SimOs, parent: Pid, new_session: bool, new_group: bool) -> Pid {
+    let mut spec = ForkSpec::new(
+        &["sleep", "600"],
+        Program::Sleep { until: at(600_000) },
+        Role::Cell,
+    );
+    spec.new_session = new_session;
+    spec.new_group = new_group;
+    os.fork(parent, spec).unwrap()
+}
+
 #[test]
-fn an_orphaned_group_with_a_stopped_member_is_hung_up() {
+fn a_group_its_exit_orphans_is_hung_up_if_a_member_is_stopped() {
+    // Linux's `kill_orphaned_pgrp`: `leader` is the link of `child`'s
+    // group (another group, same session) to the session; its death
+    // orphans that group, whose stopped member gets SIGHUP + SIGCONT.
     let mut os = SimOs::new(SimOsConfig::default());
-    let daemon = boot_daemon(&mut os);
-    let w = Workload::new(vec![
-        Step::BackgroundChildHoldingStdout { sleep_ms: 60_000 },
-        Step::BusyLoop { ms: None },
-    ]);
-    start_cell(&mut os, daemon, 1, &w);
-    os.advance(at(1));
-    let main = main_pid(&journal(&os, 1));
-    let child = *os
-        .processes_of_cell(KDIR, 1)
-        .iter()
-        .find(|&&p| p != main)
-        .unwrap();
-    sent(&mut os, daemon, child, Signal::Stop);
-    // The leader dies: the group's only member left is stopped and its
-    // parent (the shim) is in another session, so the group is orphaned.
-    sent(&mut os, daemon, main, Signal::Kill);
+    let leader = sleeper(&mut os, 1, true, false);
+    let child = sleeper(&mut os, leader, false, true);
+    let bystander = sleeper(&mut os, leader, false, true);
+    sent(&mut os, 1, child, Signal::Stop);
+    os.exit_proc(leader, ExitStatus::Code(0));
     assert!(!os.is_alive(child), "SIGHUP + SIGCONT killed it");
+    assert!(os.is_alive(bystander), "its group held no stopped member");
+}
+
+#[test]
+fn a_group_orphaned_all_along_is_never_hung_up() {
+    // A session leader's own group has no link out (its parent is in
+    // another session): the leader's death changes nothing for it, and a
+    // stopped member stays stopped (the simulation once hung it up, and
+    // killed a daemon mid-sweep with it).
+    let mut os = SimOs::new(SimOsConfig::default());
+    let leader = sleeper(&mut os, 1, true, false);
+    let member = sleeper(&mut os, leader, false, false);
+    sent(&mut os, 1, member, Signal::Stop);
+    os.exit_proc(leader, ExitStatus::Code(0));
+    assert!(
+        os.is_alive(member),
+        "no SIGHUP: the group was orphaned before"
+    );
 }
 
 #[test]

@@ -208,6 +208,55 @@ impl Sandbox {
         self.note_lossy(None, "the disk was full".into());
     }
 
+    /// Removes every kernel's directory from outside (a temp cleaner);
+    /// returns the daemons alive then, whose kernels are lost.
+    pub fn wipe_kernel_dirs(&mut self, now_ms: u64) -> Vec<Pid> {
+        self.advance(now_ms);
+        let kernels = format!("{}/kernels", self.root);
+        let mut daemons = Vec::new();
+        for name in self.os.list_dir(&kernels).unwrap_or_default() {
+            let dir = format!("{kernels}/{name}");
+            match self.os.daemon_pid(&dir) {
+                Some(pid) => {
+                    daemons.push(pid);
+                    // What its daemon does not hold as its descendants
+                    // (what an earlier daemon left, reparented to PID 1)
+                    // was named only by the files going now.
+                    let held = self.tree_of(pid);
+                    let unnamed: Vec<Pid> = self
+                        .of_kernel_dir(&dir)
+                        .into_iter()
+                        .filter(|p| !held.contains(p))
+                        .collect();
+                    self.wiped_unnamed.extend(unnamed);
+                }
+                None => {
+                    // The documented limit (client/README.md, "Known limit
+                    // of shutdown"): with no daemon alive, what the kernel
+                    // still runs (lingering shims, leftovers) and its
+                    // cgroups were named only by the files going now.
+                    self.wiped_unnamed.extend(self.of_kernel_dir(&dir));
+                    let layout = KernelLayout::new(&dir);
+                    if let Ok(Some(c)) = tether_core::agent::kernel::read_json::<
+                        tether_core::agent::kernel::KernelConfig,
+                    >(&self.os, &layout.config())
+                    {
+                        let prefix = format!("tether-{}-", c.nonce);
+                        let groups = self.os.cgroups();
+                        self.wiped_unnamed_cgroups
+                            .extend(groups.into_iter().filter(|g| {
+                                g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix))
+                            }));
+                    }
+                }
+            }
+            self.os.remove_from_outside(&dir);
+            self.note_lossy(Some(&name), "its directory was removed".into());
+        }
+        self.flush_events();
+        daemons
+    }
+
     /// The disk has room again; runs what is due. Returns how many
     /// writes it refused in all so far.
     pub fn free_disk(&mut self, now_ms: u64) -> u64 {
@@ -225,27 +274,48 @@ impl Sandbox {
     /// The daemon `daemon`, its descendants, the shims, interpreter and
     /// cell processes of `kernel_dir`, alive now.
     fn owned_by_kernel(&self, daemon: Pid, kernel_dir: &str) -> Vec<(Pid, u64, String)> {
+        let mut owned = self.tree_of(daemon);
+        owned.extend(self.of_kernel_dir(kernel_dir));
+        owned
+            .into_iter()
+            .filter_map(|pid| {
+                let info = self.os.process(pid).filter(|p| !p.zombie)?;
+                let view = self.os.view(pid)?;
+                Some((pid, info.starttime, describe(&view)))
+            })
+            .collect()
+    }
+
+    /// `root` and its live descendants.
+    fn tree_of(&self, root: Pid) -> BTreeSet<Pid> {
         let table = self.os.processes();
-        let mut owned: BTreeSet<Pid> = BTreeSet::new();
-        owned.insert(daemon);
+        let mut tree: BTreeSet<Pid> = BTreeSet::new();
+        tree.insert(root);
         // Parents have smaller pids only until pids wrap: iterate to a
         // fixed point.
         loop {
-            let before = owned.len();
+            let before = tree.len();
             for p in &table {
-                if !p.zombie && owned.contains(&p.ppid) {
-                    owned.insert(p.pid);
+                if !p.zombie && tree.contains(&p.ppid) {
+                    tree.insert(p.pid);
                 }
             }
-            if owned.len() == before {
+            if tree.len() == before {
                 break;
             }
         }
+        tree
+    }
+
+    /// The live shims of `kernel_dir` and the live processes its cells
+    /// made (ground truth).
+    fn of_kernel_dir(&self, kernel_dir: &str) -> BTreeSet<Pid> {
         let dir = kernel_dir.trim_end_matches('/');
         let inside = |path: &str| path == dir || path.starts_with(&format!("{dir}/"));
+        let mut of = BTreeSet::new();
         for (pid, cell_dir) in self.os.shims() {
             if inside(&cell_dir) {
-                owned.insert(pid);
+                of.insert(pid);
             }
         }
         for pid in self.os.alive_pids() {
@@ -255,17 +325,10 @@ impl Sandbox {
                 .and_then(|v| v.cell)
                 .is_some_and(|c| c.kernel_dir.trim_end_matches('/') == dir)
             {
-                owned.insert(pid);
+                of.insert(pid);
             }
         }
-        owned
-            .into_iter()
-            .filter_map(|pid| {
-                let info = self.os.process(pid).filter(|p| !p.zombie)?;
-                let view = self.os.view(pid)?;
-                Some((pid, info.starttime, describe(&view)))
-            })
-            .collect()
+        of
     }
 
     /// Looks at every stopped kernel whose look is due: what it owned at
