@@ -149,6 +149,8 @@ pub struct Sandbox {
     /// no daemon of it ran: nothing names them any more.
     pub(crate) wiped_unnamed: BTreeSet<Pid>,
     pub(crate) wiped_unnamed_cgroups: BTreeSet<String>,
+    /// Daemons alive when their kernel's directory was removed.
+    pub(crate) wiped_daemons: BTreeSet<Pid>,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
     /// Agent processes (an op's exec, a channel) by the kernels a probe or
@@ -276,6 +278,7 @@ impl Sandbox {
             unrecordable: BTreeSet::new(),
             wiped_unnamed: BTreeSet::new(),
             wiped_unnamed_cgroups: BTreeSet::new(),
+            wiped_daemons: BTreeSet::new(),
             self_inflicted: Vec::new(),
             stranded: Vec::new(),
             kill_deaths: Vec::new(),
@@ -520,7 +523,9 @@ impl Sandbox {
     fn check_one_daemon_per_kernel(&mut self, now_ms: u64) {
         let mut by_kernel: BTreeMap<&str, Vec<Pid>> = BTreeMap::new();
         for (pid, run) in &self.daemons {
-            if !run.exiting && self.os.is_alive(*pid) {
+            // A daemon whose directory was removed is done for (it exits
+            // at its next tick); the client may spawn the next before.
+            if !run.exiting && !self.wiped_daemons.contains(pid) && self.os.is_alive(*pid) {
                 by_kernel.entry(&run.kernel_dir).or_default().push(*pid);
             }
         }

@@ -1160,8 +1160,21 @@ impl Daemon {
     fn owned_processes(&self, os: &dyn Os) -> BTreeSet<Pid> {
         let table = Table::snapshot(os);
         let self_pid = os.self_pid();
-        let protected = procs::protected(&table, self_pid);
-        let mut set = kernel_processes(os, &table, &self.kernel, &protected);
+        let mut protected = procs::protected(&table, self_pid);
+        // The kernel's files are this daemon's only while its config names
+        // its nonce: once its directory was removed and a new daemon
+        // spawned there, they, and the daemon its identity names, are the
+        // new one's (full_disk seed 103399: the old daemon's exit sweep
+        // KILLed the new daemon).
+        let own_files = super::op::kernel_nonce(os, &self.kernel).as_deref() == Some(&self.nonce);
+        if let Some(other) = kernel::live_daemon(os, &self.kernel).filter(|id| id.pid != self_pid) {
+            protected.extend(table.tree_but(other.pid, &BTreeSet::new()));
+        }
+        let mut set = if own_files {
+            kernel_processes(os, &table, &self.kernel, &protected)
+        } else {
+            BTreeSet::new()
+        };
         set.extend(table.descendants(self_pid));
         for t in self.cells.values() {
             let scope = CellScope {

@@ -1120,13 +1120,7 @@ pub fn kernel_processes(
     let mut set = BTreeSet::new();
     if let Some(id) = kernel::live_daemon(os, k) {
         if !protected.contains(&id.pid) {
-            set.insert(id.pid);
-            set.extend(
-                table
-                    .descendants(id.pid)
-                    .into_iter()
-                    .filter(|p| !protected.contains(p)),
-            );
+            set.extend(table.tree_but(id.pid, protected));
         }
     }
     let nonce = kernel_nonce(os, k);
@@ -1172,13 +1166,7 @@ pub fn kernel_processes(
             .get(l.shim_pid)
             .is_some_and(|p| p.starttime == l.shim_starttime);
         if live && !protected.contains(&l.shim_pid) {
-            set.insert(l.shim_pid);
-            set.extend(
-                table
-                    .descendants(l.shim_pid)
-                    .into_iter()
-                    .filter(|p| !protected.contains(p)),
-            );
+            set.extend(table.tree_but(l.shim_pid, protected));
         }
     }
     with_sessions(table, &mut set, protected);

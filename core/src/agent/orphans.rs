@@ -77,13 +77,7 @@ pub fn kill_orphaned_interpreter(os: &mut dyn Os, k: &KernelLayout) {
                 .get(l.shim_pid)
                 .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie);
         if live && !protected.contains(&l.shim_pid) {
-            set.insert(l.shim_pid);
-            set.extend(
-                table
-                    .descendants(l.shim_pid)
-                    .into_iter()
-                    .filter(|p| !protected.contains(p)),
-            );
+            set.extend(table.tree_but(l.shim_pid, &protected));
         }
     }
     if !set.is_empty() {

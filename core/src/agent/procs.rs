@@ -114,6 +114,15 @@ impl Table {
         out
     }
 
+    /// `root` and its descendants, but for the `protected` ones (what an
+    /// op or a daemon ends of a live shim or daemon it found recorded).
+    pub fn tree_but(&self, root: Pid, protected: &BTreeSet<Pid>) -> BTreeSet<Pid> {
+        let mut tree = self.descendants(root);
+        tree.insert(root);
+        tree.retain(|p| !protected.contains(p));
+        tree
+    }
+
     /// `pid` and all its ancestors up to pid 1.
     pub fn ancestors_and_self(&self, pid: Pid) -> BTreeSet<Pid> {
         let mut out = BTreeSet::new();

@@ -216,39 +216,40 @@ impl Sandbox {
         let mut daemons = Vec::new();
         for name in self.os.list_dir(&kernels).unwrap_or_default() {
             let dir = format!("{kernels}/{name}");
-            match self.os.daemon_pid(&dir) {
+            // The documented limit (client/README.md, "Known limit of
+            // shutdown"): what only the files going now named. Processes:
+            // what the kernel runs outside its live daemon's tree (all of
+            // it when none lives: lingering shims, leftovers, what an
+            // earlier daemon left to PID 1). Cgroups: those of its nonce
+            // (a shim's cgroup is named to its daemon by a file; one the
+            // daemon had not read yet, as tool_calls seed 103399's, whose
+            // shim was ended before it could remove it).
+            let held = match self.os.daemon_pid(&dir) {
                 Some(pid) => {
                     daemons.push(pid);
-                    // What its daemon does not hold as its descendants
-                    // (what an earlier daemon left, reparented to PID 1)
-                    // was named only by the files going now.
-                    let held = self.tree_of(pid);
-                    let unnamed: Vec<Pid> = self
-                        .of_kernel_dir(&dir)
+                    self.wiped_daemons.insert(pid);
+                    self.tree_of(pid)
+                }
+                None => BTreeSet::new(),
+            };
+            let unnamed: Vec<Pid> = self
+                .of_kernel_dir(&dir)
+                .into_iter()
+                .filter(|p| !held.contains(p))
+                .collect();
+            self.wiped_unnamed.extend(unnamed);
+            let layout = KernelLayout::new(&dir);
+            if let Ok(Some(c)) = tether_core::agent::kernel::read_json::<
+                tether_core::agent::kernel::KernelConfig,
+            >(&self.os, &layout.config())
+            {
+                let prefix = format!("tether-{}-", c.nonce);
+                let groups = self.os.cgroups();
+                self.wiped_unnamed_cgroups.extend(
+                    groups
                         .into_iter()
-                        .filter(|p| !held.contains(p))
-                        .collect();
-                    self.wiped_unnamed.extend(unnamed);
-                }
-                None => {
-                    // The documented limit (client/README.md, "Known limit
-                    // of shutdown"): with no daemon alive, what the kernel
-                    // still runs (lingering shims, leftovers) and its
-                    // cgroups were named only by the files going now.
-                    self.wiped_unnamed.extend(self.of_kernel_dir(&dir));
-                    let layout = KernelLayout::new(&dir);
-                    if let Ok(Some(c)) = tether_core::agent::kernel::read_json::<
-                        tether_core::agent::kernel::KernelConfig,
-                    >(&self.os, &layout.config())
-                    {
-                        let prefix = format!("tether-{}-", c.nonce);
-                        let groups = self.os.cgroups();
-                        self.wiped_unnamed_cgroups
-                            .extend(groups.into_iter().filter(|g| {
-                                g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix))
-                            }));
-                    }
-                }
+                        .filter(|g| g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix))),
+                );
             }
             self.os.remove_from_outside(&dir);
             self.note_lossy(Some(&name), "its directory was removed".into());
