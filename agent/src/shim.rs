@@ -20,9 +20,8 @@ use std::os::fd::OwnedFd;
 use tether_core::agent::{CellLaunch, CellShim, ExitStatus, Os, Pid, ShimStep};
 use tether_core::protocol::Stream;
 
-use tether_core::agent::shim::PUMP_MS;
+use tether_core::agent::shim::{LINGER_MS, PUMP_MS};
 /// The same while lingering (only background jobs are left).
-const LINGER_MS: u64 = 100;
 /// Reads of one final pass at most (a flooding writer cannot hold it).
 const FINAL_READS: usize = 64;
 
@@ -116,11 +115,14 @@ fn drive(mut os: LinuxOs, mut shim: CellShim, shim_kernel_dir: String) -> u8 {
                         final_read(&mut os, &mut shim, &mut pipes, &mut buf);
                         shim.handle_tree_empty(&mut os);
                     }
-                } else {
-                    // Stay until the tree is empty: leftovers remain our
-                    // descendants.
-                    while wait(WaitOptions::empty()).is_ok() {}
+                } else if reap(&mut os, &mut shim) {
                     shim.handle_tree_empty(&mut os);
+                } else {
+                    // Stay until the tree is empty (leftovers remain our
+                    // descendants), looking again every LINGER_MS: the
+                    // machine's paced look for orphans, and its end of the
+                    // tree if the kernel's directory went.
+                    std::thread::sleep(std::time::Duration::from_millis(LINGER_MS));
                 }
             }
             ShimStep::Exit(code) => return code,

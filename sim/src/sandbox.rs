@@ -151,6 +151,8 @@ pub struct Sandbox {
     pub(crate) wiped_unnamed_cgroups: BTreeSet<String>,
     /// Daemons alive when their kernel's directory was removed.
     pub(crate) wiped_daemons: BTreeSet<Pid>,
+    /// Shims alive when their kernel's directory was removed.
+    pub(crate) wiped_shims: BTreeSet<Pid>,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
     /// Agent processes (an op's exec, a channel) by the kernels a probe or
@@ -279,6 +281,7 @@ impl Sandbox {
             wiped_unnamed: BTreeSet::new(),
             wiped_unnamed_cgroups: BTreeSet::new(),
             wiped_daemons: BTreeSet::new(),
+            wiped_shims: BTreeSet::new(),
             self_inflicted: Vec::new(),
             stranded: Vec::new(),
             kill_deaths: Vec::new(),
@@ -743,6 +746,7 @@ impl Sandbox {
                             && !self.ended_for_its_killed_shim(*from, c)
                             && !self.swept_by_a_successor(*from, c)
                             && !self.ended_as_its_daemons_orphan(*from, c)
+                            && !self.ended_by_its_shim_after_a_wipe(*from, c)
                         {
                             self.signalled_cells.insert(c.clone());
                         }
@@ -766,6 +770,12 @@ impl Sandbox {
             self.trace
                 .at(self.virtual_ms(e.at), "proc", excerpt(text.as_bytes(), 110));
         }
+    }
+
+    /// `from` is the shim of `cell` and its kernel's directory was removed
+    /// while it ran: the shim ends its own tree, the kernel being lost.
+    fn ended_by_its_shim_after_a_wipe(&self, from: Pid, cell: &(String, u64)) -> bool {
+        self.wiped_shims.contains(&from) && self.shim_cell.get(&from) == Some(cell)
     }
 
     /// `from` is the daemon of the kernel of `cell` and the cell has a

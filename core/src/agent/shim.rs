@@ -30,6 +30,10 @@ use std::time::Duration;
 /// simulated one while calls are pending).
 pub const PUMP_MS: u64 = 20;
 
+/// How often a lingering shim looks again while its tree lives (its
+/// paced look for orphans, and whether its kernel's directory is gone).
+pub const LINGER_MS: u64 = 100;
+
 /// Default bound on draining the pipes after the main process exited.
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 

@@ -12,8 +12,9 @@ use super::pyshim::PyShimRun;
 use super::SimOs;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::shim::orphans::OrphanRecords;
-use tether_core::agent::shim::PUMP_MS;
+use tether_core::agent::shim::{LINGER_MS, PUMP_MS};
 use tether_core::agent::{CellLaunch, CellShim, ExitStatus as CoreExit, Os, Pid, ShimStep};
 use tether_core::protocol::{Lang, Stream};
 use tether_core::time::Timestamp;
@@ -76,6 +77,10 @@ pub(crate) struct ShimRun {
     /// [`PUMP_MS`], as the real shim's pump; the simulation wakes for it
     /// only while the calls directory holds something).
     next_tick: Option<Timestamp>,
+    /// While it lingers: its next look ([`LINGER_MS`], as the real shim's;
+    /// the simulation wakes for it only while its kernel's config is gone,
+    /// the one thing such a look acts on that no event announces).
+    next_linger: Option<Timestamp>,
 }
 
 impl ShimRun {
@@ -86,6 +91,7 @@ impl ShimRun {
             launch,
             pipes: None,
             next_tick: None,
+            next_linger: None,
         }
     }
 
@@ -105,12 +111,14 @@ impl ShimRun {
         if let Some(at) = os.shim_due(pid, self.start_at, pipes, lingering) {
             return Some(at);
         }
+        let kernel_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
         let tick = self.next_tick.filter(|_| {
             let calls = format!("{}/calls", self.cell_dir().trim_end_matches('/'));
-            os.list_dir(&calls).is_ok_and(|names| !names.is_empty())
+            os.list_dir(&calls).is_ok_and(|names| !names.is_empty()) || kernel_gone()
         });
         let look = os.orphan_look_due(pid, self.machine.main_pid(), self.machine.orphans());
-        [self.machine.poll_timeout(os.now), tick, look]
+        let linger = self.next_linger.filter(|_| lingering && kernel_gone());
+        [self.machine.poll_timeout(os.now), tick, look, linger]
             .into_iter()
             .flatten()
             .min()
@@ -201,6 +209,7 @@ impl SimOs {
                     self.shim_read(shim);
                 }
                 ShimStep::Linger => {
+                    shim.next_linger = Some(self.now + Duration::from_millis(LINGER_MS));
                     let read = self.shim_read(shim);
                     let reaped = self.shim_reap(pid, |at, child, status| {
                         shim.machine.handle_exit(at, child, status)

@@ -218,13 +218,13 @@ impl Sandbox {
             let dir = format!("{kernels}/{name}");
             // The documented limit (client/README.md, "Known limit of
             // shutdown"): what only the files going now named. Processes:
-            // what the kernel runs outside its live daemon's tree (all of
-            // it when none lives: lingering shims, leftovers, what an
-            // earlier daemon left to PID 1). Cgroups: those of its nonce
+            // what the kernel runs outside its live daemon's and its
+            // shims' trees (what an earlier daemon or a killed shim left
+            // to PID 1). Cgroups: those of its nonce
             // (a shim's cgroup is named to its daemon by a file; one the
             // daemon had not read yet, as tool_calls seed 103399's, whose
             // shim was ended before it could remove it).
-            let held = match self.os.daemon_pid(&dir) {
+            let mut held = match self.os.daemon_pid(&dir) {
                 Some(pid) => {
                     daemons.push(pid);
                     self.wiped_daemons.insert(pid);
@@ -232,6 +232,15 @@ impl Sandbox {
                 }
                 None => BTreeSet::new(),
             };
+            // A lingering shim ends its own tree once its kernel's config
+            // is gone.
+            let inside = format!("{dir}/");
+            for (shim, cell_dir) in self.os.shims() {
+                if cell_dir.starts_with(&inside) {
+                    held.extend(self.tree_of(shim));
+                    self.wiped_shims.insert(shim);
+                }
+            }
             let unnamed: Vec<Pid> = self
                 .of_kernel_dir(&dir)
                 .into_iter()

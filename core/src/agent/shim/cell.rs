@@ -228,6 +228,7 @@ impl CellShim {
                             // call's caller at its deadline; the cell goes on.
                             let _ = core.tick_calls(os);
                         }
+                        self.end_tree_if_kernel_gone(os);
                         self.orphans.look(os, &self.launch.kernel_dir, self.main);
                         return ShimStep::Pump;
                     }
@@ -238,6 +239,10 @@ impl CellShim {
                     return ShimStep::FinalRead;
                 }
                 Phase::Finish => self.finish(os),
+                // A journal whose kernel's directory is gone has no
+                // reader left: what it owes is dropped, not retried for
+                // ever.
+                Phase::Flush if self.kernel_gone(os) => self.phase = Phase::Linger,
                 Phase::Flush if os.now() < self.retry_at => return ShimStep::Retry,
                 Phase::Flush => match self.core.as_mut().map(|c| c.flush(os)) {
                     Some(Err(_)) => {
@@ -246,10 +251,14 @@ impl CellShim {
                     }
                     _ => self.phase = Phase::Linger,
                 },
-                Phase::Linger if self.core.as_ref().is_some_and(ShimCore::has_unwritten) => {
+                Phase::Linger
+                    if self.core.as_ref().is_some_and(ShimCore::has_unwritten)
+                        && !self.kernel_gone(os) =>
+                {
                     self.phase = Phase::Flush;
                 }
                 Phase::Linger => {
+                    self.end_tree_if_kernel_gone(os);
                     self.orphans.look(os, &self.launch.kernel_dir, self.main);
                     return ShimStep::Linger;
                 }
@@ -341,6 +350,33 @@ impl CellShim {
         if Some(pid) == self.main && self.exited.is_none() {
             self.exited = Some((now, status));
         }
+    }
+
+    /// A kernel whose directory was removed (a temp cleaner, a stray
+    /// `rm -rf`) has no record left by which its daemon, an op or a
+    /// shutdown could find what this shim holds: the shim ends its tree
+    /// and its cgroup's members itself (again at each look, for a fork
+    /// that raced the last), and exits once the tree is empty.
+    fn end_tree_if_kernel_gone(&mut self, os: &mut dyn Os) {
+        if !self.kernel_gone(os) {
+            return;
+        }
+        let table = Table::snapshot(os);
+        let self_pid = os.self_pid();
+        let protected = procs::protected(&table, self_pid);
+        let mut set = table.descendants(self_pid);
+        if let Some(group) = &self.cgroup {
+            set.extend(os.cgroup_members(group));
+        }
+        set.retain(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie));
+        if !set.is_empty() {
+            procs::stop_and_kill(os, &set);
+        }
+    }
+
+    /// Is the kernel's config gone (shut down, or its directory removed)?
+    fn kernel_gone(&self, os: &dyn Os) -> bool {
+        !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config())
     }
 
     /// The shim has no child left: the cell's cgroup goes if it is empty
