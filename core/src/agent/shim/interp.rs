@@ -255,6 +255,19 @@ impl InterpShim {
     }
 
     /// The cell handed over next, if the daemon has named one.
+    /// Is the kernel's config gone, or another daemon's (another nonce)?
+    /// An unreadable one is taken for still ours.
+    fn kernel_gone(&self, os: &dyn Os) -> bool {
+        match crate::agent::kernel::read_json::<crate::agent::kernel::KernelConfig>(
+            os,
+            &self.kernel.config(),
+        ) {
+            Ok(Some(c)) => c.nonce != self.nonce,
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+
     fn next_seq(&self, os: &dyn Os) -> Option<u64> {
         os.read_file(&python::run_file(&self.kernel))
             .ok()
@@ -357,6 +370,15 @@ impl InterpShim {
             let Some(seq) = self.next_seq(os) else {
                 return InterpStep::Pump;
             };
+            if self.kernel_gone(os) {
+                // The kernel it served is gone (its directory removed, a
+                // new daemon there with another nonce): the cell is the
+                // new interpreter's, and this one ends (python_state seed
+                // 100655: a wiped kernel's old interpreter ran the next
+                // daemon's cell as well).
+                self.phase = Phase::Linger;
+                return InterpStep::CloseInput;
+            }
             self.last_seq = seq;
             self.open_cell(os, CellSeq(seq));
         }
