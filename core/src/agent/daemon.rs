@@ -1166,7 +1166,7 @@ impl Daemon {
         // spawned there, they, and the daemon its identity names, are the
         // new one's (full_disk seed 103399: the old daemon's exit sweep
         // KILLed the new daemon).
-        let own_files = super::op::kernel_nonce(os, &self.kernel).as_deref() == Some(&self.nonce);
+        let own_files = kernel::config_names(os, &self.kernel, &self.nonce) == Some(true);
         if let Some(other) = kernel::live_daemon(os, &self.kernel).filter(|id| id.pid != self_pid) {
             protected.extend(table.tree_but(other.pid, &BTreeSet::new()));
         }

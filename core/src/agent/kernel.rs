@@ -91,6 +91,16 @@ pub fn started_this_boot(
         .and_then(|r| journal::started(&r))
 }
 
+/// Does the kernel's config name daemon nonce `nonce`? `Some(false)`:
+/// the config is gone, or another daemon's; `None`: it cannot be read.
+pub fn config_names(os: &dyn Os, kernel: &KernelLayout, nonce: &str) -> Option<bool> {
+    match read_json::<KernelConfig>(os, &kernel.config()) {
+        Ok(Some(c)) => Some(c.nonce == nonce),
+        Ok(None) => Some(false),
+        Err(_) => None,
+    }
+}
+
 /// Reads a JSON file: `Ok(None)` when absent, an error when unreadable.
 pub fn read_json<T: DeserializeOwned>(os: &dyn Os, path: &str) -> Result<Option<T>, OsError> {
     match os.read_file(path) {

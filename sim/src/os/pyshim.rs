@@ -70,10 +70,9 @@ impl PyShimRun {
         let lingering = self.machine.lingering();
         let look = os.orphan_look_due(pid, self.machine.interpreter(), self.machine.orphans());
         let tick = self.next_tick.filter(|_| {
-            self.machine.running_cell().is_some_and(|dir| {
-                let calls = format!("{}/calls", dir.trim_end_matches('/'));
-                os.list_dir(&calls).is_ok_and(|names| !names.is_empty())
-            })
+            self.machine
+                .running_cell()
+                .is_some_and(|dir| os.calls_pending(dir))
         });
         os.shim_due(pid, self.start_at, pipes.chain(self.reports()), lingering)
             .or_else(|| {

@@ -112,10 +112,9 @@ impl ShimRun {
             return Some(at);
         }
         let kernel_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
-        let tick = self.next_tick.filter(|_| {
-            let calls = format!("{}/calls", self.cell_dir().trim_end_matches('/'));
-            os.list_dir(&calls).is_ok_and(|names| !names.is_empty()) || kernel_gone()
-        });
+        let tick = self
+            .next_tick
+            .filter(|_| os.calls_pending(self.cell_dir()) || kernel_gone());
         let look = os.orphan_look_due(pid, self.machine.main_pid(), self.machine.orphans());
         let linger = self.next_linger.filter(|_| lingering && kernel_gone());
         [self.machine.poll_timeout(os.now), tick, look, linger]
@@ -267,6 +266,14 @@ impl SimOs {
             || pipes.any(|id| self.pipe_has_news(id))
             || (lingering && self.children_of(pid).is_empty());
         due.then_some(self.now)
+    }
+
+    /// Does the calls directory of the cell at `cell_dir` hold a request
+    /// (what a shim's pump-paced look at it would act on)?
+    pub(crate) fn calls_pending(&self, cell_dir: &str) -> bool {
+        let cell = tether_core::agent::layout::CellLayout::from_dir(cell_dir);
+        self.list_dir(&tether_core::agent::calls::calls_dir(&cell))
+            .is_ok_and(|names| !names.is_empty())
     }
 
     /// When the shim `pid` next looks for processes reparented to it

@@ -258,14 +258,7 @@ impl InterpShim {
     /// Is the kernel's config gone, or another daemon's (another nonce)?
     /// An unreadable one is taken for still ours.
     fn kernel_gone(&self, os: &dyn Os) -> bool {
-        match crate::agent::kernel::read_json::<crate::agent::kernel::KernelConfig>(
-            os,
-            &self.kernel.config(),
-        ) {
-            Ok(Some(c)) => c.nonce != self.nonce,
-            Ok(None) => true,
-            Err(_) => false,
-        }
+        crate::agent::kernel::config_names(os, &self.kernel, &self.nonce) == Some(false)
     }
 
     fn next_seq(&self, os: &dyn Os) -> Option<u64> {
