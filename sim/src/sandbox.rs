@@ -70,6 +70,22 @@ struct DaemonRun {
     stopped: bool,
     /// When it started (virtual ms).
     started_ms: u64,
+    /// The nonce it was spawned under (its cells' cgroups carry it).
+    nonce: String,
+}
+
+/// What removing kernel directories from outside (`wipe_kernel_dirs`)
+/// left and whom it touched.
+#[derive(Default)]
+pub(crate) struct Wiped {
+    /// Processes and cgroups only the removed files named (the documented
+    /// limit, client/README.md "Known limit of shutdown"): excused leaks.
+    pub(crate) unnamed: BTreeSet<Pid>,
+    pub(crate) unnamed_cgroups: BTreeSet<String>,
+    /// Daemons alive at the removal: each exits at its next tick.
+    pub(crate) daemons: BTreeSet<Pid>,
+    /// Shims alive at the removal: each ends its own tree.
+    pub(crate) shims: BTreeSet<Pid>,
 }
 
 /// A daemon's tick paused at one of its OS calls.
@@ -77,6 +93,8 @@ struct PausedTick {
     tick: preempt::Paused<(Daemon, DaemonStep)>,
     /// When it goes on (sandbox clock).
     resume_at: Timestamp,
+    /// When the tick began (sandbox clock).
+    began: Timestamp,
     /// For a daemon that caught SIGTERM: the cells launched before it.
     launched_before: Option<BTreeSet<u64>>,
 }
@@ -145,16 +163,15 @@ pub struct Sandbox {
     /// its daemon both killed before either recorded them): a documented
     /// limit (client/README.md), excused as leaks.
     pub(crate) unrecordable: BTreeSet<Pid>,
-    /// Processes and cgroups of a kernel whose directory was removed while
-    /// no daemon of it ran: nothing names them any more.
-    pub(crate) wiped_unnamed: BTreeSet<Pid>,
-    pub(crate) wiped_unnamed_cgroups: BTreeSet<String>,
-    /// Daemons alive when their kernel's directory was removed.
-    pub(crate) wiped_daemons: BTreeSet<Pid>,
-    /// Shims alive when their kernel's directory was removed.
-    pub(crate) wiped_shims: BTreeSet<Pid>,
+    /// What the removal of kernel directories (`wipe_kernel_dirs`) left
+    /// and whom it touched.
+    pub(crate) wiped: Wiped,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
+    /// Empty cgroups of a daemon's own cells it left at its idle exit:
+    /// no shutdown may come after an idle exit to remove them (judged at
+    /// the exit, as the shutdown's leaks are at the end).
+    pub(crate) idle_exit_cgroups: Vec<String>,
     /// Agent processes (an op's exec, a channel) by the kernels a probe or
     /// a submit they ran was about: such an op ends what a gone daemon's
     /// cells still run (`tether_core::agent::orphans`).
@@ -181,7 +198,8 @@ pub struct Sandbox {
     /// the connection, which the client takes for a transport fault and
     /// retries: the crash would pass unseen), or asked to be woken before
     /// the step that asked (a busy loop, which the simulation's driver
-    /// would hide: the eighth sample's `op.rs:585`).
+    /// would hide: the eighth sample's `op.rs:585`); daemons whose tick
+    /// asked the same.
     pub op_defects: Vec<String>,
     /// Kernels that had two daemons alive at once, neither of them
     /// exiting (at most one may own a kernel's cells).
@@ -273,15 +291,13 @@ impl Sandbox {
             clock_offset: 0,
             self_exits: Vec::new(),
             exiting_daemons: BTreeSet::new(),
+            idle_exit_cgroups: Vec::new(),
             provers: BTreeMap::new(),
             untraceable: BTreeSet::new(),
             daemon_killed_on_full_disk: false,
             shim_orphans: Vec::new(),
             unrecordable: BTreeSet::new(),
-            wiped_unnamed: BTreeSet::new(),
-            wiped_unnamed_cgroups: BTreeSet::new(),
-            wiped_daemons: BTreeSet::new(),
-            wiped_shims: BTreeSet::new(),
+            wiped: Wiped::default(),
             self_inflicted: Vec::new(),
             stranded: Vec::new(),
             kill_deaths: Vec::new(),
@@ -352,6 +368,7 @@ impl Sandbox {
                     exiting: false,
                     stopped: false,
                     started_ms: self.virtual_ms(now),
+                    nonce: spawn.nonce.clone(),
                 },
             );
         }
@@ -365,7 +382,7 @@ impl Sandbox {
                 self.daemons.remove(&pid);
                 continue;
             }
-            let Some((step, launched_before)) = self.tick_daemon(pid, now, now_ms) else {
+            let Some((step, began, launched_before)) = self.tick_daemon(pid, now, now_ms) else {
                 continue;
             };
             let Some(run) = self.daemons.get_mut(&pid) else {
@@ -375,11 +392,23 @@ impl Sandbox {
             run.exiting |= began_exit;
             let kernel_dir = run.kernel_dir.clone();
             let stopped = run.stopped;
+            let nonce = run.nonce.clone();
             match step {
-                DaemonStep::Continue { next_wake } => run.next_wake = next_wake,
+                DaemonStep::Continue { next_wake } => {
+                    run.next_wake = next_wake;
+                    let said = format!("daemon {pid} asked to be woken");
+                    if next_wake <= began && !self.op_defects.iter().any(|d| d.starts_with(&said)) {
+                        // A real daemon's driver would not sleep at all:
+                        // a busy loop, which this driver's steps hide.
+                        self.op_defects.push(format!(
+                            "daemon {pid} asked to be woken at {next_wake:?}, no later than its tick began ({began:?}): a busy loop"
+                        ));
+                    }
+                }
                 DaemonStep::Exit => {
                     self.trace
                         .at(now_ms, "sandbox", format!("daemon {pid} exits"));
+                    self.judge_idle_exit(pid, &nonce, now_ms);
                     self.os.exit_process(pid, 0);
                     self.daemons.remove(&pid);
                     if stopped {
@@ -452,7 +481,7 @@ impl Sandbox {
         pid: Pid,
         now: Timestamp,
         now_ms: u64,
-    ) -> Option<(DaemonStep, Option<BTreeSet<u64>>)> {
+    ) -> Option<(DaemonStep, Timestamp, Option<BTreeSet<u64>>)> {
         let run = self.daemons.get_mut(&pid)?;
         if let Some(paused) = run.paused.take() {
             if paused.resume_at > now {
@@ -468,7 +497,7 @@ impl Sandbox {
             );
             let (logic, step) = paused.tick.resume(&mut self.os, pid);
             run.logic = Some(logic);
-            return Some((step, paused.launched_before));
+            return Some((step, paused.began, paused.launched_before));
         }
         let caught_term = self.os.take_caught_term(pid);
         let launched_before = self.launched_if_stopped(pid, caught_term);
@@ -490,7 +519,7 @@ impl Sandbox {
             self.os.set_current(pid);
             let step = logic.tick(&mut self.os);
             self.os.set_current(previous);
-            return Some((step, launched_before));
+            return Some((step, now, launched_before));
         };
         let mut logic = run.logic.take()?;
         let tick = move |os: &mut dyn Os| {
@@ -500,7 +529,7 @@ impl Sandbox {
         match preempt::run(&mut self.os, pid, at, tick) {
             preempt::Outcome::Done((logic, step)) => {
                 run.logic = Some(logic);
-                Some((step, launched_before))
+                Some((step, now, launched_before))
             }
             preempt::Outcome::Paused(tick) => {
                 self.trace.at(
@@ -515,6 +544,7 @@ impl Sandbox {
                 run.paused = Some(PausedTick {
                     tick,
                     resume_at: now + at.pause,
+                    began: now,
                     launched_before,
                 });
                 None
@@ -528,7 +558,7 @@ impl Sandbox {
         for (pid, run) in &self.daemons {
             // A daemon whose directory was removed is done for (it exits
             // at its next tick); the client may spawn the next before.
-            if !run.exiting && !self.wiped_daemons.contains(pid) && self.os.is_alive(*pid) {
+            if !run.exiting && !self.wiped.daemons.contains(pid) && self.os.is_alive(*pid) {
                 by_kernel.entry(&run.kernel_dir).or_default().push(*pid);
             }
         }
@@ -775,7 +805,7 @@ impl Sandbox {
     /// `from` is the shim of `cell` and its kernel's directory was removed
     /// while it ran: the shim ends its own tree, the kernel being lost.
     fn ended_by_its_shim_after_a_wipe(&self, from: Pid, cell: &(String, u64)) -> bool {
-        self.wiped_shims.contains(&from) && self.shim_cell.get(&from) == Some(cell)
+        self.wiped.shims.contains(&from) && self.shim_cell.get(&from) == Some(cell)
     }
 
     /// `from` is the daemon of the kernel of `cell` and the cell has a
@@ -875,6 +905,25 @@ impl Sandbox {
         match kernel {
             Some(k) => self.is_shut(&k),
             None => !self.shut_kernels.is_empty(),
+        }
+    }
+
+    /// A daemon exits: if it chose to (idle, its kernel neither shut down,
+    /// stopped nor removed), it must leave no empty cgroup of its own
+    /// cells (those named `tether-{nonce}-…`): nothing may come after an
+    /// idle exit to remove them (a shutdown may never come).
+    fn judge_idle_exit(&mut self, pid: Pid, nonce: &str, now_ms: u64) {
+        let idle = self.self_exits.iter().any(|&(_, p)| p == pid);
+        if !idle || self.wiped.daemons.contains(&pid) {
+            return;
+        }
+        let prefix = format!("tether-{nonce}-");
+        for g in self.os.cgroups() {
+            let own = g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix));
+            if own && self.os.cgroup_members(&g).is_empty() {
+                self.idle_exit_cgroups
+                    .push(format!("{g} (at daemon {pid}'s idle exit, {now_ms} ms)"));
+            }
         }
     }
 
@@ -1110,7 +1159,7 @@ impl Sandbox {
             })
             // The same limit: a kernel's directory removed while no daemon
             // of it ran.
-            .filter(|v| !self.wiped_unnamed.contains(&v.pid))
+            .filter(|v| !self.wiped.unnamed.contains(&v.pid))
             .map(|v| format!("{} {}", v.pid, v.argv.join(" ")))
             .collect();
         let files = self.os.files_under(&format!("{}/kernels", self.root));
@@ -1118,7 +1167,7 @@ impl Sandbox {
             .os
             .cgroups()
             .into_iter()
-            .filter(|g| !self.wiped_unnamed_cgroups.contains(g))
+            .filter(|g| !self.wiped.unnamed_cgroups.contains(g))
             .collect();
         (procs, files, cgroups)
     }

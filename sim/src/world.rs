@@ -717,7 +717,8 @@ fn observe(
             }
         })
         .collect();
-    let (leaked_processes, leaked_files, leaked_cgroups) = sandbox.leaks();
+    let (leaked_processes, leaked_files, mut leaked_cgroups) = sandbox.leaks();
+    leaked_cgroups.extend(sandbox.idle_exit_cgroups.iter().cloned());
     let client = observe::client_observations(log, &kernel_deaths);
     let mut state_loss = sandbox.state_loss(&kernel_deaths);
     let scripted: std::collections::BTreeSet<&str> =

@@ -1285,6 +1285,25 @@ impl Daemon {
             // a kernel whose directory went before it (python_bystander
             // seed 253: an idle exit, then a temp cleaner).
             remove_cgroups(os, &self.kernel);
+            // A daemon whose kernel's directory was removed (its config
+            // gone, or a later daemon's) retires its nonce: its client
+            // spawns under a new one from now on, so a copy of its spawn
+            // that arrives late (held by the network, read by a channel
+            // after the client's retry) must start nothing. A spawn
+            // records the nonce whose config it replaces and a shutdown
+            // the one it shuts, but with the config removed neither can
+            // (full_disk seed 104645: a held spawn started a daemon after
+            // the shutdown, nobody's). An idle exit keeps its nonce: its
+            // client, crashed before it heard the spawn's answer, spawns
+            // under it again and must get a daemon, not a conflict
+            // (sandbox_bounce seed 161).
+            if kernel::config_names(os, &self.kernel, &self.nonce) == Some(false) {
+                if let Some(shut) = self.kernel.shut() {
+                    if !kernel::was_shut(os, &shut, &self.nonce) {
+                        let _ = kernel::record_shut(os, &shut, &self.nonce);
+                    }
+                }
+            }
             return DaemonStep::Exit;
         }
         procs::stop_and_kill(os, &set);

@@ -44,7 +44,9 @@ impl Layout {
     /// down or whose dead daemon a fresh one replaced, one a line (see [`super::kernel::was_shut`]). Outside the
     /// kernel directory, which shutdown removes.
     pub fn shut(&self, kernel: &KernelName) -> String {
-        format!("{}/shut/{}", self.root, kernel.as_str())
+        self.kernel(kernel)
+            .shut()
+            .expect("a kernel directory of the layout is {root}/kernels/{kernel}")
     }
 
     /// The paths of one kernel.
@@ -70,6 +72,18 @@ impl KernelLayout {
     /// The kernel directory.
     pub fn dir(&self) -> &str {
         &self.dir
+    }
+
+    /// The kernel's shut list ([`Layout::shut`]) for a directory laid out
+    /// as `{root}/kernels/{kernel}`; `None` for one laid out otherwise.
+    /// How a daemon, given only its directory, finds the list.
+    pub fn shut(&self) -> Option<String> {
+        let (parent, name) = self.dir.rsplit_once('/')?;
+        let root = parent.strip_suffix("/kernels")?;
+        Some(format!(
+            "{}/shut/{name}",
+            if root.is_empty() { "/" } else { root }
+        ))
     }
 
     /// `identity.json`: the daemon's [`crate::protocol::Identity`].
@@ -243,5 +257,16 @@ mod tests {
             "/tmp/t/kernels/k1/cells/7/journal"
         );
         assert_eq!(k.state_dir(), "/tmp/t/kernels/k1/state");
+    }
+
+    #[test]
+    fn a_daemon_finds_its_kernels_shut_list_from_its_directory() {
+        let name = KernelName::new("k1").unwrap();
+        for root in ["/tmp/t", "/"] {
+            let l = Layout::new(root);
+            assert_eq!(l.kernel(&name).shut().as_deref(), Some(&*l.shut(&name)));
+        }
+        assert_eq!(Layout::new("/tmp/t").shut(&name), "/tmp/t/shut/k1");
+        assert_eq!(KernelLayout::new("/elsewhere/k1").shut(), None);
     }
 }

@@ -1250,6 +1250,16 @@ fn with_sessions(table: &Table, set: &mut BTreeSet<Pid>, protected: &BTreeSet<Pi
 /// records, before the directories that name them go (only empty ones can
 /// be removed; a cgroup with members stays, as its processes do).
 pub(crate) fn remove_cgroups(os: &mut dyn Os, k: &KernelLayout) {
+    for g in named_cgroups(os, k) {
+        let _ = os.remove_cgroup(&g);
+    }
+}
+
+/// The cgroups the kernel's files name: its cells' and its kept
+/// leftovers records'. Only these files name the cgroups of an earlier
+/// daemon's cells, so what removes the files first leaves those cgroups
+/// for good (the known limit of a removed kernel directory).
+pub fn named_cgroups(os: &dyn Os, k: &KernelLayout) -> Vec<String> {
     let mut groups: Vec<String> = cell_seqs(os, k)
         .into_iter()
         .filter_map(|seq| procs::read_cgroup(os, &k.cell(seq)))
@@ -1260,9 +1270,7 @@ pub(crate) fn remove_cgroups(os: &mut dyn Os, k: &KernelLayout) {
             groups.extend(l.cgroup.filter(|g| procs::valid_cgroup_path(g)));
         }
     }
-    for g in groups {
-        let _ = os.remove_cgroup(&g);
-    }
+    groups
 }
 
 /// The cells of a kernel, by sequence number.

@@ -25,6 +25,11 @@ pub fn marker_value(nonce: &str, seq: CellSeq) -> String {
     format!("{nonce}:{}", seq.0)
 }
 
+/// The daemon nonce a marker value (`{nonce}:{seq}`) carries.
+pub fn marker_nonce(marker: &str) -> Option<&str> {
+    marker.rsplit_once(':').map(|(nonce, _)| nonce)
+}
+
 /// Prefix of every cgroup the agent makes (and the only kind it removes).
 pub const CGROUP_PREFIX: &str = "tether-";
 
@@ -236,7 +241,7 @@ impl OtherCells {
     /// cgroups of the kernel's other cells.
     pub fn new(os: &dyn Os, own: &str, other_groups: &[String]) -> OtherCells {
         OtherCells {
-            prefix: own.rsplit_once(':').map(|(nonce, _)| format!("{nonce}:")),
+            prefix: marker_nonce(own).map(|nonce| format!("{nonce}:")),
             own: own.to_owned(),
             members: other_groups
                 .iter()

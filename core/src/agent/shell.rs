@@ -30,10 +30,10 @@
 //! The `end` file holds the status when the code reached its end (the
 //! outcome tells `exit N` from a last command's status).
 
-use super::kernel::KernelConfig;
+use super::kernel::config_names;
 use super::layout::{CellLayout, KernelLayout};
 use super::os::{CellLaunch, Os, OsError};
-use super::procs::MARKER_NAME;
+use super::procs::{self, MARKER_NAME};
 
 /// The wrapper's functions for bash (placeholders filled by [`lib`]).
 pub const BASH_LIB: &str = include_str!("shell/bash.sh");
@@ -188,11 +188,9 @@ pub fn discard_state(
 }
 
 /// Is `marker` (`{nonce}:{seq}`) a cell of the kernel's current daemon?
+/// (An unreadable config names none.)
 fn current_nonce(os: &dyn Os, kernel: &KernelLayout, marker: &str) -> bool {
-    os.read_file(&kernel.config())
-        .ok()
-        .and_then(|b| serde_json::from_slice::<KernelConfig>(&b).ok())
-        .is_some_and(|c| marker.rsplit_once(':').map(|(n, _)| n) == Some(&c.nonce))
+    procs::marker_nonce(marker).is_some_and(|n| config_names(os, kernel, n) == Some(true))
 }
 
 /// What the next cell says when a cell's state could not be kept.

@@ -2136,6 +2136,35 @@ fn a_late_spawn_of_a_replaced_daemon_starts_nothing_after_the_shutdown() {
 }
 
 #[test]
+fn a_late_spawn_of_a_daemon_whose_directory_was_removed_starts_nothing() {
+    // full_disk seed 104645: the kernel's directory was removed under its
+    // daemon (n1), which exited; the client spawned n2, then shut it down;
+    // a copy of n1's spawn the channel held ran after that and started a
+    // daemon nobody knew of (neither a spawn nor the shutdown had a
+    // config naming n1 to retire). A daemon that exits because its config
+    // is gone retires its nonce; one that exits idle does not (its client
+    // may spawn under it again, having crashed before the answer).
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    let mut d = Daemon::new("/r/kernels/k", "n1");
+    assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
+    os.remove_all("/r/kernels/k").unwrap();
+    assert!(
+        tick_until_exit(&mut d, &mut os),
+        "a removed kernel's daemon exits"
+    );
+    os.procs.remove(&50);
+    let late = op_to_end(&mut os, spawn_op("n1"));
+    let error = late.error.expect("the exited daemon's spawn is refused");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
+    assert!(!os.procs.contains_key(&50));
+    assert!(!os.exists("/r/kernels/k/config.json"));
+    // The client's next daemon, under a new nonce, starts.
+    assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
+    assert!(os.procs.contains_key(&50));
+}
+
+#[test]
 fn a_retried_spawn_of_a_dead_daemon_under_its_own_nonce_still_starts_one() {
     // Only a replaced nonce is retired: a spawn retried under the nonce of
     // the daemon that died (its reply was lost, say) starts it again.

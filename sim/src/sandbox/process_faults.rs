@@ -220,14 +220,15 @@ impl Sandbox {
             // shutdown"): what only the files going now named. Processes:
             // what the kernel runs outside its live daemon's and its
             // shims' trees (what an earlier daemon or a killed shim left
-            // to PID 1). Cgroups: those of its nonce
-            // (a shim's cgroup is named to its daemon by a file; one the
+            // to PID 1). Cgroups: those its files name (an earlier
+            // daemon's cells' too, python_orphans seed 100285) and those
+            // of its nonce (a shim's cgroup is named to its daemon by a file; one the
             // daemon had not read yet, as tool_calls seed 103399's, whose
             // shim was ended before it could remove it).
             let mut held = match self.os.daemon_pid(&dir) {
                 Some(pid) => {
                     daemons.push(pid);
-                    self.wiped_daemons.insert(pid);
+                    self.wiped.daemons.insert(pid);
                     self.tree_of(pid)
                 }
                 None => BTreeSet::new(),
@@ -238,7 +239,7 @@ impl Sandbox {
             for (shim, cell_dir) in self.os.shims() {
                 if cell_dir.starts_with(&inside) {
                     held.extend(self.tree_of(shim));
-                    self.wiped_shims.insert(shim);
+                    self.wiped.shims.insert(shim);
                 }
             }
             let unnamed: Vec<Pid> = self
@@ -246,15 +247,18 @@ impl Sandbox {
                 .into_iter()
                 .filter(|p| !held.contains(p))
                 .collect();
-            self.wiped_unnamed.extend(unnamed);
+            self.wiped.unnamed.extend(unnamed);
             let layout = KernelLayout::new(&dir);
+            self.wiped
+                .unnamed_cgroups
+                .extend(tether_core::agent::op::named_cgroups(&self.os, &layout));
             if let Ok(Some(c)) = tether_core::agent::kernel::read_json::<
                 tether_core::agent::kernel::KernelConfig,
             >(&self.os, &layout.config())
             {
                 let prefix = format!("tether-{}-", c.nonce);
                 let groups = self.os.cgroups();
-                self.wiped_unnamed_cgroups.extend(
+                self.wiped.unnamed_cgroups.extend(
                     groups
                         .into_iter()
                         .filter(|g| g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix))),

@@ -375,6 +375,11 @@ impl CellShim {
     }
 
     /// Is the kernel's config gone (shut down, or its directory removed)?
+    /// A config of another nonce is not "gone" here, as it is for the
+    /// interpreter shim: a fresh daemon adopts a cell whose shim outlived
+    /// its predecessor (a tombstone, then the shim's own cancel and
+    /// journal, which must go on), while it never adopts an old
+    /// interpreter (the spawn ends it).
     fn kernel_gone(&self, os: &dyn Os) -> bool {
         !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config())
     }

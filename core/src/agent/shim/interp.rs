@@ -254,13 +254,14 @@ impl InterpShim {
         self.phase == Phase::Linger
     }
 
-    /// The cell handed over next, if the daemon has named one.
-    /// Is the kernel's config gone, or another daemon's (another nonce)?
-    /// An unreadable one is taken for still ours.
+    /// Is the kernel's config gone, or another daemon's (another nonce:
+    /// no daemon adopts an old interpreter, see the cell shim's
+    /// `kernel_gone`)? An unreadable one is taken for still ours.
     fn kernel_gone(&self, os: &dyn Os) -> bool {
         crate::agent::kernel::config_names(os, &self.kernel, &self.nonce) == Some(false)
     }
 
+    /// The cell handed over next, if the daemon has named one.
     fn next_seq(&self, os: &dyn Os) -> Option<u64> {
         os.read_file(&python::run_file(&self.kernel))
             .ok()
