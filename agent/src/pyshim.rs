@@ -19,9 +19,7 @@ use std::process::{Command, Stdio};
 use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
 use tether_core::protocol::Stream;
 
-use tether_core::agent::shim::PUMP_MS;
-/// The same while lingering (only background processes are left).
-const LINGER_MS: u64 = 100;
+use tether_core::agent::shim::{LINGER_MS, PUMP_MS};
 
 /// The interpreter's descriptors, as the shim holds them.
 struct Fds {
@@ -120,11 +118,14 @@ pub(crate) fn run(launch: CellLaunch) -> u8 {
                         while read(&mut os, &mut shim, &mut fds, &mut buf, 0) {}
                         shim.handle_tree_empty(&mut os);
                     }
-                } else {
-                    // Stay until the tree is empty: leftovers remain our
-                    // descendants.
-                    while wait(WaitOptions::empty()).is_ok() {}
+                } else if reap(&mut shim) {
                     shim.handle_tree_empty(&mut os);
+                } else {
+                    // Stay until the tree is empty (leftovers remain our
+                    // descendants), looking again every LINGER_MS: the
+                    // machine's end of the tree if the kernel's directory
+                    // went.
+                    std::thread::sleep(std::time::Duration::from_millis(LINGER_MS));
                 }
             }
             InterpStep::Exit(code) => return code,

@@ -43,6 +43,10 @@ pub enum Mutation {
     /// The client's reaper does nothing when its timer fires, which stays
     /// due: the driver wakes again at once, for ever, without time passing.
     ReaperSpins,
+    /// A shell cell's shim does not look for a tombstone before it starts
+    /// the cell: a cancel recorded after the daemon launched the shim is
+    /// seen only once the cell runs.
+    ShimIgnoresTombstone,
 }
 
 thread_local! {

@@ -29,6 +29,9 @@ pub struct Armed {
     /// Hold the next submit until a cancel op has run (or a bound passed),
     /// and ask the client to cancel.
     pub cancel_before_submit: bool,
+    /// Hold the next shell cell's shim before its first look and ask the
+    /// client to cancel (the simulation's `CancelPoint::BeforeCellStarts`).
+    pub cancel_before_start: bool,
     /// A cancel op ran since the armed submit arrived.
     pub cancel_op_ran: bool,
     /// The client should crash now and stay down this long.
@@ -97,6 +100,7 @@ impl Control {
         a.reply_lost.clear();
         a.slow_start.clear();
         a.cancel_before_submit = false;
+        a.cancel_before_start = false;
         a.cancel_now = false;
         a.cancel_is_early = false;
         a.cancel_after_done = false;

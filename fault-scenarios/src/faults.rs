@@ -59,6 +59,11 @@ pub enum CancelPoint {
     DuringWait,
     /// After the cell resolved (must be a harmless no-op).
     AfterDone,
+    /// After the daemon launched the cell's shim, before the shim's first
+    /// look (the exec of the agent binary under way): the simulated OS
+    /// holds the next shell cell's shim until the cancel has been
+    /// handled. The cell must never start. (Simulation only.)
+    BeforeCellStarts,
 }
 
 /// One kind of fault.
@@ -244,6 +249,9 @@ impl FaultKind {
             FaultKind::BounceSandbox => Family::Bounce,
             FaultKind::ReplaceSandbox => Family::Replace,
             FaultKind::CrashClient { .. } => Family::CrashClient,
+            FaultKind::Cancel {
+                point: CancelPoint::BeforeCellStarts,
+            } => Family::CancelBeforeStart,
             FaultKind::Cancel { .. } => Family::Cancel,
             FaultKind::ClockJump { .. } => Family::ClockJump,
             FaultKind::KillShim => Family::KillShim,
@@ -371,11 +379,13 @@ pub enum Family {
     ChannelReorder,
     /// [`FaultKind::WipeKernelDirs`]
     WipeKernelDirs,
+    /// [`FaultKind::Cancel`] at [`CancelPoint::BeforeCellStarts`]
+    CancelBeforeStart,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 26] = [
+    pub const ALL: [Family; 27] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -402,6 +412,7 @@ impl Family {
         Family::ChannelLateReply,
         Family::ChannelReorder,
         Family::WipeKernelDirs,
+        Family::CancelBeforeStart,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -422,7 +433,7 @@ impl Family {
 
     /// Faults added after the channel's: [`crate::swarm::World::draw`]
     /// draws them last of all, each with chance 0.2.
-    pub const LAST: [Family; 1] = [Family::WipeKernelDirs];
+    pub const LAST: [Family; 2] = [Family::WipeKernelDirs, Family::CancelBeforeStart];
 
     /// Faults on the sandbox's own processes from outside (an OOM killer,
     /// `pkill`, `docker stop`, `docker pause`). [`crate::swarm::World::draw`]
@@ -540,6 +551,9 @@ impl Family {
                 ms: rng.random_range(500..10_000),
             },
             Family::WipeKernelDirs => FaultKind::WipeKernelDirs,
+            Family::CancelBeforeStart => FaultKind::Cancel {
+                point: CancelPoint::BeforeCellStarts,
+            },
             Family::ChannelReorder => FaultKind::ChannelReorder {
                 hold_ms: rng.random_range(100..6_000),
             },

@@ -255,6 +255,10 @@ pub struct Observations {
     /// Shims a kernel daemon started after it caught SIGTERM.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub started_after_term: Vec<String>,
+    /// Cells whose main process started though their cancel was recorded
+    /// before the shim looked, where the host can tell.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub started_after_cancel: Vec<String>,
     /// Tool calls: what the sandbox's callers got, the answer files
     /// written there, and the runs of the client's tool handler.
     pub tools: ToolObs,
@@ -867,6 +871,13 @@ pub enum Violation {
         /// Which daemon, what it started, when.
         detail: String,
     },
+    /// A shim started a cell whose cancel was recorded before it looked:
+    /// a cancel that lands before the cell starts must keep it from
+    /// running at all.
+    StartedAfterCancel {
+        /// Which shim, which cell, when.
+        detail: String,
+    },
     /// A cell said a shell cell's state was not kept, and nothing in the
     /// world lost it ([`loss_notes`]).
     LossUnjustified {
@@ -929,6 +940,7 @@ impl Violation {
             Violation::OrphanInterpreterRan { .. } => "orphan_interpreter_ran",
             Violation::KillBeforeGrace { .. } => "kill_before_grace",
             Violation::StartedAfterTerm { .. } => "started_after_term",
+            Violation::StartedAfterCancel { .. } => "started_after_cancel",
             Violation::LossUnjustified { .. } => "loss_unjustified",
         }
     }
@@ -1096,6 +1108,9 @@ impl fmt::Display for Violation {
             }
             Violation::StartedAfterTerm { detail } => {
                 write!(f, "a stopped daemon started a cell: {detail}")
+            }
+            Violation::StartedAfterCancel { detail } => {
+                write!(f, "a cell cancelled before it started ran: {detail}")
             }
             Violation::LossUnjustified { cell, detail } => {
                 write!(f, "an unjustified state loss note in {cell}: {detail}")

@@ -115,6 +115,8 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             // never returned, on this cgroup v1 engine): off until that is
             // understood; the simulation keeps the fault.
             Family::Freeze => false,
+            // Holding a shim before its first look is the simulated OS's.
+            Family::CancelBeforeStart => false,
             // Only the fail-open scenario draws it, and that scenario's
             // flawed sandbox is the simulation's (see `unrealisable`).
             Family::PlainReplyLost => false,
@@ -565,6 +567,9 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
                 CancelPoint::BeforeSubmitRegisters => a.cancel_before_submit = true,
                 CancelPoint::DuringWait => a.cancel_now = true,
                 CancelPoint::AfterDone => a.cancel_after_done = true,
+                // `realisable` leaves its family out: nothing here can
+                // hold a real shim's exec.
+                CancelPoint::BeforeCellStarts => unreachable!("{what} on a live backend"),
             }
         }
         FaultKind::KillDaemon => {

@@ -251,7 +251,7 @@ fn emit_json(value: &impl Serialize) -> Result<(), String> {
 
 /// The broken variants (they exist only in builds with `--features
 /// mutations`).
-const MUTATION_VARIANTS: [&str; 10] = [
+const MUTATION_VARIANTS: [&str; 12] = [
     "cancel-pgid-only",
     "resubmit-new-id",
     "transport-error-is-death",
@@ -261,7 +261,9 @@ const MUTATION_VARIANTS: [&str; 10] = [
     "kill-before-grace",
     "daemon-ignores-term",
     "note-kept-state-lost",
+    "reboot-taken-for-death",
     "reaper-spins",
+    "shim-ignores-tombstone",
 ];
 
 /// The variants this build runs.

@@ -84,8 +84,9 @@ pub(crate) struct Wiped {
     pub(crate) unnamed_cgroups: BTreeSet<String>,
     /// Daemons alive at the removal: each exits at its next tick.
     pub(crate) daemons: BTreeSet<Pid>,
-    /// Shims alive at the removal: each ends its own tree.
-    pub(crate) shims: BTreeSet<Pid>,
+    /// Shims alive at the removal, with the cell directory each serves:
+    /// each ends its own tree.
+    pub(crate) shims: BTreeMap<Pid, String>,
 }
 
 /// A daemon's tick paused at one of its OS calls.
@@ -156,8 +157,8 @@ pub struct Sandbox {
     /// A kernel daemon was killed (a fault) while its kernel's disk
     /// refused writes: the records of what came back to it may be missing.
     daemon_killed_on_full_disk: bool,
-    /// Untraceable children of killed shims: (pid, when, the daemon they
-    /// went to).
+    /// Untraceable children of killed shims: (pid, when in running ms,
+    /// the daemon they went to).
     pub(crate) shim_orphans: Vec<(Pid, u64, Pid)>,
     /// Untraceable processes no record can name any more (their shim and
     /// its daemon both killed before either recorded them): a documented
@@ -172,6 +173,11 @@ pub struct Sandbox {
     /// no shutdown may come after an idle exit to remove them (judged at
     /// the exit, as the shutdown's leaks are at the end).
     pub(crate) idle_exit_cgroups: Vec<String>,
+    /// The switchboard, for a cancel the sandbox asks of the client
+    /// (`CancelPoint::BeforeCellStarts`); set by the world.
+    control: Option<Control>,
+    /// The client was asked to cancel for the shim held now.
+    hold_asked: bool,
     /// Agent processes (an op's exec, a channel) by the kernels a probe or
     /// a submit they ran was about: such an op ends what a gone daemon's
     /// cells still run (`tether_core::agent::orphans`).
@@ -215,6 +221,10 @@ pub struct Sandbox {
     /// When the freeze in progress ends (ms): a TERM that lands while the
     /// sandbox is frozen is caught only then.
     frozen_until_ms: Option<u64>,
+    /// When the freeze in progress began (ms), and how long the sandbox
+    /// was frozen before it in all: see `running_ms`.
+    frozen_since_ms: Option<u64>,
+    frozen_ms: u64,
     /// What a stopped kernel left running after its stop was over.
     pub term_survivors: Vec<String>,
     /// Cells a stopped daemon left open, untaken, until they are
@@ -292,6 +302,8 @@ impl Sandbox {
             self_exits: Vec::new(),
             exiting_daemons: BTreeSet::new(),
             idle_exit_cgroups: Vec::new(),
+            control: None,
+            hold_asked: false,
             provers: BTreeMap::new(),
             untraceable: BTreeSet::new(),
             daemon_killed_on_full_disk: false,
@@ -306,6 +318,8 @@ impl Sandbox {
             grace_ms: world.grace_ms,
             term_checks: Vec::new(),
             frozen_until_ms: None,
+            frozen_since_ms: None,
+            frozen_ms: 0,
             term_survivors: Vec::new(),
             left_open: Vec::new(),
             termed_kernels: std::collections::BTreeSet::new(),
@@ -340,6 +354,7 @@ impl Sandbox {
     pub fn advance(&mut self, now_ms: u64) {
         let now = self.os_time(now_ms);
         self.os.advance(now);
+        self.cancel_for_held_shim(now_ms);
         if self.os.is_frozen() {
             // The daemons are frozen too.
             self.flush_events();
@@ -802,10 +817,17 @@ impl Sandbox {
         }
     }
 
-    /// `from` is the shim of `cell` and its kernel's directory was removed
-    /// while it ran: the shim ends its own tree, the kernel being lost.
+    /// `from` is the shim of `cell` (its cell shim, or its kernel's
+    /// interpreter shim, which runs every Python cell of the kernel) and
+    /// its kernel's directory was removed while it ran: the shim ends its
+    /// own tree, the kernel being lost.
     fn ended_by_its_shim_after_a_wipe(&self, from: Pid, cell: &(String, u64)) -> bool {
-        self.wiped.shims.contains(&from) && self.shim_cell.get(&from) == Some(cell)
+        self.wiped.shims.get(&from).is_some_and(|dir| {
+            let interpreter_of = dir
+                .strip_suffix("/py")
+                .is_some_and(|kernel_dir| kernel_name(kernel_dir) == cell.0);
+            interpreter_of || self.shim_cell.get(&from) == Some(cell)
+        })
     }
 
     /// `from` is the daemon of the kernel of `cell` and the cell has a
@@ -905,6 +927,46 @@ impl Sandbox {
         match kernel {
             Some(k) => self.is_shut(&k),
             None => !self.shut_kernels.is_empty(),
+        }
+    }
+
+    /// The switchboard, for the cancels the sandbox asks of the client.
+    pub fn set_control(&mut self, control: Control) {
+        self.control = Some(control);
+    }
+
+    /// The fault `Cancel { point: BeforeCellStarts }` (armed on the
+    /// switchboard, so that the script's end disarms it): the next shell
+    /// cell's shim is held before its first look; the client is asked to
+    /// cancel once it is, and the shim goes on once the cancel op ran.
+    fn cancel_for_held_shim(&mut self, now_ms: u64) {
+        let Some(control) = self.control.clone() else {
+            return;
+        };
+        let mut a = control.lock();
+        self.os.arm_hold(a.cancel_before_start);
+        let Some(pid) = self.os.held_shim() else {
+            self.hold_asked = false;
+            return;
+        };
+        if !self.hold_asked {
+            self.hold_asked = true;
+            a.cancel_before_start = false;
+            self.os.arm_hold(false);
+            a.cancel_op_ran = false;
+            a.cancel_now = true;
+            a.cancel_is_early = true;
+            self.trace.at(
+                now_ms,
+                "fault",
+                format!("shim {pid} held before its first look; the client cancels now"),
+            );
+        } else if a.cancel_op_ran {
+            drop(a);
+            self.os.release_held_shim();
+            self.hold_asked = false;
+            self.trace
+                .at(now_ms, "fault", format!("shim {pid} released"));
         }
     }
 

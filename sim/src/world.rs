@@ -81,6 +81,10 @@ pub enum Variant {
     /// The client's reaper does nothing, its timer stays due: it spins.
     #[cfg(feature = "mutations")]
     ReaperSpins,
+    /// A shell cell's shim starts the cell without looking for its
+    /// tombstone.
+    #[cfg(feature = "mutations")]
+    ShimIgnoresTombstone,
 }
 
 impl Variant {
@@ -110,12 +114,14 @@ impl Variant {
             "reboot-taken-for-death" => Ok(Variant::RebootTakenForDeath),
             #[cfg(feature = "mutations")]
             "reaper-spins" => Ok(Variant::ReaperSpins),
+            #[cfg(feature = "mutations")]
+            "shim-ignores-tombstone" => Ok(Variant::ShimIgnoresTombstone),
             other => Err(format!(
                 "no variant {other:?}: `real`, or (built with --features mutations) \
                  cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
                  daemon-exits-at-term, fallback-when-off, plain-exec-resent, \
                  kill-before-grace, daemon-ignores-term, note-kept-state-lost, \
-                 reboot-taken-for-death, reaper-spins"
+                 reboot-taken-for-death, reaper-spins, shim-ignores-tombstone"
             )),
         }
     }
@@ -146,6 +152,8 @@ impl Variant {
             Variant::RebootTakenForDeath => "reboot-taken-for-death",
             #[cfg(feature = "mutations")]
             Variant::ReaperSpins => "reaper-spins",
+            #[cfg(feature = "mutations")]
+            Variant::ShimIgnoresTombstone => "shim-ignores-tombstone",
         }
     }
 
@@ -165,6 +173,7 @@ impl Variant {
             Variant::NoteKeptStateLost => Some(Mutation::NoteKeptStateLost),
             Variant::RebootTakenForDeath => Some(Mutation::RebootTakenForDeath),
             Variant::ReaperSpins => Some(Mutation::ReaperSpins),
+            Variant::ShimIgnoresTombstone => Some(Mutation::ShimIgnoresTombstone),
         }
     }
 }
@@ -232,6 +241,7 @@ pub fn run_in(
         &location.agent_path(),
         world,
     )));
+    sandbox.borrow_mut().set_control(control.clone());
 
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
@@ -502,6 +512,7 @@ fn apply(
                     }
                     CancelPoint::DuringWait => control.lock().cancel_now = true,
                     CancelPoint::AfterDone => control.lock().cancel_after_done = true,
+                    CancelPoint::BeforeCellStarts => control.lock().cancel_before_start = true,
                 },
                 FaultKind::KillShim => {
                     sandbox.borrow_mut().kill_shims();
@@ -753,6 +764,7 @@ fn observe(
         termed_kernels: Some(sandbox.termed_kernels.iter().cloned().collect()),
         early_kills: sandbox.early_kills(),
         started_after_term: sandbox.started_after_term(),
+        started_after_cancel: sandbox.started_after_cancel(),
         journal_gaps: sandbox.journal_gaps.clone(),
         two_daemons: sandbox.two_daemons.values().cloned().collect(),
         false_notes: false_notes(scenario, log, sandbox),

@@ -83,6 +83,15 @@ fn a_reboot_taken_for_a_death_is_caught() {
     );
 }
 
+/// Caught by the ground truth of starts (`started_after_cancel`), under
+/// the fault that holds a shim until a cancel lands
+/// (`CancelPoint::BeforeCellStarts`): ended once it runs, the cell would
+/// otherwise pass as cancelled.
+#[test]
+fn a_shim_that_starts_a_cancelled_cell_is_caught() {
+    caught("shim-ignores-tombstone", &["cancel_early", "happy"]);
+}
+
 #[test]
 fn the_real_product_passes_where_the_variants_fail() {
     for name in ["cancel_escapes", "happy", "reply_lost", "fail_open"] {

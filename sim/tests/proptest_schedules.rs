@@ -32,6 +32,7 @@ fn kind() -> impl Strategy<Value = FaultKind> {
             Just(CancelPoint::BeforeSubmitRegisters),
             Just(CancelPoint::DuringWait),
             Just(CancelPoint::AfterDone),
+            Just(CancelPoint::BeforeCellStarts),
         ]
         .prop_map(|point| FaultKind::Cancel { point }),
         (100u64..4_000_000).prop_map(|ms| FaultKind::ClockJump { ms }),

@@ -97,6 +97,25 @@ pub fn complete(
 /// disk) tries again.
 pub const JOURNAL_RETRY: Duration = Duration::from_millis(50);
 
+/// A shim whose kernel's directory was removed (a temp cleaner, a stray
+/// `rm -rf`) ends what it holds itself: no record is left by which its
+/// daemon, an op or a shutdown could find its tree. STOP + KILL of its
+/// descendants and of `cgroup`'s members (again at each look, for a fork
+/// that raced the last).
+pub(crate) fn end_own_tree(os: &mut dyn Os, cgroup: Option<&str>) {
+    let table = super::procs::Table::snapshot(os);
+    let self_pid = os.self_pid();
+    let protected = super::procs::protected(&table, self_pid);
+    let mut set = table.descendants(self_pid);
+    if let Some(group) = cgroup {
+        set.extend(os.cgroup_members(group));
+    }
+    set.retain(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie));
+    if !set.is_empty() {
+        super::procs::stop_and_kill(os, &set);
+    }
+}
+
 /// The shim's journal and its decisions for one cell.
 #[derive(Debug)]
 pub struct ShimCore {

@@ -9,7 +9,9 @@
 //! - a daemon that caught SIGTERM (`docker stop`, a host shutdown) starts
 //!   no cell after it: it stops the kernel, and a cell it started would
 //!   run in a kernel that is going away (or, ignored, the TERM would leave
-//!   the kernel running for nobody).
+//!   the kernel running for nobody);
+//! - a shim starts no cell whose cancel was recorded before it looked:
+//!   a cancel that lands before the cell starts keeps it from running.
 
 use super::{Observations, Violation};
 
@@ -23,6 +25,11 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
     }
     for detail in &obs.started_after_term {
         v.push(Violation::StartedAfterTerm {
+            detail: detail.clone(),
+        });
+    }
+    for detail in &obs.started_after_cancel {
+        v.push(Violation::StartedAfterCancel {
             detail: detail.clone(),
         });
     }
@@ -62,5 +69,17 @@ mod tests {
         let v = check_all(&o);
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].kind(), "started_after_term");
+    }
+
+    #[test]
+    fn a_cell_started_though_cancelled_before_its_shim_looked_is_a_violation() {
+        let mut o = quiet();
+        o.started_after_cancel.push(
+            "shim 30 started /r/kernels/k/cells/2 at 510 ms, its cancel recorded before it looked"
+                .into(),
+        );
+        let v = check_all(&o);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].kind(), "started_after_cancel");
     }
 }

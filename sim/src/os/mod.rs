@@ -230,6 +230,15 @@ pub struct SimOs {
     /// state: ground truth for the oracle's judgment of "not kept" notes.
     /// A shell killed by a signal it does not trap never gets here.
     shell_saves: BTreeMap<String, bool>,
+    /// Cells whose main process a shim started though the cell's cancel
+    /// was recorded when the shim looked (ground truth, see
+    /// `drive_shim`).
+    started_after_cancel: Vec<String>,
+    /// Hold the next shell cell's shim before its first look
+    /// ([`SimOs::arm_hold`]).
+    hold_next_shim: bool,
+    /// The shim held so (until [`SimOs::release_held_shim`], or the bound).
+    held_shim: Option<Pid>,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -258,6 +267,9 @@ impl SimOs {
             daemon_spawns: Vec::new(),
             frozen: 0,
             disk_full: Vec::new(),
+            started_after_cancel: Vec::new(),
+            hold_next_shim: false,
+            held_shim: None,
             refused_writes: 0,
             stderr_written: BTreeMap::new(),
             tokens: 0,
@@ -913,11 +925,20 @@ impl Os for SimOs {
             "marker": [launch.marker.0, launch.marker.1],
         })
         .to_string();
-        let start_at = self.now + self.config.shim_start;
+        let held = launch.lang == tether_core::protocol::Lang::Shell
+            && std::mem::take(&mut self.hold_next_shim);
+        let start_at = if held {
+            self.now + shim::HOLD_BOUND
+        } else {
+            self.now + self.config.shim_start
+        };
         let program = Program::Shim(Box::new(shim::Shim::new(launch.clone(), start_at)));
         let mut spec = ForkSpec::new(&[&exe, "shim", "--launch", &json], program, Role::Shim);
         spec.stdio = Some((process::Fd::Null, process::Fd::Null));
         let pid = self.fork(self.current, spec)?;
+        if held {
+            self.held_shim = Some(pid);
+        }
         if let Some(p) = self.procs.get_mut(&pid) {
             p.term = process::Disposition::Default;
             p.int = process::Disposition::Default;

@@ -12,7 +12,8 @@ use super::python::PyInterp;
 use super::shim::reading;
 use super::SimOs;
 use std::time::Duration;
-use tether_core::agent::shim::PUMP_MS;
+use tether_core::agent::layout::KernelLayout;
+use tether_core::agent::shim::{LINGER_MS, PUMP_MS};
 use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
 use tether_core::protocol::Stream;
 use tether_core::time::Timestamp;
@@ -30,8 +31,13 @@ pub(crate) struct PyShimRun {
     stdin: Option<u64>,
     /// While a cell runs: the next look at its tool calls (one per
     /// [`PUMP_MS`], as the real shim's pump; the simulation wakes for it
-    /// only while the calls directory holds something).
+    /// only while the calls directory holds something, or its kernel's
+    /// config is gone: the idle shim's look for that is paced too).
     next_tick: Option<Timestamp>,
+    /// While it lingers: its next look ([`LINGER_MS`], as the real shim's;
+    /// the simulation wakes for it only while its kernel's config is gone,
+    /// the one thing such a look acts on that no event announces).
+    next_linger: Option<Timestamp>,
 }
 
 impl PyShimRun {
@@ -44,6 +50,7 @@ impl PyShimRun {
             ctl_eof: false,
             stdin: None,
             next_tick: None,
+            next_linger: None,
         }
     }
 
@@ -69,14 +76,17 @@ impl PyShimRun {
         let pipes = self.reading().into_iter().map(|(id, _)| id);
         let lingering = self.machine.lingering();
         let look = os.orphan_look_due(pid, self.machine.interpreter(), self.machine.orphans());
+        let kernel_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
         let tick = self.next_tick.filter(|_| {
             self.machine
                 .running_cell()
                 .is_some_and(|dir| os.calls_pending(dir))
+                || kernel_gone()
         });
+        let linger = self.next_linger.filter(|_| lingering && kernel_gone());
         os.shim_due(pid, self.start_at, pipes.chain(self.reports()), lingering)
             .or_else(|| {
-                [self.machine.poll_timeout(os), look, tick]
+                [self.machine.poll_timeout(os), look, tick, linger]
                     .into_iter()
                     .flatten()
                     .min()
@@ -110,6 +120,10 @@ impl SimOs {
                     }
                 }
                 InterpStep::Send { line } => {
+                    // "{seq} {cell_dir} {marker} {token}\n"
+                    if let Some(dir) = String::from_utf8_lossy(&line).split(' ').nth(1) {
+                        self.judge_start(pid, dir);
+                    }
                     let sent = shim.stdin.is_some_and(|id| match self.pipes.get_mut(&id) {
                         Some(pipe) if pipe.reader_open => {
                             pipe.buf.extend_from_slice(&line);
@@ -153,6 +167,7 @@ impl SimOs {
                     }
                 }
                 InterpStep::Linger => {
+                    shim.next_linger = Some(self.now + Duration::from_millis(LINGER_MS));
                     let read = self.pyshim_read(shim);
                     let reaped = self.shim_reap(pid, |_, child, status| {
                         shim.machine.handle_exit(child, status)

@@ -12,7 +12,7 @@ use super::pyshim::PyShimRun;
 use super::SimOs;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tether_core::agent::layout::KernelLayout;
+use tether_core::agent::layout::{CellLayout, KernelLayout};
 use tether_core::agent::shim::orphans::OrphanRecords;
 use tether_core::agent::shim::{LINGER_MS, PUMP_MS};
 use tether_core::agent::{CellLaunch, CellShim, ExitStatus as CoreExit, Os, Pid, ShimStep};
@@ -152,7 +152,59 @@ fn cell_ref(launch: &CellLaunch) -> CellRef {
     }
 }
 
+/// How long a held shim ([`SimOs::hold_next_cell_start`]) waits at most
+/// for the cancel it is held for.
+pub(crate) const HOLD_BOUND: Duration = Duration::from_secs(3);
+
 impl SimOs {
+    /// While `armed`, the next shell cell's shim is held before its first
+    /// look (as if the exec of the agent binary took that long) until
+    /// [`SimOs::release_held_shim`], [`HOLD_BOUND`] at most: the window in
+    /// which a cancel finds the cell launched and not yet started.
+    pub(crate) fn arm_hold(&mut self, armed: bool) {
+        self.hold_next_shim = armed;
+    }
+
+    /// The shim held now, if one is.
+    pub(crate) fn held_shim(&self) -> Option<Pid> {
+        self.held_shim.filter(|&pid| self.is_alive(pid))
+    }
+
+    /// Lets the held shim begin now (after the usual exec time).
+    pub(crate) fn release_held_shim(&mut self) {
+        let Some(pid) = self.held_shim.take() else {
+            return;
+        };
+        let at = self.now + self.config.shim_start;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if let Program::Shim(shim) = &mut p.program {
+                if let Shim::Cell(run) = &mut **shim {
+                    run.start_at = run.start_at.map(|_| at);
+                }
+            }
+        }
+    }
+
+    /// Cells a shim started though their cancel was recorded when it
+    /// looked (ground truth for the oracle).
+    pub(crate) fn started_after_cancel(&self) -> &[String] {
+        &self.started_after_cancel
+    }
+
+    /// The shim `pid` starts the cell of `cell_dir` (its main process, or
+    /// the interpreter's run of it). A shim's look at the tombstone and
+    /// its start happen at one instant here: a cancel recorded now was
+    /// there when it looked, and must have kept the cell from running at
+    /// all (cancel_early: not ended once it runs).
+    pub(super) fn judge_start(&mut self, pid: Pid, cell_dir: &str) {
+        if self.exists(&CellLayout::from_dir(cell_dir).cancel()) {
+            self.started_after_cancel.push(format!(
+                "shim {pid} started {cell_dir} at {} ms, its cancel recorded before it looked",
+                self.now.0
+            ));
+        }
+    }
+
     /// Runs the shim `pid` (either kind) as far as it gets now. True if it
     /// did anything.
     pub(crate) fn run_shim(&mut self, pid: Pid) -> bool {
@@ -186,6 +238,7 @@ impl SimOs {
                     cgroup,
                     env,
                 } => {
+                    self.judge_start(pid, shim.machine.cell_dir());
                     let started =
                         self.start_main(pid, shim, &argv, &marker, &env, cgroup.as_deref());
                     shim.machine.handle_started(self, started);

@@ -163,4 +163,10 @@ impl Sandbox {
     pub fn started_after_term(&self) -> Vec<String> {
         self.escalation.started_after_term.clone()
     }
+
+    /// Cells a shim started though their cancel was recorded when it
+    /// looked.
+    pub fn started_after_cancel(&self) -> Vec<String> {
+        self.os.started_after_cancel().to_vec()
+    }
 }

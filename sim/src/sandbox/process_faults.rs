@@ -99,7 +99,7 @@ impl Sandbox {
     /// above the shim, they go to PID 1 now; with one, they are at risk
     /// until its next tick ([`Sandbox::note_daemon_killed`]).
     fn note_shim_orphans(&mut self, shim: Pid) {
-        let now = self.virtual_ms(self.os.now_ts());
+        let now = self.running_ms();
         let daemon = self.os.view(shim).map(|v| v.ppid).filter(|&p| {
             self.os
                 .view(p)
@@ -118,10 +118,20 @@ impl Sandbox {
         }
     }
 
-    /// A daemon killed within [`RECORD_WINDOW_MS`] after one of its shims:
-    /// what that shim's death gave it may have no record yet.
-    pub(crate) fn note_daemon_killed(&mut self, daemon: Pid) {
+    /// Virtual ms the sandbox ran (was not frozen) so far: a frozen
+    /// daemon records nothing (python_orphans seed 100946: shim and daemon
+    /// both killed during one freeze, 2 s apart).
+    fn running_ms(&self) -> u64 {
         let now = self.virtual_ms(self.os.now_ts());
+        let frozen_now = self.frozen_since_ms.map_or(0, |s| now.saturating_sub(s));
+        now.saturating_sub(self.frozen_ms + frozen_now)
+    }
+
+    /// A daemon killed within [`RECORD_WINDOW_MS`] of running time after
+    /// one of its shims: what that shim's death gave it may have no record
+    /// yet.
+    pub(crate) fn note_daemon_killed(&mut self, daemon: Pid) {
+        let now = self.running_ms();
         for &(child, at, d) in &self.shim_orphans {
             if d == daemon && now <= at + RECORD_WINDOW_MS {
                 self.unrecordable.insert(child);
@@ -185,6 +195,9 @@ impl Sandbox {
     /// Freezes the sandbox; a stop's look is put off by as long.
     pub fn freeze(&mut self, now_ms: u64, for_ms: u64) {
         self.advance(now_ms);
+        if !self.os.is_frozen() {
+            self.frozen_since_ms = Some(now_ms);
+        }
         self.os.freeze();
         let until = now_ms.saturating_add(for_ms);
         self.frozen_until_ms = Some(self.frozen_until_ms.map_or(until, |t| t.max(until)));
@@ -196,6 +209,11 @@ impl Sandbox {
     /// Ends a freeze and runs what is due.
     pub fn thaw(&mut self, now_ms: u64) {
         self.os.thaw();
+        if !self.os.is_frozen() {
+            if let Some(since) = self.frozen_since_ms.take() {
+                self.frozen_ms += now_ms.saturating_sub(since);
+            }
+        }
         self.frozen_until_ms = None;
         self.advance(now_ms);
     }
@@ -239,7 +257,7 @@ impl Sandbox {
             for (shim, cell_dir) in self.os.shims() {
                 if cell_dir.starts_with(&inside) {
                     held.extend(self.tree_of(shim));
-                    self.wiped.shims.insert(shim);
+                    self.wiped.shims.insert(shim, cell_dir.clone());
                 }
             }
             let unnamed: Vec<Pid> = self

@@ -276,7 +276,8 @@ impl CellShim {
                 return;
             }
         };
-        self.phase = if let Some(reason) = core.tombstone(os) {
+        let tombstone = core.tombstone(os).filter(|_| !shim_ignores_tombstone());
+        self.phase = if let Some(reason) = tombstone {
             let _ = core.never_started(os, reason.outcome());
             Phase::Linger
         } else if self.launch.argv.is_empty() {
@@ -358,19 +359,8 @@ impl CellShim {
     /// and its cgroup's members itself (again at each look, for a fork
     /// that raced the last), and exits once the tree is empty.
     fn end_tree_if_kernel_gone(&mut self, os: &mut dyn Os) {
-        if !self.kernel_gone(os) {
-            return;
-        }
-        let table = Table::snapshot(os);
-        let self_pid = os.self_pid();
-        let protected = procs::protected(&table, self_pid);
-        let mut set = table.descendants(self_pid);
-        if let Some(group) = &self.cgroup {
-            set.extend(os.cgroup_members(group));
-        }
-        set.retain(|p| !protected.contains(p) && table.get(*p).is_some_and(|i| !i.zombie));
-        if !set.is_empty() {
-            procs::stop_and_kill(os, &set);
+        if self.kernel_gone(os) {
+            super::end_own_tree(os, self.cgroup.as_deref());
         }
     }
 
@@ -422,5 +412,18 @@ impl CellShim {
         // What could not be written now waits in the journal's queue:
         // written before the shim lingers ([`Phase::Flush`]).
         let _ = core.finish(os, exit, leftovers);
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::ShimIgnoresTombstone`]:
+/// never, without the `mutations` feature.
+fn shim_ignores_tombstone() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::ShimIgnoresTombstone)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
     }
 }

@@ -159,6 +159,8 @@ pub struct InterpShim {
     untold_end: Option<UntoldEnd>,
     /// When those are written again.
     flush_at: Timestamp,
+    /// When it next looks whether its kernel is gone while idle.
+    gone_look_at: Timestamp,
     log: BackgroundLog,
     /// The processes reparented to the shim (what the interpreter's cells
     /// left), kept on disk.
@@ -208,6 +210,7 @@ impl InterpShim {
             unflushed: Vec::new(),
             untold_end: None,
             flush_at: Timestamp::ZERO,
+            gone_look_at: Timestamp::ZERO,
             log,
             orphans: OrphanRecords::default(),
         }
@@ -344,7 +347,16 @@ impl InterpShim {
                         marker: self.launch.marker.clone(),
                     };
                 }
-                Phase::Linger => return InterpStep::Linger,
+                Phase::Linger => {
+                    // Lingering for its interpreter's leftovers: a kernel
+                    // whose directory went has nobody left to end them
+                    // (python_cancel seed 101266: a setsid leftover kept
+                    // the old shim, and itself, alive after shutdown).
+                    if self.kernel_gone(os) {
+                        super::end_own_tree(os, None);
+                    }
+                    return InterpStep::Linger;
+                }
                 Phase::Exit(code) => return InterpStep::Exit(code),
                 Phase::Run => {}
             }
@@ -361,10 +373,14 @@ impl InterpShim {
                 self.phase = Phase::Linger;
                 return InterpStep::CloseInput;
             }
-            let Some(seq) = self.next_seq(os) else {
-                return InterpStep::Pump;
-            };
-            if self.kernel_gone(os) {
+            let idle_look = os.now() >= self.gone_look_at;
+            if idle_look {
+                // Idle, it looks every LINGER_MS too: a kernel wiped with
+                // no daemon left would otherwise keep its interpreter.
+                self.gone_look_at = os.now() + std::time::Duration::from_millis(super::LINGER_MS);
+            }
+            let next = self.next_seq(os);
+            if (idle_look || next.is_some()) && self.kernel_gone(os) {
                 // The kernel it served is gone (its directory removed, a
                 // new daemon there with another nonce): the cell is the
                 // new interpreter's, and this one ends (python_state seed
@@ -373,6 +389,9 @@ impl InterpShim {
                 self.phase = Phase::Linger;
                 return InterpStep::CloseInput;
             }
+            let Some(seq) = next else {
+                return InterpStep::Pump;
+            };
             self.last_seq = seq;
             self.open_cell(os, CellSeq(seq));
         }
