@@ -60,9 +60,10 @@ pub enum CancelPoint {
     /// After the cell resolved (must be a harmless no-op).
     AfterDone,
     /// After the daemon launched the cell's shim, before the shim's first
-    /// look (the exec of the agent binary under way): the simulated OS
-    /// holds the next shell cell's shim until the cancel has been
-    /// handled. The cell must never start. (Simulation only.)
+    /// look (the exec of the agent binary under way), or handed a Python
+    /// cell to its interpreter shim, before the shim took it: the
+    /// simulated OS holds that shim until the cancel has been handled.
+    /// The cell must never start. (Simulation only.)
     BeforeCellStarts,
 }
 

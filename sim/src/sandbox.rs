@@ -936,8 +936,8 @@ impl Sandbox {
     }
 
     /// The fault `Cancel { point: BeforeCellStarts }` (armed on the
-    /// switchboard, so that the script's end disarms it): the next shell
-    /// cell's shim is held before its first look; the client is asked to
+    /// switchboard, so that the script's end disarms it): the next cell's
+    /// shim is held before it looks at the cell; the client is asked to
     /// cancel once it is, and the shim goes on once the cancel op ran.
     fn cancel_for_held_shim(&mut self, now_ms: u64) {
         let Some(control) = self.control.clone() else {
@@ -959,7 +959,7 @@ impl Sandbox {
             self.trace.at(
                 now_ms,
                 "fault",
-                format!("shim {pid} held before its first look; the client cancels now"),
+                format!("shim {pid} held before it looks at its cell; the client cancels now"),
             );
         } else if a.cancel_op_ran {
             drop(a);

@@ -24,6 +24,9 @@ pub(crate) struct PyShimRun {
     launch: CellLaunch,
     /// Until its first step: when the exec of the agent binary is over.
     pub(super) start_at: Option<Timestamp>,
+    /// Held before it takes the cell handed over (the fault that holds a
+    /// shim for a cancel, [`SimOs::arm_hold`]): until then at most.
+    pub(super) held_until: Option<Timestamp>,
     machine: InterpShim,
     /// stdout, stderr, reports (read ends).
     reads: Option<[u64; 3]>,
@@ -44,6 +47,7 @@ impl PyShimRun {
     pub(crate) fn new(launch: CellLaunch, start_at: Timestamp) -> PyShimRun {
         PyShimRun {
             start_at: Some(start_at),
+            held_until: None,
             machine: InterpShim::new(launch.clone()),
             launch,
             reads: None,
@@ -73,6 +77,9 @@ impl PyShimRun {
 
     /// When this shim next has something to do.
     pub(super) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
+        if let Some(until) = self.held_until {
+            return Some(until);
+        }
         let pipes = self.reading().into_iter().map(|(id, _)| id);
         let lingering = self.machine.lingering();
         let look = os.orphan_look_due(pid, self.machine.interpreter(), self.machine.orphans());
@@ -96,6 +103,20 @@ impl PyShimRun {
 
 impl SimOs {
     pub(super) fn drive_pyshim(&mut self, pid: Pid, shim: &mut PyShimRun) -> bool {
+        if let Some(until) = shim.held_until {
+            if self.now < until && self.held_shim == Some(pid) {
+                return false;
+            }
+            shim.held_until = None;
+            self.held_shim = None;
+        }
+        if self.hold_next_shim && shim.machine.cell_waiting(self) {
+            // Held before it takes the cell (its look at the tombstone).
+            self.hold_next_shim = false;
+            shim.held_until = Some(self.now + super::shim::HOLD_BOUND);
+            self.held_shim = Some(pid);
+            return false;
+        }
         let mut progress = false;
         loop {
             match shim.machine.poll_step(self) {

@@ -158,9 +158,11 @@ pub(crate) const HOLD_BOUND: Duration = Duration::from_secs(3);
 
 impl SimOs {
     /// While `armed`, the next shell cell's shim is held before its first
-    /// look (as if the exec of the agent binary took that long) until
-    /// [`SimOs::release_held_shim`], [`HOLD_BOUND`] at most: the window in
-    /// which a cancel finds the cell launched and not yet started.
+    /// look (as if the exec of the agent binary took that long), or a
+    /// Python kernel's interpreter shim before it takes the next cell
+    /// handed over, until [`SimOs::release_held_shim`], [`HOLD_BOUND`] at
+    /// most: the window in which a cancel finds the cell launched and not
+    /// yet started.
     pub(crate) fn arm_hold(&mut self, armed: bool) {
         self.hold_next_shim = armed;
     }
@@ -178,8 +180,9 @@ impl SimOs {
         let at = self.now + self.config.shim_start;
         if let Some(p) = self.procs.get_mut(&pid) {
             if let Program::Shim(shim) = &mut p.program {
-                if let Shim::Cell(run) = &mut **shim {
-                    run.start_at = run.start_at.map(|_| at);
+                match &mut **shim {
+                    Shim::Cell(run) => run.start_at = run.start_at.map(|_| at),
+                    Shim::Interp(run) => run.held_until = None,
                 }
             }
         }

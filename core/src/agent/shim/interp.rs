@@ -230,6 +230,15 @@ impl InterpShim {
             .map(|c| c.core.cell().dir())
     }
 
+    /// Is a cell handed over and not taken yet (the shim's next step
+    /// takes it, and honours its tombstone)?
+    pub fn cell_waiting(&self, os: &dyn Os) -> bool {
+        self.phase == Phase::Run
+            && self.current.is_none()
+            && self.died.is_none()
+            && self.next_seq(os).is_some()
+    }
+
     /// The interpreter, once started.
     pub fn interpreter(&self) -> Option<Pid> {
         self.py.map(|(pid, _)| pid)
