@@ -338,6 +338,7 @@ pub fn run_in(
     // The agent's code must never panic; a panicked op looked to the
     // client like a dropped connection, so only the sandbox can tell.
     harness.extend(sandbox.borrow().op_defects.iter().cloned());
+    harness.extend(sandbox.borrow().os().spinning().cloned());
     harness.extend(
         sandbox
             .borrow()

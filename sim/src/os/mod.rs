@@ -234,6 +234,8 @@ pub struct SimOs {
     /// was recorded when the shim looked (ground truth, see
     /// `drive_shim`).
     started_after_cancel: Vec<String>,
+    /// Processes found spinning ([`SimOs::note_spinning`]).
+    spinning: Vec<(Pid, String)>,
     /// Hold the next shell cell's shim before its first look
     /// ([`SimOs::arm_hold`]).
     hold_next_shim: bool,
@@ -268,6 +270,7 @@ impl SimOs {
             frozen: 0,
             disk_full: Vec::new(),
             started_after_cancel: Vec::new(),
+            spinning: Vec::new(),
             hold_next_shim: false,
             held_shim: None,
             refused_writes: 0,
@@ -476,13 +479,48 @@ impl SimOs {
                 .map(|p| p.pid)
                 .collect();
             let mut progress = false;
-            for pid in due {
+            for &pid in &due {
                 progress |= self.run_proc(pid);
             }
             if !progress {
+                self.note_spinning(&due);
                 return;
             }
         }
+    }
+
+    /// Processes due now that did nothing when run and are due still: a
+    /// real one would be woken again at once, for ever (a busy loop the
+    /// simulation's stepping would otherwise hide). Each noted once.
+    fn note_spinning(&mut self, due: &[Pid]) {
+        for &pid in due {
+            let Some(p) = self.procs.get(&pid) else {
+                continue;
+            };
+            // Still due: one that did nothing but pushed its wake-up on
+            // (a paced look) is not spinning.
+            let still_due = self.wake_of(p).is_some_and(|t| t <= self.now);
+            if p.state != RunState::Running
+                || !still_due
+                || self.spinning.iter().any(|(s, _)| *s == pid)
+            {
+                continue;
+            }
+            let what = p.argv.first().cloned().unwrap_or_default();
+            let mode = p.argv.get(1).cloned().unwrap_or_default();
+            self.spinning.push((
+                pid,
+                format!(
+                    "process {pid} ({what} {mode}) asked to be woken at {:?} and did nothing when run: a busy loop",
+                    self.now
+                ),
+            ));
+        }
+    }
+
+    /// What [`SimOs::note_spinning`] found.
+    pub fn spinning(&self) -> impl Iterator<Item = &String> {
+        self.spinning.iter().map(|(_, s)| s)
     }
 
     fn run_proc(&mut self, pid: Pid) -> bool {

@@ -115,7 +115,13 @@ impl ShimRun {
         let tick = self
             .next_tick
             .filter(|_| os.calls_pending(self.cell_dir()) || kernel_gone());
-        let look = os.orphan_look_due(pid, self.machine.main_pid(), self.machine.orphans());
+        // The machine looks for orphans while its cell runs and while it
+        // lingers, not while it retries a journal (the real shim sleeps
+        // until the retry then).
+        let looks = !self.machine.resolved() || lingering;
+        let look = os
+            .orphan_look_due(pid, self.machine.main_pid(), self.machine.orphans())
+            .filter(|_| looks);
         let linger = self.next_linger.filter(|_| lingering && kernel_gone());
         [self.machine.poll_timeout(os.now), tick, look, linger]
             .into_iter()
