@@ -12,7 +12,9 @@ use super::python::PyInterp;
 use super::shim::reading;
 use super::SimOs;
 use std::time::Duration;
+use tether_core::agent::kernel::config_names;
 use tether_core::agent::layout::KernelLayout;
+use tether_core::agent::procs;
 use tether_core::agent::shim::{LINGER_MS, PUMP_MS};
 use tether_core::agent::{CellLaunch, InterpShim, InterpStep, Os, Pid};
 use tether_core::protocol::Stream;
@@ -83,7 +85,15 @@ impl PyShimRun {
         let pipes = self.reading().into_iter().map(|(id, _)| id);
         let lingering = self.machine.lingering();
         let look = os.orphan_look_due(pid, self.machine.interpreter(), self.machine.orphans());
-        let kernel_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
+        // As the machine reads it: the config gone, or a later daemon's
+        // (python_cancel seed 103322: a new daemon spawned right after the
+        // wipe, and the old shim, asleep, never looked).
+        let kernel_gone = || {
+            procs::marker_nonce(&self.launch.marker.1).is_some_and(|nonce| {
+                let kernel = KernelLayout::new(&self.launch.kernel_dir);
+                config_names(os, &kernel, nonce) == Some(false)
+            })
+        };
         let tick = self.next_tick.filter(|_| {
             self.machine
                 .running_cell()

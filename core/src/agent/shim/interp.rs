@@ -347,6 +347,17 @@ impl InterpShim {
             let interpreter = self.interpreter();
             self.orphans.look(os, self.kernel.dir(), interpreter);
         }
+        if self.phase == Phase::Run && self.current.is_some() && os.now() >= self.gone_look_at {
+            // A cell runs: a kernel whose directory went has nobody left
+            // to end it (python_stuck seed 103322: a stuck cell of a
+            // killed daemon's interpreter ran on after the wipe and the
+            // shutdown). The interpreter's death then ends the shim.
+            self.gone_look_at = os.now() + std::time::Duration::from_millis(super::LINGER_MS);
+            if self.kernel_gone(os) {
+                let group = self.current.as_ref().and_then(|c| c.group.clone());
+                super::end_own_tree(os, group.as_deref());
+            }
+        }
         loop {
             match self.phase {
                 Phase::Begin => {
