@@ -970,6 +970,17 @@ impl Sandbox {
         }
     }
 
+    /// The cgroups of the cells of the daemon spawned under `nonce`
+    /// (`tether-{nonce}-{seq}`, `procs::cgroup_name`).
+    fn cgroups_of_nonce(&self, nonce: &str) -> Vec<String> {
+        let prefix = format!("{}{nonce}-", tether_core::agent::procs::CGROUP_PREFIX);
+        self.os
+            .cgroups()
+            .into_iter()
+            .filter(|g| g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix)))
+            .collect()
+    }
+
     /// A daemon exits: if it chose to (idle, its kernel neither shut down,
     /// stopped nor removed), it must leave no empty cgroup of its own
     /// cells (those named `tether-{nonce}-…`): nothing may come after an
@@ -979,10 +990,8 @@ impl Sandbox {
         if !idle || self.wiped.daemons.contains(&pid) {
             return;
         }
-        let prefix = format!("tether-{nonce}-");
-        for g in self.os.cgroups() {
-            let own = g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix));
-            if own && self.os.cgroup_members(&g).is_empty() {
+        for g in self.cgroups_of_nonce(nonce) {
+            if self.os.cgroup_members(&g).is_empty() {
                 self.idle_exit_cgroups
                     .push(format!("{g} (at daemon {pid}'s idle exit, {now_ms} ms)"));
             }

@@ -274,13 +274,8 @@ impl Sandbox {
                 tether_core::agent::kernel::KernelConfig,
             >(&self.os, &layout.config())
             {
-                let prefix = format!("tether-{}-", c.nonce);
-                let groups = self.os.cgroups();
-                self.wiped.unnamed_cgroups.extend(
-                    groups
-                        .into_iter()
-                        .filter(|g| g.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix))),
-                );
+                let groups = self.cgroups_of_nonce(&c.nonce);
+                self.wiped.unnamed_cgroups.extend(groups);
             }
             self.os.remove_from_outside(&dir);
             self.note_lossy(Some(&name), "its directory was removed".into());
