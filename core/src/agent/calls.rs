@@ -162,6 +162,11 @@ impl CallDesk {
             };
             match (refusal, request) {
                 (None, Ok(r)) => {
+                    // Seen before the push: a push that cannot write keeps
+                    // the entry queued, so the next look must not queue it
+                    // again (a full disk once queued one call per tick).
+                    self.journaled += 1;
+                    self.seen.insert(id.to_owned(), Seen::Journaled);
                     journal.push(
                         os,
                         EntryKind::ToolCall {
@@ -170,8 +175,6 @@ impl CallDesk {
                             args: r.args,
                         },
                     )?;
-                    self.journaled += 1;
-                    self.seen.insert(id.to_owned(), Seen::Journaled);
                 }
                 (refusal, _) => {
                     let message = refusal.unwrap_or_default();
@@ -206,8 +209,9 @@ impl CallDesk {
             .collect();
         for id in waiting {
             if os.exists(&answer_path(&self.dir, &id)) {
-                journal.push(os, EntryKind::ToolAnswered { id: id.clone() })?;
-                self.seen.insert(id, Seen::Answered);
+                // Answered before the push, for the reason `tick` gives.
+                self.seen.insert(id.clone(), Seen::Answered);
+                journal.push(os, EntryKind::ToolAnswered { id })?;
             }
         }
         Ok(())

@@ -1015,7 +1015,11 @@ impl Daemon {
             }
             if os.stop_requested() {
                 // A TERM came during this tick: the stop that follows
-                // resolves the cell, which never starts.
+                // resolves the cell, which never starts. Until then the
+                // daemon is busy with it: an idle exit now (a clock that
+                // jumped) would leave it accepted and open, with no stop
+                // to resolve it (idle_exit seed 102477).
+                self.untaken = true;
                 return;
             }
             match self.launch(os, seq, &sub, &config, &mut w) {

@@ -43,6 +43,29 @@ pub const SLOW_AFTER: Duration = Duration::from_secs(2);
 /// Shutdown gives up sweeping after this long (and removes the directory).
 pub const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
 
+/// How many bytes of journal entries one submit or wait answers with (at
+/// least one entry): a cell's output is capped, but up to
+/// [`crate::protocol::calls::MAX_CALLS`] tool calls of up to
+/// [`crate::protocol::calls::MAX_ARGS`] each are not, and an answer that
+/// large is more than an exec backend carries. The rest comes on the
+/// next wait, from the cursor.
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+
+/// The entries in order, up to [`MAX_BATCH_BYTES`] (the first always);
+/// true when some were left for the next batch.
+fn within_batch_bytes(entries: impl Iterator<Item = JournalEntry>) -> (Vec<JournalEntry>, bool) {
+    let mut taken = Vec::new();
+    let mut bytes = 0;
+    for entry in entries {
+        bytes += entry.to_line().len();
+        if bytes > MAX_BATCH_BYTES && !taken.is_empty() {
+            return (taken, true);
+        }
+        taken.push(entry);
+    }
+    (taken, false)
+}
+
 /// One op command in progress. Drain order: call [`OpRun::poll`] with the
 /// OS; `Some(line)` is the reply (print it and stop); `None` means call
 /// again at [`OpRun::next_wake`].
@@ -507,11 +530,8 @@ impl OpRun {
             }
         }
         let read = read_journal(os, &w.cell.journal()).map_err(|e| io("reading the journal", e))?;
-        let entries: Vec<JournalEntry> = read
-            .entries
-            .into_iter()
-            .filter(|e| e.n > w.cursor)
-            .collect();
+        let (entries, cut) =
+            within_batch_bytes(read.entries.into_iter().filter(|e| e.n > w.cursor));
         let done = entries.iter().any(|e| matches!(e.kind, EntryKind::Done));
         // `tool_answered` is no news: the wait that carried the answer
         // goes on to the cell's next output, call or end.
@@ -531,7 +551,7 @@ impl OpRun {
             .iter()
             .any(|e| matches!(e.kind, EntryKind::ToolCall { .. }));
         let linger_over = call || w.news_at.is_some_and(|t| now >= t + LINGER);
-        if done || linger_over || now >= w.deadline {
+        if done || cut || linger_over || now >= w.deadline {
             let batch = JournalBatch { entries, done };
             return match w.acceptance {
                 Some(acceptance) => self.reply(Reply::Submitted { acceptance, batch }),

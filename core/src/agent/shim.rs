@@ -148,8 +148,13 @@ impl ShimCore {
     }
 
     /// One look at the cell's tool calls (each pump tick while it runs),
-    /// see [`CallDesk::tick`].
+    /// see [`CallDesk::tick`], after writing what the journal owes.
     pub fn tick_calls(&mut self, os: &mut dyn Os) -> Result<(), OsError> {
+        // What a full disk kept back goes first: a call queued but not
+        // written is one its caller waits on and the host never sees.
+        if self.journal.has_unwritten() {
+            self.journal.flush(os)?;
+        }
         match self.calls.as_mut() {
             Some(desk) => desk.tick(os, &mut self.journal),
             None => Ok(()),

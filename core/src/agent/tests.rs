@@ -35,6 +35,8 @@ pub(crate) struct FakeOs {
     tear: usize,
     /// A SIGTERM the daemon has not acted on yet ([`Os::stop_requested`]).
     pub(crate) term_pending: bool,
+    /// A SIGTERM lands at the next append (in the middle of a tick).
+    term_at_append: bool,
     /// Directories made (a directory with files in it exists anyway).
     dirs: BTreeSet<String>,
     /// Appends and signals in the order they were made, for tests of what
@@ -111,6 +113,7 @@ impl Os for FakeOs {
         }
         self.room()?;
         self.acts.push(format!("append {path}"));
+        self.term_pending |= std::mem::take(&mut self.term_at_append);
         self.files
             .entry(path.into())
             .or_default()
@@ -899,6 +902,45 @@ fn a_daemon_sent_term_during_a_tick_starts_no_cell_and_its_stop_resolves_it() {
         "the stop resolves the untaken cell: {kinds:?}"
     );
     assert!(os.launches.is_empty());
+}
+
+#[test]
+fn a_term_during_the_tick_that_finds_the_daemon_idle_is_a_stop_not_an_idle_exit() {
+    // idle_exit seed 102477: the sandbox's clock jumped 2 h and a TERM
+    // landed during the tick that took a cell just recorded; the tick
+    // accepted it, left it for the stop, then found the daemon idle and
+    // exited: no stop ever resolved the cell, and its client was told the
+    // state was lost while it was in flight.
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let submission = KernelLayout::new(&dir).cell(CellSeq(1)).submission();
+    let recorded = os.files.remove(&submission).unwrap();
+    let mut d = Daemon::new(&dir, "n1");
+    assert!(matches!(d.tick(&mut os), DaemonStep::Continue { .. }));
+    os.files.insert(submission, recorded);
+    os.now += 2 * 3_600_000;
+    os.term_at_append = true;
+    assert!(
+        matches!(d.tick(&mut os), DaemonStep::Continue { .. }),
+        "the daemon went idle with a cell it had accepted"
+    );
+    assert!(os.launches.is_empty());
+    d.terminate(os.now());
+    assert!(tick_until_exit(&mut d, &mut os));
+    let kinds = journal_kinds(&os, &format!("{dir}/cells/1/journal"));
+    assert!(
+        matches!(
+            kinds.as_slice(),
+            [
+                EntryKind::Accepted { .. },
+                EntryKind::Result {
+                    outcome: CellOutcome::Error { .. }
+                },
+                EntryKind::Done
+            ]
+        ),
+        "the stop resolves the accepted cell: {kinds:?}"
+    );
 }
 
 #[test]
@@ -1693,6 +1735,64 @@ fn the_shim_journals_calls_with_the_cells_credential_and_refuses_the_rest_unjour
         calls::deliver(&mut os, &cell, &[answer("late", 1)]).unwrap(),
         0
     );
+}
+
+#[test]
+fn a_call_the_full_disk_keeps_out_of_the_journal_is_journaled_once_it_frees() {
+    use super::calls;
+    use super::shim::cell::{CellShim, ShimStep};
+    use crate::protocol::{CallAnswer, CallReply};
+    let mut os = FakeOs::new();
+    let mut shim = CellShim::new(shell_launch(&mut os));
+    let _ = shim.poll_step(&mut os);
+    let _ = shim.handle_cgroup(&mut os, None);
+    let ShimStep::Start { env, .. } = shim.poll_step(&mut os) else {
+        panic!("the main process starts")
+    };
+    let env: BTreeMap<String, String> = env.into_iter().collect();
+    let (dir, token) = (env["TETHER_CALL"].clone(), env["TETHER_CALL_TOKEN"].clone());
+    os.add(proc_(70, 10, 70));
+    shim.handle_started(&mut os, Ok((70, 170)));
+    request(&mut os, &dir, "c1", "c1", &token, "{}");
+    os.disk_full = true;
+    for _ in 0..5 {
+        let _ = shim.poll_step(&mut os);
+        os.now += 20;
+    }
+    os.disk_full = false;
+    for _ in 0..10 {
+        let _ = shim.poll_step(&mut os);
+        os.now += 100;
+    }
+    let calls_in = |os: &FakeOs| {
+        journal_kinds(os, "/k/cells/1/journal")
+            .iter()
+            .filter(|k| matches!(k, EntryKind::ToolCall { .. }))
+            .count()
+    };
+    assert_eq!(calls_in(&os), 1, "one call, journaled once");
+    // Its answer, noted while the disk is full again, is journaled once too.
+    let cell = super::layout::CellLayout::from_dir("/k/cells/1");
+    let answer = CallAnswer {
+        id: "c1".into(),
+        reply: CallReply::Ok { value: 1.into() },
+    };
+    assert_eq!(calls::deliver(&mut os, &cell, &[answer]).unwrap(), 1);
+    os.disk_full = true;
+    for _ in 0..5 {
+        let _ = shim.poll_step(&mut os);
+        os.now += 20;
+    }
+    os.disk_full = false;
+    for _ in 0..10 {
+        let _ = shim.poll_step(&mut os);
+        os.now += 100;
+    }
+    let answered = journal_kinds(&os, "/k/cells/1/journal")
+        .iter()
+        .filter(|k| matches!(k, EntryKind::ToolAnswered { .. }))
+        .count();
+    assert_eq!((calls_in(&os), answered), (1, 1));
 }
 
 #[test]
@@ -2568,4 +2668,70 @@ fn the_op_that_proves_a_daemon_gone_ends_what_its_cells_still_run() {
         assert!(ended.is_empty(), "left running: {ended:?}");
         assert!(os.procs.contains_key(&90), "a bystander");
     }
+}
+
+#[test]
+fn a_journal_larger_than_a_batch_comes_in_batches_from_the_cursor() {
+    // tool_call_limits seed 101432: a full disk queued a megabyte call once
+    // per tick; the journal's 80 MiB then went out as one answer, more than
+    // the exec transport carries, on every submit and wait after.
+    use super::op::MAX_BATCH_BYTES;
+    use crate::protocol::{journal::JournalEntry, Op, Reply};
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    assert!(op(&mut os, submit_op(1, "r1")).error.is_none());
+    let journal = Layout::new("/r")
+        .kernel(&KernelName::new("k").unwrap())
+        .cell(CellSeq(1))
+        .journal();
+    let args = serde_json::Value::String("x".repeat(super::super::protocol::calls::MAX_ARGS - 16));
+    let mut lines = Vec::new();
+    for n in 1..=24u64 {
+        let kind = EntryKind::ToolCall {
+            id: format!("c{n}"),
+            name: "t".into(),
+            args: args.clone(),
+        };
+        lines.extend(JournalEntry { n, kind }.to_line());
+    }
+    os.files.insert(journal, lines);
+    let mut cursor = 0;
+    let mut seen = Vec::new();
+    while cursor < 24 {
+        let wait = Op::Wait {
+            kernel: KernelName::new("k").unwrap(),
+            seq: CellSeq(1),
+            cursor,
+            wait_ms: 1_000,
+            answers: Vec::new(),
+        };
+        let line_len = {
+            let env = crate::protocol::Envelope {
+                v: crate::protocol::PROTOCOL_VERSION,
+                id: 1,
+                op: wait.clone(),
+            };
+            let mut run = OpRun::new("/r", &serde_json::to_vec(&env).unwrap());
+            let line = run
+                .poll(&mut os)
+                .expect("entries are there: an answer at once");
+            let reply: ReplyEnvelope = serde_json::from_slice(&line).unwrap();
+            let Some(Reply::Waited { batch }) = reply.reply else {
+                panic!("{:?}", reply.error)
+            };
+            assert!(!batch.entries.is_empty());
+            seen.extend(batch.entries.iter().map(|e| e.n));
+            cursor = batch.entries.last().unwrap().n;
+            line.len()
+        };
+        assert!(
+            line_len <= MAX_BATCH_BYTES + 4096,
+            "an answer of {line_len} bytes"
+        );
+    }
+    assert_eq!(
+        seen,
+        (1..=24).collect::<Vec<_>>(),
+        "every entry once, in order"
+    );
 }
