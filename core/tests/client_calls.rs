@@ -193,3 +193,29 @@ fn cancel_while_a_call_waits_resolves_the_cell() {
     assert_eq!(h.outcome(&cell), Some(CellOutcome::Cancelled));
     assert_eq!(h.output(&cell), "");
 }
+
+#[test]
+fn a_call_never_answered_holds_the_cells_waits_back_one_long_poll_at_most() {
+    // tool_calls with a tool the host never answers: the caller gave up at
+    // its deadline and the cell went on to its end, but the client held
+    // the cell's waits back for the answer for ever: no output, no end.
+    let mut h = Harness::new(6);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "abandon slow\ntick\nout after", None);
+    h.settle();
+    assert_eq!(calls(&h).len(), 1);
+    assert!(h.pending.is_empty(), "the wait is held back for the answer");
+    let held_at = h.now;
+    let wait = std::time::Duration::from_millis(h.client.config().wait_ms);
+    assert!(h.run_until(|h| h.outcome(&cell).is_some()), "{}", h.trace);
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    assert_eq!(h.output(&cell), "after\n");
+    assert!(
+        h.now >= held_at + wait,
+        "held back one long-poll bound from the call"
+    );
+    // The answer, late, changes nothing (a note says so).
+    h.client.answer_call(&cell, "c1", ok(1.into()), h.now);
+    h.drain();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+}

@@ -21,7 +21,7 @@ use tether_core::protocol::Lang;
 mod background;
 mod call_ends;
 mod interpreter;
-mod loss_notes;
+pub mod loss_notes;
 
 pub use loss_notes::{NoteCell, StateLossObs};
 
@@ -370,6 +370,14 @@ pub struct ToolCallObs {
     /// poll while it waited), where the host knows (virtual ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cell_ended_ms: Option<u64>,
+    /// A call of the tool the host never answers
+    /// ([`crate::workload::STALLED_TOOL`]): it ends at its deadline.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stalled: bool,
+    /// When a look of its caller still waited at or past its deadline
+    /// (its start plus its `TETHER_CALL_TIMEOUT`), where the host knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overran_ms: Option<u64>,
 }
 
 /// One answer file written.
@@ -632,6 +640,15 @@ pub enum Violation {
         /// The cell.
         cell: String,
     },
+    /// A shell cell ended by itself without saving its state, and the
+    /// next cell of its kernel did not say the state was not kept
+    /// ([`loss_notes`]).
+    StateNoteMissing {
+        /// The next cell.
+        cell: String,
+        /// Which cell, and why the note was due.
+        detail: String,
+    },
     /// A shell cell read back a state without what earlier cells of its
     /// kernel did, and nothing accounts for the loss: no reported death
     /// of the kernel, no note that a cell's state was not kept, no earlier
@@ -844,6 +861,12 @@ pub enum Violation {
         /// The call, its cell, how long it took.
         detail: String,
     },
+    /// A caller went on waiting for its answer past its own deadline
+    /// (`TETHER_CALL_TIMEOUT` from its start).
+    ToolCallOverran {
+        /// The call, its cell, when.
+        detail: String,
+    },
     /// A cell carried the note that the interpreter died for a death an
     /// earlier cell had reported already.
     LossReportedTwice {
@@ -903,6 +926,7 @@ impl Violation {
             Violation::MissedStateLost { .. } => "missed_state_lost",
             Violation::NamespaceLost { .. } => "namespace_lost",
             Violation::UnreportedLoss { .. } => "unreported_loss",
+            Violation::StateNoteMissing { .. } => "state_note_missing",
             Violation::ShellStateLost { .. } => "shell_state_lost",
             Violation::RanAfterResolution { .. } => "ran_after_resolution",
             Violation::BadResolution { .. } => "bad_resolution",
@@ -935,6 +959,7 @@ impl Violation {
             Violation::BackgroundInCell { .. } => "background_in_cell",
             Violation::ToolCallFailed { .. } => "tool_call_failed",
             Violation::ToolCallLingered { .. } => "tool_call_lingered",
+            Violation::ToolCallOverran { .. } => "tool_call_overran",
             Violation::ToolAnswerUnreported { .. } => "tool_answer_unreported",
             Violation::LossReportedTwice { .. } => "loss_reported_twice",
             Violation::OrphanInterpreterRan { .. } => "orphan_interpreter_ran",
@@ -995,6 +1020,9 @@ impl fmt::Display for Violation {
                 f,
                 "{cell} found its kernel's names gone (a Python namespace, a shell's variables), but their loss was never reported"
             ),
+            Violation::StateNoteMissing { cell, detail } => {
+                write!(f, "{cell} did not report a shell state that was not kept: {detail}")
+            }
             Violation::ShellStateLost { cell } => write!(
                 f,
                 "{cell} read back a shell state without what earlier cells did, and no death, note or unfinished cell accounts for it"
@@ -1092,6 +1120,9 @@ impl fmt::Display for Violation {
                 f,
                 "a tool call answered in its cell was never reported answered: {detail}"
             ),
+            Violation::ToolCallOverran { detail } => {
+                write!(f, "a tool call waited on past its deadline: {detail}")
+            }
             Violation::ToolCallLingered { detail } => {
                 write!(f, "a tool call of an ended cell was not refused at once: {detail}")
             }
@@ -2038,6 +2069,7 @@ const LONG_OUTAGE_MS: u64 = 10_000;
 /// excuses it: a full disk (no calls directory, no request written), a
 /// clock jump, or a long outage that ran the caller's deadline out. Cancels, killed shims and
 /// lost sandboxes end the cell otherwise than `ok`, so they need no excuse.
+/// And no caller waits past its own deadline (`tool_call_overran`).
 fn check_tool_calls_work(obs: &Observations, v: &mut Vec<Violation>) {
     let tools = &obs.tools;
     let excused = obs.disk_filled || obs.sandbox_clock_jumps_ms > 0;
@@ -2051,7 +2083,24 @@ fn check_tool_calls_work(obs: &Observations, v: &mut Vec<Violation>) {
     });
     // A call past the limits fails by design (and the handler must not
     // run it: `check_tools`).
-    for c in tools.calls.iter().filter(|c| !c.leftover && !c.past_limits) {
+    for c in &tools.calls {
+        if let Some(at) = c.overran_ms {
+            v.push(Violation::ToolCallOverran {
+                detail: format!(
+                    "call {:?} of {} (started at {} ms) still waited at {at} ms",
+                    c.id,
+                    c.cell,
+                    c.started_ms.unwrap_or_default()
+                ),
+            });
+        }
+    }
+    // The host never answers a stalled call: it fails at its deadline.
+    for c in tools
+        .calls
+        .iter()
+        .filter(|c| !c.leftover && !c.past_limits && !c.stalled)
+    {
         let Some(failed) = &c.failed else { continue };
         let deadline = failed.starts_with(DEADLINE_MESSAGE);
         let refused =

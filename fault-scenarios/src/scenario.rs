@@ -865,13 +865,16 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "tool_calls",
-            about: "a shell cell makes three tool calls answered by the client's handler (crashes, lost replies, cancels, partitions between call and answer); a leftover of it calls while the next cell runs and is refused",
+            about: "a shell cell makes three tool calls answered by the client's handler and one it never answers (the caller gives up at its deadline) (crashes, lost replies, cancels, partitions between call and answer); a leftover of it calls while the next cell runs and is refused",
             script: vec![
                 Action::Run(cell(
                     "calls",
                     vec![
                         tool_call("search", r#"{"q":"a"}"#),
                         tool_call("read", r#"{"n":2}"#),
+                        // Never answered: the caller gives up at its
+                        // deadline and the cell goes on.
+                        tool_call(crate::workload::STALLED_TOOL, "{}"),
                         Step::LeftoverToolCall {
                             after_ms: 1_200,
                             name: "stale".into(),
@@ -954,7 +957,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "shell_state",
-            about: "a shell kernel's state (variables, functions, aliases, options, umask, traps) survives exit N, a cancel and a client crash; a later cell reads it back, or the loss was reported",
+            about: "a shell kernel's state (variables, functions, aliases, options, umask, traps) survives exit N, a cancel and a client crash (and an exit through the cell's own EXIT trap under bash; under dash it is not kept, and the next cell says so); a later cell reads it back, or the loss was reported",
             script: vec![
                 Action::Run(cell(
                     "sh_set",
@@ -984,10 +987,25 @@ pub fn all() -> Vec<Scenario> {
                     ],
                     Expect::Exit(3),
                 )),
+                // Under dash the cell's own EXIT trap replaces the one
+                // that saves: its state is not kept, and the next cell
+                // must say so.
+                Action::Run(cell(
+                    "sh_trapped",
+                    vec![
+                        Step::SetExitTrap {
+                            text: String::new(),
+                        },
+                        set_name("t", "trapped"),
+                        Step::Exit { code: 4 },
+                    ],
+                    Expect::Exit(4),
+                )),
                 Action::Run(cell(
                     "sh_read",
                     vec![
                         show(Probe::Var { name: "x".into() }),
+                        show(Probe::Var { name: "t".into() }),
                         show(Probe::Var {
                             name: "during".into(),
                         }),

@@ -181,7 +181,8 @@ pub async fn client_main(host: &impl Host) {
 }
 
 /// The scenarios' tool handler for client process `incarnation`: returns
-/// [`crate::workload::tool_result`] of the call at once, and counts each
+/// [`crate::workload::tool_result`] of the call at once (never, for the
+/// [`crate::workload::STALLED_TOOL`]), and counts each
 /// run in the switchboard (the oracle's ground truth for the handler).
 pub fn tool_handler(control: Control, incarnation: u64) -> tether::driver::ToolHandler {
     std::sync::Arc::new(move |call: tether::driver::ToolCall| {
@@ -194,7 +195,11 @@ pub fn tool_handler(control: Control, incarnation: u64) -> tether::driver::ToolH
             name_len: call.name.len(),
             args_len: args.len(),
         });
+        let stalled = call.name == crate::workload::STALLED_TOOL;
         Box::pin(async move {
+            if stalled {
+                std::future::pending::<()>().await;
+            }
             tether_core::protocol::calls::CallReply::Ok {
                 value: serde_json::Value::String(result),
             }

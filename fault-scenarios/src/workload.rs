@@ -180,7 +180,7 @@ pub enum Step {
     /// the cell, answered by the host's handler. The answer is printed
     /// with a newline (a string as it is, see [`tool_result`]); a failed
     /// call writes its error to stderr and the cell goes on. The caller
-    /// waits at most [`TOOL_CALL_TIMEOUT_S`].
+    /// waits at most [`call_timeout_s`].
     ToolCall {
         /// The tool (`[A-Za-z0-9_-]`).
         name: String,
@@ -269,6 +269,21 @@ fn late_shell(after_ms: u64, tag: &str, lines: u32) -> String {
 /// `TETHER_CALL_TIMEOUT`): past any outage the client survives.
 pub const TOOL_CALL_TIMEOUT_S: u64 = 30;
 
+/// A tool the scenarios' host never answers (its handler never returns):
+/// the caller must give up at its own deadline and the cell go on.
+pub const STALLED_TOOL: &str = "stall";
+
+/// How long a call of tool `name` waits (seconds, its
+/// `TETHER_CALL_TIMEOUT`): [`TOOL_CALL_TIMEOUT_S`], but 2 s for the
+/// [`STALLED_TOOL`], whose deadline always runs out.
+pub fn call_timeout_s(name: &str) -> u64 {
+    if name == STALLED_TOOL {
+        2
+    } else {
+        TOOL_CALL_TIMEOUT_S
+    }
+}
+
 /// What the scenarios' tool handler returns for a call of `name` with
 /// `args` (compact JSON), a string: what the caller prints, before its
 /// newline.
@@ -302,7 +317,8 @@ pub fn within_call_limits(name: &str, args: &str) -> bool {
 /// call or one past the limits (its refusal goes to stderr).
 pub fn tool_call_output(step: &Step) -> Option<String> {
     let (name, args) = foreground_call(step)?;
-    within_call_limits(&name, &args).then(|| format!("{}\n", tool_result(&name, &args)))
+    (within_call_limits(&name, &args) && name != STALLED_TOOL)
+        .then(|| format!("{}\n", tool_result(&name, &args)))
 }
 
 /// The name and arguments of a step that is a tool call in the cell's
@@ -730,9 +746,10 @@ fn shell_step(step: &Step, dir: &str) -> String {
         Step::Show { probe } => shell_probe(probe, dir),
         Step::Fail => "false".to_owned(),
         Step::Expand { name } => format!(": \"${name}\""),
-        Step::ToolCall { name, args } => {
-            format!("TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}'")
-        }
+        Step::ToolCall { name, args } => format!(
+            "TETHER_CALL_TIMEOUT={} tether-call {name} '{args}'",
+            call_timeout_s(name)
+        ),
         Step::SizedToolCall { name_len, args_len } => {
             let (name, _) = sized_call(*name_len, *args_len);
             format!(
@@ -745,8 +762,9 @@ fn shell_step(step: &Step, dir: &str) -> String {
             name,
             args,
         } => format!(
-            "(sleep {}; TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}') </dev/null >/dev/null 2>&1 &",
-            secs(*after_ms)
+            "(sleep {}; TETHER_CALL_TIMEOUT={} tether-call {name} '{args}') </dev/null >/dev/null 2>&1 &",
+            secs(*after_ms),
+            call_timeout_s(name)
         ),
         Step::LatePrint {
             after_ms,
@@ -856,7 +874,10 @@ fn shell_probe(probe: &Probe, dir: &str) -> String {
 /// printed, or its error on stderr: a tool call step in a Python cell.
 fn py_tool_call(label: &str, name: &str, args: &str) -> Vec<String> {
     vec![
-        format!("_tw_os.environ['TETHER_CALL_TIMEOUT'] = '{TOOL_CALL_TIMEOUT_S}'"),
+        format!(
+            "_tw_os.environ['TETHER_CALL_TIMEOUT'] = '{}'",
+            call_timeout_s(label)
+        ),
         "try:".to_owned(),
         format!("    _tw_r = __import__('tether').call({name}, {args})"),
         "    _tw_sys.stdout.write((_tw_r if isinstance(_tw_r, str) else __import__('json').dumps(_tw_r, separators=(',', ':'))) + '\\n'); _tw_sys.stdout.flush()".to_owned(),
@@ -984,8 +1005,9 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
         } => vec![format!(
             "_tw_sp.Popen(['sh', '-c', {}], stdin=_tw_sp.DEVNULL, stdout=_tw_sp.DEVNULL, stderr=_tw_sp.DEVNULL)",
             py_str(&format!(
-                "sleep {}; TETHER_CALL_TIMEOUT={TOOL_CALL_TIMEOUT_S} tether-call {name} '{args}'",
-                secs(*after_ms)
+                "sleep {}; TETHER_CALL_TIMEOUT={} tether-call {name} '{args}'",
+                secs(*after_ms),
+                call_timeout_s(name)
             ))
         )],
         // A subprocess on the interpreter's stdout: between cells that is

@@ -1115,6 +1115,8 @@ impl Sandbox {
                     ended_ms: c.at.map(|t| self.virtual_ms(t)),
                     cell_ended_at_start: c.cell_ended_at_start,
                     cell_ended_ms: c.cell_ended_at.map(|t| self.virtual_ms(t)),
+                    stalled: c.name == tether_scenarios::workload::STALLED_TOOL,
+                    overran_ms: c.overran_at.map(|t| self.virtual_ms(t)),
                 })
                 .collect(),
             answers: self
@@ -1279,7 +1281,7 @@ impl Sandbox {
                 causes
                     .entry(format!("{kernel}#{seq}"))
                     .or_default()
-                    .push("its shell ended without a save".into());
+                    .push(tether_scenarios::oracle::loss_notes::ENDED_WITHOUT_SAVE.into());
             }
         }
         let daemon_deaths = kernel_deaths

@@ -14,6 +14,7 @@ use crate::ids::{CellSeq, KernelName, RequestId};
 use crate::protocol::{
     Acceptance, CallAnswer, CellOutcome, EntryKind, JournalBatch, Op, Submission,
 };
+use crate::time::Timestamp;
 use std::time::Duration;
 
 /// A cell as the client tracks it.
@@ -37,7 +38,15 @@ pub(crate) struct Cell {
     /// It runs as a plain exec without a kernel (fail open): it is not in
     /// the record, and nothing on the sandbox can cancel it.
     pub(crate) fallback: bool,
+    /// Until when its next wait is held back for the frontend's answer to
+    /// a tool call (see [`Cell::awaits_answer`]).
+    pub(crate) answer_hold_until: Option<Timestamp>,
 }
+
+/// The long-poll bound (ms) of a wait sent while a tool call of its cell
+/// is unanswered past the hold: the answer rides on the next wait, so
+/// this bounds how late a slow handler's answer reaches the sandbox.
+pub(crate) const ANSWER_WAIT_MS: u64 = 1_000;
 
 impl Cell {
     /// A new cell, not yet sent.
@@ -65,6 +74,7 @@ impl Cell {
             outcome: None,
             gaps: 0,
             fallback: false,
+            answer_hold_until: None,
         }
     }
 
@@ -82,14 +92,26 @@ impl Cell {
             outcome: None,
             gaps: 0,
             fallback: false,
+            answer_hold_until: None,
         }
     }
 
     /// Does the cell wait for the frontend to answer a tool call? Its next
-    /// wait is held back until then (it carries the answer), unless a
-    /// cancel was asked for.
-    pub(crate) fn awaits_answer(&self) -> bool {
-        !self.rec.cancel_requested && self.rec.calls.values().any(CallRecord::unanswered)
+    /// wait is held back then (it carries the answer), unless a cancel was
+    /// asked for — for one long-poll bound from the call at most: a
+    /// handler slower than that (or one that never answers) must not stop
+    /// the cell's output and end from coming, nor outlast the caller's own
+    /// deadline (tool_calls with a tool never answered: the caller gave
+    /// up, the cell ended, and the client never waited again).
+    pub(crate) fn awaits_answer(&self, now: Timestamp) -> bool {
+        !self.rec.cancel_requested
+            && self.answer_hold_until.is_some_and(|t| now < t)
+            && self.has_unanswered()
+    }
+
+    /// A tool call of the cell waits for the frontend's answer.
+    pub(crate) fn has_unanswered(&self) -> bool {
+        self.rec.calls.values().any(CallRecord::unanswered)
     }
 
     /// Answers kept and not yet known to have reached the sandbox.
@@ -176,7 +198,7 @@ impl Client {
             cell.rec.submitted,
             cell.accepted || cell.resumed,
             cell.rec.cancel_requested,
-            cell.awaits_answer(),
+            cell.awaits_answer(self.now),
         );
         if !submitted || !known {
             // Never sent, or sent by this process without an answer yet:
@@ -209,11 +231,16 @@ impl Client {
             }
             Task::Wait(_) => {
                 let cell = self.cell(key).filter(|c| !c.resolved)?;
+                let wait_ms = if cell.has_unanswered() {
+                    self.config.wait_ms.min(ANSWER_WAIT_MS)
+                } else {
+                    self.config.wait_ms
+                };
                 Some(Op::Wait {
                     kernel,
                     seq,
                     cursor: cell.rec.cursor,
-                    wait_ms: self.config.wait_ms,
+                    wait_ms,
                     answers: cell.answers(),
                 })
             }
@@ -271,7 +298,7 @@ impl Client {
             return;
         };
         if cell.resolved
-            || cell.awaits_answer()
+            || cell.awaits_answer(self.now)
             || self.tasks.contains_key(&Task::Submit(key.clone()))
             || self.tasks.contains_key(&Task::Wait(key.clone()))
         {
@@ -289,6 +316,7 @@ impl Client {
         let mut events = Vec::new();
         let mut gap = None;
         let mut done = false;
+        let mut asked = Vec::new();
         for entry in batch.entries {
             if entry.n <= cell.rec.cursor {
                 continue; // a duplicate: delivered before
@@ -313,6 +341,7 @@ impl Client {
                 EntryKind::Done => done = true,
                 EntryKind::ToolCall { id, name, args } => {
                     if !cell.rec.calls.contains_key(&id) {
+                        asked.push(id.clone());
                         cell.rec.calls.insert(
                             id.clone(),
                             CallRecord {
@@ -344,6 +373,11 @@ impl Client {
             }
         }
         let moved = cell.rec.cursor != start;
+        if !asked.is_empty() {
+            self.asked
+                .extend(asked.into_iter().map(|id| (key.clone(), id)));
+            self.hold_for_answer(key);
+        }
         self.events.extend(events);
         if moved {
             self.persist(&key.kernel);
@@ -354,6 +388,35 @@ impl Client {
             None if done || batch.done => Absorbed::Done,
             None => Absorbed::More,
         }
+    }
+
+    /// A tool call of the cell went to the frontend: its next wait is held
+    /// back for the answer, one long-poll bound at most.
+    pub(crate) fn hold_for_answer(&mut self, key: &CellKey) {
+        // As long as a wait may run: a prompt answer rides on the next
+        // wait at once; a later one costs at most one ANSWER_WAIT_MS.
+        let until = self.now + std::time::Duration::from_millis(self.config.wait_ms);
+        if let Some(cell) = self.cell_mut(key) {
+            cell.answer_hold_until = Some(until);
+            self.timers.set(Timer::AnswerHold(key.clone()), until);
+        }
+    }
+
+    /// The hold for a tool call's answer ran out: the cell's waits go on
+    /// (the answer rides on a later one), and the sandbox's silence counts
+    /// from now if nothing else needed it meanwhile.
+    pub(crate) fn on_answer_hold(&mut self, key: &CellKey) {
+        let now = self.now;
+        if let Some(k) = self.kernels.get_mut(&key.kernel) {
+            if !k.busy(now) {
+                k.last_contact = now;
+            }
+        }
+        if let Some(cell) = self.cell_mut(key) {
+            cell.answer_hold_until = None;
+        }
+        self.wake_wait(key);
+        self.arm_give_up(&key.kernel);
     }
 
     /// The journal is complete: resolve from its result, then acknowledge.
@@ -398,7 +461,7 @@ impl Client {
             // Nothing to send, or the next submit carries them.
             return;
         }
-        if k.busy() {
+        if k.busy(self.now) {
             self.timers.set(Timer::FlushAcks(name.clone()), at);
             return;
         }
@@ -490,6 +553,7 @@ impl Client {
 
     /// Asks for a cell to be cancelled (by the frontend or its timeout).
     pub(crate) fn request_cancel(&mut self, key: &CellKey) {
+        let now = self.now;
         let Some(cell) = self.cell_mut(key) else {
             return;
         };
@@ -509,7 +573,7 @@ impl Client {
             self.resolve(key, outcome, false);
             return;
         }
-        let held = cell.awaits_answer();
+        let held = cell.awaits_answer(now);
         if !cell.rec.cancel_requested {
             cell.rec.cancel_requested = true;
             self.persist(&key.kernel);

@@ -101,12 +101,12 @@ impl Kernel {
 
     /// Work is under way that needs the sandbox to answer (a cell that
     /// waits for the frontend's answer to a tool call does not).
-    pub(crate) fn busy(&self) -> bool {
+    pub(crate) fn busy(&self, now: Timestamp) -> bool {
         matches!(self.phase, Phase::Probing | Phase::Spawning)
             || self
                 .cells
                 .values()
-                .any(|c| !c.resolved && !c.awaits_answer())
+                .any(|c| !c.resolved && !c.awaits_answer(now))
     }
 
     /// The persisted form.
@@ -146,7 +146,7 @@ impl Client {
         let Some(k) = self.kernels.get_mut(name) else {
             return;
         };
-        if !k.busy() {
+        if !k.busy(now) {
             k.last_contact = now;
         }
         if k.identity.is_some() {
@@ -483,7 +483,7 @@ impl Client {
             return;
         };
         let timer = Timer::GiveUp(name.clone());
-        if k.busy() {
+        if k.busy(self.now) {
             self.timers.set(timer, k.last_contact + after);
         } else {
             self.timers.stop(&timer);
@@ -497,7 +497,7 @@ impl Client {
         let Some(k) = self.kernels.get(name) else {
             return;
         };
-        if !k.busy()
+        if !k.busy(now)
             || matches!(
                 k.phase,
                 Phase::Unreachable | Phase::Failed | Phase::ShuttingDown

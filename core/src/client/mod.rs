@@ -44,7 +44,7 @@ use kernel::{Kernel, Phase};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use retry::{Task, TaskState};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 use timer::{Timer, TimerTable};
 
@@ -112,6 +112,10 @@ pub struct Client {
     /// idle daemon exits, its files do not), so the shutdown is sent again
     /// once the sandbox answers, or when asked for by name.
     owed_shutdowns: BTreeMap<KernelName, Lang>,
+    /// Tool calls this client asked its frontend about that have no answer
+    /// yet: a kernel resumed in the same process (after it was given up
+    /// on) does not ask again, which would run the tool twice.
+    asked: BTreeSet<(CellKey, String)>,
     tasks: BTreeMap<Task, TaskState>,
     execs: BTreeMap<ExecId, Task>,
     install: InstallState,
@@ -141,6 +145,7 @@ impl Client {
             next_exec: 1,
             kernels: BTreeMap::new(),
             retired: BTreeMap::new(),
+            asked: BTreeSet::new(),
             owed_shutdowns: BTreeMap::new(),
             tasks: BTreeMap::new(),
             execs: BTreeMap::new(),
@@ -297,6 +302,9 @@ impl Client {
             // Calls the frontend was asked about and did not answer before
             // the last client went: ask again (answered ones are re-sent).
             for (id, call) in rec.calls.iter().filter(|(_, c)| c.unanswered()) {
+                if !self.asked.insert((key.clone(), id.clone())) {
+                    continue;
+                }
                 self.events.push_back(Event::ToolCall {
                     cell: key.clone(),
                     id: id.clone(),
@@ -304,7 +312,14 @@ impl Client {
                     args: call.args.clone(),
                 });
             }
-            k.cells.insert(rec.seq, Cell::resumed(rec, replay));
+            let mut cell = Cell::resumed(rec, replay);
+            if cell.has_unanswered() {
+                // Held back for the answers asked again, as for a new call.
+                let until = self.now + Duration::from_millis(self.config.wait_ms);
+                cell.answer_hold_until = Some(until);
+                self.timers.set(Timer::AnswerHold(key.clone()), until);
+            }
+            k.cells.insert(cell.rec.seq, cell);
             if let Some(t) = timeout {
                 self.timers.set(Timer::CellTimeout(key), self.now + t);
             }
@@ -342,7 +357,10 @@ impl Client {
     pub fn answer_call(&mut self, cell: &CellKey, id: &str, reply: CallReply, now: Timestamp) {
         self.advance(now);
         let reply = crate::protocol::calls::bounded(reply);
-        let was_idle = self.kernels.get(&cell.kernel).is_some_and(|k| !k.busy());
+        let was_idle = self
+            .kernels
+            .get(&cell.kernel)
+            .is_some_and(|k| !k.busy(self.now));
         let problem = match self
             .cell_mut(cell)
             .filter(|c| !c.resolved)
@@ -359,6 +377,7 @@ impl Client {
             )),
             Some(Some(call)) => {
                 call.answer = Some(reply.clone());
+                self.asked.remove(&(cell.clone(), id.to_owned()));
                 None
             }
         };
@@ -462,6 +481,7 @@ impl Client {
                 Timer::GiveUp(name) => self.on_give_up_timer(&name),
                 Timer::Reap => self.reap(),
                 Timer::FlushAcks(name) => self.flush_acks(&name),
+                Timer::AnswerHold(key) => self.on_answer_hold(&key),
             }
         }
         self.arm_reap();
@@ -497,6 +517,16 @@ impl Client {
     /// Unresolved cells over all kernels.
     pub fn in_flight(&self) -> usize {
         self.kernels.values().map(Kernel::in_flight).sum()
+    }
+
+    /// Unresolved cells whose next wait is held back for the frontend's
+    /// answer to a tool call (at the last time the client was given).
+    pub fn awaiting_answers(&self) -> usize {
+        self.kernels
+            .values()
+            .flat_map(|k| k.cells.values())
+            .filter(|c| !c.resolved && c.awaits_answer(self.now))
+            .count()
     }
 
     /// Kernels this client holds (open, opening, given up or shutting down).

@@ -26,7 +26,7 @@ impl Client {
         let mut v: Vec<_> = self
             .kernels
             .values()
-            .filter(|k| k.phase != Phase::ShuttingDown && k.cells.is_empty() && !k.busy())
+            .filter(|k| k.phase != Phase::ShuttingDown && k.cells.is_empty() && !k.busy(self.now))
             .map(|k| (k.last_used, k.name.clone()))
             .collect();
         v.sort();

@@ -24,6 +24,8 @@ pub(crate) enum Timer {
     /// The kernel's acknowledgements found no submit to ride on for
     /// `ack_delay`: send them as acks of their own.
     FlushAcks(KernelName),
+    /// A cell's wait held back for a tool call's answer goes on.
+    AnswerHold(CellKey),
 }
 
 /// Deadlines by timer.

@@ -112,6 +112,13 @@ impl FakeCell {
                     self.waiting_call = Some(id);
                     return;
                 }
+                // A call whose caller gives up at once (its deadline ran
+                // out): journaled, never waited for.
+                "abandon" => self.push(EntryKind::ToolCall {
+                    id: format!("c{}", self.pc),
+                    name: rest.into(),
+                    args: serde_json::json!({ "step": self.pc }),
+                }),
                 "tick" => return,
                 "hang" => {
                     self.pc -= 1;
@@ -764,9 +771,12 @@ impl Harness {
         }
     }
 
-    /// Steps until no cell is in flight.
+    /// Steps until no cell is in flight but those held back for a tool
+    /// call's answer (within their hold).
     pub fn settle(&mut self) {
-        self.run_until(|h| h.client.in_flight() == 0 && h.pending.is_empty());
+        self.run_until(|h| {
+            h.client.in_flight() == h.client.awaiting_answers() && h.pending.is_empty()
+        });
     }
 
     pub fn open(&mut self, k: &str, lang: tether_core::protocol::Lang) {

@@ -18,6 +18,12 @@
 //! state nothing had lost (a shim judged killed that finished its cell,
 //! a journal read as resultless that had its result), and the next cell
 //! starts from an older state than the one the client saw reached.
+//!
+//! The converse, `state_note_missing`: a shell that ended by itself
+//! without a save (its only cause) is named by the next cell of its
+//! kernel that ran, unless something else may have taken the note's
+//! place or its file (a daemon's death, an eviction, a full disk) or the
+//! client did not see that cell to its end.
 
 use super::{Observations, Violation};
 use serde::Serialize;
@@ -52,6 +58,10 @@ pub struct NoteCell {
     pub ended_ms: Option<u64>,
 }
 
+/// The cause a host records for a shell that ended by itself without its
+/// save (`exec`, an EXIT trap of its own under dash).
+pub const ENDED_WITHOUT_SAVE: &str = "its shell ended without a save";
+
 /// The start of the note a later cell carries; the cell's number follows.
 const LATER_NOTE: &str = "tether: the shell state cell ";
 /// What follows the number.
@@ -83,6 +93,7 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
     if !truth.judged {
         return;
     }
+    check_required(obs, v);
     let scripted = obs.cells.iter().filter(|c| !c.python).map(|c| NoteCell {
         label: c.label.clone(),
         key: c.key.clone(),
@@ -122,6 +133,58 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
                     ),
                 });
             }
+        }
+    }
+}
+
+/// A shell that ended without a save, and nothing else about it, is named
+/// by the next cell (the next number) of its kernel, when that cell ran
+/// once and the client saw it to its end with nothing between that could
+/// have cost the note.
+fn check_required(obs: &Observations, v: &mut Vec<Violation>) {
+    let truth = &obs.state_loss;
+    for (key, causes) in &truth.causes {
+        if causes.iter().any(|c| c != ENDED_WITHOUT_SAVE) {
+            continue;
+        }
+        let Some((kernel, seq)) = key.rsplit_once('#') else {
+            continue;
+        };
+        let Ok(seq) = seq.parse::<u64>() else {
+            continue;
+        };
+        let next_key = format!("{kernel}#{}", seq + 1);
+        let Some(next) = obs
+            .cells
+            .iter()
+            .find(|c| !c.python && c.key.as_deref() == Some(next_key.as_str()))
+        else {
+            continue;
+        };
+        let seen_to_end = matches!(&next.outcome, Some(o) if !matches!(o, tether_core::protocol::CellOutcome::Unknown { .. }));
+        if next.truth.executions != 1 || !seen_to_end {
+            continue;
+        }
+        let end = next.ended_ms.unwrap_or(u64::MAX);
+        let died = truth
+            .daemon_deaths
+            .iter()
+            .any(|(at, k)| k == kernel && *at <= end);
+        let evicted = obs
+            .evictions
+            .iter()
+            .any(|(at, e)| e == kernel && *at <= end);
+        if died || evicted || obs.disk_filled {
+            continue;
+        }
+        if !noted_cells(&next.client_stderr).contains(&Some(seq)) {
+            v.push(Violation::StateNoteMissing {
+                cell: next.label.clone(),
+                detail: format!(
+                    "cell {seq} of {kernel} ended without saving its shell state, and {} (the next cell, {next_key}) did not say it was not kept",
+                    next.label
+                ),
+            });
         }
     }
 }
@@ -167,6 +230,49 @@ mod tests {
             .map(Violation::kind)
             .filter(|k| *k == "loss_unjustified")
             .collect()
+    }
+
+    #[test]
+    fn a_shell_that_ended_without_a_save_is_named_by_the_next_cell() {
+        let required = |o: &Observations| -> Vec<&'static str> {
+            check(o)
+                .iter()
+                .map(Violation::kind)
+                .filter(|k| *k == "state_note_missing")
+                .collect()
+        };
+        let ran = |c: &mut CellObs| {
+            c.truth.executions = 1;
+            c.outcome = Some(tether_core::protocol::CellOutcome::Ok);
+        };
+        let mut o = run(&[("k#1", ENDED_WITHOUT_SAVE)]);
+        o.cells.iter_mut().for_each(ran);
+        assert!(required(&o).is_empty(), "cell 2 names cell 1");
+        o.cells[1].client_stderr.clear();
+        assert_eq!(required(&o), vec!["state_note_missing"]);
+        // Not where the note may have gone another way, or the next cell
+        // was not seen to its end.
+        let mut died = o.clone();
+        died.state_loss.daemon_deaths.push((500, "k".into()));
+        assert!(required(&died).is_empty());
+        let mut full = o.clone();
+        full.disk_filled = true;
+        assert!(required(&full).is_empty());
+        let mut unknown = o.clone();
+        unknown.cells[1].outcome = Some(tether_core::protocol::CellOutcome::Unknown {
+            reason: "gone".into(),
+        });
+        assert!(required(&unknown).is_empty());
+        let mut never = o.clone();
+        never.cells[1].truth.executions = 0;
+        assert!(required(&never).is_empty());
+        // A shell killed by a signal is not this check's.
+        let mut killed = o.clone();
+        killed.state_loss.causes.insert(
+            "k#1".into(),
+            vec!["its shell 7 was killed by KILL at 9 ms".into()],
+        );
+        assert!(required(&killed).is_empty());
     }
 
     #[test]

@@ -57,6 +57,12 @@ pub struct ToolCallTruth {
     pub cell_ended_at: Option<Timestamp>,
     /// Its calls directory (from its environment).
     pub calls_dir: Option<String>,
+    /// Its start plus the `TETHER_CALL_TIMEOUT` of its environment (whole
+    /// seconds, as the workloads give it): no look of its may wait on
+    /// past this.
+    pub deadline: Option<Timestamp>,
+    /// The first look at or past `deadline` that still waited.
+    pub overran_at: Option<Timestamp>,
 }
 
 /// One answer file written in the sandbox (ground truth).
@@ -140,6 +146,7 @@ impl SimOs {
             }
         };
         let Some(end) = end else {
+            self.note_overrun(run);
             run.next_poll = now + CALLER_POLL;
             return true;
         };
@@ -179,8 +186,12 @@ impl SimOs {
         run: &mut CallerRun,
         env: &std::collections::BTreeMap<String, String>,
     ) {
-        use tether_core::protocol::calls::ENV_DIR;
+        use tether_core::protocol::calls::{ENV_DIR, ENV_TIMEOUT};
         let calls_dir = env.get(ENV_DIR).cloned();
+        let deadline = env
+            .get(ENV_TIMEOUT)
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(|secs| self.now + std::time::Duration::from_secs(secs));
         let cell_ended_at_start = calls_dir.as_deref().is_some_and(|d| self.cell_ended(d));
         run.truth = Some(self.tool_calls.len());
         self.tool_calls.push(ToolCallTruth {
@@ -195,7 +206,19 @@ impl SimOs {
             cell_ended_at_start,
             cell_ended_at: cell_ended_at_start.then_some(self.now),
             calls_dir,
+            deadline,
+            overran_at: None,
         });
+    }
+
+    /// A look of a caller that still waits: past its deadline, it overran.
+    fn note_overrun(&mut self, run: &CallerRun) {
+        let now = self.now;
+        if let Some(t) = run.truth.and_then(|i| self.tool_calls.get_mut(i)) {
+            if t.overran_at.is_none() && t.deadline.is_some_and(|d| now >= d) {
+                t.overran_at = Some(now);
+            }
+        }
     }
 
     /// Has the cell whose calls directory is `dir` ended: its journal's

@@ -501,7 +501,7 @@ impl SimOs {
 
     /// The environment of a `tether-call` the shell (or Python) `pid`
     /// starts: its own (or `os.environ`) with the workload's deadline.
-    fn caller_env(&self, pid: Pid, shell: &Shell) -> BTreeMap<String, String> {
+    fn caller_env(&self, pid: Pid, shell: &Shell, tool: &str) -> BTreeMap<String, String> {
         let mut env = match &shell.python {
             Some(py) => py.environ.clone(),
             None => self
@@ -512,7 +512,7 @@ impl SimOs {
         };
         env.insert(
             tether_core::protocol::calls::ENV_TIMEOUT.to_owned(),
-            tether_scenarios::workload::TOOL_CALL_TIMEOUT_S.to_string(),
+            tether_scenarios::workload::call_timeout_s(tool).to_string(),
         );
         env
     }
@@ -712,7 +712,7 @@ impl SimOs {
                     ))),
                     Role::Cell,
                 );
-                spec.env = Some(self.caller_env(pid, shell));
+                spec.env = Some(self.caller_env(pid, shell, &name));
                 match self.fork_child(pid, shell, spec) {
                     Ok(c) => wait(shell, Wait::Child(c)),
                     Err(e) => self.shell_error(pid, shell, &format!("fork: {e}")),
@@ -733,7 +733,7 @@ impl SimOs {
                     ))),
                     Role::Cell,
                 );
-                spec.env = Some(self.caller_env(pid, shell));
+                spec.env = Some(self.caller_env(pid, shell, &name));
                 spec.background = !shell.bash && shell.python.is_none();
                 spec.stdio = Some((Fd::Null, Fd::Null));
                 if let Err(e) = self.fork_child(pid, shell, spec) {
