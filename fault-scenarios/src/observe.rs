@@ -123,6 +123,8 @@ pub struct ClientLog {
     pub tool_answered: Vec<String>,
     /// Processes the client reported unkillable: (when, cell, pids).
     pub unkillable: Vec<(u64, CellKey, Vec<u32>)>,
+    /// When a client process crashed (ms).
+    pub crashes: Vec<u64>,
 }
 
 impl ClientLog {
@@ -636,6 +638,7 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
         evictions: log.evictions.clone(),
         cap_evictions: log.cap_evictions.clone(),
         kernel_uses: log.kernel_uses.clone(),
+        client_crashes: log.crashes.clone(),
         shutdown_ms: log.shutdown_at,
         leaked_records: log.records_left.clone(),
         finished: log.finished,

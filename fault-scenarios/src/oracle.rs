@@ -197,6 +197,9 @@ pub struct Observations {
     /// When the script ran a cell on a kernel (ms), and which.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernel_uses: Vec<(u64, String)>,
+    /// When a client process crashed (ms).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub client_crashes: Vec<u64>,
     /// The client's kernel cap, where the host knows it (`None`: the cap
     /// evictions are not judged).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -759,6 +762,14 @@ pub enum Violation {
         /// The cap.
         cap: usize,
     },
+    /// A cell took the client past its kernel cap while another kernel
+    /// was idle, and no kernel was evicted.
+    CapNotKept {
+        /// The kernel the cell ran on.
+        kernel: String,
+        /// How many were open, which was idle, until when.
+        detail: String,
+    },
     /// The client's reaper evicted a kernel while a cell of it was in
     /// flight.
     ReapedBusyKernel {
@@ -942,6 +953,7 @@ impl Violation {
             Violation::Panicked { .. } => "panicked",
             Violation::StopSurvivor { .. } => "stop_survivor",
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
+            Violation::CapNotKept { .. } => "cap_not_kept",
             Violation::EvictedUnderCap { .. } => "evicted_under_cap",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
@@ -1069,6 +1081,9 @@ impl fmt::Display for Violation {
                 f,
                 "the client evicted kernel {kernel} at {at_ms} ms for the cap of {cap} kernels with at most {open} open"
             ),
+            Violation::CapNotKept { kernel, detail } => {
+                write!(f, "a cell on {kernel} took the client past its kernel cap: {detail}")
+            }
             Violation::ReapedBusyKernel {
                 kernel,
                 cell,
@@ -1293,6 +1308,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     loss_notes::check(obs, &mut v);
     check_evictions(obs, &mut v);
     check_cap_evictions(obs, &mut v);
+    check_cap_kept(obs, &mut v);
     check_idle_evictions(obs, &mut v);
     escalation::check(obs, &mut v);
     // What the host judged on its own ground truth, a finding a line.
@@ -1608,6 +1624,91 @@ fn check_idle_evictions(obs: &Observations, v: &mut Vec<Violation>) {
             });
         }
     }
+}
+
+/// The cap's converse: a cell run on a kernel that takes the client past
+/// the cap evicts one of the others before that cell's call returns, when
+/// another was idle all along (its cells resolved before, none ever
+/// `unknown`, none run without a kernel), the client process did not crash by then
+/// (a new one holds what its records say) and the call returned.
+fn check_cap_kept(obs: &Observations, v: &mut Vec<Violation>) {
+    let Some(cap) = obs.max_kernels else {
+        return;
+    };
+    for (at, kernel) in &obs.kernel_uses {
+        let open = open_kernels(obs, *at);
+        if open.len() <= cap || !open.contains(kernel) {
+            continue;
+        }
+        let Some(end) = obs
+            .calls
+            .iter()
+            .filter(|c| c.started_ms == *at && c.name.starts_with("run_cell"))
+            .find_map(|c| c.ended_ms)
+        else {
+            continue;
+        };
+        if obs.client_crashes.iter().any(|&t| t <= end) {
+            continue;
+        }
+        let idle = |k: &String| {
+            let cells: Vec<&CellObs> = obs
+                .cells
+                .iter()
+                .filter(|c| kernel_of(c) == Some(k.as_str()) && c.started_ms <= end)
+                .collect();
+            !cells.is_empty()
+                && cells.iter().all(|c| {
+                    c.ran_without_kernel.is_none()
+                        && !c.written_off_unknown
+                        && c.resolved_ms.is_some_and(|r| r < *at)
+                        && !matches!(c.outcome, Some(CellOutcome::Unknown { .. }))
+                })
+        };
+        let idle_other = open.iter().filter(|k| *k != kernel).find(|k| idle(k));
+        let evicted = obs
+            .evictions
+            .iter()
+            .any(|(t, e)| e != kernel && *t >= *at && *t <= end);
+        if let (Some(other), false) = (idle_other, evicted) {
+            v.push(Violation::CapNotKept {
+                kernel: kernel.clone(),
+                detail: format!(
+                    "{} kernels open from {at} ms (cap {cap}), {other} idle, none evicted by {end} ms",
+                    open.len()
+                ),
+            });
+        }
+    }
+}
+
+/// The kernels the script ran a cell on by `at` and that no eviction
+/// took since their last use before `at`.
+fn open_kernels(obs: &Observations, at: u64) -> Vec<String> {
+    let mut names: Vec<&String> = obs
+        .kernel_uses
+        .iter()
+        .filter(|(t, _)| *t <= at)
+        .map(|(_, k)| k)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|k| {
+            let last_use = obs
+                .kernel_uses
+                .iter()
+                .filter(|(t, u)| u == *k && *t <= at)
+                .map(|(t, _)| *t)
+                .max()
+                .unwrap_or(0);
+            !obs.evictions
+                .iter()
+                .any(|(t, e)| e == *k && *t >= last_use && *t < at)
+        })
+        .cloned()
+        .collect()
 }
 
 /// Makes a violation of one kind from a finding's text.
@@ -2592,6 +2693,66 @@ mod tests {
         // A host that does not know the cap is not judged.
         o.max_kernels = None;
         assert!(check(&o).is_empty());
+    }
+
+    #[test]
+    fn a_kernel_past_the_cap_evicts_an_idle_one_before_its_cell_returns() {
+        let cell = |label: &str, key: &str, started: u64, resolved: u64| CellObs {
+            label: label.into(),
+            key: Some(key.into()),
+            outcome: Some(CellOutcome::Ok),
+            resolutions: 1,
+            started_ms: started,
+            resolved_ms: Some(resolved),
+            ended_ms: Some(resolved),
+            ..CellObs::default()
+        };
+        let mut o = Observations {
+            cells: vec![cell("a1", "a#1", 0, 5), cell("b1", "b#1", 10, 20)],
+            calls: vec![
+                CallObs {
+                    name: "run_cell a1".into(),
+                    started_ms: 0,
+                    ended_ms: Some(5),
+                    budget_ms: 100,
+                },
+                CallObs {
+                    name: "run_cell b1".into(),
+                    started_ms: 10,
+                    ended_ms: Some(20),
+                    budget_ms: 100,
+                },
+            ],
+            kernel_uses: vec![(0, "a".into()), (10, "b".into())],
+            max_kernels: Some(1),
+            finished: true,
+            ..Observations::default()
+        };
+        let kept = |o: &Observations| !check(o).iter().any(|v| v.kind() == "cap_not_kept");
+        assert!(
+            !kept(&o),
+            "b took the client past the cap of 1; idle a stayed"
+        );
+        o.evictions = vec![(10, "a".into())];
+        o.cap_evictions = o.evictions.clone();
+        assert!(kept(&o), "{:?}", check(&o));
+        o.evictions.clear();
+        o.cap_evictions.clear();
+        // Not judged: a cap of 2, a client that crashed, a kernel not idle.
+        let mut wide = o.clone();
+        wide.max_kernels = Some(2);
+        assert!(kept(&wide));
+        let mut crashed = o.clone();
+        crashed.client_crashes = vec![15];
+        assert!(kept(&crashed));
+        let mut unknown = o.clone();
+        unknown.cells[0].outcome = Some(CellOutcome::Unknown {
+            reason: "gone".into(),
+        });
+        assert!(kept(&unknown));
+        let mut resumed = o.clone();
+        resumed.cells[0].written_off_unknown = true;
+        assert!(kept(&resumed), "resolved by a resume later, unknown then");
     }
 
     #[test]

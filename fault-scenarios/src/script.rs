@@ -174,6 +174,8 @@ pub async fn client_main(host: &impl Host) {
         let Some(down) = crashed else { return };
         drop(driver);
         host.note(&format!("client process #{incarnation} CRASHED"));
+        let at = host.now_ms();
+        host.log().crashes.push(at);
         // The calls in progress never return.
         tokio::time::sleep(Duration::from_millis(down)).await;
         incarnation += 1;
