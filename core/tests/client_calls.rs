@@ -219,3 +219,32 @@ fn a_call_never_answered_holds_the_cells_waits_back_one_long_poll_at_most() {
     h.drain();
     assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
 }
+
+#[test]
+fn a_call_left_unanswered_holds_back_no_later_calls_answer() {
+    // tool_calls seed 102938 (long run shard 4/5 at 8c0d73b): the stalled
+    // call, still unanswered, held the wait back after a later call had
+    // its answer, so the answer went only with the cancel's wait and
+    // reached the cell after its end.
+    let mut h = Harness::new(7);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "abandon slow\ntick\ncall fast\nout after", None);
+    h.settle();
+    assert!(
+        h.run_until(|h| calls(h).len() == 2 && h.pending.is_empty()),
+        "{}",
+        h.trace
+    );
+    let (_, fast, _) = calls(&h)[1].clone();
+    let waits_before = h.sent(tether_core::protocol::OpKind::Wait);
+    h.client.answer_call(&cell, &fast, ok(1.into()), h.now);
+    h.drain();
+    assert_eq!(
+        h.sent(tether_core::protocol::OpKind::Wait),
+        waits_before + 1,
+        "the answer goes at once, whatever the older call"
+    );
+    h.settle();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    assert_eq!(h.output(&cell), "after\n");
+}

@@ -103,10 +103,20 @@ pub const JOURNAL_RETRY: Duration = Duration::from_millis(50);
 /// descendants and of `cgroup`'s members (again at each look, for a fork
 /// that raced the last).
 pub(crate) fn end_own_tree(os: &mut dyn Os, cgroup: Option<&str>) {
+    let self_pid = os.self_pid();
+    end_tree(os, self_pid, cgroup);
+}
+
+/// STOP + KILL of `root`'s descendants (and of `root` unless it is the
+/// caller) and of `cgroup`'s members.
+pub(crate) fn end_tree(os: &mut dyn Os, root: Pid, cgroup: Option<&str>) {
     let table = super::procs::Table::snapshot(os);
     let self_pid = os.self_pid();
     let protected = super::procs::protected(&table, self_pid);
-    let mut set = table.descendants(self_pid);
+    let mut set = table.descendants(root);
+    if root != self_pid {
+        set.insert(root);
+    }
     if let Some(group) = cgroup {
         set.extend(os.cgroup_members(group));
     }

@@ -15,6 +15,7 @@ use crate::protocol::{
     Acceptance, CallAnswer, CellOutcome, EntryKind, JournalBatch, Op, Submission,
 };
 use crate::time::Timestamp;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// A cell as the client tracks it.
@@ -41,6 +42,9 @@ pub(crate) struct Cell {
     /// Until when its next wait is held back for the frontend's answer to
     /// a tool call (see [`Cell::awaits_answer`]).
     pub(crate) answer_hold_until: Option<Timestamp>,
+    /// The calls that hold is for: those asked since it began (an older
+    /// call still unanswered holds nothing back any more).
+    pub(crate) held_for: BTreeSet<String>,
 }
 
 /// The long-poll bound (ms) of a wait sent while a tool call of its cell
@@ -75,6 +79,7 @@ impl Cell {
             gaps: 0,
             fallback: false,
             answer_hold_until: None,
+            held_for: BTreeSet::new(),
         }
     }
 
@@ -93,6 +98,7 @@ impl Cell {
             gaps: 0,
             fallback: false,
             answer_hold_until: None,
+            held_for: BTreeSet::new(),
         }
     }
 
@@ -106,7 +112,10 @@ impl Cell {
     pub(crate) fn awaits_answer(&self, now: Timestamp) -> bool {
         !self.rec.cancel_requested
             && self.answer_hold_until.is_some_and(|t| now < t)
-            && self.has_unanswered()
+            && self
+                .held_for
+                .iter()
+                .any(|id| self.rec.calls.get(id).is_some_and(CallRecord::unanswered))
     }
 
     /// A tool call of the cell waits for the frontend's answer.
@@ -374,9 +383,9 @@ impl Client {
         }
         let moved = cell.rec.cursor != start;
         if !asked.is_empty() {
+            self.hold_for_answer(key, &asked);
             self.asked
                 .extend(asked.into_iter().map(|id| (key.clone(), id)));
-            self.hold_for_answer(key);
         }
         self.events.extend(events);
         if moved {
@@ -392,12 +401,13 @@ impl Client {
 
     /// A tool call of the cell went to the frontend: its next wait is held
     /// back for the answer, one long-poll bound at most.
-    pub(crate) fn hold_for_answer(&mut self, key: &CellKey) {
+    pub(crate) fn hold_for_answer(&mut self, key: &CellKey, calls: &[String]) {
         // As long as a wait may run: a prompt answer rides on the next
         // wait at once; a later one costs at most one ANSWER_WAIT_MS.
         let until = self.now + std::time::Duration::from_millis(self.config.wait_ms);
         if let Some(cell) = self.cell_mut(key) {
             cell.answer_hold_until = Some(until);
+            cell.held_for.extend(calls.iter().cloned());
             self.timers.set(Timer::AnswerHold(key.clone()), until);
         }
     }
@@ -414,6 +424,7 @@ impl Client {
         }
         if let Some(cell) = self.cell_mut(key) {
             cell.answer_hold_until = None;
+            cell.held_for.clear();
         }
         self.wake_wait(key);
         self.arm_give_up(&key.kernel);

@@ -301,10 +301,12 @@ impl Client {
             };
             // Calls the frontend was asked about and did not answer before
             // the last client went: ask again (answered ones are re-sent).
+            let mut asked_again = Vec::new();
             for (id, call) in rec.calls.iter().filter(|(_, c)| c.unanswered()) {
                 if !self.asked.insert((key.clone(), id.clone())) {
                     continue;
                 }
+                asked_again.push(id.clone());
                 self.events.push_back(Event::ToolCall {
                     cell: key.clone(),
                     id: id.clone(),
@@ -313,10 +315,11 @@ impl Client {
                 });
             }
             let mut cell = Cell::resumed(rec, replay);
-            if cell.has_unanswered() {
+            if !asked_again.is_empty() {
                 // Held back for the answers asked again, as for a new call.
                 let until = self.now + Duration::from_millis(self.config.wait_ms);
                 cell.answer_hold_until = Some(until);
+                cell.held_for = asked_again.into_iter().collect();
                 self.timers.set(Timer::AnswerHold(key.clone()), until);
             }
             k.cells.insert(cell.rec.seq, cell);

@@ -94,13 +94,18 @@ impl PyShimRun {
                 config_names(os, &kernel, nonce) == Some(false)
             })
         };
+        // Running a cell or idle (a lingering shim's looks are below).
         let tick = self.next_tick.filter(|_| {
-            self.machine
-                .running_cell()
-                .is_some_and(|dir| os.calls_pending(dir))
-                || kernel_gone()
+            !lingering
+                && (self
+                    .machine
+                    .running_cell()
+                    .is_some_and(|dir| os.calls_pending(dir))
+                    || kernel_gone())
         });
-        let linger = self.next_linger.filter(|_| lingering && kernel_gone());
+        // A lingering shim acts only on a config that is gone.
+        let config_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
+        let linger = self.next_linger.filter(|_| lingering && config_gone());
         os.shim_due(pid, self.start_at, pipes.chain(self.reports()), lingering)
             .or_else(|| {
                 [self.machine.poll_timeout(os), look, tick, linger]

@@ -273,6 +273,18 @@ impl InterpShim {
         crate::agent::kernel::config_names(os, &self.kernel, &self.nonce) == Some(false)
     }
 
+    /// Is the kernel's config itself gone (its directory removed, or shut
+    /// down)? Then nobody is left to end what the shim holds, and it ends
+    /// its whole tree. Under a config of another nonce (a new daemon) it
+    /// ends only its interpreter's (the cell it ran: the new daemon may
+    /// know nothing of it, after a wipe): what earlier cells left stays
+    /// for the shutdown, which finds it recorded (python_bystander seed
+    /// 101188: a lingering shim ended an uncancelled cell's leftover when
+    /// the next daemon started).
+    fn kernel_dir_gone(&self, os: &dyn Os) -> bool {
+        !os.exists(&self.kernel.config())
+    }
+
     /// The cell handed over next, if the daemon has named one.
     fn next_seq(&self, os: &dyn Os) -> Option<u64> {
         os.read_file(&python::run_file(&self.kernel))
@@ -353,9 +365,11 @@ impl InterpShim {
             // killed daemon's interpreter ran on after the wipe and the
             // shutdown). The interpreter's death then ends the shim.
             self.gone_look_at = os.now() + std::time::Duration::from_millis(super::LINGER_MS);
-            if self.kernel_gone(os) {
-                let group = self.current.as_ref().and_then(|c| c.group.clone());
+            let group = self.current.as_ref().and_then(|c| c.group.clone());
+            if self.kernel_dir_gone(os) {
                 super::end_own_tree(os, group.as_deref());
+            } else if let Some(py) = self.interpreter().filter(|_| self.kernel_gone(os)) {
+                super::end_tree(os, py, group.as_deref());
             }
         }
         loop {
@@ -372,7 +386,7 @@ impl InterpShim {
                     // whose directory went has nobody left to end them
                     // (python_cancel seed 101266: a setsid leftover kept
                     // the old shim, and itself, alive after shutdown).
-                    if self.kernel_gone(os) {
+                    if self.kernel_dir_gone(os) {
                         super::end_own_tree(os, None);
                     }
                     return InterpStep::Linger;
