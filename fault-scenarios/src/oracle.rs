@@ -179,6 +179,10 @@ pub struct Observations {
     /// Times (virtual ms) a Python interpreter really died (before any
     /// shutdown).
     pub interpreter_deaths: Vec<u64>,
+    /// How each interpreter death came (ms, `status C` or `signal N`),
+    /// where the host knows.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interpreter_ends: Vec<(u64, String)>,
     /// When the sandbox could not be reached, from the fault schedule:
     /// `None` where the host cannot say (a live backend), and then an
     /// `unknown` outcome is not judged.
@@ -878,6 +882,14 @@ pub enum Violation {
         /// The call, its cell, when.
         detail: String,
     },
+    /// A cell's note that the Python interpreter died says how in words
+    /// that match no death the sandbox saw (or in none).
+    LossNoteUntrue {
+        /// The cell.
+        cell: String,
+        /// What the note said.
+        detail: String,
+    },
     /// A cell carried the note that the interpreter died for a death an
     /// earlier cell had reported already.
     LossReportedTwice {
@@ -974,6 +986,7 @@ impl Violation {
             Violation::ToolCallOverran { .. } => "tool_call_overran",
             Violation::ToolAnswerUnreported { .. } => "tool_answer_unreported",
             Violation::LossReportedTwice { .. } => "loss_reported_twice",
+            Violation::LossNoteUntrue { .. } => "loss_note_untrue",
             Violation::OrphanInterpreterRan { .. } => "orphan_interpreter_ran",
             Violation::KillBeforeGrace { .. } => "kill_before_grace",
             Violation::StartedAfterTerm { .. } => "started_after_term",
@@ -1140,6 +1153,9 @@ impl fmt::Display for Violation {
             }
             Violation::ToolCallLingered { detail } => {
                 write!(f, "a tool call of an ended cell was not refused at once: {detail}")
+            }
+            Violation::LossNoteUntrue { cell, detail } => {
+                write!(f, "{cell}'s note of the interpreter's death is untrue: {detail}")
             }
             Violation::LossReportedTwice { cell, at_ms } => write!(
                 f,

@@ -196,6 +196,8 @@ pub struct Sandbox {
     pub kill_deaths: Vec<(Pid, u64)>,
     /// When a Python interpreter died before any shutdown (virtual ms).
     pub interpreter_deaths: Vec<u64>,
+    /// How each of those interpreters ended: `status C` or `signal N`.
+    pub interpreter_ends: Vec<(u64, String)>,
     /// Journals whose entry numbers are not 1, 2, 3, … (a gap or a
     /// repeat), read before each shutdown and at the snapshot.
     pub journal_gaps: Vec<String>,
@@ -314,6 +316,7 @@ impl Sandbox {
             stranded: Vec::new(),
             kill_deaths: Vec::new(),
             interpreter_deaths: Vec::new(),
+            interpreter_ends: Vec::new(),
             snapshot: None,
             grace_ms: world.grace_ms,
             term_checks: Vec::new(),
@@ -755,14 +758,20 @@ impl Sandbox {
                         self.shim_finished.insert(cell.clone());
                     }
                 }
-                ProcEventKind::Exit { pid, .. }
+                ProcEventKind::Exit { pid, status }
                     if !self.pid_shut(*pid)
                         && self
                             .roles
                             .get(pid)
                             .is_some_and(|r| r.starts_with("interpreter")) =>
                 {
-                    self.interpreter_deaths.push(self.virtual_ms(e.at));
+                    let at = self.virtual_ms(e.at);
+                    self.interpreter_deaths.push(at);
+                    let how = match status {
+                        crate::os::ExitStatus::Code(c) => format!("status {c}"),
+                        crate::os::ExitStatus::Signaled(sig) => format!("signal {}", sig.number()),
+                    };
+                    self.interpreter_ends.push((at, how));
                 }
                 ProcEventKind::Exit { pid, .. }
                     if self.roles.get(pid).is_some_and(|r| r.starts_with("cell")) =>

@@ -754,6 +754,7 @@ fn observe(
         leaked_files,
         leaked_cgroups,
         interpreter_deaths: sandbox.interpreter_deaths.clone(),
+        interpreter_ends: sandbox.interpreter_ends.clone(),
         background,
         self_inflicted: sandbox
             .self_inflicted

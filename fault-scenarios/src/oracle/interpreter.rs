@@ -24,6 +24,60 @@ pub struct OrphanRunObs {
 pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
     check_one_note_per_death(obs, v);
     check_orphan_runs(obs, v);
+    check_notes_say_how(obs, v);
+}
+
+/// The start and end of the agent's note that the interpreter died
+/// (`tether_core::agent::python::loss_note`).
+const NOTE_START: &str = "tether: the Python interpreter ";
+const NOTE_END: &str = "; the kernel's namespace is lost";
+
+/// A note that the interpreter died says how: its exit status or signal,
+/// which a death the sandbox saw by the note's delivery had; or one of
+/// the agent's fixed accounts (lost with its shim, died between cells).
+fn check_notes_say_how(obs: &Observations, v: &mut Vec<Violation>) {
+    use tether_core::agent::python::{LOST_BETWEEN_CELLS, SHIM_DIED};
+    if obs.interpreter_ends.is_empty() {
+        return; // a host that does not say how they ended
+    }
+    for cell in obs.cells.iter().filter(|c| c.python) {
+        // By the time the client delivered the note (a resumed client
+        // may deliver it after the cell's call returned).
+        let end = cell.loss_reported_at.unwrap_or(u64::MAX);
+        let stderr = String::from_utf8_lossy(&cell.client_stderr);
+        for line in stderr.lines() {
+            let Some(detail) = line
+                .strip_prefix(NOTE_START)
+                .and_then(|l| l.strip_suffix(NOTE_END))
+            else {
+                continue;
+            };
+            let how = detail
+                .strip_prefix("was killed by signal ")
+                .map(|n| format!("signal {n}"))
+                .or_else(|| {
+                    detail
+                        .strip_prefix("exited with status ")
+                        .map(|c| format!("status {c}"))
+                });
+            let true_to_the_world = match how {
+                Some(how) => obs
+                    .interpreter_ends
+                    .iter()
+                    .any(|(at, h)| *at <= end && *h == how),
+                None => detail == SHIM_DIED || detail == LOST_BETWEEN_CELLS,
+            };
+            if !true_to_the_world {
+                v.push(Violation::LossNoteUntrue {
+                    cell: cell.label.clone(),
+                    detail: format!(
+                        "{detail:?} (interpreter ends seen: {:?})",
+                        obs.interpreter_ends
+                    ),
+                });
+            }
+        }
+    }
 }
 
 /// Each cell's loss note is matched with a distinct interpreter death
@@ -112,6 +166,33 @@ mod tests {
 
     fn kinds(o: &Observations) -> Vec<&'static str> {
         check(o).iter().map(Violation::kind).collect()
+    }
+
+    #[test]
+    fn a_death_note_says_how_the_interpreter_ended() {
+        let noted = |detail: &str| {
+            let mut c = cell("a", 0, Some(50));
+            c.client_stderr = format!(
+                "x\ntether: the Python interpreter {detail}; the kernel's namespace is lost\n"
+            )
+            .into_bytes();
+            let mut o = run(vec![c], vec![40]);
+            o.interpreter_ends = vec![(40, "signal 9".into())];
+            check(&o)
+                .iter()
+                .filter(|v| v.kind() == "loss_note_untrue")
+                .count()
+        };
+        assert_eq!(noted("was killed by signal 9"), 0);
+        assert_eq!(noted(tether_core::agent::python::SHIM_DIED), 0);
+        assert_eq!(noted("was killed by signal 15"), 1, "another signal");
+        assert_eq!(noted("exited with status 0"), 1, "no such exit");
+        assert_eq!(noted(""), 1, "says nothing");
+        // A host that does not say how interpreters ended is not judged.
+        let mut c = cell("a", 0, Some(50));
+        c.client_stderr =
+            b"tether: the Python interpreter ; the kernel's namespace is lost\n".to_vec();
+        assert!(!kinds(&run(vec![c], vec![40])).contains(&"loss_note_untrue"));
     }
 
     #[test]
