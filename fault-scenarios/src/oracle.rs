@@ -1645,7 +1645,7 @@ fn check_idle_evictions(obs: &Observations, v: &mut Vec<Violation>) {
 /// The cap's converse: a cell run on a kernel that takes the client past
 /// the cap evicts one of the others before that cell's call returns, when
 /// another was idle all along (its cells resolved before, none ever
-/// `unknown`, none run without a kernel), the client process did not crash by then
+/// `unknown`, none run without a kernel, its daemon never known dead), the client process did not crash by then
 /// (a new one holds what its records say) and the call returned.
 fn check_cap_kept(obs: &Observations, v: &mut Vec<Violation>) {
     let Some(cap) = obs.max_kernels else {
@@ -1667,6 +1667,14 @@ fn check_cap_kept(obs: &Observations, v: &mut Vec<Violation>) {
         if obs.client_crashes.iter().any(|&t| t <= end) {
             continue;
         }
+        // A kernel whose daemon died keeps its resolved cells until they
+        // are acknowledged, which needs a daemon: not reapable meanwhile
+        // (tool_call_limits seed 500459).
+        let died = |k: &String| {
+            obs.known_deaths_by_kernel
+                .iter()
+                .any(|(t, d)| d == k && *t <= end)
+        };
         let idle = |k: &String| {
             let cells: Vec<&CellObs> = obs
                 .cells
@@ -1681,7 +1689,10 @@ fn check_cap_kept(obs: &Observations, v: &mut Vec<Violation>) {
                         && !matches!(c.outcome, Some(CellOutcome::Unknown { .. }))
                 })
         };
-        let idle_other = open.iter().filter(|k| *k != kernel).find(|k| idle(k));
+        let idle_other = open
+            .iter()
+            .filter(|k| *k != kernel)
+            .find(|k| idle(k) && !died(k));
         let evicted = obs
             .evictions
             .iter()

@@ -33,7 +33,8 @@ const NOTE_START: &str = "tether: the Python interpreter ";
 const NOTE_END: &str = "; the kernel's namespace is lost";
 
 /// A note that the interpreter died says how: its exit status or signal,
-/// which a death the sandbox saw by the note's delivery had; or one of
+/// which a death the sandbox saw had (a cell may carry two notes, one
+/// delivered late: python_stuck seed 501143); or one of
 /// the agent's fixed accounts (lost with its shim, died between cells).
 fn check_notes_say_how(obs: &Observations, v: &mut Vec<Violation>) {
     use tether_core::agent::python::{LOST_BETWEEN_CELLS, SHIM_DIED};
@@ -41,9 +42,6 @@ fn check_notes_say_how(obs: &Observations, v: &mut Vec<Violation>) {
         return; // a host that does not say how they ended
     }
     for cell in obs.cells.iter().filter(|c| c.python) {
-        // By the time the client delivered the note (a resumed client
-        // may deliver it after the cell's call returned).
-        let end = cell.loss_reported_at.unwrap_or(u64::MAX);
         let stderr = String::from_utf8_lossy(&cell.client_stderr);
         for line in stderr.lines() {
             let Some(detail) = line
@@ -61,10 +59,7 @@ fn check_notes_say_how(obs: &Observations, v: &mut Vec<Violation>) {
                         .map(|c| format!("status {c}"))
                 });
             let true_to_the_world = match how {
-                Some(how) => obs
-                    .interpreter_ends
-                    .iter()
-                    .any(|(at, h)| *at <= end && *h == how),
+                Some(how) => obs.interpreter_ends.iter().any(|(_, h)| *h == how),
                 None => detail == SHIM_DIED || detail == LOST_BETWEEN_CELLS,
             };
             if !true_to_the_world {
