@@ -113,15 +113,7 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
             };
             let key = format!("{kernel}#{seq}");
             let cause = truth.causes.get(&key).is_some_and(|c| !c.is_empty());
-            let died = truth
-                .daemon_deaths
-                .iter()
-                .any(|(at, k)| k == kernel && *at <= end);
-            let evicted = obs
-                .evictions
-                .iter()
-                .any(|(at, e)| e == kernel && *at <= end);
-            if !(cause || died || evicted || obs.disk_filled) {
+            if !(cause || kernel_lost_state(obs, kernel, end)) {
                 let whose = match noted {
                     Some(n) => format!("cell {n}'s"),
                     None => "its own".into(),
@@ -135,6 +127,22 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// Could `kernel` have lost its shell state (and its note file) by `end`
+/// for a reason beside one cell's shell: a daemon of it died, the client
+/// evicted it, or the disk filled?
+fn kernel_lost_state(obs: &Observations, kernel: &str, end: u64) -> bool {
+    let died = obs
+        .state_loss
+        .daemon_deaths
+        .iter()
+        .any(|(at, k)| k == kernel && *at <= end);
+    let evicted = obs
+        .evictions
+        .iter()
+        .any(|(at, e)| e == kernel && *at <= end);
+    died || evicted || obs.disk_filled
 }
 
 /// A shell that ended without a save, and nothing else about it, is named
@@ -165,16 +173,7 @@ fn check_required(obs: &Observations, v: &mut Vec<Violation>) {
         if next.truth.executions != 1 || !seen_to_end {
             continue;
         }
-        let end = next.ended_ms.unwrap_or(u64::MAX);
-        let died = truth
-            .daemon_deaths
-            .iter()
-            .any(|(at, k)| k == kernel && *at <= end);
-        let evicted = obs
-            .evictions
-            .iter()
-            .any(|(at, e)| e == kernel && *at <= end);
-        if died || evicted || obs.disk_filled {
+        if kernel_lost_state(obs, kernel, next.ended_ms.unwrap_or(u64::MAX)) {
             continue;
         }
         if !noted_cells(&next.client_stderr).contains(&Some(seq)) {
