@@ -1637,25 +1637,35 @@ fn request(os: &mut FakeOs, dir: &str, file_id: &str, id: &str, token: &str, arg
         .insert(format!("{dir}/{file_id}.req"), body.into_bytes());
 }
 
-#[test]
-fn the_shim_journals_calls_with_the_cells_credential_and_refuses_the_rest_unjournaled() {
-    use super::calls::{self, answer_path};
+/// A cell shim whose main process (pid 70) runs; with the calls
+/// directory and credential its cell's processes carry.
+fn shim_running_a_cell(os: &mut FakeOs) -> (super::shim::cell::CellShim, String, String) {
     use super::shim::cell::{CellShim, ShimStep};
-    use crate::protocol::{CallAnswer, CallReply};
-    let mut os = FakeOs::new();
-    let mut shim = CellShim::new(shell_launch(&mut os));
-    let _ = shim.poll_step(&mut os);
-    let _ = shim.handle_cgroup(&mut os, None);
-    let ShimStep::Start { env, .. } = shim.poll_step(&mut os) else {
+    let mut shim = CellShim::new(shell_launch(os));
+    let _ = shim.poll_step(os);
+    let _ = shim.handle_cgroup(os, None);
+    let ShimStep::Start { env, .. } = shim.poll_step(os) else {
         panic!("the main process starts")
     };
     let env: BTreeMap<String, String> = env.into_iter().collect();
-    let dir = env["TETHER_CALL"].clone();
-    let token = env["TETHER_CALL_TOKEN"].clone();
+    os.add(proc_(70, 10, 70));
+    shim.handle_started(os, Ok((70, 170)));
+    (
+        shim,
+        env["TETHER_CALL"].clone(),
+        env["TETHER_CALL_TOKEN"].clone(),
+    )
+}
+
+#[test]
+fn the_shim_journals_calls_with_the_cells_credential_and_refuses_the_rest_unjournaled() {
+    use super::calls::{self, answer_path};
+    use super::shim::cell::ShimStep;
+    use crate::protocol::{CallAnswer, CallReply};
+    let mut os = FakeOs::new();
+    let (mut shim, dir, token) = shim_running_a_cell(&mut os);
     assert_eq!(dir, "/k/cells/1/calls");
     assert!(!token.is_empty());
-    os.add(proc_(70, 10, 70));
-    shim.handle_started(&mut os, Ok((70, 170)));
     request(&mut os, &dir, "good", "good", &token, r#"{"q":1}"#);
     request(
         &mut os,
@@ -1740,19 +1750,9 @@ fn the_shim_journals_calls_with_the_cells_credential_and_refuses_the_rest_unjour
 #[test]
 fn a_call_the_full_disk_keeps_out_of_the_journal_is_journaled_once_it_frees() {
     use super::calls;
-    use super::shim::cell::{CellShim, ShimStep};
     use crate::protocol::{CallAnswer, CallReply};
     let mut os = FakeOs::new();
-    let mut shim = CellShim::new(shell_launch(&mut os));
-    let _ = shim.poll_step(&mut os);
-    let _ = shim.handle_cgroup(&mut os, None);
-    let ShimStep::Start { env, .. } = shim.poll_step(&mut os) else {
-        panic!("the main process starts")
-    };
-    let env: BTreeMap<String, String> = env.into_iter().collect();
-    let (dir, token) = (env["TETHER_CALL"].clone(), env["TETHER_CALL_TOKEN"].clone());
-    os.add(proc_(70, 10, 70));
-    shim.handle_started(&mut os, Ok((70, 170)));
+    let (mut shim, dir, token) = shim_running_a_cell(&mut os);
     request(&mut os, &dir, "c1", "c1", &token, "{}");
     os.disk_full = true;
     for _ in 0..5 {
