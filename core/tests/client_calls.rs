@@ -204,6 +204,7 @@ fn a_call_never_answered_holds_the_cells_waits_back_one_long_poll_at_most() {
     let cell = h.run("k", "abandon slow\ntick\nout after", None);
     h.settle();
     assert_eq!(calls(&h).len(), 1);
+    assert_eq!(h.client.calls_awaiting_frontend(), 1);
     assert!(h.pending.is_empty(), "the wait is held back for the answer");
     let held_at = h.now;
     let wait = std::time::Duration::from_millis(h.client.config().wait_ms);
@@ -214,6 +215,9 @@ fn a_call_never_answered_holds_the_cells_waits_back_one_long_poll_at_most() {
         h.now >= held_at + wait,
         "held back one long-poll bound from the call"
     );
+    // The cell left the record: its call, never answered, is forgotten
+    // (the client does not keep every abandoned call of a long session).
+    assert_eq!(h.client.calls_awaiting_frontend(), 0);
     // The answer, late, changes nothing (a note says so).
     h.client.answer_call(&cell, "c1", ok(1.into()), h.now);
     h.drain();

@@ -544,6 +544,7 @@ impl Client {
         cell.resolved = true;
         if !keep {
             kernel.cells.remove(&key.seq);
+            self.forget_calls(|c| c == key);
         }
         for task in [
             Task::Submit(key.clone()),

@@ -380,6 +380,7 @@ impl Client {
                 if let Some(k) = self.kernels.get_mut(name) {
                     k.cells.remove(&key.seq);
                 }
+                self.forget_calls(|c| *c == key);
                 continue;
             }
             let message =

@@ -532,6 +532,19 @@ impl Client {
             .count()
     }
 
+    /// Tool calls the frontend was asked about and has not answered, of
+    /// cells still in this client's record (a status line's "waiting on
+    /// N tool calls").
+    pub fn calls_awaiting_frontend(&self) -> usize {
+        self.asked.len()
+    }
+
+    /// A cell left the record: its unanswered calls can never be answered
+    /// (an answer finds no cell in flight), so they are forgotten.
+    pub(crate) fn forget_calls(&mut self, of: impl Fn(&CellKey) -> bool) {
+        self.asked.retain(|(cell, _)| !of(cell));
+    }
+
     /// Kernels this client holds (open, opening, given up or shutting down).
     pub fn kernels(&self) -> impl Iterator<Item = &KernelName> {
         self.kernels.keys()

@@ -207,6 +207,7 @@ impl Client {
         if let Some(k) = self.kernels.remove(name) {
             self.retired.insert(name.clone(), k.next_seq);
         }
+        self.forget_calls(|c| &c.kernel == name);
         self.timers.retain(|t| match t {
             Timer::GiveUp(k) | Timer::FlushAcks(k) => k != name,
             Timer::CellTimeout(c) => &c.kernel != name,
