@@ -249,49 +249,6 @@ fn emit_json(value: &impl Serialize) -> Result<(), String> {
     emit(&format!("{text}\n"))
 }
 
-/// The broken variants (they exist only in builds with `--features
-/// mutations`).
-const MUTATION_VARIANTS: [&str; 12] = [
-    "cancel-pgid-only",
-    "resubmit-new-id",
-    "transport-error-is-death",
-    "daemon-exits-at-term",
-    "fallback-when-off",
-    "plain-exec-resent",
-    "kill-before-grace",
-    "daemon-ignores-term",
-    "note-kept-state-lost",
-    "reboot-taken-for-death",
-    "reaper-spins",
-    "shim-ignores-tombstone",
-];
-
-/// The variants this build runs.
-fn variants_built() -> Vec<&'static str> {
-    std::iter::once("real")
-        .chain(MUTATION_VARIANTS)
-        .filter(|n| Variant::parse(n).is_ok())
-        .collect()
-}
-
-fn variant(name: &str) -> Result<Variant, String> {
-    Variant::parse(name).map_err(|_| variant_error(name, &variants_built()))
-}
-
-fn variant_error(name: &str, built: &[&str]) -> String {
-    if MUTATION_VARIANTS.contains(&name) && !built.contains(&name) {
-        format!(
-            "--variant {name}: this build has no broken variants (they exist only in \
-             builds with --features mutations, never in release builds); here only `real`"
-        )
-    } else {
-        format!(
-            "--variant {name:?}: no such variant; this build has: {}",
-            built.join(", ")
-        )
-    }
-}
-
 /// Replays every race file of `dir`: one line each (or one JSON array),
 /// exit 1 if any run breaks an invariant. Every file is checked before
 /// any runs, so a malformed one is a usage error, not a half-done run.
@@ -434,7 +391,7 @@ fn run(command: Command) -> Result<u8, String> {
                     .collect();
                 emit_json(&Listing {
                     scenarios,
-                    variants: variants_built(),
+                    variants: Variant::built(),
                 })?;
             } else {
                 let mut text = String::new();
@@ -464,7 +421,7 @@ fn run(command: Command) -> Result<u8, String> {
                     s.space.max_faults = n;
                 }
             }
-            let variant = variant(&variant_name)?;
+            let variant = Variant::parse(&variant_name)?;
             let opts = Options {
                 first_seed: seed,
                 seeds,
@@ -567,7 +524,7 @@ fn run(command: Command) -> Result<u8, String> {
                 Some(text) => race::load_schedule(&text, MAX_VIRTUAL)?,
                 None => s.schedule_in(seed, &world),
             };
-            let variant = variant(&variant_name)?;
+            let variant = Variant::parse(&variant_name)?;
             let report = world::run_in(&s, seed, &world, &schedule, variant);
             if let Some(path) = &save_to {
                 let about = about.unwrap_or_else(|| {
@@ -636,10 +593,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_broken_variant_in_a_build_without_them_says_how_to_get_them() {
-        let e = variant_error("cancel-pgid-only", &["real"]);
-        assert!(e.contains("--features mutations"), "{e}");
-        let e = variant_error("nope", &["real"]);
+    fn every_variant_built_parses_by_its_name_and_an_unknown_one_says_what_there_is() {
+        for name in Variant::built() {
+            assert_eq!(Variant::parse(name).map(Variant::name), Ok(name));
+        }
+        let e = Variant::parse("nope").unwrap_err();
         assert!(e.contains("\"nope\"") && e.contains("real"), "{e}");
+        if Variant::built().len() == 1 {
+            assert!(e.contains("--features mutations"), "{e}");
+        }
     }
 }

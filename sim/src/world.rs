@@ -42,88 +42,69 @@ pub use tether_scenarios::observe::CALL_BUDGET_MS;
 /// more). `README.md`, "Benchmarks", has the measurements.
 pub const STEP: Duration = Duration::from_millis(5);
 
-/// Which build of the product runs: the real one, or a deliberately broken
-/// variant (only with the `mutations` feature, never in release builds).
+/// Which build of the product runs: the real one, or one with a
+/// deliberately planted bug (only with the `mutations` feature, never in
+/// release builds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
     /// The product as it is.
     Real,
-    /// Cancel signals only the process group.
+    /// The product with one planted bug, by name in [`BROKEN`].
     #[cfg(feature = "mutations")]
-    CancelPgidOnly,
-    /// After an uncertain send, the client submits again with a new request id.
-    #[cfg(feature = "mutations")]
-    ResubmitNewId,
-    /// The client takes a transport error for the kernel's death.
-    #[cfg(feature = "mutations")]
-    TransportErrorIsDeath,
-    /// The daemon exits at SIGTERM and leaves what it owns running.
-    #[cfg(feature = "mutations")]
-    DaemonExitsAtTerm,
-    /// The client falls back to a plain exec with the fallback off.
-    #[cfg(feature = "mutations")]
-    FallbackWhenOff,
-    /// A plain exec lost in transport is sent again.
-    #[cfg(feature = "mutations")]
-    PlainExecResent,
-    /// A cancel kills on the tick after its TERM.
-    #[cfg(feature = "mutations")]
-    KillBeforeGrace,
-    /// The daemon ignores SIGTERM.
-    #[cfg(feature = "mutations")]
-    DaemonIgnoresTerm,
-    /// A kept shell state said lost (its shim gone after the result).
-    #[cfg(feature = "mutations")]
-    NoteKeptStateLost,
-    /// A probe takes a daemon of another boot for a dead one.
-    #[cfg(feature = "mutations")]
-    RebootTakenForDeath,
-    /// The client's reaper does nothing, its timer stays due: it spins.
-    #[cfg(feature = "mutations")]
-    ReaperSpins,
-    /// A shell cell's shim starts the cell without looking for its
-    /// tombstone.
-    #[cfg(feature = "mutations")]
-    ShimIgnoresTombstone,
+    Broken(tether_core::mutation::Mutation),
 }
 
+/// The broken variants as `--variant` names them; each bug is described
+/// on its [`tether_core::mutation::Mutation`].
+#[cfg(feature = "mutations")]
+const BROKEN: [(&str, tether_core::mutation::Mutation); 12] = {
+    use tether_core::mutation::Mutation as M;
+    [
+        ("cancel-pgid-only", M::CancelPgidOnly),
+        ("resubmit-new-id", M::ResubmitNewId),
+        ("transport-error-is-death", M::TransportErrorIsDeath),
+        ("daemon-exits-at-term", M::DaemonExitsAtTerm),
+        ("fallback-when-off", M::FallbackWhenOff),
+        ("plain-exec-resent", M::PlainExecResent),
+        ("kill-before-grace", M::KillBeforeGrace),
+        ("daemon-ignores-term", M::DaemonIgnoresTerm),
+        ("note-kept-state-lost", M::NoteKeptStateLost),
+        ("reboot-taken-for-death", M::RebootTakenForDeath),
+        ("reaper-spins", M::ReaperSpins),
+        ("shim-ignores-tombstone", M::ShimIgnoresTombstone),
+    ]
+};
+
 impl Variant {
-    /// Parses a variant name.
+    /// The names of the variants this build runs (`real` first).
+    pub fn built() -> Vec<&'static str> {
+        #[allow(unused_mut)]
+        let mut names = vec!["real"];
+        #[cfg(feature = "mutations")]
+        names.extend(BROKEN.iter().map(|(name, _)| *name));
+        names
+    }
+
+    /// Parses a variant name; the error says what this build has.
     pub fn parse(name: &str) -> Result<Variant, String> {
-        match name {
-            "real" => Ok(Variant::Real),
-            #[cfg(feature = "mutations")]
-            "cancel-pgid-only" => Ok(Variant::CancelPgidOnly),
-            #[cfg(feature = "mutations")]
-            "resubmit-new-id" => Ok(Variant::ResubmitNewId),
-            #[cfg(feature = "mutations")]
-            "transport-error-is-death" => Ok(Variant::TransportErrorIsDeath),
-            #[cfg(feature = "mutations")]
-            "daemon-exits-at-term" => Ok(Variant::DaemonExitsAtTerm),
-            #[cfg(feature = "mutations")]
-            "fallback-when-off" => Ok(Variant::FallbackWhenOff),
-            #[cfg(feature = "mutations")]
-            "plain-exec-resent" => Ok(Variant::PlainExecResent),
-            #[cfg(feature = "mutations")]
-            "kill-before-grace" => Ok(Variant::KillBeforeGrace),
-            #[cfg(feature = "mutations")]
-            "daemon-ignores-term" => Ok(Variant::DaemonIgnoresTerm),
-            #[cfg(feature = "mutations")]
-            "note-kept-state-lost" => Ok(Variant::NoteKeptStateLost),
-            #[cfg(feature = "mutations")]
-            "reboot-taken-for-death" => Ok(Variant::RebootTakenForDeath),
-            #[cfg(feature = "mutations")]
-            "reaper-spins" => Ok(Variant::ReaperSpins),
-            #[cfg(feature = "mutations")]
-            "shim-ignores-tombstone" => Ok(Variant::ShimIgnoresTombstone),
-            other => Err(format!(
-                "no variant {other:?}: `real`, or (built with --features mutations) \
-                 cancel-pgid-only, resubmit-new-id, transport-error-is-death, \
-                 daemon-exits-at-term, fallback-when-off, plain-exec-resent, \
-                 kill-before-grace, daemon-ignores-term, note-kept-state-lost, \
-                 reboot-taken-for-death, reaper-spins, shim-ignores-tombstone"
-            )),
+        if name == "real" {
+            return Ok(Variant::Real);
         }
+        #[cfg(feature = "mutations")]
+        if let Some((_, bug)) = BROKEN.iter().find(|(n, _)| *n == name) {
+            return Ok(Variant::Broken(*bug));
+        }
+        Err(if cfg!(feature = "mutations") {
+            format!(
+                "--variant {name:?}: no such variant; this build has: {}",
+                Variant::built().join(", ")
+            )
+        } else {
+            format!(
+                "--variant {name:?}: this build has only `real` (the broken variants \
+                 exist only in builds with --features mutations, never in release builds)"
+            )
+        })
     }
 
     /// The variant's name, as [`Variant::parse`] takes it.
@@ -131,49 +112,18 @@ impl Variant {
         match self {
             Variant::Real => "real",
             #[cfg(feature = "mutations")]
-            Variant::CancelPgidOnly => "cancel-pgid-only",
-            #[cfg(feature = "mutations")]
-            Variant::ResubmitNewId => "resubmit-new-id",
-            #[cfg(feature = "mutations")]
-            Variant::TransportErrorIsDeath => "transport-error-is-death",
-            #[cfg(feature = "mutations")]
-            Variant::DaemonExitsAtTerm => "daemon-exits-at-term",
-            #[cfg(feature = "mutations")]
-            Variant::FallbackWhenOff => "fallback-when-off",
-            #[cfg(feature = "mutations")]
-            Variant::PlainExecResent => "plain-exec-resent",
-            #[cfg(feature = "mutations")]
-            Variant::KillBeforeGrace => "kill-before-grace",
-            #[cfg(feature = "mutations")]
-            Variant::DaemonIgnoresTerm => "daemon-ignores-term",
-            #[cfg(feature = "mutations")]
-            Variant::NoteKeptStateLost => "note-kept-state-lost",
-            #[cfg(feature = "mutations")]
-            Variant::RebootTakenForDeath => "reboot-taken-for-death",
-            #[cfg(feature = "mutations")]
-            Variant::ReaperSpins => "reaper-spins",
-            #[cfg(feature = "mutations")]
-            Variant::ShimIgnoresTombstone => "shim-ignores-tombstone",
+            Variant::Broken(bug) => BROKEN
+                .iter()
+                .find(|(_, b)| *b == bug)
+                .map_or("broken", |(name, _)| name),
         }
     }
 
     #[cfg(feature = "mutations")]
     fn mutation(self) -> Option<tether_core::mutation::Mutation> {
-        use tether_core::mutation::Mutation;
         match self {
             Variant::Real => None,
-            Variant::CancelPgidOnly => Some(Mutation::CancelPgidOnly),
-            Variant::ResubmitNewId => Some(Mutation::ResubmitNewId),
-            Variant::TransportErrorIsDeath => Some(Mutation::TransportErrorIsDeath),
-            Variant::DaemonExitsAtTerm => Some(Mutation::DaemonExitsAtTerm),
-            Variant::FallbackWhenOff => Some(Mutation::FallbackWhenOff),
-            Variant::PlainExecResent => Some(Mutation::PlainExecResent),
-            Variant::KillBeforeGrace => Some(Mutation::KillBeforeGrace),
-            Variant::DaemonIgnoresTerm => Some(Mutation::DaemonIgnoresTerm),
-            Variant::NoteKeptStateLost => Some(Mutation::NoteKeptStateLost),
-            Variant::RebootTakenForDeath => Some(Mutation::RebootTakenForDeath),
-            Variant::ReaperSpins => Some(Mutation::ReaperSpins),
-            Variant::ShimIgnoresTombstone => Some(Mutation::ShimIgnoresTombstone),
+            Variant::Broken(bug) => Some(bug),
         }
     }
 }
