@@ -24,6 +24,22 @@ impl Proc {
     }
 }
 
+/// `roots` and every process below them in `table`.
+pub fn trees_of(table: &[Proc], roots: &[u32]) -> std::collections::BTreeSet<u32> {
+    let mut tree: std::collections::BTreeSet<u32> = roots.iter().copied().collect();
+    loop {
+        let before = tree.len();
+        for p in table {
+            if tree.contains(&p.ppid) {
+                tree.insert(p.pid);
+            }
+        }
+        if tree.len() == before {
+            return tree;
+        }
+    }
+}
+
 /// The argv that lists every process.
 pub const PS_ARGV: [&str; 3] = ["ps", "-eo", "pid=,ppid=,pgid=,sid=,stat=,args="];
 
@@ -62,5 +78,14 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].args, "/sbin/init -- x");
         assert!(rows[1].is_zombie());
+    }
+
+    #[test]
+    fn a_tree_holds_its_root_and_every_descendant_whatever_the_order() {
+        let rows = parse_ps(
+            "  5   4   5   5 S  grandchild\n  4   2   4   4 S  child\n  2   1   2   2 S  root\n  9   1   9   9 S  other\n",
+        );
+        let tree: Vec<u32> = trees_of(&rows, &[2]).into_iter().collect();
+        assert_eq!(tree, [2, 4, 5]);
     }
 }

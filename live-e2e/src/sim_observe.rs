@@ -172,6 +172,13 @@ pub struct Log {
     /// Runs of each cell counted on sandboxes that were replaced since
     /// (their side-effect files went with them).
     pub runs_on_replaced: BTreeMap<String, usize>,
+    /// The command lines of the shims a `kill_shim` fault killed.
+    pub killed_shims: Vec<String>,
+    /// Processes (pid, command line) that only the kernel files a
+    /// `wipe_kernel_dirs` removed tied to their kernel: the documented
+    /// limit (client/README.md, "A kernel's directory removed from under
+    /// it"), so no leak.
+    pub named_only_by_wiped_files: BTreeSet<(u32, String)>,
 }
 
 /// Runs `argv` on the sandbox (observation transport); `None` (and a
@@ -257,6 +264,39 @@ pub(crate) fn replaced_with(ctx: &Ctx<'_>, counts: &BTreeMap<String, usize>) {
     }
 }
 
+/// Before the kernels' directories are removed from outside: the
+/// processes of the session's cells outside every live daemon's and
+/// shim's tree (what an earlier daemon or a killed shim left to PID 1),
+/// which only the files going now name ([`Log::named_only_by_wiped_files`]).
+/// The simulation's sandbox draws the same line (`wipe_kernel_dirs`).
+pub(crate) async fn before_wipe(ctx: &Ctx<'_>) {
+    let Some(table) = ps(ctx).await else { return };
+    let kernels = format!("{}/kernels/", ctx.root);
+    let owners: Vec<u32> = table
+        .iter()
+        .filter(|p| {
+            !p.is_zombie()
+                && (is_shim(ctx, p) || (p.args.contains(" serve ") && p.args.contains(&kernels)))
+        })
+        .map(|p| p.pid)
+        .collect();
+    let held = crate::procs::trees_of(&table, &owners);
+    let tags: Vec<String> = ctx.cells.iter().flat_map(|t| t.tags.clone()).collect();
+    let unnamed: Vec<(u32, String)> = table
+        .into_iter()
+        .filter(|p| {
+            !p.is_zombie()
+                && !held.contains(&p.pid)
+                && words(&p.args).any(|w| tags.iter().any(|t| t == w))
+        })
+        .map(|p| (p.pid, p.args))
+        .collect();
+    ctx.log
+        .borrow_mut()
+        .named_only_by_wiped_files
+        .extend(unnamed);
+}
+
 /// Pids of this session's kernel daemons.
 pub(crate) async fn daemons(ctx: &Ctx<'_>) -> Vec<u32> {
     let kernels = format!("{}/kernels/", ctx.root);
@@ -279,6 +319,9 @@ pub(crate) struct Shims {
     pub(crate) of_interpreters: Vec<u32>,
     /// The interpreters (`python3` children of an interpreter shim).
     pub(crate) interpreters: Vec<u32>,
+    /// The command line of each shim of [`Shims::all`] (it names the cell
+    /// or kernel it serves).
+    pub(crate) cmdlines: Vec<String>,
 }
 
 /// See [`Shims`].
@@ -303,7 +346,19 @@ pub(crate) async fn shims(ctx: &Ctx<'_>) -> Shims {
         all,
         of_interpreters,
         interpreters,
+        cmdlines: live.iter().map(|p| p.args.clone()).collect(),
     }
+}
+
+/// Does the shim with command line `cmdline` serve cell `key` (its cell
+/// shim, or, for a Python cell, its kernel's interpreter shim)?
+fn serves(root: &str, cmdline: &str, key: &CellKey, python: bool) -> bool {
+    let kernel = format!("{root}/kernels/{}/", key.kernel);
+    let cell = format!("{kernel}cells/{}", key.seq.0);
+    let names_cell = cmdline
+        .match_indices(&cell)
+        .any(|(at, _)| !cmdline[at + cell.len()..].starts_with(|c: char| c.is_ascii_digit()));
+    names_cell || (python && cmdline.contains(&kernel) && cmdline.contains("\"lang\":\"python\""))
 }
 
 fn is_shim(ctx: &Ctx<'_>, p: &Proc) -> bool {
@@ -542,10 +597,12 @@ async fn leaks(ctx: &Ctx<'_>) -> (Vec<String>, Vec<String>) {
     };
     let tags: Vec<String> = ctx.cells.iter().flat_map(|t| t.tags.clone()).collect();
     let interpreters = ctx.log.borrow().interpreter_pids.clone();
+    let excused = ctx.log.borrow().named_only_by_wiped_files.clone();
     let procs = procs
         .into_iter()
         .filter(|p| {
             !p.is_zombie()
+                && !excused.contains(&(p.pid, p.args.clone()))
                 && (p.args.contains(&ctx.root)
                     || words(&p.args).any(|w| tags.iter().any(|t| t == w))
                     || (interpreters.contains(&p.pid) && p.args.contains("python3")))
@@ -699,16 +756,28 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
         // so does a stopped kernel: a daemon that gets SIGTERM (live, every
         // daemon of the sandbox gets it, as `docker stop` sends it) ends
         // everything its kernel owns, leftovers included (core's
-        // `agent::daemon` module doc, "Stop").
-        let restarted = ctx.schedule.0.iter().any(|f| {
+        // `agent::daemon` module doc, "Stop"); and so does a lingering
+        // shim whose kernel's directory was removed (it ends its own
+        // tree; the simulation's `ended_by_its_shim_after_a_wipe`).
+        let leftovers_may_end = ctx.schedule.0.iter().any(|f| {
             matches!(
                 f.kind,
-                FaultKind::BounceSandbox | FaultKind::ReplaceSandbox | FaultKind::TermDaemon
+                FaultKind::BounceSandbox
+                    | FaultKind::ReplaceSandbox
+                    | FaultKind::TermDaemon
+                    | FaultKind::WipeKernelDirs
             )
         });
         // A cell the client was asked to cancel (a fault can cancel the
-        // bystander while a new client resumes it) is no bystander.
-        let spared = !restarted && !seen.cancel_requested;
+        // bystander while a new client resumes it) is no bystander, nor
+        // one whose own shim a fault killed: its daemon ends it as a
+        // cancel does (the simulation's `ended_for_its_killed_shim`).
+        let own_shim_killed = seen.key.as_ref().is_some_and(|key| {
+            log.killed_shims
+                .iter()
+                .any(|cmdline| serves(&ctx.root, cmdline, key, spec.lang == Lang::Python))
+        });
+        let spared = !leftovers_may_end && !seen.cancel_requested && !own_shim_killed;
         for t in live.leftovers_gone.iter().filter(|_| spared) {
             collateral.push(format!(
                 "leftover `sleep {t}` of {} (a cell nobody cancelled) is gone",
@@ -856,4 +925,26 @@ fn expects_no_run(scenario: &Scenario, spec: &CellSpec) -> bool {
             .cells()
             .next()
             .is_some_and(|c| c.label == spec.label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_core::ids::{CellSeq, KernelName};
+
+    #[test]
+    fn a_shim_serves_its_own_cell_and_a_python_kernels_interpreter_shim_all_its_cells() {
+        let key = |kernel: &str, seq| CellKey {
+            kernel: KernelName::new(kernel).unwrap(),
+            seq: CellSeq(seq),
+        };
+        let cell_shim = r#"/a/tether-agent shim --launch {"kernel_dir":"/r/kernels/other","cell_dir":"/r/kernels/other/cells/1","lang":"shell"}"#;
+        assert!(serves("/r", cell_shim, &key("other", 1), false));
+        assert!(!serves("/r", cell_shim, &key("other", 12), false));
+        assert!(!serves("/r", cell_shim, &key("sim", 1), false));
+        let interp = r#"/a/tether-agent shim --launch {"kernel_dir":"/r/kernels/py","cell_dir":"/r/kernels/py/py","lang":"python"}"#;
+        assert!(serves("/r", interp, &key("py", 7), true));
+        assert!(!serves("/r", interp, &key("py", 7), false));
+        assert!(!serves("/r", interp, &key("sim", 7), true));
+    }
 }

@@ -654,6 +654,12 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
             let at = ctx.now_ms();
             signal(ctx, "-9", pids).await;
             ctx.switch.note(format!("{pids:?} killed"));
+            if kind == FaultKind::KillShim {
+                ctx.log
+                    .borrow_mut()
+                    .killed_shims
+                    .extend(shims.cmdlines.clone());
+            }
             if lost {
                 // The namespaces are gone from the KILL on, whether or not
                 // a later look at the process table saw their interpreter.
@@ -664,6 +670,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
         }
         FaultKind::WipeKernelDirs => {
             let pids = sim_observe::daemons(ctx).await;
+            sim_observe::before_wipe(ctx).await;
             // The kernels are lost from the removal on.
             let at = ctx.now_ms();
             let script = format!("rm -rf {}/kernels/*", ctx.root);
