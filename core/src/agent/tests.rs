@@ -944,6 +944,28 @@ fn a_term_during_the_tick_that_finds_the_daemon_idle_is_a_stop_not_an_idle_exit(
 }
 
 #[test]
+fn a_stop_leaves_a_cell_directory_without_a_submission_as_it_found_it() {
+    // A submit that failed after making its cell's directory (a full disk)
+    // recorded nothing: its client sends the cell again, to run under the
+    // next daemon. A stop that tombstoned or closed that directory too
+    // (the tenth mutants sample's `unfinished` with `||`) would make the
+    // resend come back cancelled without running.
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let unrecorded = KernelLayout::new(&dir).cell(CellSeq(2));
+    os.create_dir_all(unrecorded.dir()).unwrap();
+    let mut d = Daemon::new(&dir, "n1");
+    d.terminate(os.now());
+    assert!(tick_until_exit(&mut d, &mut os), "the stop ends");
+    assert!(
+        os.exists(&format!("{dir}/cells/1/journal")),
+        "the recorded cell is resolved by the stop"
+    );
+    assert!(!os.exists(&unrecorded.cancel()), "tombstoned");
+    assert!(!os.exists(&unrecorded.journal()), "given a journal");
+}
+
+#[test]
 fn a_stopped_daemon_announces_its_exit_so_a_late_cell_goes_to_the_next_daemon() {
     // daemon_termed seed 103343: a submit recorded its cell during the
     // stop's last tick, after the stop had closed the cells it saw; the
