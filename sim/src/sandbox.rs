@@ -791,6 +791,16 @@ impl Sandbox {
                     from, to, signal, ..
                 } if *from != 0 => {
                     self.note_escalation_signal(e.at, *from, *to, *signal);
+                    if from == to && self.daemons.contains_key(to) {
+                        // No decision of a daemon signals itself: it ends by
+                        // returning from its last tick, its sweep done (a
+                        // daemon in its own kill set dies mid-sweep, leaving
+                        // what the sweep had still to end and remove).
+                        self.self_inflicted.push(format!(
+                            "daemon {to} sent itself {signal} at {} ms",
+                            self.virtual_ms(e.at)
+                        ));
+                    }
                     if let Some(c) = self.cell_of.get(to) {
                         // A daemon's exit sweep kills what its kernel owns,
                         // bystanders' leftovers included, as a shutdown does.

@@ -159,6 +159,11 @@ impl Client {
     /// the kernel and its record go.
     pub(crate) fn shut_down(&mut self, name: &KernelName) {
         self.remove_kernel(name);
+        // Its record goes too, so its calls can never be asked again. Not
+        // in `remove_kernel`: a resume replaces a kernel with its record,
+        // whose calls this process asked already (tool_calls seeds 3, 5,
+        // 37: forgotten there, the handler ran twice).
+        self.forget_calls(|c| &c.kernel == name);
         self.effects.push_back(super::Effect::Forget(name.clone()));
     }
 
@@ -207,7 +212,6 @@ impl Client {
         if let Some(k) = self.kernels.remove(name) {
             self.retired.insert(name.clone(), k.next_seq);
         }
-        self.forget_calls(|c| &c.kernel == name);
         self.timers.retain(|t| match t {
             Timer::GiveUp(k) | Timer::FlushAcks(k) => k != name,
             Timer::CellTimeout(c) => &c.kernel != name,
