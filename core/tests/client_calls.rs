@@ -252,3 +252,25 @@ fn a_call_left_unanswered_holds_back_no_later_calls_answer() {
     assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
     assert_eq!(h.output(&cell), "after\n");
 }
+
+#[test]
+fn a_kernel_resumed_in_the_same_process_does_not_ask_its_calls_again() {
+    // tool_calls seeds 3, 5 and 37 at 891ab90: a resume replaces the
+    // kernel with its record, and replacing it forgot the calls this
+    // process had asked, so the frontend was asked again and the tool ran
+    // twice (the explorer's `tool_handler_repeated`).
+    let mut h = Harness::new(8);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "call one\nout end", None);
+    h.settle();
+    assert_eq!(calls(&h).len(), 1);
+    let record = h.records[&kname("k")].clone();
+    h.client.resume(record, false, h.now);
+    h.drain();
+    assert_eq!(calls(&h).len(), 1, "asked again: {:?}", calls(&h));
+    assert_eq!(h.client.calls_awaiting_frontend(), 1);
+    h.client.answer_call(&cell, "c1", ok(1.into()), h.now);
+    h.settle();
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::Ok));
+    assert_eq!(h.client.calls_awaiting_frontend(), 0);
+}
