@@ -1444,6 +1444,7 @@ fn evicted_before(obs: &Observations, cell: &CellObs, end: u64) -> bool {
 /// `unknown` promises nothing (the plain exec may have been lost).
 fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
     let Some(Flawed { flaw, fallback }) = obs.flawed else {
+        check_kernels_start(obs, v);
         return;
     };
     let why = flaw.reason_says();
@@ -1541,6 +1542,34 @@ fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
                 cell.truth.executions
             ));
         }
+    }
+}
+
+/// A sandbox with no flaw starts every kernel it is asked for, whatever
+/// the faults: an outage ends in `unknown` (a give-up keeps the record), a
+/// dead daemon is respawned, a spawn that meets another spawn of the same
+/// kernel adopts its daemon. So no cell there runs without a kernel or is
+/// refused for want of one: the client took a passing condition for the
+/// sandbox's flaw.
+fn check_kernels_start(obs: &Observations, v: &mut Vec<Violation>) {
+    for cell in &obs.cells {
+        let refused = match &cell.outcome {
+            Some(CellOutcome::Error { message }) => message
+                .starts_with(tether_core::client::KERNEL_NOT_STARTED)
+                .then_some(message),
+            _ => None,
+        };
+        let detail = match (&cell.ran_without_kernel, refused) {
+            (Some(reason), _) => format!("ran without a kernel ({reason})"),
+            (None, Some(message)) => format!("resolved {message:?}"),
+            (None, None) => continue,
+        };
+        v.push(Violation::FailOpen {
+            cell: cell.label.clone(),
+            detail: format!(
+                "{detail}, though nothing in this sandbox keeps a kernel from starting"
+            ),
+        });
     }
 }
 
@@ -2827,6 +2856,37 @@ mod tests {
 
     fn kinds(v: &[Violation]) -> Vec<&'static str> {
         v.iter().map(Violation::kind).collect()
+    }
+
+    /// A sandbox with no flaw starts kernels: a cell there that ran
+    /// without one, or was refused for want of one, is fail open gone
+    /// wrong (a spawn Conflict taken for good: the ninth mutants sample's
+    /// `exec.rs:323`, race file `a-spawn-that-meets-another-adopts-its-daemon.json`).
+    #[test]
+    fn a_sandbox_without_a_flaw_starts_every_kernel() {
+        let o = good();
+        assert_eq!(o.flawed, None);
+        assert_eq!(check(&o), vec![]);
+        let mut fell_back = o.clone();
+        fell_back.cells[0].ran_without_kernel = Some("Conflict: another spawn".into());
+        assert_eq!(kinds(&check(&fell_back)), ["fail_open"]);
+        let mut refused = o.clone();
+        refused.cells[0].outcome = Some(CellOutcome::Error {
+            message: format!(
+                "{}: Conflict: another spawn",
+                tether_core::client::KERNEL_NOT_STARTED
+            ),
+        });
+        refused.cells[0].client_stdout.clear();
+        refused.cells[0].truth.executions = 0;
+        refused.cells[0].truth.ran_to_end = false;
+        assert_eq!(kinds(&check(&refused)), ["fail_open"]);
+        // Another error is another check's business.
+        let mut other = refused.clone();
+        other.cells[0].outcome = Some(CellOutcome::Error {
+            message: "the agent refused the cell: too large".into(),
+        });
+        assert!(!kinds(&check(&other)).contains(&"fail_open"));
     }
 
     #[test]

@@ -17,6 +17,10 @@ use crate::protocol::{CellOutcome, Identity, Lang, Op, ProbeStatus, SentCell};
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How a cell refused because its kernel could not start begins (its
+/// outcome's message; the agent's reason follows).
+pub const KERNEL_NOT_STARTED: &str = "the kernel could not be started";
+
 /// Where a kernel stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -432,7 +436,7 @@ impl Client {
         self.timers.stop(&Timer::GiveUp(name.clone()));
         self.note(Some(name.clone()), format!("kernel {name} failed: {why}"));
         for key in keys {
-            let message = format!("the kernel could not be started: {why}");
+            let message = format!("{KERNEL_NOT_STARTED}: {why}");
             self.resolve(&key, CellOutcome::Error { message }, false);
         }
     }
