@@ -816,6 +816,14 @@ pub enum Violation {
         /// What was wrong.
         detail: String,
     },
+    /// A cell refused for good (its kernel not started, the cell refused,
+    /// its journal unreadable) in a sandbox with no flaw.
+    NeedlessRefusal {
+        /// The cell.
+        cell: String,
+        /// The refusal.
+        detail: String,
+    },
     /// A tool call's answer file was written more than once.
     ToolAnsweredTwice {
         /// The call and how often.
@@ -974,6 +982,7 @@ impl Violation {
             Violation::ReplacementUnfounded { .. } => "replacement_unfounded",
             Violation::FalseStateNote { .. } => "false_state_note",
             Violation::FailOpen { .. } => "fail_open",
+            Violation::NeedlessRefusal { .. } => "needless_refusal",
             Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
             Violation::ToolAnsweredOutsideCell { .. } => "tool_answered_outside_cell",
             Violation::RefusedToolCallRan { .. } => "refused_tool_call_ran",
@@ -1120,6 +1129,9 @@ impl fmt::Display for Violation {
                 write!(f, "a state-not-kept note with no cause: {detail}")
             }
             Violation::FailOpen { cell, detail } => write!(f, "fail open, {cell}: {detail}"),
+            Violation::NeedlessRefusal { cell, detail } => {
+                write!(f, "refused for good, {cell}: {detail}")
+            }
             Violation::ToolAnsweredTwice { detail } => {
                 write!(f, "a tool call answered twice in the sandbox: {detail}")
             }
@@ -1545,30 +1557,38 @@ fn check_fail_open(obs: &Observations, v: &mut Vec<Violation>) {
     }
 }
 
-/// A sandbox with no flaw starts every kernel it is asked for, whatever
-/// the faults: an outage ends in `unknown` (a give-up keeps the record), a
-/// dead daemon is respawned, a spawn that meets another spawn of the same
-/// kernel adopts its daemon. So no cell there runs without a kernel or is
-/// refused for want of one: the client took a passing condition for the
-/// sandbox's flaw.
+/// A sandbox with no flaw starts every kernel it is asked for and takes
+/// every cell, whatever the faults: an outage ends in `unknown` (a give-up
+/// keeps the record), a dead daemon is respawned, a spawn that meets
+/// another spawn of the same kernel adopts its daemon, a full disk is
+/// retried. So no cell there runs without a kernel (`fail_open`), and none
+/// is refused for good: its kernel not started, the cell refused, its
+/// journal unreadable (`needless_refusal`): the client took a passing
+/// condition, or the agent a good request, for a flaw.
 fn check_kernels_start(obs: &Observations, v: &mut Vec<Violation>) {
+    use tether_core::client::{CELL_REFUSED, JOURNAL_UNREADABLE, KERNEL_NOT_STARTED};
+    const FLAWLESS: &str = "though nothing in this sandbox keeps a kernel from starting";
     for cell in &obs.cells {
-        let refused = match &cell.outcome {
-            Some(CellOutcome::Error { message }) => message
-                .starts_with(tether_core::client::KERNEL_NOT_STARTED)
-                .then_some(message),
-            _ => None,
+        if let Some(reason) = &cell.ran_without_kernel {
+            v.push(Violation::FailOpen {
+                cell: cell.label.clone(),
+                detail: format!("ran without a kernel ({reason}), {FLAWLESS}"),
+            });
+        }
+        let refusal = match &cell.outcome {
+            Some(CellOutcome::Error { message })
+                if message.starts_with(KERNEL_NOT_STARTED) || message.starts_with(CELL_REFUSED) =>
+            {
+                message
+            }
+            Some(CellOutcome::Unknown { reason }) if reason.starts_with(JOURNAL_UNREADABLE) => {
+                reason
+            }
+            _ => continue,
         };
-        let detail = match (&cell.ran_without_kernel, refused) {
-            (Some(reason), _) => format!("ran without a kernel ({reason})"),
-            (None, Some(message)) => format!("resolved {message:?}"),
-            (None, None) => continue,
-        };
-        v.push(Violation::FailOpen {
+        v.push(Violation::NeedlessRefusal {
             cell: cell.label.clone(),
-            detail: format!(
-                "{detail}, though nothing in this sandbox keeps a kernel from starting"
-            ),
+            detail: format!("resolved {refusal:?}, {FLAWLESS}"),
         });
     }
 }
@@ -2858,9 +2878,9 @@ mod tests {
         v.iter().map(Violation::kind).collect()
     }
 
-    /// A sandbox with no flaw starts kernels: a cell there that ran
-    /// without one, or was refused for want of one, is fail open gone
-    /// wrong (a spawn Conflict taken for good: the ninth mutants sample's
+    /// A sandbox with no flaw starts kernels and takes cells: a cell there
+    /// that ran without a kernel is fail open gone wrong, one refused for
+    /// good a needless refusal (a spawn Conflict taken for good: the ninth mutants sample's
     /// `exec.rs:323`, race file `a-spawn-that-meets-another-adopts-its-daemon.json`).
     #[test]
     fn a_sandbox_without_a_flaw_starts_every_kernel() {
@@ -2880,13 +2900,26 @@ mod tests {
         refused.cells[0].client_stdout.clear();
         refused.cells[0].truth.executions = 0;
         refused.cells[0].truth.ran_to_end = false;
-        assert_eq!(kinds(&check(&refused)), ["fail_open"]);
-        // Another error is another check's business.
-        let mut other = refused.clone();
-        other.cells[0].outcome = Some(CellOutcome::Error {
-            message: "the agent refused the cell: too large".into(),
+        assert_eq!(kinds(&check(&refused)), ["needless_refusal"]);
+        let mut cell_refused = refused.clone();
+        cell_refused.cells[0].outcome = Some(CellOutcome::Error {
+            message: format!(
+                "{}: Invalid: bad request",
+                tether_core::client::CELL_REFUSED
+            ),
         });
-        assert!(!kinds(&check(&other)).contains(&"fail_open"));
+        assert_eq!(kinds(&check(&cell_refused)), ["needless_refusal"]);
+        let mut unreadable = refused.clone();
+        unreadable.cells[0].outcome = Some(CellOutcome::Unknown {
+            reason: format!("{}: Io: torn", tether_core::client::JOURNAL_UNREADABLE),
+        });
+        assert_eq!(kinds(&check(&unreadable)), ["needless_refusal"]);
+        // The user's own error is not a refusal.
+        let mut own = refused.clone();
+        own.cells[0].outcome = Some(CellOutcome::Error {
+            message: "NameError: name 'x' is not defined".into(),
+        });
+        assert!(!kinds(&check(&own)).contains(&"needless_refusal"));
     }
 
     #[test]

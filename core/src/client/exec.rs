@@ -10,6 +10,14 @@ use super::Client;
 use crate::ids::ExecId;
 use crate::protocol::{parse_reply, AgentError, ErrorKind, ExecOutput, Op, Reply, ReplyError};
 
+/// How a cell the agent refused for good begins its error (the agent's
+/// reason follows).
+pub const CELL_REFUSED: &str = "the agent refused the cell";
+
+/// How a cell whose journal the agent refused to read begins its
+/// `unknown` reason (the agent's reason follows).
+pub const JOURNAL_UNREADABLE: &str = "the agent cannot read the cell's journal";
+
 /// Whether the agent binary is known to be in place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum InstallState {
@@ -282,12 +290,12 @@ impl Client {
             }
             Task::Submit(c) => {
                 let c = c.clone();
-                let message = format!("the agent refused the cell: {why}");
+                let message = format!("{CELL_REFUSED}: {why}");
                 self.resolve(&c, crate::protocol::CellOutcome::Error { message }, false);
             }
             Task::Wait(c) => {
                 let c = c.clone();
-                let reason = format!("the agent cannot read the cell's journal: {why}");
+                let reason = format!("{JOURNAL_UNREADABLE}: {why}");
                 self.resolve(&c, crate::protocol::CellOutcome::Unknown { reason }, false);
             }
             Task::Fallback(c) => {

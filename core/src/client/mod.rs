@@ -31,6 +31,7 @@ mod timer;
 
 pub use config::Config;
 pub use event::{CellKey, ClientError, Effect, Event, TransportError, TransportErrorKind};
+pub use exec::{CELL_REFUSED, JOURNAL_UNREADABLE};
 pub use kernel::KERNEL_NOT_STARTED;
 pub use record::{CallRecord, CellRecord, KernelRecord};
 pub use retry::backoff;
