@@ -93,6 +93,7 @@ pub enum DaemonStep {
 
 #[derive(Clone, Debug, Default)]
 struct Escalation {
+    /// When the TERM was sent: the grace counts from it.
     since: Timestamp,
     term_sent: bool,
     finished: bool,
@@ -424,10 +425,7 @@ impl Daemon {
             });
             // 0 matches no process and is not read again from the journal.
             t.pgid = Some(started.filter(|_| same_main && !python).map_or(0, |s| s.1));
-            t.cancel = Some(Escalation {
-                since: os.now(),
-                ..Escalation::default()
-            });
+            t.cancel = Some(Escalation::default());
             self.cells.insert(seq, t);
         }
     }
@@ -625,10 +623,7 @@ impl Daemon {
                 // tick: taken for done, the cell would be left unresolved
                 // and the daemon free to exit idle under it (full_disk
                 // seed 140: a torn line that could not be cut).
-                let c = t.cancel.get_or_insert_with(|| Escalation {
-                    since: now,
-                    ..Escalation::default()
-                });
+                let c = t.cancel.get_or_insert_with(Escalation::default);
                 if first_look && !t.python {
                     // What the shim's subreaper tree held came back to
                     // this daemon (a subreaper too) when it died: the
@@ -657,17 +652,11 @@ impl Daemon {
                 t.cgroup_checked = t.cgroup.is_some() || t.done;
             }
             if t.cancel.is_none() && os.exists(&cell.cancel()) {
-                t.cancel = Some(Escalation {
-                    since: now,
-                    ..Escalation::default()
-                });
+                t.cancel = Some(Escalation::default());
             }
             if t.cancel.is_none() && !t.done && t.deadline.is_some_and(|d| now >= d) {
                 let _ = tombstone::write(os, &cell, CancelReason::Timeout);
-                t.cancel = Some(Escalation {
-                    since: now,
-                    ..Escalation::default()
-                });
+                t.cancel = Some(Escalation::default());
             }
             let mut empty = false;
             if let Some(c) = t.cancel.as_mut().filter(|c| !c.finished) {
@@ -765,7 +754,7 @@ impl Daemon {
                     c.term_sent = true;
                     // The grace counts from the TERM, which a slow tick
                     // sends a while after it read the clock.
-                    c.since = c.since.max(os.now());
+                    c.since = os.now();
                 } else if now >= c.since + grace || kill_before_grace() {
                     procs::stop_and_kill(os, &set);
                     if !set.is_empty() {
