@@ -4,6 +4,7 @@
 //! and the journal is read again from the cursor.
 
 use super::event::{CellKey, Effect, Event};
+use super::exec::CELL_REFUSED;
 use super::record::CallRecord;
 use super::record::CellRecord;
 use super::retry::Task;
@@ -506,13 +507,13 @@ impl Client {
     /// at 1, learns here where the kernel is, and its next run goes
     /// through. Never a wait: the cell in that place is not this one.
     pub(crate) fn on_seq_taken(&mut self, key: &CellKey, next: Option<CellSeq>, why: String) {
-        let mut message = format!("the agent refused the cell: {why}");
+        let mut message = format!("{CELL_REFUSED}: {why}");
         if let Some(next) = next {
             if let Some(k) = self.kernels.get_mut(&key.kernel) {
                 k.next_seq = k.next_seq.max(next.0);
             }
             message = format!(
-                "kernel {} already ran cells up to {} under another client's record (another state directory, or a lost one): nothing ran; this client continues from cell {next}, run the cell again ({why})",
+                "{CELL_REFUSED}: kernel {} already ran cells up to {} under another client's record (another state directory, or a lost one): nothing ran; this client continues from cell {next}, run the cell again ({why})",
                 key.kernel,
                 next.0 - 1,
             );
