@@ -637,6 +637,40 @@ fn resume_in_a_new_client_waits_from_the_cursor_and_never_submits_again() {
     assert_eq!(h3.output(&cell), "1\n2\n3\n");
 }
 
+/// The client's timeout is part of the record: a client process that
+/// resumes a cell whose timeout fired (and asked for its cancel) before
+/// the first process went reports it timed out, not cancelled (drawn
+/// seed 232: a crash right after the timeout's cancel, and the resumed
+/// cell's `cancelled` looked like a cancel nobody asked for).
+#[test]
+fn a_cell_that_timed_out_is_still_timed_out_when_a_new_client_resumes_it() {
+    let mut h = Harness::new(22);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let cell = h.run("k", "out 1\nhang", Some(Duration::from_millis(300)));
+    h.run_until(|h| {
+        h.records
+            .get(&kname("k"))
+            .is_some_and(|r| r.cells.iter().any(|c| c.cancel_requested))
+    });
+    let record = h.records[&kname("k")].clone();
+    assert!(record.cells[0].timed_out, "{record:?}");
+    assert_eq!(
+        h.outcome(&cell),
+        None,
+        "the first process went before the end"
+    );
+    let mut h2 = Harness::with(Client::new(support::config(), 23), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    assert_eq!(
+        h2.outcome(&cell),
+        Some(CellOutcome::TimedOut),
+        "{}",
+        h2.trace
+    );
+}
+
 #[test]
 fn retries_back_off_and_resend_the_same_op() {
     let mut h = Harness::new(19);

@@ -34,6 +34,7 @@
 
 pub mod catalog;
 pub mod control;
+pub mod drawn;
 pub mod excerpt;
 pub mod explore;
 pub mod faults;

@@ -43,7 +43,7 @@ impl Race {
     pub fn stale(&self, scenario: &Scenario) -> bool {
         self.script
             .as_ref()
-            .is_some_and(|d| *d != script_digest(scenario))
+            .is_some_and(|d| *d != script_digest(&scenario.for_seed(self.seed)))
     }
 
     /// The world to replay it in.

@@ -169,9 +169,26 @@ pub struct Scenario {
     /// ([`crate::swarm::Flaw`]), and the client's fallback is drawn on or
     /// off: the scenario is about failing open.
     pub fails_open: bool,
+    /// Draws the script from the seed (`None`: `script` is the script).
+    /// A drawn script meets the shim, the cell script and the daemon with
+    /// processes nobody arranged for them; [`Scenario::for_seed`] makes the
+    /// seed's scenario, and the seed replays it.
+    pub draws: Option<fn(u64) -> Vec<Action>>,
 }
 
 impl Scenario {
+    /// The scenario a run of `seed` plays: itself, or with the script the
+    /// seed draws. Every host runs and judges this one.
+    pub fn for_seed(&self, seed: u64) -> Scenario {
+        match self.draws {
+            Some(draw) => Scenario {
+                script: draw(seed),
+                ..self.clone()
+            },
+            None => self.clone(),
+        }
+    }
+
     /// The world of a seed ([`World::draw`], at most `space.max_faults`
     /// drawn faults).
     pub fn world(&self, seed: u64) -> World {
@@ -303,14 +320,14 @@ fn shell_stdout(
         .unwrap_or_default()
 }
 
-fn print(text: &str) -> Step {
+pub(crate) fn print(text: &str) -> Step {
     Step::Print {
         stream: Stream::Stdout,
         text: text.into(),
     }
 }
 
-fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
+pub(crate) fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
     CellSpec {
         label: label.into(),
         workload: Workload { steps },
@@ -323,7 +340,7 @@ fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
     }
 }
 
-fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
+pub(crate) fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
     CellSpec {
         lang: Lang::Python,
         ..cell(label, steps, expect)
@@ -331,7 +348,7 @@ fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
 }
 
 /// `c` in the kernel `kernel` (not the scenario's main one).
-fn on(kernel: &str, c: CellSpec) -> CellSpec {
+pub(crate) fn on(kernel: &str, c: CellSpec) -> CellSpec {
     CellSpec {
         kernel: Some(kernel.into()),
         ..c
@@ -345,14 +362,14 @@ fn tool_call(name: &str, args: &str) -> Step {
     }
 }
 
-fn set_name(name: &str, value: &str) -> Step {
+pub(crate) fn set_name(name: &str, value: &str) -> Step {
     Step::SetName {
         name: name.into(),
         value: value.into(),
     }
 }
 
-fn print_name(name: &str) -> Step {
+pub(crate) fn print_name(name: &str) -> Step {
     Step::PrintName { name: name.into() }
 }
 
@@ -364,7 +381,7 @@ fn show(probe: Probe) -> Step {
     Step::Show { probe }
 }
 
-fn network() -> Vec<Family> {
+pub(crate) fn network() -> Vec<Family> {
     vec![
         Family::Partition,
         Family::Hold,
@@ -455,6 +472,7 @@ fn background_log(all_faults: Vec<Family>) -> Scenario {
         space: space(all_faults),
         init_reaps: true,
         fails_open: false,
+        draws: None,
     }
 }
 
@@ -501,6 +519,7 @@ fn full_disk(all_faults: Vec<Family>) -> Scenario {
         space: space(all_faults),
         init_reaps: true,
         fails_open: false,
+        draws: None,
     }
 }
 
@@ -543,6 +562,7 @@ fn idle_exit(all_faults: Vec<Family>) -> Scenario {
         space: space(all_faults),
         init_reaps: true,
         fails_open: false,
+        draws: None,
     }
 }
 
@@ -582,6 +602,7 @@ fn shim_killed_escapes() -> Scenario {
         space: space(network()),
         init_reaps: true,
         fails_open: false,
+        draws: None,
     }
 }
 
@@ -622,6 +643,7 @@ fn daemon_shim_killed() -> Scenario {
         space: space(network()),
         init_reaps: true,
         fails_open: false,
+        draws: None,
     }
 }
 
@@ -665,6 +687,7 @@ fn daemon_termed() -> Scenario {
         space: space(network()),
         init_reaps: true,
         fails_open: false,
+        draws: None,
     }
 }
 
@@ -684,7 +707,7 @@ fn leftovers_script() -> Vec<Action> {
     ]
 }
 
-fn space(families: Vec<Family>) -> FaultSpace {
+pub(crate) fn space(families: Vec<Family>) -> FaultSpace {
     FaultSpace {
         families,
         window_ms: 4_000,
@@ -835,6 +858,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "state",
@@ -862,6 +886,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(all_faults.clone()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "tool_calls",
@@ -908,6 +933,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(all_faults.clone()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         // The protocol's size limits, exactly and one byte past: a
         // mistake at the boundary (`>` for `>=`, the request's whole body
@@ -927,6 +953,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(all_faults.clone()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "cancel_escapes",
@@ -936,6 +963,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "cancel_trap",
@@ -945,6 +973,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "cancel_ignorer",
@@ -954,6 +983,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "shell_state",
@@ -1036,6 +1066,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(all_faults.clone()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "cancel_early",
@@ -1054,6 +1085,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "reply_lost",
@@ -1072,6 +1104,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "client_crash",
@@ -1085,6 +1118,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "daemon_killed",
@@ -1104,6 +1138,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "sandbox_bounce",
@@ -1116,6 +1151,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "sandbox_replaced",
@@ -1128,6 +1164,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "timeout",
@@ -1140,6 +1177,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "two_kernels",
@@ -1149,6 +1187,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "leftovers",
@@ -1158,6 +1197,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "leftovers_no_init",
@@ -1169,6 +1209,7 @@ pub fn all() -> Vec<Scenario> {
             space: space(network()),
             init_reaps: false,
             fails_open: false,
+            draws: None,
         },
     ]
     .into_iter()
@@ -1179,9 +1220,23 @@ pub fn all() -> Vec<Scenario> {
         idle_exit(all_faults.clone()),
     ])
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
-    .chain(client_knobs(all_faults))
-    .chain([fail_open()])
+    .chain(client_knobs(all_faults.clone()))
+    .chain([fail_open(), drawn(all_faults)])
     .collect()
+}
+
+/// Cells nobody wrote: each seed draws its script ([`crate::drawn`]).
+fn drawn(all_faults: Vec<Family>) -> Scenario {
+    Scenario {
+        name: "drawn",
+        about: "two to five cells drawn from the seed (output on both streams, sleeps, daemons and orphans that die first or outlive the kernel, exit statuses, cancels, timeouts, names read back; shell and Python): no scenario was written for them",
+        script: Vec::new(),
+        fixed: FaultSchedule::empty(),
+        space: space(all_faults),
+        init_reaps: true,
+        fails_open: false,
+        draws: Some(crate::drawn::script),
+    }
 }
 
 /// Fail open: the seed's sandbox cannot start a kernel (a read-only or
@@ -1228,6 +1283,7 @@ fn fail_open() -> Scenario {
         ),
         init_reaps: true,
         fails_open: true,
+        draws: None,
     }
 }
 
@@ -1273,6 +1329,7 @@ fn client_knobs(all_faults: Vec<Family>) -> Vec<Scenario> {
             space: space(all_faults),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "timeout_resume",
@@ -1285,6 +1342,7 @@ fn client_knobs(all_faults: Vec<Family>) -> Vec<Scenario> {
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
     ]
 }
@@ -1328,6 +1386,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             space: space(all_faults),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "python_cancel",
@@ -1341,6 +1400,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         // A scenario of its own, not a step added to python_cancel: a
         // race file replays its scenario as it is now, and a changed
@@ -1367,6 +1427,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         // The interpreter's shim is killed as its first cell ends, then
         // the daemon: what the shim held (the cell's `setsid env -i`
@@ -1404,6 +1465,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
         Scenario {
             name: "python_stuck",
@@ -1418,6 +1480,7 @@ fn python(all_faults: Vec<Family>, py_escapes: CellSpec, py_stuck: CellSpec) -> 
             space: space(network()),
             init_reaps: true,
             fails_open: false,
+            draws: None,
         },
     ]
 }

@@ -45,7 +45,8 @@ impl RunSeed for Live {
             .build()
         {
             Ok(rt) => {
-                let report = rt.block_on(self.run_async(scenario, seed, schedule));
+                let scenario = scenario.for_seed(seed);
+                let report = rt.block_on(self.run_async(&scenario, seed, schedule));
                 // As the process's end would: reads of pipes that a
                 // leftover process of the run still holds open are not
                 // waited for.

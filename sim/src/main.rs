@@ -542,7 +542,7 @@ fn run(command: Command) -> Result<u8, String> {
                     seed,
                     schedule: schedule.clone(),
                     world: Some(world.clone()),
-                    script: Some(tether_scenarios::race::script_digest(&s)),
+                    script: Some(tether_scenarios::race::script_digest(&s.for_seed(seed))),
                 };
                 race.save(path)?;
                 eprintln!(

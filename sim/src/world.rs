@@ -174,6 +174,7 @@ pub fn run_in(
     #[cfg(not(feature = "mutations"))]
     let _ = variant;
 
+    let scenario = &scenario.for_seed(seed);
     let trace = Trace::new();
     trace.at(
         0,

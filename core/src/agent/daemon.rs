@@ -302,7 +302,7 @@ impl Daemon {
             }
         }
         self.track_cells(os, now);
-        self.start_next(os, now);
+        self.start_next(os);
         if std::mem::take(&mut self.orphans_due) {
             // A record a full disk refused is written at a later tick.
             self.orphans_due = !self.keep_orphans(os);
@@ -934,7 +934,7 @@ impl Daemon {
         orphans::kill_interpreters_of(os, &self.nonce);
     }
 
-    fn start_next(&mut self, os: &mut dyn Os, now: Timestamp) {
+    fn start_next(&mut self, os: &mut dyn Os) {
         self.untaken = false;
         if self.cells.values().any(|t| !t.done) || os.stop_requested() {
             return;
@@ -1014,7 +1014,12 @@ impl Daemon {
             match self.launch(os, seq, &sub, &config, &mut w) {
                 Ok(track) => {
                     let mut track = track;
-                    track.deadline = sub.timeout_ms.map(|ms| now + Duration::from_millis(ms));
+                    // From the launch, not from the tick's start: a slow
+                    // tick (a paused filesystem call) that took the cell
+                    // late would have shortened its timeout (drawn seed
+                    // 262: 372 ms of a 442 ms timeout).
+                    let started = os.now();
+                    track.deadline = sub.timeout_ms.map(|ms| started + Duration::from_millis(ms));
                     self.cells.insert(seq, track);
                     return;
                 }

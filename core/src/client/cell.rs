@@ -30,8 +30,6 @@ pub(crate) struct Cell {
     pub(crate) resumed: bool,
     /// The frontend has its outcome (only `unknown` cells stay after that).
     pub(crate) resolved: bool,
-    /// The client's timeout fired: a cancelled end is reported as timed out.
-    pub(crate) timed_out: bool,
     /// The journal's result entry, once read.
     pub(crate) outcome: Option<CellOutcome>,
     /// Gaps seen in its journal (bounded: an agent that never fills one
@@ -69,13 +67,13 @@ impl Cell {
                 timeout_ms,
                 cursor: 0,
                 cancel_requested: false,
+                timed_out: false,
                 submitted: false,
                 calls: Default::default(),
             },
             accepted: false,
             resumed: false,
             resolved: false,
-            timed_out: false,
             outcome: None,
             gaps: 0,
             fallback: false,
@@ -94,7 +92,6 @@ impl Cell {
             accepted: false,
             resumed: true,
             resolved: false,
-            timed_out: false,
             outcome: None,
             gaps: 0,
             fallback: false,
@@ -437,7 +434,7 @@ impl Client {
             return;
         };
         let outcome = match cell.outcome.take() {
-            Some(CellOutcome::Cancelled) if cell.timed_out => CellOutcome::TimedOut,
+            Some(CellOutcome::Cancelled) if cell.rec.timed_out => CellOutcome::TimedOut,
             Some(outcome) => outcome,
             None if cell.rec.cancel_requested => CellOutcome::Cancelled,
             None => CellOutcome::Error {
@@ -525,7 +522,7 @@ impl Client {
     /// Cancelled, or timed out when the client's timeout asked for it.
     pub(crate) fn cancelled_outcome(&self, key: &CellKey) -> CellOutcome {
         match self.cell(key) {
-            Some(c) if c.timed_out => CellOutcome::TimedOut,
+            Some(c) if c.rec.timed_out => CellOutcome::TimedOut,
             _ => CellOutcome::Cancelled,
         }
     }
@@ -613,7 +610,7 @@ impl Client {
         if cell.resolved {
             return;
         }
-        cell.timed_out = true;
+        cell.rec.timed_out = true;
         let after = cell.rec.timeout_ms.unwrap_or(0);
         self.note(
             Some(key.kernel.clone()),

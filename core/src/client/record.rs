@@ -56,6 +56,10 @@ pub struct CellRecord {
     pub cursor: u64,
     /// A cancel was asked for (it is re-sent on resume).
     pub cancel_requested: bool,
+    /// The client's timeout fired, and asked for that cancel: the cell
+    /// ends timed out, also for a client process that resumes it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
     /// A submit may have been sent: resume waits, it never submits again.
     pub submitted: bool,
     /// The cell's tool calls seen so far, by id: a resumed client emits

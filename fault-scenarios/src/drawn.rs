@@ -1,0 +1,227 @@
+//! The `drawn` scenario's scripts: cells made from each seed's own
+//! stream, out of the workload steps the other scenarios use.
+//!
+//! Every other scenario's cells were written together with the bug or race
+//! they show, so the processes in them are the ones their authors thought
+//! of. Here a seed draws them: output on both streams around sleeps, a
+//! daemon or an orphan that dies before the main process or outlives the
+//! kernel, a background child still holding stdout at the exit, an exit
+//! status after all that, a cancel or a timeout in the middle of it, names
+//! bound in one cell and read in a later one, in a shell kernel and a
+//! Python one. The oracle judges them as any scenario's: what was printed
+//! and how each cell ended follow from its steps ([`crate::scenario`]'s
+//! expected output, the `Expect` drawn with them), and everything the
+//! ground-truth checks look at holds for any workload.
+
+use crate::scenario::{cell, on, print_name, py_cell, set_name, Action, CellSpec, Expect};
+use crate::workload::Step;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tether_core::protocol::Stream;
+
+/// A stream of its own ("drawn"), apart from the world's and the
+/// faults' draws of the same seed.
+const STREAM: u64 = 0x6472_6177_6e21_2121;
+
+/// The kernel the Python cells run in (the shell cells run in the main
+/// one).
+const PY_KERNEL: &str = "py";
+
+/// The script of `seed`: two to five cells, some with a pause after them.
+pub fn script(seed: u64) -> Vec<Action> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ STREAM);
+    let cells = rng.random_range(2..=5);
+    let mut names: Vec<(bool, String)> = Vec::new();
+    let mut script = Vec::new();
+    for i in 0..cells {
+        let python = rng.random_bool(0.3);
+        script.push(Action::Run(draw_cell(&mut rng, i, python, &mut names)));
+        if rng.random_bool(0.3) {
+            script.push(Action::Idle {
+                ms: rng.random_range(100..2_500),
+            });
+        }
+    }
+    script
+}
+
+/// How the drawn cell is to end.
+enum Ending {
+    /// Runs its steps to the end, then exits with this status (0: `ok`).
+    Exit(u8),
+    /// Cancelled this long after it was submitted, while it sleeps on.
+    Cancel(u64),
+    /// Times out after this long, while it sleeps on.
+    Timeout(u64),
+}
+
+fn draw_cell(
+    rng: &mut ChaCha8Rng,
+    index: u32,
+    python: bool,
+    names: &mut Vec<(bool, String)>,
+) -> CellSpec {
+    let label = format!("d{index}");
+    let mut steps = Vec::new();
+    for n in 0..rng.random_range(1..=6) {
+        steps.push(draw_step(rng, python, &label, n, names));
+    }
+    let ending = match rng.random_range(0..10) {
+        0 => Ending::Cancel(rng.random_range(50..1_500)),
+        1 => Ending::Timeout(rng.random_range(200..1_500)),
+        2..=4 => Ending::Exit([1, 2, 7, 42][rng.random_range(0..4)]),
+        _ => Ending::Exit(0),
+    };
+    let (expect, timeout_ms, cancel_after_ms) = match ending {
+        Ending::Exit(0) => (Expect::Ok, None, None),
+        Ending::Exit(code) => {
+            steps.push(Step::Exit { code });
+            (Expect::Exit(i32::from(code)), None, None)
+        }
+        // The model takes a cancel to land where the cell first blocks
+        // ([`crate::shell_model::play_cell`]): its only sleep is the last.
+        Ending::Cancel(after) => {
+            steps.retain(|s| !matches!(s, Step::Sleep { .. }));
+            steps.push(Step::Sleep { ms: 600_000 });
+            (Expect::Cancelled, None, Some(after))
+        }
+        Ending::Timeout(after) => {
+            steps.retain(|s| !matches!(s, Step::Sleep { .. }));
+            steps.push(Step::Sleep { ms: 600_000 });
+            (Expect::TimedOut, Some(after), None)
+        }
+    };
+    let spec = if python {
+        on(PY_KERNEL, py_cell(&label, steps, expect))
+    } else {
+        cell(&label, steps, expect)
+    };
+    CellSpec {
+        timeout_ms,
+        cancel_after_ms,
+        ..spec
+    }
+}
+
+/// A daemon or child lives for a moment (it ends before its cell, or just
+/// after) or for longer than any run (it is the kernel's to end).
+fn lifetime(rng: &mut ChaCha8Rng) -> u64 {
+    if rng.random_bool(0.6) {
+        rng.random_range(20..1_500)
+    } else {
+        600_000
+    }
+}
+
+fn draw_step(
+    rng: &mut ChaCha8Rng,
+    python: bool,
+    label: &str,
+    n: u32,
+    names: &mut Vec<(bool, String)>,
+) -> Step {
+    match rng.random_range(0..12) {
+        0..=2 => Step::Print {
+            stream: if rng.random_bool(0.3) {
+                Stream::Stderr
+            } else {
+                Stream::Stdout
+            },
+            text: format!("{label}.{n}\n"),
+        },
+        3 | 4 => Step::Sleep {
+            ms: rng.random_range(10..800),
+        },
+        5 => Step::SetsidDoubleForkDaemon {
+            sleep_ms: lifetime(rng),
+        },
+        6 => Step::EnvIDaemon {
+            sleep_ms: lifetime(rng),
+        },
+        7 => Step::SetpgidOrphan {
+            sleep_ms: lifetime(rng),
+        },
+        8 => Step::BackgroundChildHoldingStdout {
+            sleep_ms: rng.random_range(20..1_500),
+        },
+        9 => Step::ForkBurst {
+            count: rng.random_range(1..=4),
+        },
+        10 => {
+            // Bound here, read by a later cell of the same kernel.
+            let name = format!("tw_{label}_{n}");
+            names.push((python, name.clone()));
+            set_name(&name, &format!("{label} {n}"))
+        }
+        _ => {
+            let mine: Vec<&String> = names
+                .iter()
+                .filter(|(p, _)| *p == python)
+                .map(|(_, name)| name)
+                .collect();
+            match mine.is_empty() {
+                true => Step::Sleep {
+                    ms: rng.random_range(10..300),
+                },
+                false => print_name(mine[rng.random_range(0..mine.len())]),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_draws_the_same_script_every_time_and_seeds_differ() {
+        assert_eq!(script(7), script(7));
+        let distinct: std::collections::BTreeSet<String> =
+            (0..50).map(|s| format!("{:?}", script(s))).collect();
+        assert!(distinct.len() > 45, "{} distinct of 50", distinct.len());
+    }
+
+    /// Over many seeds the draws cover what the scenario is for: every
+    /// ending, both kernels, daemons that die first and ones that outlive
+    /// the run, names read back.
+    #[test]
+    fn the_draws_cover_every_ending_both_kernels_and_both_lifetimes() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..300 {
+            for action in script(seed) {
+                let Action::Run(c) = action else { continue };
+                seen.insert(match c.expect {
+                    Some(Expect::Exit(_)) => "ending Exit".to_owned(),
+                    other => format!("ending {other:?}"),
+                });
+                seen.insert(format!("kernel {:?}", c.kernel));
+                for step in &c.workload.steps {
+                    match step {
+                        Step::EnvIDaemon { sleep_ms }
+                        | Step::SetsidDoubleForkDaemon { sleep_ms }
+                        | Step::SetpgidOrphan { sleep_ms } => {
+                            seen.insert(format!("daemon long {}", *sleep_ms > 100_000));
+                        }
+                        Step::PrintName { .. } => {
+                            seen.insert("read".into());
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        for want in [
+            "kernel None",
+            "kernel Some(\"py\")",
+            "daemon long true",
+            "daemon long false",
+            "read",
+        ] {
+            assert!(seen.contains(want), "{want} never drawn: {seen:?}");
+        }
+        for ending in ["Some(Ok)", "Exit", "Some(Cancelled)", "Some(TimedOut)"] {
+            let want = format!("ending {ending}");
+            assert!(seen.contains(&want), "{want} never drawn: {seen:?}");
+        }
+    }
+}
