@@ -6,7 +6,8 @@
 //! of. Here a seed draws them: output on both streams around sleeps, a
 //! daemon or an orphan that dies before the main process or outlives the
 //! kernel, a background child still holding stdout at the exit, an exit
-//! status after all that, a cancel or a timeout in the middle of it, names
+//! status after all that, a cancel or a timeout in the middle of it (of a
+//! shell that ignores or traps TERM, an interpreter that ignores SIGINT), names
 //! bound in one cell and read in a later one, in a shell kernel and a
 //! Python one. The oracle judges them as any scenario's: what was printed
 //! and how each cell ended follow from its steps ([`crate::scenario`]'s
@@ -62,6 +63,7 @@ fn draw_cell(
     names: &mut Vec<(bool, String)>,
 ) -> CellSpec {
     let label = format!("d{index}");
+    let known = names.len();
     let mut steps = Vec::new();
     for n in 0..rng.random_range(1..=6) {
         steps.push(draw_step(rng, python, &label, n, names));
@@ -78,16 +80,16 @@ fn draw_cell(
             steps.push(Step::Exit { code });
             (Expect::Exit(i32::from(code)), None, None)
         }
-        // The model takes a cancel to land where the cell first blocks
-        // ([`crate::shell_model::play_cell`]): its only sleep is the last.
+        // What a stopped cell bound is not read later: a KILLed shell
+        // (TERM ignored) saves nothing, and says so, as it should.
         Ending::Cancel(after) => {
-            steps.retain(|s| !matches!(s, Step::Sleep { .. }));
-            steps.push(Step::Sleep { ms: 600_000 });
+            names.truncate(known);
+            stopped_by_the_kernel(rng, python, &mut steps);
             (Expect::Cancelled, None, Some(after))
         }
         Ending::Timeout(after) => {
-            steps.retain(|s| !matches!(s, Step::Sleep { .. }));
-            steps.push(Step::Sleep { ms: 600_000 });
+            names.truncate(known);
+            stopped_by_the_kernel(rng, python, &mut steps);
             (Expect::TimedOut, Some(after), None)
         }
     };
@@ -101,6 +103,31 @@ fn draw_cell(
         cancel_after_ms,
         ..spec
     }
+}
+
+/// A cell the kernel is to stop (a cancel, a timeout) blocks at its end
+/// for longer than any run, and may make the stop harder first: a shell
+/// that ignores TERM (KILL after the grace period) or traps it, an
+/// interpreter that ignores SIGINT (only killing it ends the cell, and its
+/// namespace goes with it). The model takes the stop to land where the
+/// cell first blocks ([`crate::shell_model::play_cell`]): that block is
+/// its only one.
+fn stopped_by_the_kernel(rng: &mut ChaCha8Rng, python: bool, steps: &mut Vec<Step>) {
+    steps.retain(|s| !matches!(s, Step::Sleep { .. } | Step::BusyLoop { .. }));
+    let hardening = match (python, rng.random_range(0..6)) {
+        (false, 0) => Some(Step::IgnoreTerm),
+        (false, 1) => Some(Step::TrapTerm { then: Vec::new() }),
+        (true, 0) => Some(Step::IgnoreInt),
+        _ => None,
+    };
+    if let Some(step) = hardening {
+        let at = rng.random_range(0..=steps.len());
+        steps.insert(at, step);
+    }
+    steps.push(match (python, rng.random_bool(0.3)) {
+        (false, true) => Step::BusyLoop { ms: None },
+        _ => Step::Sleep { ms: 600_000 },
+    });
 }
 
 /// A daemon or child lives for a moment (it ends before its cell, or just
@@ -144,8 +171,16 @@ fn draw_step(
         8 => Step::BackgroundChildHoldingStdout {
             sleep_ms: rng.random_range(20..1_500),
         },
-        9 => Step::ForkBurst {
-            count: rng.random_range(1..=4),
+        9 => match rng.random_range(0..3) {
+            0 => Step::ForkBurst {
+                count: rng.random_range(1..=4),
+            },
+            1 => Step::EnvIGrandchild {
+                sleep_ms: lifetime(rng),
+            },
+            _ => Step::BusyLoop {
+                ms: Some(rng.random_range(10..300)),
+            },
         },
         10 => {
             // Bound here, read by a later cell of the same kernel.

@@ -325,8 +325,18 @@ pub fn cell(
     // is no sign of a loss, even one that looks like a lost state's
     // output (reaper seed 103747: `a_read` ran in its kernel after a long
     // hold, printed `A`, and the client, which had given up, saw nothing).
-    let cut_short = matches!(outcome, Some(CellOutcome::Unknown { .. }))
-        && truth.stdout.starts_with(&seen.stdout());
+    // So is one the agent stopped mid-way (a cancel, a timeout, its shim
+    // killed: drawn seed 792, where what the cell printed before its shim
+    // was killed read like a lost state's output).
+    let stopped = match &outcome {
+        Some(CellOutcome::Unknown { .. } | CellOutcome::Cancelled | CellOutcome::TimedOut) => true,
+        Some(CellOutcome::Error { message }) => {
+            message == tether_core::agent::daemon::SHIM_DIED
+                || message == tether_core::agent::tombstone::STOPPED
+        }
+        _ => false,
+    };
+    let cut_short = stopped && truth.stdout.starts_with(&seen.stdout());
     let mut truth = truth;
     let shell_state_lost = truth.executions == 1
         && seen.stdout() != truth.stdout

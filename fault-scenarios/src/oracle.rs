@@ -6,7 +6,7 @@
 //! be tested on hand-made observations.
 
 use crate::faults::FaultSchedule;
-use crate::scenario::Scenario;
+use crate::scenario::{CellSpec, Scenario};
 use crate::swarm::Flaw;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -2113,8 +2113,12 @@ pub fn expectations(
         return Vec::new();
     }
     let mut v = Vec::new();
-    for (spec, cell) in scenario.cells().zip(&obs.cells) {
+    let cells: Vec<(&CellSpec, &CellObs)> = scenario.cells().zip(&obs.cells).collect();
+    for (i, &(spec, cell)) in cells.iter().enumerate() {
         let Some(expect) = spec.expect else { continue };
+        if names_evicted(obs, &cells[..i], spec, cell) {
+            continue;
+        }
         // A kernel death the client reported by the cell's end changes
         // what the cell can read, fault-free too where the world's daemon
         // idle timeout is short (python_bystander seed 102671: the daemon
@@ -2140,6 +2144,46 @@ pub fn expectations(
         }
     }
     v
+}
+
+/// The client's reaper evicted the cell's kernel (a shutdown it
+/// announces: the kernel cap, the idle timeout) after an earlier cell of
+/// it bound a name this cell reads, and before this cell's end: the name
+/// went with the kernel, as the eviction said.
+fn names_evicted(
+    obs: &Observations,
+    earlier: &[(&CellSpec, &CellObs)],
+    spec: &CellSpec,
+    cell: &CellObs,
+) -> bool {
+    let Some(kernel) = kernel_of(cell) else {
+        return false;
+    };
+    let read: Vec<&String> = spec
+        .workload
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            crate::workload::Step::PrintName { name } => Some(name),
+            _ => None,
+        })
+        .collect();
+    let bound_at = earlier
+        .iter()
+        .filter(|(s, c)| {
+            kernel_of(c) == Some(kernel)
+                && s.workload.steps.iter().any(|step| {
+                    matches!(step, crate::workload::Step::SetName { name, .. } if read.contains(&name))
+                })
+        })
+        .map(|(_, c)| c.started_ms)
+        .min();
+    let end = cell.delivered_ms();
+    bound_at.is_some_and(|bound| {
+        obs.evictions
+            .iter()
+            .any(|(at, k)| k == kernel && bound < *at && *at <= end)
+    })
 }
 
 /// The tool-call rules, on ground truth: each call answered at most once

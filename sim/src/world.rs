@@ -570,8 +570,14 @@ fn observe(
         // that cell's (full_disk seed 205: `after` in a kernel opened
         // again was taken for `drip` forking after its resolution).
         let own_until = key_own_until(log, &seen);
+        // Under a key a later cell took over, what lives at the end is
+        // that cell's (drawn seed 684: a kernel evicted and opened again
+        // numbers its cells from 1); one of this cell's that outlived its
+        // kernel's shutdown is a leak, which the leak checks judge.
         let mut alive_at_end = match (&sandbox.snapshot, &cell_key) {
-            (Some(snap), Some(key)) => snap.get(key).cloned().unwrap_or_default(),
+            (Some(snap), Some(key)) if own_until == u64::MAX => {
+                snap.get(key).cloned().unwrap_or_default()
+            }
             _ => Vec::new(),
         };
         if spec.lang == Lang::Python {

@@ -42,6 +42,8 @@ pub(crate) struct FakeOs {
     /// Appends and signals in the order they were made, for tests of what
     /// comes first: `append PATH`, `signal PID SIGNAL`.
     acts: Vec<String>,
+    /// How long starting a cell's shim takes (the clock moves on by it).
+    launch_ms: u64,
 }
 
 fn proc_(pid: Pid, ppid: Pid, pgid: Pid) -> ProcInfo {
@@ -216,6 +218,7 @@ impl Os for FakeOs {
     fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
         let pid = 60 + 20 * Pid::try_from(self.launches.len()).unwrap();
         self.launches.push(launch.clone());
+        self.now += self.launch_ms;
         self.add(proc_(pid, self.me, self.me));
         Ok(pid)
     }
@@ -822,6 +825,38 @@ fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {
         os.files.insert(cell.cancel(), b"cancel\n".to_vec());
     }
     k.dir().to_owned()
+}
+
+/// A cell's timeout counts from its launch, not from the start of the
+/// tick that launched it: a tick slow before the launch (a filesystem
+/// call held up, a preempted process) would cut the timeout short (drawn
+/// seed 262: 372 ms of a 442 ms timeout).
+#[test]
+fn a_cells_timeout_counts_from_its_launch_not_from_the_ticks_start() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let cell = KernelLayout::new(&dir).cell(CellSeq(1));
+    let sub = Submission {
+        request_id: RequestId("r1".into()),
+        seq: CellSeq(1),
+        code: Bytes(b"sleep 9".to_vec()),
+        timeout_ms: Some(500),
+    };
+    os.files.insert(cell.submission(), to_json(&sub));
+    os.launch_ms = 200;
+    let mut d = Daemon::new(&dir, "n1");
+    os.now = 1_000;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 1);
+    assert_eq!(os.now, 1_200, "launched at 1,200");
+    started_main(&mut os, &cell);
+    os.now = 1_650;
+    let _ = d.tick(&mut os);
+    assert!(!os.exists(&cell.cancel()), "450 ms after its launch");
+    assert!(os.signals.is_empty(), "{:?}", os.signals);
+    os.now = 1_700;
+    let _ = d.tick(&mut os);
+    assert!(os.exists(&cell.cancel()), "500 ms after its launch");
 }
 
 /// As [`kernel_with_submission`], for a Python kernel.
