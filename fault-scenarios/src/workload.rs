@@ -940,12 +940,15 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
         Step::BackgroundChildHoldingStdout { sleep_ms } => {
             vec![format!("_tw_bg = _tw_sp.Popen(['sleep', '{}'])", secs(*sleep_ms))]
         }
+        // Assigned: a call's value as a cell's last statement would be
+        // echoed, as the kernel echoes a last expression (live drawn seed
+        // 1016 printed "0").
         Step::SetsidDoubleForkDaemon { sleep_ms } => vec![format!(
-            "_tw_sp.call(['setsid', 'sh', '-c', '(sleep {} &)'])",
+            "_tw_rc = _tw_sp.call(['setsid', 'sh', '-c', '(sleep {} &)'])",
             secs(*sleep_ms)
         )],
         Step::EnvIDaemon { sleep_ms } => vec![format!(
-            "_tw_sp.call(['setsid', 'env', '-i', 'PATH=/usr/bin:/bin', 'sh', '-c', 'sleep {} </dev/null >/dev/null 2>&1 &'])",
+            "_tw_rc = _tw_sp.call(['setsid', 'env', '-i', 'PATH=/usr/bin:/bin', 'sh', '-c', 'sleep {} </dev/null >/dev/null 2>&1 &'])",
             secs(*sleep_ms)
         )],
         Step::EnvIGrandchild { sleep_ms } => vec![format!(
@@ -953,7 +956,7 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
             py_str(&env_i_sleep(*sleep_ms))
         )],
         Step::SetpgidOrphan { sleep_ms } => vec![format!(
-            "_tw_sp.call(['sh', '-c', \"(perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} &)\"])",
+            "_tw_rc = _tw_sp.call(['sh', '-c', \"(perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} &)\"])",
             secs(*sleep_ms)
         )],
         Step::SetExitTrap { text } => vec![
