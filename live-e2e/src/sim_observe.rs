@@ -339,7 +339,7 @@ pub(crate) async fn shims(ctx: &Ctx<'_>) -> Shims {
         .collect();
     let interpreters = table
         .iter()
-        .filter(|p| !p.is_zombie() && all.contains(&p.ppid) && p.args.starts_with("python3"))
+        .filter(|p| !p.is_zombie() && all.contains(&p.ppid) && runs_python3(&p.args))
         .map(|p| p.pid)
         .collect();
     Shims {
@@ -359,6 +359,14 @@ fn serves(root: &str, cmdline: &str, key: &CellKey, python: bool) -> bool {
         .match_indices(&cell)
         .any(|(at, _)| !cmdline[at + cell.len()..].starts_with(|c: char| c.is_ascii_digit()));
     names_cell || (python && cmdline.contains(&kernel) && cmdline.contains("\"lang\":\"python\""))
+}
+
+/// Is the command line `python3`'s, by whatever path it was found (a
+/// pyenv machine runs `/root/.pyenv/versions/3.11.7/bin/python3`)?
+fn runs_python3(args: &str) -> bool {
+    args.split_whitespace()
+        .next()
+        .is_some_and(|program| program.rsplit('/').next() == Some("python3"))
 }
 
 fn is_shim(ctx: &Ctx<'_>, p: &Proc) -> bool {
@@ -487,7 +495,7 @@ fn observe_interpreters(ctx: &Ctx<'_>, procs: &[Proc], now: u64, ran: Option<&Ra
             .find_map(|s| {
                 procs
                     .iter()
-                    .find(|p| p.ppid == s.pid && !p.is_zombie() && p.args.contains("python3"))
+                    .find(|p| p.ppid == s.pid && !p.is_zombie() && runs_python3(&p.args))
             })
             .map(|p| p.pid);
         let before = log.interpreters.insert(k.clone(), interp).flatten();
