@@ -785,7 +785,17 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
                 .iter()
                 .any(|cmdline| serves(&ctx.root, cmdline, key, spec.lang == Lang::Python))
         });
-        let spared = !leftovers_may_end && !seen.cancel_requested && !own_shim_killed;
+        // Nor may a cell's leftovers outlive a kernel death under them:
+        // live, `kill_daemon` kills every daemon of the sandbox, and what a
+        // dead daemon's kernel left is ended by the next op or daemon that
+        // finds it dead (a Python kernel's interpreter with what it holds:
+        // the simulation's `ended_as_its_daemons_orphan`; python_bystander
+        // seed 2006 live).
+        let orphaned = log
+            .kernel_deaths
+            .iter()
+            .any(|&(at, _)| seen.started_at.is_some_and(|started| started <= at));
+        let spared = !leftovers_may_end && !orphaned && !seen.cancel_requested && !own_shim_killed;
         for t in live.leftovers_gone.iter().filter(|_| spared) {
             collateral.push(format!(
                 "leftover `sleep {t}` of {} (a cell nobody cancelled) is gone",
