@@ -2159,22 +2159,11 @@ fn names_evicted(
     let Some(kernel) = kernel_of(cell) else {
         return false;
     };
-    let read: Vec<&String> = spec
-        .workload
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            crate::workload::Step::PrintName { name } => Some(name),
-            _ => None,
-        })
-        .collect();
+    let read: Vec<&String> = spec.reads().collect();
     let bound_at = earlier
         .iter()
         .filter(|(s, c)| {
-            kernel_of(c) == Some(kernel)
-                && s.workload.steps.iter().any(|step| {
-                    matches!(step, crate::workload::Step::SetName { name, .. } if read.contains(&name))
-                })
+            kernel_of(c) == Some(kernel) && s.binds().any(|(name, _)| read.contains(&name))
         })
         .map(|(_, c)| c.started_ms)
         .min();

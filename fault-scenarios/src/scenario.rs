@@ -119,7 +119,7 @@ impl CellSpec {
 
     /// The names the cell binds in its kernel's namespace (Python kernels
     /// keep them for later cells).
-    fn binds(&self) -> impl Iterator<Item = (&String, &String)> {
+    pub(crate) fn binds(&self) -> impl Iterator<Item = (&String, &String)> {
         self.workload.steps.iter().filter_map(|s| match s {
             Step::SetName { name, value } => Some((name, value)),
             _ => None,
@@ -129,10 +129,15 @@ impl CellSpec {
     /// Does the cell print a name (so it tells whether its kernel's
     /// namespace survived)?
     pub fn reads_names(&self) -> bool {
-        self.workload
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::PrintName { .. }))
+        self.reads().next().is_some()
+    }
+
+    /// The names the cell prints.
+    pub(crate) fn reads(&self) -> impl Iterator<Item = &String> {
+        self.workload.steps.iter().filter_map(|s| match s {
+            Step::PrintName { name } => Some(name),
+            _ => None,
+        })
     }
 }
 
