@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
-use tether_core::agent::daemon::{Daemon, DaemonStep};
+use tether_core::agent::daemon::{Daemon, DaemonStep, ExitCause};
 use tether_core::agent::journal;
 use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::op::OpRun;
@@ -406,7 +406,8 @@ impl Sandbox {
             let Some(run) = self.daemons.get_mut(&pid) else {
                 continue;
             };
-            let began_exit = run.logic.as_ref().is_some_and(Daemon::is_exiting) && !run.exiting;
+            let cause = run.logic.as_ref().and_then(Daemon::exit_cause);
+            let began_exit = cause.is_some() && !run.exiting;
             run.exiting |= began_exit;
             let kernel_dir = run.kernel_dir.clone();
             let stopped = run.stopped;
@@ -439,16 +440,22 @@ impl Sandbox {
             }
             if began_exit {
                 self.exiting_daemons.insert(pid);
-                if !self.is_shut(&kernel_name(&kernel_dir))
-                    && !stopped
-                    && self.os.exists(&KernelLayout::new(&kernel_dir).config())
-                {
-                    // It chose to go (idle), while its kernel is in use:
-                    // not a death the client could have caused or foreseen.
+                let chosen = match cause {
+                    Some(ExitCause::Idle) => Some("idle"),
+                    Some(ExitCause::ConfigUnreadable) => Some("unable to read its config"),
+                    _ => None,
+                };
+                if let Some(why) = chosen.filter(|_| !self.is_shut(&kernel_name(&kernel_dir))) {
+                    // It chose to go, while its kernel is in use (its
+                    // config there): not a death the client could have
+                    // caused or foreseen. A daemon that found its kernel
+                    // removed goes by design, even when a successor made
+                    // the kernel again before this tick ended (drawn
+                    // seed 100144: a tick preempted across the removal).
                     self.self_exits.push((now_ms, pid));
                     self.note_lossy(
                         Some(&kernel_name(&kernel_dir)),
-                        format!("its daemon {pid} exited idle"),
+                        format!("its daemon {pid} exited {why}"),
                     );
                     let name = kernel_name(&kernel_dir);
                     for (seq, taken) in self.unfinished_cells(&kernel_dir) {

@@ -185,7 +185,11 @@ pub struct Daemon {
     handled: BTreeSet<CellSeq>,
     cells: BTreeMap<CellSeq, Track>,
     idle_since: Timestamp,
+    /// Set once the daemon decided to exit: until when its exit sweep may
+    /// go on.
     exiting: Option<Timestamp>,
+    /// Why it decided (see [`Daemon::exit_cause`]).
+    exit_cause: Option<ExitCause>,
     /// The Python interpreter's shim, once started.
     py: Option<(Pid, u64)>,
     /// Told to stop (SIGTERM), and when.
@@ -200,6 +204,19 @@ pub struct Daemon {
     /// tick, and until then the daemon is not idle (reaper seed 102301: an
     /// idle exit with such a cell left it unfinished, the kernel lost).
     untaken: bool,
+}
+
+/// Why a daemon decided to exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitCause {
+    /// Idle for the kernel's idle timeout, its exit announced.
+    Idle,
+    /// Its kernel's config is gone: shut down, or its directory removed.
+    KernelRemoved,
+    /// Its kernel's config is there but could not be read.
+    ConfigUnreadable,
+    /// Told to stop (SIGTERM).
+    Stopped,
 }
 
 /// A stop in progress (see the module doc).
@@ -221,6 +238,7 @@ impl Daemon {
             cells: BTreeMap::new(),
             idle_since: Timestamp::ZERO,
             exiting: None,
+            exit_cause: None,
             py: None,
             stop: None,
             py_gone_seen: None,
@@ -235,6 +253,7 @@ impl Daemon {
         #[cfg(feature = "mutations")]
         if crate::mutation::active(crate::mutation::Mutation::DaemonExitsAtTerm) {
             // The planted bug: an exit sweep already over, nothing killed.
+            self.begin_exit(now, ExitCause::Stopped);
             self.exiting = Some(now);
             self.cells.clear();
             return;
@@ -256,7 +275,22 @@ impl Daemon {
     /// stopped): what it signals from now on is its exit sweep, not a
     /// cancel.
     pub fn is_exiting(&self) -> bool {
-        self.exiting.is_some() || self.stop.is_some()
+        self.exit_cause().is_some()
+    }
+
+    /// Why the daemon exits, once it decided to: a host tells an exit the
+    /// agent chose while its kernel was still in use ([`ExitCause::Idle`],
+    /// [`ExitCause::ConfigUnreadable`]) from one it was told to make.
+    pub fn exit_cause(&self) -> Option<ExitCause> {
+        if self.stop.is_some() {
+            return Some(ExitCause::Stopped);
+        }
+        self.exit_cause
+    }
+
+    fn begin_exit(&mut self, now: Timestamp, cause: ExitCause) {
+        self.exiting = Some(now + EXIT_BOUND);
+        self.exit_cause = Some(cause);
     }
 
     /// One step; see the module doc.
@@ -275,12 +309,13 @@ impl Daemon {
                     self.idle_since = now;
                     self.adopt_existing(os);
                 }
-                _ => self.exiting = Some(now + EXIT_BOUND),
+                Ok(None) => self.begin_exit(now, ExitCause::KernelRemoved),
+                Err(_) => self.begin_exit(now, ExitCause::ConfigUnreadable),
             }
         }
         if self.exiting.is_none() && !os.exists(&self.kernel.config()) {
             // Shut down or removed under us.
-            self.exiting = Some(now + EXIT_BOUND);
+            self.begin_exit(now, ExitCause::KernelRemoved);
         }
         if self.stop.is_some() && self.exiting.is_none() {
             return self.stop_step(os, now);
@@ -318,7 +353,7 @@ impl Daemon {
         let idle = Duration::from_millis(self.config.as_ref().map_or(0, |c| c.idle_timeout_ms));
         if now >= self.idle_since + idle {
             if self.announce_idle_exit(os) {
-                self.exiting = Some(now + EXIT_BOUND);
+                self.begin_exit(now, ExitCause::Idle);
                 return self.exit_sweep(os, now, now + EXIT_BOUND);
             }
             self.idle_since = now;
@@ -1220,7 +1255,7 @@ impl Daemon {
                 next_wake: (now + TICK).min(stop.since + self.grace()),
             };
         }
-        self.exiting = Some(now + EXIT_BOUND);
+        self.begin_exit(now, ExitCause::Stopped);
         let step = self.exit_sweep(os, now, now + EXIT_BOUND);
         if step == DaemonStep::Exit {
             self.close_stopped(os);

@@ -1,6 +1,6 @@
 //! The agent's pure decisions against a tiny in-memory [`Os`].
 
-use super::daemon::{Daemon, DaemonStep, KILL_BOUND};
+use super::daemon::{Daemon, DaemonStep, ExitCause, KILL_BOUND};
 use super::journal::{self, JournalWriter};
 use super::kernel::{check_identity, to_json, KernelConfig};
 use super::layout::{KernelLayout, Layout};
@@ -2319,6 +2319,41 @@ fn a_late_spawn_of_a_daemon_whose_directory_was_removed_starts_nothing() {
     // The client's next daemon, under a new nonce, starts.
     assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
     assert!(os.procs.contains_key(&50));
+}
+
+#[test]
+fn a_daemon_says_why_it_exits() {
+    // A host judges an exit the daemon chose while its kernel was in use
+    // as a death the agent caused; one it was told to make is not (drawn
+    // seed 100144: a daemon that found its kernel removed, taken for an
+    // idle one because a successor made the kernel again meanwhile).
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    let mut idle = Daemon::new("/r/kernels/k", "n1");
+    assert!(matches!(idle.tick(&mut os), DaemonStep::Continue { .. }));
+    assert_eq!(idle.exit_cause(), None, "a fresh daemon stays");
+    os.now += 3_600_000;
+    assert!(tick_until_exit(&mut idle, &mut os));
+    assert_eq!(idle.exit_cause(), Some(ExitCause::Idle));
+
+    let mut stopped = Daemon::new("/r/kernels/k", "n1");
+    assert!(matches!(stopped.tick(&mut os), DaemonStep::Continue { .. }));
+    stopped.terminate(os.now());
+    assert!(tick_until_exit(&mut stopped, &mut os));
+    assert_eq!(stopped.exit_cause(), Some(ExitCause::Stopped));
+
+    let mut removed = Daemon::new("/r/kernels/k", "n1");
+    assert!(matches!(removed.tick(&mut os), DaemonStep::Continue { .. }));
+    os.remove_all("/r/kernels/k").unwrap();
+    assert!(tick_until_exit(&mut removed, &mut os));
+    assert_eq!(removed.exit_cause(), Some(ExitCause::KernelRemoved));
+
+    let mut unreadable = Daemon::new("/r/kernels/k", "n1");
+    os.create_dir_all("/r/kernels/k").unwrap();
+    os.write_atomic("/r/kernels/k/config.json", b"{ torn")
+        .unwrap();
+    assert!(tick_until_exit(&mut unreadable, &mut os));
+    assert_eq!(unreadable.exit_cause(), Some(ExitCause::ConfigUnreadable));
 }
 
 #[test]
