@@ -42,6 +42,7 @@
 //!         Op::Spawn { nonce, .. } => Reply::Spawned {
 //!             identity: Identity { boot_id: "b".into(), pid: 42, starttime: 7, nonce: nonce.clone() },
 //!             fresh: true,
+//!             ran_before: 0,
 //!         },
 //!         Op::Submit { submission, .. } => Reply::Submitted {
 //!             acceptance: Acceptance::Accepted,

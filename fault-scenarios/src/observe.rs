@@ -77,13 +77,28 @@ impl CellSeen {
 /// (`ShimCore::finish_python`).
 const LOSS_NOTE: &str = "the kernel's namespace is lost";
 
+/// Whose records a client process works from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Frontend {
+    /// The script's own: every cell but a
+    /// [`crate::scenario::CellSpec::second_client`] one.
+    #[default]
+    First,
+    /// A second frontend beside it, with records of its own (another
+    /// state directory) on the same sandbox and kernels.
+    Second,
+}
+
 /// Everything the client saw.
 #[derive(Clone, Debug, Default)]
 pub struct ClientLog {
     /// Per cell label.
     pub cells: BTreeMap<String, CellSeen>,
-    /// Key → label.
-    pub labels: BTreeMap<CellKey, String>,
+    /// (frontend, key) → label: two frontends' records number their
+    /// cells on their own (a number one was refused is the other's).
+    pub labels: BTreeMap<(Frontend, CellKey), String>,
+    /// The frontend whose call is under way: its events are its cells'.
+    pub frontend: Frontend,
     /// The label of the cell being run.
     pub current: Option<String>,
     /// (name, start ms, end ms) of each call.
@@ -125,6 +140,10 @@ pub struct ClientLog {
     pub unkillable: Vec<(u64, CellKey, Vec<u32>)>,
     /// When a client process crashed (ms).
     pub crashes: Vec<u64>,
+    /// Cells refused because another client record had run the kernel
+    /// past the number the cell was sent under (a second frontend), and
+    /// when; the script ran each again.
+    pub refused_behind: Vec<(String, u64)>,
 }
 
 impl ClientLog {
@@ -139,7 +158,7 @@ impl ClientLog {
     /// acceptance before it (fail_open seed 200519: `plain_after`, refused
     /// with the fallback off, got `plain_hello`'s key `sim#1`).
     fn label_of(&mut self, key: &CellKey) -> Option<String> {
-        let Some(l) = self.labels.get(key).cloned() else {
+        let Some(l) = self.labels.get(&(self.frontend, key.clone())).cloned() else {
             return self.claim(key);
         };
         let resolved = self.cells.get(&l).is_some_and(|c| {
@@ -161,7 +180,8 @@ impl ClientLog {
         if self.cells.get(&current).is_some_and(|c| c.key.is_some()) {
             return None;
         }
-        self.labels.insert(key.clone(), current.clone());
+        self.labels
+            .insert((self.frontend, key.clone()), current.clone());
         self.cells.entry(current.clone()).or_default().key = Some(key.clone());
         Some(current)
     }
@@ -258,6 +278,29 @@ impl ClientLog {
         }
     }
 
+    /// Does the script run `label` again after `outcome`? Once, when the
+    /// outcome is a refusal that asks for it ([`tether_core::client::asks_to_run_again`]).
+    pub fn to_run_again(&self, label: &str, outcome: &CellOutcome) -> bool {
+        tether_core::client::asks_to_run_again(outcome)
+            && !self.refused_behind.iter().any(|(l, _)| l == label)
+    }
+
+    /// The cell `label` was refused because another client record had
+    /// run its kernel further (its refusal, the last resolution): it is
+    /// run again, as the refusal asks, and judged by that run. The
+    /// refusal's key named no cell of its own; the run names the next.
+    pub fn refused_behind(&mut self, label: &str, now_ms: u64) {
+        self.refused_behind.push((label.to_owned(), now_ms));
+        if let Some(seen) = self.cells.get_mut(label) {
+            seen.resolutions.pop();
+            if seen.resolutions.is_empty() {
+                seen.resolved_at = None;
+                seen.last_resolved_at = None;
+            }
+            seen.key = None;
+        }
+    }
+
     /// The cell the script was running when its client crashed, and how
     /// long after its acceptance the script means to cancel it (its
     /// `cancel_after_ms`), for the canceller of a resume.
@@ -305,6 +348,25 @@ pub fn without_lines(stdout: Vec<u8>, lines: &[String]) -> Vec<u8> {
 /// kept (`tether_core::agent::shell::promote_state`).
 const NOT_KEPT_NOTE: &str = "was not kept";
 
+/// A cell the agent ended before its end: a cancel, a timeout, its shim
+/// (shell or Python) killed from outside (the daemon ends the cell as a
+/// cancel does before it resolves it), or its kernel's stop (a daemon
+/// that got SIGTERM resolves its unfinished cells once its exit sweep is
+/// over). Each resolves only once the cell's processes are gone, and
+/// what it printed may stop anywhere.
+pub fn ended_by_the_agent(outcome: &CellOutcome) -> bool {
+    use tether_core::agent::{daemon, python, tombstone};
+    match outcome {
+        CellOutcome::Cancelled | CellOutcome::TimedOut => true,
+        CellOutcome::Error { message } => {
+            *message == daemon::SHIM_DIED
+                || *message == tombstone::STOPPED
+                || python::died(None, python::SHIM_DIED) == *outcome
+        }
+        _ => false,
+    }
+}
+
 /// The oracle's view of `spec`: what the client saw of it (from `log`)
 /// and the sandbox's `truth`.
 pub fn cell(
@@ -328,14 +390,9 @@ pub fn cell(
     // So is one the agent stopped mid-way (a cancel, a timeout, its shim
     // killed: drawn seed 792, where what the cell printed before its shim
     // was killed read like a lost state's output).
-    let stopped = match &outcome {
-        Some(CellOutcome::Unknown { .. } | CellOutcome::Cancelled | CellOutcome::TimedOut) => true,
-        Some(CellOutcome::Error { message }) => {
-            message == tether_core::agent::daemon::SHIM_DIED
-                || message == tether_core::agent::tombstone::STOPPED
-        }
-        _ => false,
-    };
+    let stopped = outcome
+        .as_ref()
+        .is_some_and(|o| matches!(o, CellOutcome::Unknown { .. }) || ended_by_the_agent(o));
     let cut_short = stopped && truth.stdout.starts_with(&seen.stdout());
     let mut truth = truth;
     let shell_state_lost = truth.executions == 1
@@ -365,6 +422,7 @@ pub fn cell(
         // the script started the cell.
         .map_or((seen.started_at.unwrap_or(0), None), |(_, s, e)| (*s, *e));
     CellObs {
+        second_client: spec.second_client,
         label: spec.label.clone(),
         key: seen.key.as_ref().map(ToString::to_string),
         python: spec.lang == Lang::Python,
@@ -506,11 +564,14 @@ pub fn unreported_replacements(
         if replaced.is_some() {
             continue;
         }
+        // The daemon the report is about was ready before it: a second
+        // frontend's fresh daemon, ready in the step that says the state
+        // it never saw is gone, is not it (two_clients seed 671).
         let Some((ready_at, pid, _)) = log
             .ready
             .iter()
             .rev()
-            .find(|(t, _, k)| k == kernel && t <= at)
+            .find(|(t, _, k)| k == kernel && t < at)
         else {
             continue;
         };
@@ -653,6 +714,7 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
         leaked_records: log.records_left.clone(),
         finished: log.finished,
         harness_errors: log.errors.clone(),
+        second_frontend: log.labels.keys().any(|(f, _)| *f == Frontend::Second),
         ..Observations::default()
     }
 }
@@ -723,7 +785,7 @@ mod tests {
         log.on_event(20, &refused(key("sim", 1)));
         assert_eq!(log.cells["first"].resolutions.len(), 1);
         assert_eq!(log.cells["again"].resolutions.len(), 1);
-        assert_eq!(log.labels[&key("sim", 1)], "again");
+        assert_eq!(log.labels[&(Frontend::First, key("sim", 1))], "again");
     }
 
     /// reaper seed 100736 and four more: `a_read`, written off as unknown

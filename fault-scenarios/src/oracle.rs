@@ -11,8 +11,6 @@ use crate::swarm::Flaw;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
-use tether_core::agent::daemon::SHIM_DIED;
-use tether_core::agent::python;
 use tether_core::agent::tombstone::STOPPED;
 use tether_core::protocol::calls::{MAX_ARGS, MAX_CALLS, MAX_NAME};
 use tether_core::protocol::CellOutcome;
@@ -31,6 +29,12 @@ mod escalation;
 /// What happened to one scripted cell.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CellObs {
+    /// Run by the second frontend ([`crate::scenario::CellSpec::second_client`]).
+    /// A kernel it first met on a sandbox with no trace of its past (a
+    /// replaced sandbox, its directories removed) is new to it: only the
+    /// frontend that knew the daemon can say its state was lost, and it
+    /// says so at its own next call.
+    pub second_client: bool,
     /// The scenario's name for the cell (unique in a run).
     pub label: String,
     /// The client's key for it (`kernel#seq`), once accepted.
@@ -273,6 +277,10 @@ pub struct Observations {
     /// was to fail open (`None`: a sound sandbox, or one the host cannot
     /// say about).
     pub flawed: Option<Flawed>,
+    /// A second frontend with records of its own drove a kernel too: a
+    /// number one of them sent may be the other's, and a cell refused for
+    /// it (asking to be run again: nothing ran) is no flaw.
+    pub second_frontend: bool,
     /// The background logs of the kernels whose cells print after they
     /// resolved, read at the end of the script.
     pub background: Vec<BackgroundObs>,
@@ -1586,6 +1594,14 @@ fn check_kernels_start(obs: &Observations, v: &mut Vec<Violation>) {
             }
             _ => continue,
         };
+        if obs.second_frontend
+            && cell
+                .outcome
+                .as_ref()
+                .is_some_and(tether_core::client::asks_to_run_again)
+        {
+            continue;
+        }
         v.push(Violation::NeedlessRefusal {
             cell: cell.label.clone(),
             detail: format!("resolved {refusal:?}, {FLAWLESS}"),
@@ -1870,7 +1886,8 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
             let reported = evicted
                 || noted
                 || notes.iter().any(|&r| r <= end)
-                || obs.state_lost_reports.iter().any(|&r| r <= end);
+                || obs.state_lost_reports.iter().any(|&r| r <= end)
+                || cell.second_client && !obs.state_lost_reports.is_empty();
             if !died {
                 v.push(Violation::NamespaceLost {
                     cell: cell.label.clone(),
@@ -1939,7 +1956,8 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
             .filter(|c| kernel.is_none() || kernel_of(c).is_none() || kernel_of(c) == kernel)
             .collect();
         let death_reported = first_death.is_some_and(|d| {
-            d <= end && obs.state_lost_reports.iter().any(|&r| r >= d && r <= end)
+            let by = if cell.second_client { u64::MAX } else { end };
+            d <= end && obs.state_lost_reports.iter().any(|&r| r >= d && r <= by)
         });
         let noted = cell.state_not_kept_noted || earlier.iter().any(|c| c.state_not_kept_noted);
         let unfinished = earlier.iter().any(|c| {
@@ -2033,25 +2051,11 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
             detail: format!("resolved {} times", cell.resolutions),
         });
     }
-    let python_shim_died = match python::died(None, python::SHIM_DIED) {
-        CellOutcome::Error { message } => Some(message),
-        _ => None,
-    };
-    // Ended by the agent: a cancel, a timeout, a shim killed from outside
-    // (the daemon ends the cell as a cancel does before it resolves it), or
-    // its kernel's stop (a daemon that got SIGTERM resolves its unfinished
-    // cells once its exit sweep is over). Each resolves only once the
-    // cell's processes are gone.
-    let stopped = match &cell.outcome {
-        Some(CellOutcome::Cancelled) => cell.cancel_requested,
-        Some(CellOutcome::TimedOut) => true,
-        Some(CellOutcome::Error { message }) => {
-            *message == SHIM_DIED
-                || *message == STOPPED
-                || Some(message) == python_shim_died.as_ref()
-        }
-        _ => false,
-    };
+    // A cancel the client asked for, or any other end the agent made.
+    let stopped = cell.outcome.as_ref().is_some_and(|o| {
+        crate::observe::ended_by_the_agent(o)
+            && (*o != CellOutcome::Cancelled || cell.cancel_requested)
+    });
     if let Some(at_ms) = cell.truth.died_after_resolution.filter(|_| stopped) {
         v.push(Violation::CancelResolvedEarly {
             cell: name.clone(),
@@ -2947,6 +2951,19 @@ mod tests {
             reason: format!("{}: Io: torn", tether_core::client::JOURNAL_UNREADABLE),
         });
         assert_eq!(kinds(&check(&unreadable)), ["needless_refusal"]);
+        // Behind a second frontend that took the cell's number: nothing
+        // ran, and the refusal asks for the cell again.
+        let mut behind = refused.clone();
+        behind.cells[0].outcome = Some(CellOutcome::Error {
+            message: format!(
+                "{}: kernel sim already ran cells up to 3 under another client's record: nothing ran; {} (Conflict)",
+                tether_core::client::CELL_REFUSED,
+                tether_core::client::RUN_AGAIN
+            ),
+        });
+        assert_eq!(kinds(&check(&behind)), ["needless_refusal"]);
+        behind.second_frontend = true;
+        assert_eq!(kinds(&check(&behind)), Vec::<&str>::new());
         // The user's own error is not a refusal.
         let mut own = refused.clone();
         own.cells[0].outcome = Some(CellOutcome::Error {

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use tether_core::protocol::{CellOutcome, Lang, Stream};
 
 /// One scripted cell.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CellSpec {
     /// Unique in the scenario; also the cell's side-effect file name.
     pub label: String,
@@ -34,6 +34,33 @@ pub struct CellSpec {
     pub bystander: bool,
     /// The language of its kernel (the first cell of a kernel opens it).
     pub lang: Lang,
+    /// Run by a second frontend (an agent framework beside the CLI, a
+    /// second state directory) with records of its own: its first cell on
+    /// a kernel the first frontend drove, and the first frontend's next
+    /// one after it, are refused and say how far the kernel is; the script
+    /// runs a refused cell again, as the refusal asks.
+    pub second_client: bool,
+}
+
+/// As derived, but `second_client` only when set: the debug text is what
+/// a race file's script digest hashes ([`crate::race::script_digest`]),
+/// and the field's arrival must not make every saved race stale.
+impl std::fmt::Debug for CellSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("CellSpec");
+        d.field("label", &self.label)
+            .field("workload", &self.workload)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("cancel_after_ms", &self.cancel_after_ms)
+            .field("expect", &self.expect)
+            .field("kernel", &self.kernel)
+            .field("bystander", &self.bystander)
+            .field("lang", &self.lang);
+        if self.second_client {
+            d.field("second_client", &self.second_client);
+        }
+        d.finish()
+    }
 }
 
 /// A class of outcomes.
@@ -342,6 +369,7 @@ pub(crate) fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
         kernel: None,
         bystander: false,
         lang: Lang::Shell,
+        second_client: false,
     }
 }
 
@@ -356,6 +384,14 @@ pub(crate) fn py_cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec
 pub(crate) fn on(kernel: &str, c: CellSpec) -> CellSpec {
     CellSpec {
         kernel: Some(kernel.into()),
+        ..c
+    }
+}
+
+/// `c`, run by the second frontend ([`CellSpec::second_client`]).
+fn second(c: CellSpec) -> CellSpec {
+    CellSpec {
+        second_client: true,
         ..c
     }
 }
@@ -886,6 +922,32 @@ pub fn all() -> Vec<Scenario> {
                     Expect::Ok,
                 )),
                 Action::Run(cell("exit", vec![Step::Exit { code: 3 }], Expect::Exit(3))),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(all_faults.clone()),
+            init_reaps: true,
+            fails_open: false,
+            draws: None,
+        },
+        Scenario {
+            name: "two_clients",
+            about: "two frontends with records of their own (a CLI and an agent framework, two state directories) take turns on one kernel: the first cell of each after the other ran (a number whose cell is gone, or one whose cell is there) is refused and says how far the kernel is, nothing of it ran, and run again it sees what the other's cells left",
+            script: vec![
+                Action::Run(cell(
+                    "a_set",
+                    vec![set_name("x", "one"), print("a\n")],
+                    Expect::Ok,
+                )),
+                // Its submit acknowledges a_set, whose directory goes: the
+                // second frontend's first number is then used but empty.
+                Action::Run(cell("a_more", vec![print("more\n")], Expect::Ok)),
+                Action::Run(second(cell(
+                    "b_read",
+                    vec![print_name("x"), set_name("y", "two")],
+                    Expect::Ok,
+                ))),
+                Action::Run(cell("a_read", vec![print_name("y")], Expect::Ok)),
+                Action::Run(second(cell("b_again", vec![print("b\n")], Expect::Ok))),
             ],
             fixed: FaultSchedule::empty(),
             space: space(all_faults.clone()),

@@ -48,6 +48,8 @@ pub fn timing(c: &mut Config) {
     c.fallback_limit = Duration::from_secs(30);
 }
 
+pub use crate::observe::Frontend;
+
 /// What the script needs from the host it runs on.
 pub trait Host {
     /// Milliseconds since the run began.
@@ -58,11 +60,13 @@ pub trait Host {
     fn log(&self) -> RefMut<'_, ClientLog>;
     /// The scenario being run.
     fn scenario(&self) -> &Scenario;
-    /// A client process (number `incarnation`, 0 first): a fresh driver
-    /// over the host's transport sharing the records of the ones before.
-    fn new_client(&self, incarnation: u64) -> Driver;
-    /// The records the client processes share (they outlive a crash).
-    fn records(&self) -> Vec<KernelRecord>;
+    /// A client process of `frontend` (number `incarnation`, 0 first): a
+    /// fresh driver over the host's transport sharing the records of that
+    /// frontend's processes before it.
+    fn new_client(&self, incarnation: u64, frontend: Frontend) -> Driver;
+    /// The records `frontend`'s client processes share (they outlive a
+    /// crash).
+    fn records(&self, frontend: Frontend) -> Vec<KernelRecord>;
     /// The code `cell` runs as.
     fn code(&self, cell: &CellSpec) -> Bytes;
     /// A line for the run's trace or report.
@@ -149,6 +153,7 @@ pub fn liveness_cell(scenario: &Scenario, label: &str) -> CellSpec {
         expect: None,
         kernel: None,
         bystander: false,
+        second_client: false,
         lang: scenario
             .cells()
             .find(|c| c.kernel.is_none())
@@ -163,11 +168,10 @@ pub async fn client_main(host: &impl Host) {
     let next = std::cell::Cell::new(0usize);
     let mut incarnation = 0u64;
     loop {
-        let mut driver = host.new_client(incarnation);
-        driver.set_tools(Some(tool_handler(host.control().clone(), incarnation)));
+        let mut driver = client(host, incarnation, Frontend::First);
         host.note(&format!("client process #{incarnation} starts"));
         let crashed = unless_crashed(
-            run_script(host, &mut driver, &next, incarnation > 0),
+            run_script(host, &mut driver, &next, incarnation),
             wait_crash(host.control()),
         )
         .await;
@@ -180,6 +184,13 @@ pub async fn client_main(host: &impl Host) {
         tokio::time::sleep(Duration::from_millis(down)).await;
         incarnation += 1;
     }
+}
+
+/// A client process of `frontend` with the scenarios' tool handler.
+fn client(host: &impl Host, incarnation: u64, frontend: Frontend) -> Driver {
+    let mut driver = host.new_client(incarnation, frontend);
+    driver.set_tools(Some(tool_handler(host.control().clone(), incarnation)));
+    driver
 }
 
 /// The scenarios' tool handler for client process `incarnation`: returns
@@ -228,13 +239,23 @@ async fn run_script(
     host: &impl Host,
     driver: &mut Driver,
     next: &std::cell::Cell<usize>,
-    restarted: bool,
+    incarnation: u64,
 ) {
     let mut on_event = |e: &Event| host.on_event(e);
     let scenario = host.scenario();
-    if restarted {
+    // The second frontend's client process, once a cell of its runs (it
+    // crashes with the first).
+    let mut second: Option<Driver> = None;
+    if incarnation > 0 {
         // A new client process: pick its kernels up from their records.
-        for record in host.records() {
+        for (frontend, record) in frontend_records(host) {
+            host.log().frontend = frontend;
+            let driver = match frontend {
+                Frontend::First => &mut *driver,
+                Frontend::Second => {
+                    second.get_or_insert_with(|| client(host, incarnation, Frontend::Second))
+                }
+            };
             // The script still means to cancel the cell it was running.
             let (label, cancel_after) = host.log().pending_cancel(scenario);
             let start = host.now_ms();
@@ -250,6 +271,7 @@ async fn run_script(
             host.after_cell().await;
         }
     }
+    host.log().frontend = Frontend::First;
     while let Some(action) = scenario.script.get(next.get()) {
         match action {
             Action::Idle { ms } => host.idle(*ms).await,
@@ -258,11 +280,29 @@ async fn run_script(
                 // ran without a kernel left the record before its plain
                 // exec, which may have run: it is never run again (as a
                 // resume never submits it again).
-                let done =
-                    host.log().cells.get(&cell.label).is_some_and(|c| {
+                // A resume's refusal that asks for the cell again (a second
+                // frontend ran the kernel further) is followed.
+                let done = {
+                    let mut log = host.log();
+                    let refused = log
+                        .cells
+                        .get(&cell.label)
+                        .and_then(|c| c.resolutions.last());
+                    if refused.is_some_and(|o| log.to_run_again(&cell.label, &o.clone())) {
+                        let now = host.now_ms();
+                        log.refused_behind(&cell.label, now);
+                    }
+                    log.cells.get(&cell.label).is_some_and(|c| {
                         !c.resolutions.is_empty() || c.ran_without_kernel.is_some()
-                    });
-                if !done {
+                    })
+                };
+                if !done && cell.second_client {
+                    let second =
+                        second.get_or_insert_with(|| client(host, incarnation, Frontend::Second));
+                    host.log().frontend = Frontend::Second;
+                    run_one(host, second, cell, &mut on_event).await;
+                    host.log().frontend = Frontend::First;
+                } else if !done {
                     run_one(host, driver, cell, &mut on_event).await;
                 }
             }
@@ -275,25 +315,22 @@ async fn run_script(
     // user resumes them, as the client asks before it takes another cell
     // on their kernel. (One never sent is not resumed: that would send
     // it, and a cell written off must not start afterwards.)
-    let kept: Vec<(KernelName, Vec<CellSeq>)> = kernels(scenario)
-        .into_iter()
-        .filter_map(|k| {
-            let record = driver.client().record(&k)?;
-            let seqs: Vec<CellSeq> = record
-                .cells
-                .iter()
-                .filter(|c| c.submitted && !c.cancel_requested)
-                .map(|c| c.seq)
-                .collect();
-            (!seqs.is_empty()).then_some((k, seqs))
-        })
-        .collect();
-    if !kept.is_empty() {
-        sleep_until_healed(host).await;
-        for (k, seqs) in &kept {
-            resume_kept(host, driver, k, seqs, &mut on_event).await;
+    let drivers = [
+        (Frontend::First, Some(&mut *driver)),
+        (Frontend::Second, second.as_mut()),
+    ];
+    for (frontend, driver) in drivers {
+        let Some(driver) = driver else { continue };
+        let kept = kept_cells(scenario, driver);
+        if !kept.is_empty() {
+            sleep_until_healed(host).await;
+            host.log().frontend = frontend;
+            for (k, seqs) in &kept {
+                resume_kept(host, driver, k, seqs, &mut on_event).await;
+            }
         }
     }
+    host.log().frontend = Frontend::First;
     // Ground truth of what the script's cells left running.
     host.snapshot().await;
     // Liveness: once every fault has healed, a fresh cell must run.
@@ -322,13 +359,39 @@ async fn run_script(
     }
     host.after_shutdown().await;
     let left: Vec<String> = host
-        .records()
+        .records(Frontend::First)
         .iter()
         .map(|r| r.kernel.to_string())
         .collect();
     host.log().records_left = left;
     host.log().finished = true;
     host.note("script done");
+}
+
+/// The records of both frontends, the first's first.
+fn frontend_records(host: &impl Host) -> Vec<(Frontend, KernelRecord)> {
+    [Frontend::First, Frontend::Second]
+        .into_iter()
+        .flat_map(|f| host.records(f).into_iter().map(move |r| (f, r)))
+        .collect()
+}
+
+/// The cells `driver`'s records keep written off as `unknown` whose
+/// submit may have reached the daemon, by kernel.
+fn kept_cells(scenario: &Scenario, driver: &mut Driver) -> Vec<(KernelName, Vec<CellSeq>)> {
+    kernels(scenario)
+        .into_iter()
+        .filter_map(|k| {
+            let record = driver.client().record(&k)?;
+            let seqs: Vec<CellSeq> = record
+                .cells
+                .iter()
+                .filter(|c| c.submitted && !c.cancel_requested)
+                .map(|c| c.seq)
+                .collect();
+            (!seqs.is_empty()).then_some((k, seqs))
+        })
+        .collect()
 }
 
 /// Sleeps until every fault of the run has healed.
@@ -431,6 +494,16 @@ async fn run_one(
                 sleep_until_healed(host).await;
                 resume_kept(host, driver, &name, &seqs, &mut *on_event).await;
             }
+            Ok((_, outcome)) if host.log().to_run_again(&cell.label, outcome) => {
+                // Another client record ran the kernel past this one's
+                // numbers (a second frontend): nothing ran, and the
+                // refusal asks for the cell again, which now goes through.
+                let call = format!("run_cell {} refused behind another client", cell.label);
+                finish_call(host, &call, start, None);
+                host.note(&format!("{call}: again"));
+                let now = host.now_ms();
+                host.log().refused_behind(&cell.label, now);
+            }
             _ => break (start, result),
         }
     };
@@ -483,7 +556,7 @@ async fn resume_kept(
                     kernel: kernel.clone(),
                     seq: *seq,
                 };
-                log.labels.get(&key).cloned()
+                log.labels.get(&(log.frontend, key)).cloned()
             })
             .collect()
     };

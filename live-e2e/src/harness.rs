@@ -157,6 +157,8 @@ pub struct Live {
     pub root: String,
     /// Records; survives the client.
     pub store: MemoryStore,
+    /// A second frontend's records (another state directory).
+    pub second_store: MemoryStore,
     driver: Driver,
     /// What the driver execs through.
     driver_transport: Arc<dyn Transport>,
@@ -197,6 +199,7 @@ impl Live {
             transport,
             root: root.to_owned(),
             store,
+            second_store: MemoryStore::new(),
             driver,
             driver_transport,
             tune,
@@ -221,7 +224,12 @@ impl Live {
     /// A fresh client (another process) over the driver's transport that
     /// shares the records; the session's own driver stays as it is.
     pub fn client(&self) -> Driver {
-        new_driver(&self.driver_transport, &self.root, &self.store, self.tune)
+        self.client_with(&self.store)
+    }
+
+    /// A fresh client over the records of `store` (a second frontend's).
+    pub fn client_with(&self, store: &MemoryStore) -> Driver {
+        new_driver(&self.driver_transport, &self.root, store, self.tune)
     }
 
     /// Replaces the client by a fresh one (another process, as after a

@@ -47,7 +47,7 @@ use tether_scenarios::faults::{
 };
 use tether_scenarios::observe::ClientLog;
 use tether_scenarios::scenario::{CellSpec, Scenario};
-use tether_scenarios::script::{self, poll_until, Host as ScriptHost};
+use tether_scenarios::script::{self, poll_until, Frontend, Host as ScriptHost};
 use tether_scenarios::workload::Step;
 use tokio::time::Instant;
 
@@ -302,12 +302,18 @@ impl ScriptHost for Ctx<'_> {
         self.scenario
     }
 
-    fn new_client(&self, _incarnation: u64) -> Driver {
-        self.live.client()
+    fn new_client(&self, _incarnation: u64, frontend: Frontend) -> Driver {
+        match frontend {
+            Frontend::First => self.live.client(),
+            Frontend::Second => self.live.client_with(&self.live.second_store),
+        }
     }
 
-    fn records(&self) -> Vec<KernelRecord> {
-        script::records_of(&self.live.store)
+    fn records(&self, frontend: Frontend) -> Vec<KernelRecord> {
+        script::records_of(match frontend {
+            Frontend::First => &self.live.store,
+            Frontend::Second => &self.live.second_store,
+        })
     }
 
     fn code(&self, cell: &CellSpec) -> Bytes {

@@ -24,7 +24,7 @@ use tether_core::client::{
 };
 use tether_core::ids::KernelName;
 use tether_core::protocol::{AgentLocation, ExecOutput};
-use tether_scenarios::script::{self, Host};
+use tether_scenarios::script::{self, Frontend, Host};
 pub use tether_scenarios::script::{
     kernel_of, kernels, liveness_cell, poll_until, unless_crashed, with_canceller, KERNEL, POLL,
 };
@@ -130,6 +130,8 @@ fn describe_request(req: &ExecRequest) -> String {
 pub struct LoggingStore {
     inner: MemoryStore,
     trace: Trace,
+    /// How its lines begin: `""` for the first frontend's, `"second "`.
+    whose: &'static str,
 }
 
 impl tether::RecordStore for LoggingStore {
@@ -157,7 +159,8 @@ impl tether::RecordStore for LoggingStore {
         self.trace.log(
             "client",
             format!(
-                "persist {} daemon={} next_seq={} cells=[{}]",
+                "{}persist {} daemon={} next_seq={} cells=[{}]",
+                self.whose,
                 record.kernel,
                 record.identity.as_ref().map_or(0, |i| i.pid),
                 record.next_seq,
@@ -168,7 +171,8 @@ impl tether::RecordStore for LoggingStore {
     }
 
     fn forget(&mut self, kernel: &KernelName) -> Result<(), tether::records::RecordError> {
-        self.trace.log("client", format!("forget {kernel}"));
+        self.trace
+            .log("client", format!("{}forget {kernel}", self.whose));
         self.inner.forget(kernel)
     }
 
@@ -235,6 +239,8 @@ pub struct ClientCtx {
     pub log: Rc<RefCell<ClientLog>>,
     /// The persisted records (they survive a client crash).
     pub store: MemoryStore,
+    /// The second frontend's records ([`Frontend::Second`]).
+    pub second_store: MemoryStore,
     /// The current client process's channel, on a seed that runs on it
     /// (weak: a crashed client's channel goes with it).
     pub channel: Rc<RefCell<Option<Weak<ChannelTransport>>>>,
@@ -257,10 +263,20 @@ impl Host for ClientCtx {
         &self.scenario
     }
 
-    fn new_client(&self, incarnation: u64) -> Driver {
-        let client = Client::new(config_in(&self.world), self.seed.wrapping_add(incarnation));
+    fn new_client(&self, incarnation: u64, frontend: Frontend) -> Driver {
+        let (store, seed, whose) = match frontend {
+            Frontend::First => (&self.store, self.seed.wrapping_add(incarnation), ""),
+            Frontend::Second => (
+                &self.second_store,
+                !self.seed.wrapping_add(incarnation),
+                "second ",
+            ),
+        };
+        let client = Client::new(config_in(&self.world), seed);
         let one_shot = SimTransport::new(self.trace.clone());
-        let transport: Arc<dyn Transport> = if self.world.channel {
+        // The second frontend execs each op: the channel's faults and
+        // its checks at the end are the first's.
+        let transport: Arc<dyn Transport> = if self.world.channel && frontend == Frontend::First {
             let channel =
                 crate::channel::transport(one_shot, self.trace.clone(), self.control.clone());
             *self.channel.borrow_mut() = Some(Arc::downgrade(&channel));
@@ -272,16 +288,20 @@ impl Host for ClientCtx {
             client,
             transport,
             Box::new(LoggingStore {
-                inner: self.store.clone(),
+                inner: store.clone(),
                 trace: self.trace.clone(),
+                whose,
             }),
             Arc::from(AGENT_BINARY),
             location(),
         )
     }
 
-    fn records(&self) -> Vec<KernelRecord> {
-        script::records_of(&self.store)
+    fn records(&self, frontend: Frontend) -> Vec<KernelRecord> {
+        script::records_of(match frontend {
+            Frontend::First => &self.store,
+            Frontend::Second => &self.second_store,
+        })
     }
 
     fn code(&self, cell: &CellSpec) -> Bytes {

@@ -219,6 +219,7 @@ pub fn run_in(
         control: control.clone(),
         log: log.clone(),
         store: MemoryStore::new(),
+        second_store: MemoryStore::new(),
         channel: Rc::default(),
     };
     sim.client("client", client_main(ctx));

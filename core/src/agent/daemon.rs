@@ -299,7 +299,7 @@ impl Daemon {
         let now = os.now();
         if self.config.is_none() && self.exiting.is_none() {
             match read_json::<KernelConfig>(os, &self.kernel.config()) {
-                Ok(Some(c)) => {
+                Ok(Some(c)) if c.nonce == self.nonce => {
                     self.shell = if os.has_program("bash") {
                         "bash".into()
                     } else {
@@ -309,11 +309,11 @@ impl Daemon {
                     self.idle_since = now;
                     self.adopt_existing(os);
                 }
-                Ok(None) => self.begin_exit(now, ExitCause::KernelRemoved),
+                Ok(_) => self.begin_exit(now, ExitCause::KernelRemoved),
                 Err(_) => self.begin_exit(now, ExitCause::ConfigUnreadable),
             }
         }
-        if self.exiting.is_none() && !os.exists(&self.kernel.config()) {
+        if self.exiting.is_none() && !self.config_is_ours(os) {
             // Shut down or removed under us.
             self.begin_exit(now, ExitCause::KernelRemoved);
         }
@@ -389,6 +389,20 @@ impl Daemon {
             let _ = os.remove_all(&self.kernel.exiting());
         }
         !came
+    }
+
+    /// The kernel's config is still this daemon's: not removed, nor made
+    /// again by another spawn (a removal of the kernels' directories, then
+    /// a spawn, while this daemon's tick was preempted: two_clients seed
+    /// 2946, where both daemons ran the next cell into one journal). A
+    /// config that cannot be read now is taken for ours: it was, and a
+    /// read error passes.
+    fn config_is_ours(&self, os: &dyn Os) -> bool {
+        match read_json::<KernelConfig>(os, &self.kernel.config()) {
+            Ok(Some(c)) => c.nonce == self.nonce,
+            Ok(None) => false,
+            Err(_) => true,
+        }
     }
 
     fn grace(&self) -> Duration {

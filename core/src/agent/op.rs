@@ -331,8 +331,18 @@ impl OpRun {
                     ));
                 }
                 let shut = self.layout.shut(&kernel);
-                let (identity, fresh) = spawn(os, &self.layout.kernel(&kernel), &config, &shut)?;
-                self.reply(Reply::Spawned { identity, fresh })
+                let k = self.layout.kernel(&kernel);
+                let (identity, fresh) = spawn(os, &k, &config, &shut)?;
+                let ran_before = if fresh {
+                    UsedSeqs::read(os, &k).next().0 - 1
+                } else {
+                    0
+                };
+                self.reply(Reply::Spawned {
+                    identity,
+                    fresh,
+                    ran_before,
+                })
             }
             Op::Submit {
                 kernel,

@@ -767,6 +767,8 @@ fn a_fresh_daemon_ends_what_a_cell_of_its_dead_predecessor_still_runs() {
             os.procs.get_mut(&61).unwrap().starttime += 1;
         }
         os.now = 50;
+        // Its spawn wrote the kernel's config under its own nonce.
+        respawn_config(&mut os, &dir, "n2");
         let mut d = Daemon::new(&dir, "n2");
         let _ = d.tick(&mut os);
         let mut termed: Vec<Pid> = os.signals.iter().map(|s| s.0).collect();
@@ -801,6 +803,14 @@ fn a_fresh_daemon_ends_what_a_cell_of_its_dead_predecessor_still_runs() {
         assert_eq!(os.procs.contains_key(&62), !same_main);
         assert!(!os.procs.contains_key(&63));
     }
+}
+
+/// The kernel's config as a spawn under `nonce` rewrites it.
+fn respawn_config(os: &mut FakeOs, dir: &str, nonce: &str) {
+    let config = KernelLayout::new(dir).config();
+    let mut c: KernelConfig = serde_json::from_slice(&os.files[&config]).unwrap();
+    c.nonce = nonce.into();
+    os.files.insert(config, to_json(&c));
 }
 
 fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {
@@ -2319,6 +2329,26 @@ fn a_late_spawn_of_a_daemon_whose_directory_was_removed_starts_nothing() {
     // The client's next daemon, under a new nonce, starts.
     assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
     assert!(os.procs.contains_key(&50));
+}
+
+#[test]
+fn a_daemon_whose_kernel_another_spawn_made_again_exits() {
+    // two_clients seed 2946: the kernels' directories were removed and a
+    // second frontend's spawn made the kernel again before the old
+    // daemon's next tick; that daemon found a config there and went on,
+    // and both daemons ran the next cell into one journal.
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    let mut old = Daemon::new("/r/kernels/k", "n1");
+    assert!(matches!(old.tick(&mut os), DaemonStep::Continue { .. }));
+    os.remove_all("/r/kernels/k").unwrap();
+    assert!(op_to_end(&mut os, spawn_op("n2")).error.is_none());
+    assert!(os.exists("/r/kernels/k/config.json"), "made again");
+    assert!(
+        tick_until_exit(&mut old, &mut os),
+        "the old daemon took the new config for its own"
+    );
+    assert_eq!(old.exit_cause(), Some(ExitCause::KernelRemoved));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! and the journal is read again from the cursor.
 
 use super::event::{CellKey, Effect, Event};
-use super::exec::CELL_REFUSED;
+use super::exec::{CELL_REFUSED, RUN_AGAIN};
 use super::record::CallRecord;
 use super::record::CellRecord;
 use super::retry::Task;
@@ -155,6 +155,9 @@ enum Absorbed {
     Gap { cursor: u64, got: u64 },
     /// The journal is complete.
     Done,
+    /// The journal is another request's: this cell's submit never reached
+    /// the agent, and another client record took its number.
+    Foreign { theirs: RequestId, ours: RequestId },
 }
 
 impl Client {
@@ -287,6 +290,17 @@ impl Client {
                 self.finish_cell(key, outcome);
             }
             Absorbed::More => self.wake_wait(key),
+            Absorbed::Foreign { theirs, ours } => {
+                // A resumed cell sent but never known accepted is waited
+                // for, not sent again: its number may hold what a second
+                // frontend ran meanwhile (two_clients seed 101: its
+                // output was delivered as this cell's).
+                let why = format!(
+                    "cell {} holds request {theirs}, not this cell's {ours}: this cell's submit never reached the agent",
+                    key.seq
+                );
+                self.on_seq_taken(key, Some(CellSeq(key.seq.0 + 1)), why);
+            }
             Absorbed::Gap { cursor, got } => {
                 let text = format!(
                     "journal gap: expected entry {} but got {got}; reading again from {cursor}",
@@ -319,6 +333,16 @@ impl Client {
         let Some(cell) = self.cell_mut(key) else {
             return Absorbed::More;
         };
+        let theirs = batch.entries.iter().find_map(|e| match &e.kind {
+            EntryKind::Accepted { request_id } if *request_id != cell.rec.request_id => {
+                Some(request_id.clone())
+            }
+            _ => None,
+        });
+        if let Some(theirs) = theirs {
+            let ours = cell.rec.request_id.clone();
+            return Absorbed::Foreign { theirs, ours };
+        }
         let start = cell.rec.cursor;
         let mut events = Vec::new();
         let mut gap = None;
@@ -510,7 +534,7 @@ impl Client {
                 k.next_seq = k.next_seq.max(next.0);
             }
             message = format!(
-                "{CELL_REFUSED}: kernel {} already ran cells up to {} under another client's record (another state directory, or a lost one): nothing ran; this client continues from cell {next}, run the cell again ({why})",
+                "{CELL_REFUSED}: kernel {} already ran cells up to {} under another client's record (another state directory, or a lost one): nothing ran; this client continues from cell {next}, {RUN_AGAIN} ({why})",
                 key.kernel,
                 next.0 - 1,
             );

@@ -14,6 +14,19 @@ use crate::protocol::{parse_reply, AgentError, ErrorKind, ExecOutput, Op, Reply,
 /// reason follows).
 pub const CELL_REFUSED: &str = "the agent refused the cell";
 
+/// What the error of a cell refused because another client record ran
+/// its kernel past the cell's number ends its account with (nothing ran;
+/// this client now continues after the kernel, see [`asks_to_run_again`]).
+pub const RUN_AGAIN: &str = "run the cell again";
+
+/// Was `outcome` a refusal that asks the caller to run the cell again
+/// (another client record ran the kernel further: nothing of this cell
+/// ran, and the next try goes through)? A frontend may do so itself.
+pub fn asks_to_run_again(outcome: &crate::protocol::CellOutcome) -> bool {
+    matches!(outcome, crate::protocol::CellOutcome::Error { message }
+        if message.starts_with(CELL_REFUSED) && message.contains(RUN_AGAIN))
+}
+
 /// How a cell whose journal the agent refused to read begins its
 /// `unknown` reason (the agent's reason follows).
 pub const JOURNAL_UNREADABLE: &str = "the agent cannot read the cell's journal";
@@ -407,8 +420,16 @@ impl Client {
                     never_recorded,
                 },
             ) => self.on_probed(&k, status, &never_recorded),
-            (Task::Spawn(k), Reply::Spawned { identity, fresh }) => {
+            (
+                Task::Spawn(k),
+                Reply::Spawned {
+                    identity,
+                    fresh,
+                    ran_before,
+                },
+            ) => {
                 self.spawn_answered(&k);
+                self.ran_before(&k, ran_before);
                 self.ready(&k, identity, fresh)
             }
             (Task::Submit(c), Reply::Submitted { acceptance, batch }) => {

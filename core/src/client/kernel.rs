@@ -65,6 +65,11 @@ pub(crate) struct Kernel {
     /// starts a daemon after the kernel's shutdown, as a copy under a
     /// nonce the client forgot would (sandbox_replaced seed 165).
     pub(crate) spawn_nonce: Option<String>,
+    /// Opened by this client process with no record of the kernel, nor
+    /// of an earlier life of it here: a fresh daemon whose kernel ran
+    /// cells before it tells this client of a state it never saw, and
+    /// that is gone ([`Client::ran_before`]).
+    pub(crate) newcomer: bool,
 }
 
 impl Kernel {
@@ -82,6 +87,7 @@ impl Kernel {
             last_error: None,
             recoveries: 0,
             spawn_nonce: None,
+            newcomer: false,
         }
     }
 
@@ -331,12 +337,35 @@ impl Client {
     }
 
     /// The daemon runs: record it and send every waiting cell.
+    /// A fresh daemon's kernel had run cells up to `ran_before` under
+    /// earlier daemons. A newcomer (a second frontend with no record of
+    /// the kernel) never saw that state, which went with the daemons that
+    /// held it: it is told, as a client that knew the daemon is told of
+    /// its death (two_clients: the first frontend's daemon was killed,
+    /// the second started a fresh one, and its cell found the names the
+    /// first had bound gone, unannounced).
+    pub(crate) fn ran_before(&mut self, name: &KernelName, ran_before: u64) {
+        let Some(k) = self.kernels.get_mut(name) else {
+            return;
+        };
+        if !std::mem::take(&mut k.newcomer) || ran_before == 0 {
+            return;
+        }
+        self.events.push_back(Event::StateLost {
+            kernel: name.clone(),
+            evidence: format!(
+                "kernel {name} ran cells up to {ran_before} under another client's record, on a daemon that is gone; this client started a fresh one, without what they left"
+            ),
+        });
+    }
+
     pub(crate) fn ready(&mut self, name: &KernelName, identity: Identity, fresh: bool) {
         let Some(k) = self.kernels.get_mut(name) else {
             return;
         };
         let changed = k.identity.as_ref() != Some(&identity);
         k.identity = Some(identity.clone());
+        k.newcomer = false;
         k.phase = Phase::Ready;
         let keys = k.keys();
         if changed {

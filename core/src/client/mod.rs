@@ -31,7 +31,7 @@ mod timer;
 
 pub use config::Config;
 pub use event::{CellKey, ClientError, Effect, Event, TransportError, TransportErrorKind};
-pub use exec::{CELL_REFUSED, JOURNAL_UNREADABLE};
+pub use exec::{asks_to_run_again, CELL_REFUSED, JOURNAL_UNREADABLE, RUN_AGAIN};
 pub use kernel::KERNEL_NOT_STARTED;
 pub use record::{CallRecord, CellRecord, KernelRecord};
 pub use retry::backoff;
@@ -186,6 +186,7 @@ impl Client {
                 // one left.
                 self.owed_shutdowns.remove(&kernel);
                 let mut k = Kernel::new(kernel.clone(), lang, self.now);
+                k.newcomer = !self.retired.contains_key(&kernel);
                 k.next_seq = self.retired.get(&kernel).copied().unwrap_or(1);
                 self.kernels.insert(kernel.clone(), k);
                 self.connect(&kernel);

@@ -135,6 +135,12 @@ pub enum Reply {
         identity: Identity,
         /// False when a live daemon with the same nonce was reused.
         fresh: bool,
+        /// For a fresh daemon: the highest cell number its kernel used
+        /// before it (0: none), cells earlier daemons ran, whose state went
+        /// with them. A client that never sent the number finds out here
+        /// that the kernel had a state it lost (a second frontend).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        ran_before: u64,
     },
     /// The cell is recorded (or was already).
     Submitted {
@@ -285,4 +291,10 @@ impl Reply {
                 | (Reply::IdentityMismatch { .. }, K::Submit)
         )
     }
+}
+
+/// For `skip_serializing_if`: a zero is the field's absence.
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -374,6 +374,7 @@ impl FakeAgent {
                         return Ok(Reply::Spawned {
                             identity: d.clone(),
                             fresh: false,
+                            ran_before: 0,
                         });
                     }
                 }
@@ -389,6 +390,7 @@ impl FakeAgent {
                 Ok(Reply::Spawned {
                     identity,
                     fresh: true,
+                    ran_before: 0,
                 })
             }
             Op::Submit {

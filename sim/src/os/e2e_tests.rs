@@ -145,7 +145,9 @@ impl Harness {
             idle_timeout_ms: 600_000,
             grace_ms: GRACE_MS,
         }) {
-            Ok(Reply::Spawned { identity, fresh }) => {
+            Ok(Reply::Spawned {
+                identity, fresh, ..
+            }) => {
                 assert!(fresh);
                 identity.pid
             }
