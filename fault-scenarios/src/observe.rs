@@ -140,6 +140,9 @@ pub struct ClientLog {
     pub unkillable: Vec<(u64, CellKey, Vec<u32>)>,
     /// When a client process crashed (ms).
     pub crashes: Vec<u64>,
+    /// The tool calls the last client process still counted as awaiting
+    /// its frontend after the final shutdown.
+    pub calls_awaiting_at_end: usize,
     /// Cells refused because another client record had run the kernel
     /// past the number the cell was sent under (a second frontend), and
     /// when; the script ran each again.

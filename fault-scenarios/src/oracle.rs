@@ -350,6 +350,9 @@ pub struct ToolObs {
     pub runs: Vec<ToolRunObs>,
     /// The calls the client reported answered (`tool_answered`), by id.
     pub reported_answered: Vec<String>,
+    /// The calls the client still counted as awaiting the frontend once
+    /// every kernel was shut down.
+    pub awaiting_at_end: usize,
 }
 
 /// One call, as its caller saw it end.
@@ -832,6 +835,13 @@ pub enum Violation {
         /// The refusal.
         detail: String,
     },
+    /// Every cell resolved, yet the client still counted tool calls
+    /// awaiting its frontend's answer (`Client::calls_awaiting_frontend`:
+    /// what a CLI shows as "waiting on N tool calls").
+    ToolCallsLeftAwaiting {
+        /// How many.
+        count: usize,
+    },
     /// A tool call's answer file was written more than once.
     ToolAnsweredTwice {
         /// The call and how often.
@@ -992,6 +1002,7 @@ impl Violation {
             Violation::FailOpen { .. } => "fail_open",
             Violation::NeedlessRefusal { .. } => "needless_refusal",
             Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
+            Violation::ToolCallsLeftAwaiting { .. } => "tool_calls_left_awaiting",
             Violation::ToolAnsweredOutsideCell { .. } => "tool_answered_outside_cell",
             Violation::RefusedToolCallRan { .. } => "refused_tool_call_ran",
             Violation::ToolResultMismatch { .. } => "tool_result_mismatch",
@@ -1143,6 +1154,10 @@ impl fmt::Display for Violation {
             Violation::ToolAnsweredTwice { detail } => {
                 write!(f, "a tool call answered twice in the sandbox: {detail}")
             }
+            Violation::ToolCallsLeftAwaiting { count } => write!(
+                f,
+                "every cell resolved, yet the client still counts {count} tool call(s) awaiting the frontend"
+            ),
             Violation::ToolAnsweredOutsideCell { detail } => {
                 write!(f, "a tool call answered after its cell ended: {detail}")
             }
@@ -2189,6 +2204,11 @@ fn names_evicted(
 /// the call unanswered, can only ask again (the first answer to reach the
 /// sandbox wins, the rule above).
 fn check_tools(tools: &ToolObs, v: &mut Vec<Violation>) {
+    if tools.awaiting_at_end > 0 {
+        v.push(Violation::ToolCallsLeftAwaiting {
+            count: tools.awaiting_at_end,
+        });
+    }
     let mut written: BTreeMap<&str, u32> = BTreeMap::new();
     for a in &tools.answers {
         *written.entry(&a.id).or_default() += 1;
@@ -3195,6 +3215,7 @@ mod tests {
                 },
             ],
             reported_answered: vec!["a".into()],
+            awaiting_at_end: 0,
         };
         o
     }
@@ -3213,6 +3234,15 @@ mod tests {
         let mut o = tools_good();
         o.tools.answers.push(o.tools.answers[0].clone());
         assert_eq!(tool_kinds(&o), vec!["tool_answered_twice"]);
+    }
+
+    /// The tenth-and-more mutants sample's `Client::forget_calls` -> `()`:
+    /// the calls of a resolved cell stayed counted as awaiting.
+    #[test]
+    fn calls_still_awaiting_after_the_end_fire() {
+        let mut o = tools_good();
+        o.tools.awaiting_at_end = 1;
+        assert_eq!(tool_kinds(&o), vec!["tool_calls_left_awaiting"]);
     }
 
     #[test]

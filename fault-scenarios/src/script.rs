@@ -357,6 +357,7 @@ async fn run_script(
         let r = driver.shutdown(&k, &mut on_event).await;
         finish_call(host, "shutdown", start, r.err());
     }
+    host.log().calls_awaiting_at_end = driver.client().calls_awaiting_frontend();
     host.after_shutdown().await;
     let left: Vec<String> = host
         .records(Frontend::First)

@@ -1157,6 +1157,7 @@ impl Sandbox {
                 .collect(),
             runs: Vec::new(),
             reported_answered: Vec::new(),
+            awaiting_at_end: 0,
         }
     }
 

@@ -329,6 +329,7 @@ pub fn run_in(
     obs.tools = sandbox.borrow().tool_obs();
     obs.orphan_runs = sandbox.borrow().orphan_runs();
     obs.tools.reported_answered = log.borrow().tool_answered.clone();
+    obs.tools.awaiting_at_end = log.borrow().calls_awaiting_at_end;
     obs.tools.runs = control.lock().tool_runs.clone();
     obs.outages = Some(outages(schedule, &crate::client_host::config_in(world)));
     obs.flawed = world.flaw.map(|flaw| oracle::Flawed {
