@@ -113,6 +113,9 @@ pub struct Sandbox {
     shut_kernels: BTreeSet<String>,
     /// The kernel (by name) each daemon and interpreter belongs to.
     kernel_of_pid: BTreeMap<Pid, String>,
+    /// Every daemon that started: when (virtual ms), its pid and kernel.
+    /// Pids restart at a boot, so a death names its kernel from here.
+    daemon_starts: Vec<(u64, Pid, String)>,
     /// Daemons killed by a fault (not the agent's doing).
     fault_killed: BTreeSet<Pid>,
     /// Pid → role of live processes we learned from spawn events.
@@ -288,6 +291,7 @@ impl Sandbox {
             daemons: BTreeMap::new(),
             shut_kernels: BTreeSet::new(),
             kernel_of_pid: BTreeMap::new(),
+            daemon_starts: Vec::new(),
             fault_killed: BTreeSet::new(),
             roles: BTreeMap::new(),
             collateral: Vec::new(),
@@ -374,6 +378,8 @@ impl Sandbox {
             let kernel = kernel_name(&spawn.kernel_dir);
             self.escalation.daemon_spawned(spawn.pid);
             self.shut_kernels.remove(&kernel);
+            self.daemon_starts
+                .push((self.virtual_ms(now), spawn.pid, kernel.clone()));
             self.kernel_of_pid.insert(spawn.pid, kernel);
             self.daemons.insert(
                 spawn.pid,
@@ -1311,9 +1317,20 @@ impl Sandbox {
                     .push(tether_scenarios::oracle::loss_notes::ENDED_WITHOUT_SAVE.into());
             }
         }
+        // The daemon of that pid that started last before the death (a
+        // bounce restarts pids: shell_state seed 101037, a daemon killed
+        // by a bounce whose pid the next daemon took had no kernel here,
+        // and a state note was wanted across the death).
         let daemon_deaths = kernel_deaths
             .iter()
-            .filter_map(|(at, pid)| Some((*at, self.kernel_of_pid.get(pid)?.clone())))
+            .filter_map(|(at, pid)| {
+                let (_, _, kernel) = self
+                    .daemon_starts
+                    .iter()
+                    .rev()
+                    .find(|(started, p, _)| p == pid && started <= at)?;
+                Some((*at, kernel.clone()))
+            })
             .collect();
         crate::oracle::StateLossObs {
             judged: true,
