@@ -53,6 +53,9 @@ pub struct CellSeen {
     /// The client delivered the agent's list of processes the cell left
     /// running when it resolved.
     pub leftovers_reported: bool,
+    /// Bytes of output the client said the agent dropped at the journal's
+    /// cap (`clipped`).
+    pub clipped: u64,
     /// When the client resolved it as timed out (ms), if it did.
     pub timed_out_at: Option<u64>,
     /// It was cancelled while its submit was held back (live).
@@ -254,6 +257,11 @@ impl ClientLog {
                 }
             }
             Event::ToolAnswered { id, .. } => self.tool_answered.push(id.clone()),
+            Event::Clipped { cell, dropped } => {
+                if let Some(l) = self.label_of(cell) {
+                    self.cells.entry(l).or_default().clipped += dropped;
+                }
+            }
             Event::Unkillable { cell, pids } => {
                 self.unkillable.push((now_ms, cell.clone(), pids.clone()));
             }
@@ -444,6 +452,7 @@ pub fn cell(
         complete_output: seen.stdout() == scenario.expected_stdout(spec, flavor),
         loss_reported_at: seen.loss_noted_at,
         leftovers_reported: seen.leftovers_reported,
+        clipped: seen.clipped,
         timeout_ms: spec.timeout_ms,
         timed_out_at: seen.timed_out_at,
         outcome,

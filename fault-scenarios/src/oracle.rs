@@ -78,6 +78,9 @@ pub struct CellObs {
     pub loss_reported_at: Option<u64>,
     /// The client reported processes the cell left running.
     pub leftovers_reported: bool,
+    /// Bytes of its output the client said were dropped at the journal's
+    /// cap.
+    pub clipped: u64,
     /// Its timeout, if it has one.
     pub timeout_ms: Option<u64>,
     /// When the client resolved it as timed out (virtual ms), if it did.
@@ -842,6 +845,14 @@ pub enum Violation {
         /// How many.
         count: usize,
     },
+    /// The client said a cell's output was cut at the journal's cap,
+    /// though its processes wrote less than the cap.
+    FalseClip {
+        /// The cell.
+        cell: String,
+        /// What was said and written.
+        detail: String,
+    },
     /// A tool call's answer file was written more than once.
     ToolAnsweredTwice {
         /// The call and how often.
@@ -1002,6 +1013,7 @@ impl Violation {
             Violation::FailOpen { .. } => "fail_open",
             Violation::NeedlessRefusal { .. } => "needless_refusal",
             Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
+            Violation::FalseClip { .. } => "false_clip",
             Violation::ToolCallsLeftAwaiting { .. } => "tool_calls_left_awaiting",
             Violation::ToolAnsweredOutsideCell { .. } => "tool_answered_outside_cell",
             Violation::RefusedToolCallRan { .. } => "refused_tool_call_ran",
@@ -1133,7 +1145,9 @@ impl fmt::Display for Violation {
                 f,
                 "the client evicted kernel {kernel} at {at_ms} ms while its cell {cell} was in flight"
             ),
-            Violation::JournalGap { detail } => write!(f, "journal not contiguous: {detail}"),
+            Violation::JournalGap { detail } => {
+                write!(f, "journal not contiguous or not begun by its acceptance: {detail}")
+            }
             Violation::TwoDaemons { detail } => write!(f, "two daemons for one kernel: {detail}"),
             Violation::FalseUnkillable { detail } => {
                 write!(f, "a killable process reported unkillable: {detail}")
@@ -1150,6 +1164,9 @@ impl fmt::Display for Violation {
             Violation::FailOpen { cell, detail } => write!(f, "fail open, {cell}: {detail}"),
             Violation::NeedlessRefusal { cell, detail } => {
                 write!(f, "refused for good, {cell}: {detail}")
+            }
+            Violation::FalseClip { cell, detail } => {
+                write!(f, "{cell}'s output said cut at the cap, though it was not: {detail}")
             }
             Violation::ToolAnsweredTwice { detail } => {
                 write!(f, "a tool call answered twice in the sandbox: {detail}")
@@ -2004,6 +2021,19 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
 
 fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
     let name = cell.label.clone();
+    // The twelfth mutants sample's `JournalWriter::output` counting
+    // `len + keep` dropped: every cell said cut.
+    let wrote = cell.truth.stdout.len() + cell.truth.stderr.as_ref().map_or(0, Vec::len);
+    if cell.clipped > 0 && wrote as u64 <= tether_core::agent::journal::DEFAULT_CAP {
+        v.push(Violation::FalseClip {
+            cell: name.clone(),
+            detail: format!(
+                "{} bytes said dropped; its processes wrote {wrote}, the cap is {}",
+                cell.clipped,
+                tether_core::agent::journal::DEFAULT_CAP
+            ),
+        });
+    }
     if cell.truth.executions > 1 {
         v.push(Violation::DoubleExecution {
             cell: name.clone(),
@@ -3243,6 +3273,16 @@ mod tests {
         let mut o = tools_good();
         o.tools.awaiting_at_end = 1;
         assert_eq!(tool_kinds(&o), vec!["tool_calls_left_awaiting"]);
+    }
+
+    #[test]
+    fn output_said_cut_below_the_cap_fires() {
+        let mut o = good();
+        o.cells[0].clipped = 10;
+        assert_eq!(kinds(&check(&o)), ["false_clip"]);
+        o.cells[0].truth.stdout = vec![b'x'; 9 * 1024 * 1024];
+        o.cells[0].client_stdout = o.cells[0].truth.stdout.clone();
+        assert!(!kinds(&check(&o)).contains(&"false_clip"), "really cut");
     }
 
     #[test]

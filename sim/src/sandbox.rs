@@ -34,9 +34,9 @@ use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::op::OpRun;
 use tether_core::agent::{Os, Pid};
 use tether_core::bytes::Bytes;
-use tether_core::ids::CellSeq;
+use tether_core::ids::{CellSeq, RequestId};
 use tether_core::protocol::install::installed_line;
-use tether_core::protocol::{Envelope, InstallRefusal, OpKind};
+use tether_core::protocol::{EntryKind, Envelope, InstallRefusal, OpKind, Submission};
 use tether_core::time::Timestamp;
 
 mod background;
@@ -626,7 +626,14 @@ impl Sandbox {
                 let Ok(bytes) = self.os.read_file(&path) else {
                     continue;
                 };
-                if let Some(gap) = journal_gap(&bytes) {
+                let submission = self
+                    .os
+                    .read_file(&layout.cell(CellSeq(seq)).submission())
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Submission>(&b).ok());
+                let found = journal_gap(&bytes)
+                    .or_else(|| submission.and_then(|s| unaccepted(&bytes, &s.request_id)));
+                if let Some(gap) = found {
                     let found = format!("journal of {name}#{seq}: {gap}");
                     if !self.journal_gaps.contains(&found) {
                         self.journal_gaps.push(found);
@@ -1377,6 +1384,25 @@ pub fn journal_gap(bytes: &[u8]) -> Option<String> {
     (!contiguous).then(|| format!("entry numbers {ns:?}"))
 }
 
+/// A journal begins with the acceptance of its submission's request (what
+/// a client resuming the cell checks it by), or, cancelled before it was
+/// submitted, with its result: `None` when it does, or is still empty.
+/// (The twelfth mutants sample's `JournalWriter::is_empty` -> `false`
+/// wrote no acceptance.)
+fn unaccepted(bytes: &[u8], request: &RequestId) -> Option<String> {
+    let first = tether_core::protocol::parse_journal(bytes)
+        .entries
+        .into_iter()
+        .next()?;
+    match &first.kind {
+        EntryKind::Accepted { request_id } if request_id == request => None,
+        EntryKind::Result { .. } => None,
+        other => Some(format!(
+            "it begins with {other:?}, not the acceptance of request {request}"
+        )),
+    }
+}
+
 /// The install op: `/bin/sh -c <script> tether-install ROOT HASH SIZE ID PATH`,
 /// step by step as the script goes (make the directories, write the agent,
 /// check its size, put it in place, run it once), answered with the
@@ -1738,7 +1764,7 @@ pub(crate) fn root_arg(argv: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{journal_gap, ExecGuard, Sandbox};
+    use super::{journal_gap, unaccepted, ExecGuard, RequestId, Sandbox};
     use crate::swarm::World;
     use crate::trace::Trace;
     use std::cell::RefCell;
@@ -1824,5 +1850,26 @@ mod tests {
         let repeat = format!("{}{}{}", line(1), line(2), line(2));
         assert!(journal_gap(repeat.as_bytes()).is_some());
         assert!(journal_gap(format!("{}oops\n", line(1)).as_bytes()).is_some());
+    }
+
+    #[test]
+    fn a_journal_begins_with_its_requests_acceptance_or_its_result() {
+        let r = RequestId("r1".into());
+        let accepted =
+            |id: &str| format!("{{\"n\":1,\"kind\":\"accepted\",\"request_id\":\"{id}\"}}\n");
+        assert_eq!(unaccepted(b"", &r), None, "empty: not begun");
+        assert_eq!(unaccepted(accepted("r1").as_bytes(), &r), None);
+        let cancelled = "{\"n\":1,\"kind\":\"result\",\"outcome\":{\"kind\":\"cancelled\"}}\n";
+        assert_eq!(
+            unaccepted(cancelled.as_bytes(), &r),
+            None,
+            "cancelled before submit"
+        );
+        assert!(
+            unaccepted(accepted("r2").as_bytes(), &r).is_some(),
+            "another request's"
+        );
+        let output = "{\"n\":1,\"kind\":\"done\"}\n";
+        assert!(unaccepted(output.as_bytes(), &r).is_some(), "no acceptance");
     }
 }
