@@ -2021,7 +2021,7 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
 
 fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
     let name = cell.label.clone();
-    // The twelfth mutants sample's `JournalWriter::output` counting
+    // The eleventh mutants sample's `JournalWriter::output` counting
     // `len + keep` dropped: every cell said cut.
     let wrote = cell.truth.stdout.len() + cell.truth.stderr.as_ref().map_or(0, Vec::len);
     if cell.clipped > 0 && wrote as u64 <= tether_core::agent::journal::DEFAULT_CAP {
@@ -3266,7 +3266,7 @@ mod tests {
         assert_eq!(tool_kinds(&o), vec!["tool_answered_twice"]);
     }
 
-    /// The tenth-and-more mutants sample's `Client::forget_calls` -> `()`:
+    /// The eleventh mutants sample's `Client::forget_calls` -> `()`:
     /// the calls of a resolved cell stayed counted as awaiting.
     #[test]
     fn calls_still_awaiting_after_the_end_fire() {

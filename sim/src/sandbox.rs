@@ -1387,7 +1387,7 @@ pub fn journal_gap(bytes: &[u8]) -> Option<String> {
 /// A journal begins with the acceptance of its submission's request (what
 /// a client resuming the cell checks it by), or, cancelled before it was
 /// submitted, with its result: `None` when it does, or is still empty.
-/// (The twelfth mutants sample's `JournalWriter::is_empty` -> `false`
+/// (The eleventh mutants sample's `JournalWriter::is_empty` -> `false`
 /// wrote no acceptance.)
 fn unaccepted(bytes: &[u8], request: &RequestId) -> Option<String> {
     let first = tether_core::protocol::parse_journal(bytes)

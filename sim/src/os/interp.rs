@@ -135,7 +135,16 @@ impl Shell {
     /// a workload, a shell that reports the error and exits 2 (as `sh` does
     /// on a syntax error).
     pub(crate) fn from_code(code: &[u8], files: Option<CellFiles>) -> Shell {
-        match Workload::decode(code) {
+        // A shell takes the CR of a CRLF line ending for part of the line's
+        // last word (bash: `sleep: invalid time interval '2\r'`): the agent
+        // hands it code with LF endings (`tether_core::agent::shell::cell_code`;
+        // the eleventh mutants sample's `==` -> `!=` there kept them).
+        let decoded = if code.windows(2).any(|w| w == b"\r\n") {
+            Err("$'\\r': command not found (a CRLF line ending)".to_owned())
+        } else {
+            Workload::decode(code).map_err(|e| e.to_string())
+        };
+        match decoded {
             Ok(w) => Shell::new(w, files),
             Err(e) => Shell::new(
                 Workload::new(vec![

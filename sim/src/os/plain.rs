@@ -48,6 +48,15 @@ impl SimOs {
         code: &[u8],
         bash: bool,
     ) -> Result<PlainRun, OsError> {
+        // Python reads a CRLF line ending as a newline; a shell does not
+        // ([`Shell::from_code`]).
+        let lf;
+        let code = if argv.first().is_some_and(|a| a == "python3") {
+            lf = String::from_utf8_lossy(code).replace("\r\n", "\n");
+            lf.as_bytes()
+        } else {
+            code
+        };
         let mut shell = Shell::from_code(code, None);
         shell.bash = bash;
         let out = self.new_pipe();
