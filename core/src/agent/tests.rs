@@ -1953,6 +1953,44 @@ fn a_fresh_daemon_leaves_a_cell_whose_submit_recorded_nothing_to_run() {
 }
 
 #[test]
+fn an_acknowledged_cell_leaves_nothing_and_a_second_ack_is_harmless() {
+    // The eleventh mutants sample's `ack_cell` with its `!` deleted kept
+    // every journal (and refused the ack of one already gone); no world
+    // of the simulation tells a kept journal from one a best-effort ack
+    // left, so this test is where it is caught.
+    use crate::protocol::Op;
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    let r = op(&mut os, submit_op(1, "a1"));
+    assert!(r.error.is_none(), "{r:?}");
+    let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
+    let cell = k.cell(CellSeq(1));
+    let mut w = JournalWriter::open(&mut os, &cell.journal(), journal::DEFAULT_CAP).unwrap();
+    w.finish(
+        &mut os,
+        vec![EntryKind::Result {
+            outcome: CellOutcome::Ok,
+        }],
+    )
+    .unwrap();
+    let ack = || Op::Ack {
+        kernel: KernelName::new("k").unwrap(),
+        seq: CellSeq(1),
+    };
+    let r = op(&mut os, ack());
+    assert!(r.error.is_none(), "{r:?}");
+    assert!(
+        !os.exists(cell.dir()),
+        "the acknowledged cell's directory stays"
+    );
+    let r = op(&mut os, ack());
+    assert!(
+        r.error.is_none(),
+        "a second ack of a cell already gone: {r:?}"
+    );
+}
+
+#[test]
 fn a_used_sequence_number_is_a_conflict_that_names_the_next_even_after_its_ack() {
     use crate::protocol::{Acceptance, ErrorKind, Op};
     let mut os = FakeOs::new();
