@@ -114,6 +114,13 @@ pub struct ClientLog {
     pub losses: Vec<(u64, String, Option<String>)>,
     /// When a daemon was reported ready, its pid and its kernel.
     pub ready: Vec<(u64, u32, String)>,
+    /// The frontends that saw a daemon of a kernel ready, by kernel.
+    pub ready_to: std::collections::BTreeSet<(Frontend, String)>,
+    /// When a frontend that had never seen its kernel's daemon reported
+    /// the kernel's state lost (a second frontend told how far the kernel
+    /// ran before the fresh daemon it started): it knows no daemon, so
+    /// not how the one before died.
+    pub unseen_losses: Vec<u64>,
     /// Driver errors (and, live, failed observations).
     pub errors: Vec<String>,
     /// The script ran to its end.
@@ -198,6 +205,12 @@ impl ClientLog {
             Event::StateLost { kernel, .. } => {
                 self.state_lost.push(now_ms);
                 self.losses.push((now_ms, kernel.as_str().to_owned(), None));
+                if !self
+                    .ready_to
+                    .contains(&(self.frontend, kernel.as_str().to_owned()))
+                {
+                    self.unseen_losses.push(now_ms);
+                }
             }
             Event::KernelReplaced { kernel, evidence } => {
                 if let Some(loss) = self
@@ -211,9 +224,12 @@ impl ClientLog {
             }
             Event::KernelReady {
                 kernel, identity, ..
-            } => self
-                .ready
-                .push((now_ms, identity.pid, kernel.as_str().to_owned())),
+            } => {
+                self.ready
+                    .push((now_ms, identity.pid, kernel.as_str().to_owned()));
+                self.ready_to
+                    .insert((self.frontend, kernel.as_str().to_owned()));
+            }
             Event::KernelEvicted { kernel, reason } => {
                 self.evictions.push((now_ms, kernel.as_str().to_owned()));
                 if reason.contains(CAP_REASON) {
@@ -573,17 +589,14 @@ pub fn unreported_replacements(
 ) -> Vec<String> {
     let mut out = Vec::new();
     for (at, kernel, replaced) in &log.losses {
-        if replaced.is_some() {
+        if replaced.is_some() || log.unseen_losses.contains(at) {
             continue;
         }
-        // The daemon the report is about was ready before it: a second
-        // frontend's fresh daemon, ready in the step that says the state
-        // it never saw is gone, is not it (two_clients seed 671).
         let Some((ready_at, pid, _)) = log
             .ready
             .iter()
             .rev()
-            .find(|(t, _, k)| k == kernel && t < at)
+            .find(|(t, _, k)| k == kernel && t <= at)
         else {
             continue;
         };
