@@ -1867,14 +1867,18 @@ fn check_cap_evictions(obs: &Observations, v: &mut Vec<Violation>) {
                     .max()
                     .unwrap_or(0);
                 // Evicted since: before this eviction, or at its instant
-                // by one the client made first.
+                // by one the client made first. A use at the instant of an
+                // earlier eviction came after it (a cell that opens the
+                // kernel again: the client evicts only kernels other than
+                // the one a cell is run on; drawn seed 103643, `py`
+                // evicted idle and opened again in one virtual ms).
                 let earlier_now = obs.cap_evictions[..i]
                     .iter()
                     .any(|(t, e)| e == *k && t == at);
                 let evicted = obs
                     .evictions
                     .iter()
-                    .any(|(t, e)| e == *k && *t >= last_use && t < at);
+                    .any(|(t, e)| e == *k && *t > last_use && t < at);
                 !(evicted || earlier_now)
             })
             .count();
