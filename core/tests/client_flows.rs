@@ -1270,3 +1270,73 @@ fn an_agent_that_keeps_calling_a_live_daemon_dead_fails_the_kernel_after_its_att
         h.sent(OpKind::Probe)
     );
 }
+
+/// A second frontend (no record of the kernel) that starts a fresh daemon
+/// where the first frontend's dead daemon ran cells is told their state
+/// is gone; its cell is refused behind the kernel and asks to be run
+/// again, which goes through (two_clients seed 380 in the simulation).
+#[test]
+fn a_second_frontend_is_told_the_state_it_never_saw_is_gone() {
+    let mut first = Harness::new(1);
+    first.open("k", Lang::Shell);
+    let set = first.run("k", "out x", None);
+    first.settle();
+    assert_eq!(first.outcome(&set), Some(CellOutcome::Ok));
+    first.agent.kill_daemon(&kname("k"));
+    let mut second = Harness::with(Client::new(support::config(), 2), first.agent.clone());
+    second.open("k", Lang::Shell);
+    let read = second.run("k", "out y", None);
+    second.settle();
+    assert_eq!(state_lost(&second), 1, "{}", second.trace);
+    let refused = second.outcome(&read).expect("resolved");
+    assert!(
+        tether_core::client::asks_to_run_again(&refused),
+        "{refused:?}"
+    );
+    let again = second.run("k", "out y", None);
+    second.settle();
+    assert_eq!(
+        second.outcome(&again),
+        Some(CellOutcome::Ok),
+        "{}",
+        second.trace
+    );
+    // A client that knew the kernel is not told twice.
+    assert_eq!(state_lost(&second), 1);
+}
+
+/// A resumed cell sent but never known accepted is waited for; when its
+/// number holds another request (its submit never reached the agent, and
+/// a second frontend took the number), it is refused and asks to be run
+/// again, never given that cell's output (two_clients seed 101 in the
+/// simulation).
+#[test]
+fn a_resumed_cell_whose_number_holds_another_request_is_refused() {
+    let mut h = Harness::new(30);
+    h.open("k", Lang::Shell);
+    let theirs = h.run("k", "out theirs\ntick\nout more", None);
+    h.run_until(|h| h.output(&theirs) == "theirs\n");
+    let mut record = h.records[&kname("k")].clone();
+    let mut ours = record.cells[0].clone();
+    ours.request_id = tether_core::ids::RequestId("ours".into());
+    ours.cursor = 0;
+    record.cells = vec![ours];
+    let mut h2 = Harness::with(Client::new(support::config(), 31), h.agent.clone());
+    h2.client.resume(record, false, h2.now);
+    h2.settle();
+    let key = CellKey {
+        kernel: kname("k"),
+        seq: CellSeq(1),
+    };
+    assert_eq!(
+        h2.output(&key),
+        "",
+        "another request's output: {}",
+        h2.trace
+    );
+    let outcome = h2.outcome(&key).expect("resolved");
+    assert!(
+        tether_core::client::asks_to_run_again(&outcome),
+        "{outcome:?}"
+    );
+}

@@ -336,7 +336,6 @@ impl Client {
         }
     }
 
-    /// The daemon runs: record it and send every waiting cell.
     /// A fresh daemon's kernel had run cells up to `ran_before` under
     /// earlier daemons. A newcomer (a second frontend with no record of
     /// the kernel) never saw that state, which went with the daemons that
@@ -359,6 +358,7 @@ impl Client {
         });
     }
 
+    /// The daemon runs: record it and send every waiting cell.
     pub(crate) fn ready(&mut self, name: &KernelName, identity: Identity, fresh: bool) {
         let Some(k) = self.kernels.get_mut(name) else {
             return;

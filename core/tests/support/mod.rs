@@ -387,10 +387,12 @@ impl FakeAgent {
                 self.next_pid += 1;
                 k.daemon = Some(identity.clone());
                 k.spawned = Some(identity.clone());
+                // As the agent says: how far the kernel ran before.
+                let ran_before = k.used.iter().max().copied().unwrap_or(0);
                 Ok(Reply::Spawned {
                     identity,
                     fresh: true,
-                    ran_before: 0,
+                    ran_before,
                 })
             }
             Op::Submit {
