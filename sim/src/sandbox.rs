@@ -36,7 +36,7 @@ use tether_core::agent::{Os, Pid};
 use tether_core::bytes::Bytes;
 use tether_core::ids::{CellSeq, RequestId};
 use tether_core::protocol::install::installed_line;
-use tether_core::protocol::{EntryKind, Envelope, InstallRefusal, OpKind, Submission};
+use tether_core::protocol::{EntryKind, Envelope, InstallRefusal, JournalRead, OpKind, Submission};
 use tether_core::time::Timestamp;
 
 mod background;
@@ -626,13 +626,15 @@ impl Sandbox {
                 let Ok(bytes) = self.os.read_file(&path) else {
                     continue;
                 };
-                let submission = self
-                    .os
-                    .read_file(&layout.cell(CellSeq(seq)).submission())
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<Submission>(&b).ok());
-                let found = journal_gap(&bytes)
-                    .or_else(|| submission.and_then(|s| unaccepted(&bytes, &s.request_id)));
+                let read = tether_core::protocol::parse_journal(&bytes);
+                let found = journal_gap(&read).or_else(|| {
+                    let submission = self
+                        .os
+                        .read_file(&layout.cell(CellSeq(seq)).submission())
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<Submission>(&b).ok())?;
+                    unaccepted(&read, &submission.request_id)
+                });
                 if let Some(gap) = found {
                     let found = format!("journal of {name}#{seq}: {gap}");
                     if !self.journal_gaps.contains(&found) {
@@ -1374,8 +1376,7 @@ fn kernel_name(kernel_dir: &str) -> String {
 
 /// What is wrong with a journal's entry numbers, if anything: they must
 /// run 1, 2, 3, … with no gap and no repeat.
-pub fn journal_gap(bytes: &[u8]) -> Option<String> {
-    let read = tether_core::protocol::parse_journal(bytes);
+pub fn journal_gap(read: &JournalRead) -> Option<String> {
     if let Some((line, why)) = read.bad_lines.first() {
         return Some(format!("line {line} is not an entry ({why})"));
     }
@@ -1389,12 +1390,8 @@ pub fn journal_gap(bytes: &[u8]) -> Option<String> {
 /// submitted, with its result: `None` when it does, or is still empty.
 /// (The eleventh mutants sample's `JournalWriter::is_empty` -> `false`
 /// wrote no acceptance.)
-fn unaccepted(bytes: &[u8], request: &RequestId) -> Option<String> {
-    let first = tether_core::protocol::parse_journal(bytes)
-        .entries
-        .into_iter()
-        .next()?;
-    match &first.kind {
+fn unaccepted(read: &JournalRead, request: &RequestId) -> Option<String> {
+    match &read.entries.first()?.kind {
         EntryKind::Accepted { request_id } if request_id == request => None,
         EntryKind::Result { .. } => None,
         other => Some(format!(
@@ -1770,6 +1767,7 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
     use tether_core::agent::Os;
+    use tether_core::protocol::parse_journal as parse;
     use tether_core::protocol::Lang;
 
     #[test]
@@ -1842,14 +1840,19 @@ mod tests {
     fn a_journal_must_number_its_entries_from_one_without_gaps() {
         let line = |n: u64| format!("{{\"n\":{n},\"kind\":\"done\"}}\n");
         let ok = format!("{}{}{}", line(1), line(2), line(3));
-        assert_eq!(journal_gap(ok.as_bytes()), None);
+        assert_eq!(journal_gap(&parse(ok.as_bytes())), None);
         // A write in progress is not a gap.
-        assert_eq!(journal_gap(format!("{ok}{{\"n\":4").as_bytes()), None);
+        assert_eq!(
+            journal_gap(&parse(format!("{ok}{{\"n\":4").as_bytes())),
+            None
+        );
         let gap = format!("{}{}", line(1), line(3));
-        assert!(journal_gap(gap.as_bytes()).unwrap().contains("[1, 3]"));
+        assert!(journal_gap(&parse(gap.as_bytes()))
+            .unwrap()
+            .contains("[1, 3]"));
         let repeat = format!("{}{}{}", line(1), line(2), line(2));
-        assert!(journal_gap(repeat.as_bytes()).is_some());
-        assert!(journal_gap(format!("{}oops\n", line(1)).as_bytes()).is_some());
+        assert!(journal_gap(&parse(repeat.as_bytes())).is_some());
+        assert!(journal_gap(&parse(format!("{}oops\n", line(1)).as_bytes())).is_some());
     }
 
     #[test]
@@ -1857,19 +1860,22 @@ mod tests {
         let r = RequestId("r1".into());
         let accepted =
             |id: &str| format!("{{\"n\":1,\"kind\":\"accepted\",\"request_id\":\"{id}\"}}\n");
-        assert_eq!(unaccepted(b"", &r), None, "empty: not begun");
-        assert_eq!(unaccepted(accepted("r1").as_bytes(), &r), None);
+        assert_eq!(unaccepted(&parse(b""), &r), None, "empty: not begun");
+        assert_eq!(unaccepted(&parse(accepted("r1").as_bytes()), &r), None);
         let cancelled = "{\"n\":1,\"kind\":\"result\",\"outcome\":{\"kind\":\"cancelled\"}}\n";
         assert_eq!(
-            unaccepted(cancelled.as_bytes(), &r),
+            unaccepted(&parse(cancelled.as_bytes()), &r),
             None,
             "cancelled before submit"
         );
         assert!(
-            unaccepted(accepted("r2").as_bytes(), &r).is_some(),
+            unaccepted(&parse(accepted("r2").as_bytes()), &r).is_some(),
             "another request's"
         );
         let output = "{\"n\":1,\"kind\":\"done\"}\n";
-        assert!(unaccepted(output.as_bytes(), &r).is_some(), "no acceptance");
+        assert!(
+            unaccepted(&parse(output.as_bytes()), &r).is_some(),
+            "no acceptance"
+        );
     }
 }
