@@ -306,17 +306,17 @@ impl ClientLog {
     }
 
     /// Does the script run `label` again after `outcome`? Once, when the
-    /// outcome is a refusal that asks for it ([`tether_core::client::asks_to_run_again`]).
-    pub fn to_run_again(&self, label: &str, outcome: &CellOutcome) -> bool {
-        tether_core::client::asks_to_run_again(outcome)
-            && !self.refused_behind.iter().any(|(l, _)| l == label)
-    }
-
-    /// The cell `label` was refused because another client record had
-    /// run its kernel further (its refusal, the last resolution): it is
-    /// run again, as the refusal asks, and judged by that run. The
-    /// refusal's key named no cell of its own; the run names the next.
-    pub fn refused_behind(&mut self, label: &str, now_ms: u64) {
+    /// outcome is a refusal that asks for it
+    /// ([`tether_core::client::asks_to_run_again`]): another client record
+    /// had run its kernel further. Then the refusal (the last resolution)
+    /// is taken back, and the cell is judged by the run that follows; the
+    /// refusal's key named no cell of its own, the run names the next.
+    pub fn follow_run_again(&mut self, label: &str, outcome: &CellOutcome, now_ms: u64) -> bool {
+        if !tether_core::client::asks_to_run_again(outcome)
+            || self.refused_behind.iter().any(|(l, _)| l == label)
+        {
+            return false;
+        }
         self.refused_behind.push((label.to_owned(), now_ms));
         if let Some(seen) = self.cells.get_mut(label) {
             seen.resolutions.pop();
@@ -326,6 +326,7 @@ impl ClientLog {
             }
             seen.key = None;
         }
+        true
     }
 
     /// The cell the script was running when its client crashed, and how

@@ -283,14 +283,14 @@ async fn run_script(
                 // A resume's refusal that asks for the cell again (a second
                 // frontend ran the kernel further) is followed.
                 let done = {
+                    let now = host.now_ms();
                     let mut log = host.log();
                     let refused = log
                         .cells
                         .get(&cell.label)
-                        .and_then(|c| c.resolutions.last());
-                    if refused.is_some_and(|o| log.to_run_again(&cell.label, &o.clone())) {
-                        let now = host.now_ms();
-                        log.refused_behind(&cell.label, now);
+                        .and_then(|c| c.resolutions.last().cloned());
+                    if let Some(refused) = refused {
+                        log.follow_run_again(&cell.label, &refused, now);
                     }
                     log.cells.get(&cell.label).is_some_and(|c| {
                         !c.resolutions.is_empty() || c.ran_without_kernel.is_some()
@@ -495,15 +495,17 @@ async fn run_one(
                 sleep_until_healed(host).await;
                 resume_kept(host, driver, &name, &seqs, &mut *on_event).await;
             }
-            Ok((_, outcome)) if host.log().to_run_again(&cell.label, outcome) => {
+            Ok((_, outcome)) => {
+                let now = host.now_ms();
+                if !host.log().follow_run_again(&cell.label, outcome, now) {
+                    break (start, result);
+                }
                 // Another client record ran the kernel past this one's
                 // numbers (a second frontend): nothing ran, and the
                 // refusal asks for the cell again, which now goes through.
                 let call = format!("run_cell {} refused behind another client", cell.label);
                 finish_call(host, &call, start, None);
                 host.note(&format!("{call}: again"));
-                let now = host.now_ms();
-                host.log().refused_behind(&cell.label, now);
             }
             _ => break (start, result),
         }
