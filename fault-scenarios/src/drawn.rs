@@ -46,6 +46,29 @@ pub fn script(seed: u64) -> Vec<Action> {
     script
 }
 
+/// The frontends' stream of `drawn_clients`, apart from the cells'.
+const FRONTENDS: u64 = 0x6672_6f6e_7465_6e64;
+
+/// The script of `seed` for two frontends (`drawn_clients`): the cells
+/// [`script`] draws for the seed, each run by the first frontend or the
+/// second ([`CellSpec::second_client`]) as a coin of its own stream
+/// says. Each frontend's first cell after the other ran is refused and run
+/// again, as the refusal asks: the paths of two client records on one
+/// kernel, with cells nobody wrote.
+pub fn script_two_frontends(seed: u64) -> Vec<Action> {
+    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ FRONTENDS);
+    script(seed)
+        .into_iter()
+        .map(|action| match action {
+            Action::Run(c) => Action::Run(CellSpec {
+                second_client: coin.random_bool(0.5),
+                ..c
+            }),
+            idle => idle,
+        })
+        .collect()
+}
+
 /// How the drawn cell is to end.
 enum Ending {
     /// Runs its steps to the end, then exits with this status (0: `ok`).

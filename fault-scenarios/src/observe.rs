@@ -63,6 +63,9 @@ pub struct CellSeen {
     /// No kernel could start, so it ran as a plain exec (fail open): the
     /// reason the client gave.
     pub ran_without_kernel: Option<String>,
+    /// When the script first started it, its frontend had never seen a
+    /// daemon of its kernel ready (see [`crate::oracle::CellObs::newcomer`]).
+    pub newcomer: Option<bool>,
 }
 
 impl CellSeen {
@@ -121,6 +124,12 @@ pub struct ClientLog {
     /// ran before the fresh daemon it started): it knows no daemon, so
     /// not how the one before died.
     pub unseen_losses: Vec<u64>,
+    /// When a frontend reported the state lost of a kernel the other
+    /// frontend had evicted before (its cap or its reaper shut the kernel
+    /// down: the reporter's record still held it).
+    pub lost_to_other_frontend: Vec<u64>,
+    /// Each eviction's frontend (`evictions` in the same order).
+    pub evicted_by: Vec<Frontend>,
     /// Driver errors (and, live, failed observations).
     pub errors: Vec<String>,
     /// The script ran to its end.
@@ -205,6 +214,14 @@ impl ClientLog {
             Event::StateLost { kernel, .. } => {
                 self.state_lost.push(now_ms);
                 self.losses.push((now_ms, kernel.as_str().to_owned(), None));
+                let by_other = self
+                    .evictions
+                    .iter()
+                    .zip(&self.evicted_by)
+                    .any(|((_, k), f)| k == kernel.as_str() && *f != self.frontend);
+                if by_other {
+                    self.lost_to_other_frontend.push(now_ms);
+                }
                 if !self
                     .ready_to
                     .contains(&(self.frontend, kernel.as_str().to_owned()))
@@ -232,6 +249,7 @@ impl ClientLog {
             }
             Event::KernelEvicted { kernel, reason } => {
                 self.evictions.push((now_ms, kernel.as_str().to_owned()));
+                self.evicted_by.push(self.frontend);
                 if reason.contains(CAP_REASON) {
                     self.cap_evictions
                         .push((now_ms, kernel.as_str().to_owned()));
@@ -451,6 +469,7 @@ pub fn cell(
         .map_or((seen.started_at.unwrap_or(0), None), |(_, s, e)| (*s, *e));
     CellObs {
         second_client: spec.second_client,
+        newcomer: seen.newcomer.unwrap_or(false),
         label: spec.label.clone(),
         key: seen.key.as_ref().map(ToString::to_string),
         python: spec.lang == Lang::Python,
@@ -710,6 +729,7 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
             })
             .collect(),
         state_lost_reports: log.state_lost.clone(),
+        lost_to_other_frontend: log.lost_to_other_frontend.clone(),
         kernel_deaths: kernel_deaths.iter().map(|(at, _)| *at).collect(),
         // A death matters only if a client knew the daemon (it held state
         // the client relied on): a daemon spawned by a client that crashed

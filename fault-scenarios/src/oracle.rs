@@ -30,11 +30,15 @@ mod escalation;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CellObs {
     /// Run by the second frontend ([`crate::scenario::CellSpec::second_client`]).
-    /// A kernel it first met on a sandbox with no trace of its past (a
-    /// replaced sandbox, its directories removed) is new to it: only the
-    /// frontend that knew the daemon can say its state was lost, and it
-    /// says so at its own next call.
     pub second_client: bool,
+    /// Its frontend had never seen a daemon of its kernel ready when the
+    /// script first started it. A kernel it first met on a sandbox with no
+    /// trace of its past (a replaced sandbox, its directories removed) is
+    /// new to it: only the frontend that knew the daemon can say its state
+    /// was lost, and it says so at its own next call (drawn_clients seed
+    /// 47: the second frontend ran the first cells, the sandbox was
+    /// replaced, and the first frontend's first cell met a fresh kernel).
+    pub newcomer: bool,
     /// The scenario's name for the cell (unique in a run).
     pub label: String,
     /// The client's key for it (`kernel#seq`), once accepted.
@@ -284,6 +288,10 @@ pub struct Observations {
     /// number one of them sent may be the other's, and a cell refused for
     /// it (asking to be run again: nothing ran) is no flaw.
     pub second_frontend: bool,
+    /// State-lost reports of a kernel the other frontend had evicted
+    /// (shut down) before: a loss with no death, and no false one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lost_to_other_frontend: Vec<u64>,
     /// The background logs of the kernels whose cells print after they
     /// resolved, read at the end of the script.
     pub background: Vec<BackgroundObs>,
@@ -1336,7 +1344,7 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     }
     // "State lost" only with a real death before it.
     for &at in &obs.state_lost_reports {
-        if first_death.is_none_or(|d| d > at) {
+        if first_death.is_none_or(|d| d > at) && !obs.lost_to_other_frontend.contains(&at) {
             v.push(Violation::FalseStateLost { at_ms: at });
         }
     }
@@ -1374,10 +1382,16 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
     call_ends::check(obs, &mut v);
     interpreter::check(obs, &mut v);
     loss_notes::check(obs, &mut v);
-    check_evictions(obs, &mut v);
-    check_cap_evictions(obs, &mut v);
-    check_cap_kept(obs, &mut v);
-    check_idle_evictions(obs, &mut v);
+    // The reaper and the cap are one client record's: its kernels, its
+    // uses, its timers. With two frontends each keeps its own, which the
+    // script's uses and calls do not tell apart (a kernel the other
+    // frontend used is idle to this one): judged with one frontend only.
+    if !obs.second_frontend {
+        check_evictions(obs, &mut v);
+        check_cap_evictions(obs, &mut v);
+        check_cap_kept(obs, &mut v);
+        check_idle_evictions(obs, &mut v);
+    }
     escalation::check(obs, &mut v);
     // What the host judged on its own ground truth, a finding a line.
     let found: [(&[String], MakeViolation); 6] = [
@@ -1923,7 +1937,7 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
                 || noted
                 || notes.iter().any(|&r| r <= end)
                 || obs.state_lost_reports.iter().any(|&r| r <= end)
-                || cell.second_client && !obs.state_lost_reports.is_empty();
+                || cell.newcomer && !obs.state_lost_reports.is_empty();
             if !died {
                 v.push(Violation::NamespaceLost {
                     cell: cell.label.clone(),
@@ -1992,7 +2006,7 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
             .filter(|c| kernel.is_none() || kernel_of(c).is_none() || kernel_of(c) == kernel)
             .collect();
         let death_reported = first_death.is_some_and(|d| {
-            let by = if cell.second_client { u64::MAX } else { end };
+            let by = if cell.newcomer { u64::MAX } else { end };
             d <= end && obs.state_lost_reports.iter().any(|&r| r >= d && r <= by)
         });
         let noted = cell.state_not_kept_noted || earlier.iter().any(|c| c.state_not_kept_noted);

@@ -1288,7 +1288,7 @@ pub fn all() -> Vec<Scenario> {
     ])
     .chain(python(all_faults.clone(), py_escapes, py_stuck))
     .chain(client_knobs(all_faults.clone()))
-    .chain([fail_open(), drawn(all_faults)])
+    .chain([fail_open(), drawn(all_faults.clone()), drawn_clients(all_faults)])
     .collect()
 }
 
@@ -1303,6 +1303,17 @@ fn drawn(all_faults: Vec<Family>) -> Scenario {
         init_reaps: true,
         fails_open: false,
         draws: Some(crate::drawn::script),
+    }
+}
+
+/// Cells nobody wrote, shared by two frontends with records of their own
+/// ([`crate::drawn::script_two_frontends`]).
+fn drawn_clients(all_faults: Vec<Family>) -> Scenario {
+    Scenario {
+        name: "drawn_clients",
+        about: "the cells `drawn` draws for the seed, each run by one of two frontends with records of their own (as two_clients): a frontend's first cell after the other ran is refused and run again; names bound by one are read by the other",
+        draws: Some(crate::drawn::script_two_frontends),
+        ..drawn(all_faults)
     }
 }
 

@@ -296,14 +296,39 @@ async fn run_script(
                         !c.resolutions.is_empty() || c.ran_without_kernel.is_some()
                     })
                 };
-                if !done && cell.second_client {
-                    let second =
-                        second.get_or_insert_with(|| client(host, incarnation, Frontend::Second));
-                    host.log().frontend = Frontend::Second;
-                    run_one(host, second, cell, &mut on_event).await;
+                if !done {
+                    if cell.second_client && second.is_none() {
+                        second = Some(client(host, incarnation, Frontend::Second));
+                    }
+                    let (mine, other, frontend, other_frontend) = match second.as_mut() {
+                        Some(second) if cell.second_client => (
+                            second,
+                            Some(&mut *driver),
+                            Frontend::Second,
+                            Frontend::First,
+                        ),
+                        other => (&mut *driver, other, Frontend::First, Frontend::Second),
+                    };
+                    // The other frontend's cells written off as `unknown`
+                    // may still run on a kernel both use: this cell would
+                    // wait behind them, which only the other can end. As
+                    // its user would, it resumes them first (sending the
+                    // cancel it still owes), once the sandbox answers
+                    // again (drawn_clients seed 50: a cell queued behind
+                    // the other's `sleep 600`, its cancel never sent).
+                    if let Some(other) = other {
+                        let kept = kept_cells(scenario, other, true);
+                        if !kept.is_empty() {
+                            sleep_until_healed(host).await;
+                            host.log().frontend = other_frontend;
+                            for (k, seqs) in &kept {
+                                resume_kept(host, other, k, seqs, &mut on_event).await;
+                            }
+                        }
+                    }
+                    host.log().frontend = frontend;
+                    run_one(host, mine, cell, &mut on_event).await;
                     host.log().frontend = Frontend::First;
-                } else if !done {
-                    run_one(host, driver, cell, &mut on_event).await;
                 }
             }
         }
@@ -321,7 +346,7 @@ async fn run_script(
     ];
     for (frontend, driver) in drivers {
         let Some(driver) = driver else { continue };
-        let kept = kept_cells(scenario, driver);
+        let kept = kept_cells(scenario, driver, false);
         if !kept.is_empty() {
             sleep_until_healed(host).await;
             host.log().frontend = frontend;
@@ -357,12 +382,25 @@ async fn run_script(
         let r = driver.shutdown(&k, &mut on_event).await;
         finish_call(host, "shutdown", start, r.err());
     }
-    host.log().calls_awaiting_at_end = driver.client().calls_awaiting_frontend();
+    let mut awaiting = driver.client().calls_awaiting_frontend();
+    // Each frontend shuts down the kernels its records hold (one only the
+    // second opened is no kernel of the first's).
+    if let Some(second) = second.as_mut() {
+        host.log().frontend = Frontend::Second;
+        for k in kernels(scenario) {
+            if second.client().record(&k).is_some() {
+                let r = second.shutdown(&k, &mut on_event).await;
+                finish_call(host, "shutdown (second frontend)", start, r.err());
+            }
+        }
+        awaiting += second.client().calls_awaiting_frontend();
+        host.log().frontend = Frontend::First;
+    }
+    host.log().calls_awaiting_at_end = awaiting;
     host.after_shutdown().await;
-    let left: Vec<String> = host
-        .records(Frontend::First)
+    let left: Vec<String> = frontend_records(host)
         .iter()
-        .map(|r| r.kernel.to_string())
+        .map(|(_, r)| r.kernel.to_string())
         .collect();
     host.log().records_left = left;
     host.log().finished = true;
@@ -378,8 +416,13 @@ fn frontend_records(host: &impl Host) -> Vec<(Frontend, KernelRecord)> {
 }
 
 /// The cells `driver`'s records keep written off as `unknown` whose
-/// submit may have reached the daemon, by kernel.
-fn kept_cells(scenario: &Scenario, driver: &mut Driver) -> Vec<(KernelName, Vec<CellSeq>)> {
+/// submit may have reached the daemon, by kernel (with those whose
+/// cancel is still to be sent when `with_cancels`).
+fn kept_cells(
+    scenario: &Scenario,
+    driver: &mut Driver,
+    with_cancels: bool,
+) -> Vec<(KernelName, Vec<CellSeq>)> {
     kernels(scenario)
         .into_iter()
         .filter_map(|k| {
@@ -387,7 +430,7 @@ fn kept_cells(scenario: &Scenario, driver: &mut Driver) -> Vec<(KernelName, Vec<
             let seqs: Vec<CellSeq> = record
                 .cells
                 .iter()
-                .filter(|c| c.submitted && !c.cancel_requested)
+                .filter(|c| c.submitted && (with_cancels || !c.cancel_requested))
                 .map(|c| c.seq)
                 .collect();
             (!seqs.is_empty()).then_some((k, seqs))
@@ -469,7 +512,12 @@ async fn run_one(
         {
             let mut log = host.log();
             log.current = Some(cell.label.clone());
-            log.cells.entry(cell.label.clone()).or_default().started_at = Some(start);
+            let newcomer = !log
+                .ready_to
+                .contains(&(log.frontend, name.as_str().to_owned()));
+            let seen = log.cells.entry(cell.label.clone()).or_default();
+            seen.started_at = Some(start);
+            seen.newcomer.get_or_insert(newcomer);
         }
         host.note(&format!("run_cell {}", cell.label));
         host.log()

@@ -49,6 +49,10 @@ pub use background::BackgroundTruth;
 pub use channel::ChannelCounts;
 pub use process_faults::STOP_SLACK_MS;
 
+/// A cell process that ended: pid, when it was spawned, when it ended
+/// (virtual ms).
+pub type CellExit = (Pid, u64, u64);
+
 /// Ground truth about one cell.
 #[derive(Clone, Debug, Default)]
 pub struct Truth {
@@ -124,9 +128,13 @@ pub struct Sandbox {
     /// When processes of each cell (kernel name, seq) were spawned
     /// (virtual ms).
     pub cell_spawns: BTreeMap<(String, u64), Vec<u64>>,
-    /// The processes of each cell (kernel name, seq) that ended, with
-    /// when (virtual ms).
-    pub cell_exits: BTreeMap<(String, u64), Vec<(Pid, u64)>>,
+    /// The processes of each cell (kernel name, seq) that ended: pid,
+    /// when it was spawned and when it ended (virtual ms). Spawned before
+    /// a cell started, a process under its key is an earlier cell's of
+    /// that key (another frontend's record, a kernel opened again).
+    pub cell_exits: BTreeMap<(String, u64), Vec<CellExit>>,
+    /// When each cell process (by pid) was spawned (virtual ms).
+    cell_spawned_at: BTreeMap<Pid, u64>,
     /// The exits of [`Sandbox::cell_exits`] of untraceable processes
     /// (pid, when), judged when they happened: the pid may be reused by a
     /// traceable process later.
@@ -297,6 +305,7 @@ impl Sandbox {
             collateral: Vec::new(),
             cell_spawns: BTreeMap::new(),
             cell_exits: BTreeMap::new(),
+            cell_spawned_at: BTreeMap::new(),
             untraceable_exits: BTreeSet::new(),
             snapshot_untraceable: BTreeSet::new(),
             cell_of: BTreeMap::new(),
@@ -731,6 +740,7 @@ impl Sandbox {
                             let at = self.virtual_ms(e.at);
                             let key = (kernel_name(&c.kernel_dir), seq);
                             self.cell_spawns.entry(key.clone()).or_default().push(at);
+                            self.cell_spawned_at.insert(*pid, at);
                             if tether_core::agent::shell::dirs_of(argv).is_some() {
                                 self.shell_mains.insert(*pid, key.clone());
                             }
@@ -800,10 +810,11 @@ impl Sandbox {
                 {
                     if let Some(key) = self.cell_of.get(pid) {
                         let at = self.virtual_ms(e.at);
+                        let spawned = self.cell_spawned_at.get(pid).copied().unwrap_or(0);
                         self.cell_exits
                             .entry(key.clone())
                             .or_default()
-                            .push((*pid, at));
+                            .push((*pid, spawned, at));
                         if self.untraceable.contains(pid) {
                             self.untraceable_exits.insert((*pid, at));
                         }

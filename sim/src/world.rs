@@ -647,10 +647,14 @@ fn observe(
                     .get(key)
                     .into_iter()
                     .flatten()
-                    .filter(|&&(pid, at)| {
+                    .filter(|&&(pid, _, at)| {
                         spec.lang != Lang::Python || !sandbox.untraceable_exits.contains(&(pid, at))
                     })
-                    .map(|&(_, at)| at)
+                    // Not an earlier cell's of the same key (drawn_clients
+                    // seed 149: the first frontend's py#1 left a daemon the
+                    // second frontend's py#1, never submitted, was judged by).
+                    .filter(|&&(_, spawned, _)| spawned >= seen.started_at.unwrap_or(0))
+                    .map(|&(_, _, at)| at)
                     .filter(|&at| at > resolved && at < own_until)
                     .max(),
                 _ => None,

@@ -285,12 +285,18 @@ impl InterpShim {
         !os.exists(&self.kernel.config())
     }
 
-    /// The cell handed over next, if the daemon has named one.
+    /// The cell handed over next, if the daemon has named one: any number
+    /// but the last one run, as the daemon hands each number over once. A
+    /// lower one comes when another client record's cell took a higher
+    /// number first (drawn_clients seed 50: the second frontend ran cell 2
+    /// on a kernel it opened again, the first frontend's cell 1 came
+    /// next; the interpreter waited for a number above 2 and the cell,
+    /// accepted, never ran).
     fn next_seq(&self, os: &dyn Os) -> Option<u64> {
         os.read_file(&python::run_file(&self.kernel))
             .ok()
             .and_then(|b| String::from_utf8_lossy(&b).trim().parse::<u64>().ok())
-            .filter(|&s| s > self.last_seq)
+            .filter(|&s| s != self.last_seq)
     }
 
     /// When the shim has something to do without new input: now while it
