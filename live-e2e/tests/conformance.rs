@@ -742,9 +742,7 @@ on_backends! {
     docker_langchain_bash_process_cases: exec_suites::langchain_bash_process_cases on "docker";
     local_inspect_process_tree_cases: exec_suites::inspect_process_tree_cases on "local";
     docker_inspect_process_tree_cases: exec_suites::inspect_process_tree_cases on "docker";
-    #[ignore = "product bug: a shell cell's code is cut at its first NUL byte (the wrapper reads it with `read -d ''`): the part before runs, the rest is dropped without a word"]
     local_inspect_bash_null_byte: exec_suites::inspect_bash_null_byte on "local";
-    #[ignore = "product bug: a shell cell's code is cut at its first NUL byte (the wrapper reads it with `read -d ''`): the part before runs, the rest is dropped without a word"]
     docker_inspect_bash_null_byte: exec_suites::inspect_bash_null_byte on "docker";
     #[ignore = "product bug: a cell's output past 8 MiB is dropped (the agent's journal cap) and the cell still resolves ok, though the README says the output is never truncated"]
     local_inspect_output_limit_cases: exec_suites::inspect_output_limit_cases on "local";

@@ -1097,6 +1097,12 @@ impl Daemon {
     ) -> Result<Track, String> {
         let cell = self.kernel.cell(seq);
         let marker = marker_value(&self.nonce, seq);
+        if let Some(why) = (config.lang == Lang::Shell)
+            .then(|| shell::unrunnable(sub.code.as_slice()))
+            .flatten()
+        {
+            return Err(why);
+        }
         let code = match config.lang {
             Lang::Shell => shell::cell_code(sub.code.as_slice()),
             Lang::Python => std::borrow::Cow::Borrowed(sub.code.as_slice()),

@@ -54,6 +54,18 @@ const BASH_LINE: &str = r#"eval "$3" && __tether_begin "$1" "$2" && set -- && ev
 const SH_LINE: &str = r#"eval "$3"; __tether_begin "$1" "$2"; eval "$__tether_snap" 2>/dev/null; __tether_fix "$2"; eval "set -- ${__tether_argv-}"; __tether_arm && :; eval "$__tether_pre$__tether_code"; { __tether_end "$?" "$@"; } 2>/dev/null
 "#;
 
+/// Why a shell cannot run `code` at all, if it cannot: a NUL byte ends a
+/// string in every shell, so the wrapper would run the code only up to
+/// it, silently (`echo before<NUL>; touch poc` printed `before` and
+/// resolved ok; inspect_ai's test_bash_null_byte). The cell ends as an
+/// error that says so, and nothing of it runs.
+pub fn unrunnable(code: &[u8]) -> Option<String> {
+    let at = code.iter().position(|&b| b == 0)?;
+    Some(format!(
+        "the cell's code holds a null byte (at byte {at}), which a shell cannot take: nothing of it ran"
+    ))
+}
+
 /// A shell cell's code as the shell gets it: every CRLF line end becomes
 /// LF, as a terminal's line discipline turns the Enter a user types (or an
 /// agent sends, `echo begin\r\nsleep 2\r\necho done`) into a newline.

@@ -837,6 +837,47 @@ fn kernel_with_submission(os: &mut FakeOs, tombstone: bool) -> String {
     k.dir().to_owned()
 }
 
+/// A shell cell whose code holds a NUL byte ends as an error that says
+/// so, and nothing of it runs (no shim, no code file): a shell would run
+/// it only up to the NUL, silently (inspect_ai's test_bash_null_byte).
+/// The next cell runs.
+#[test]
+fn a_shell_cell_with_a_null_byte_is_an_error_and_nothing_of_it_runs() {
+    let mut os = FakeOs::new();
+    let dir = kernel_with_submission(&mut os, false);
+    let k = KernelLayout::new(&dir);
+    let cell = k.cell(CellSeq(1));
+    let sub = Submission {
+        request_id: RequestId("r1".into()),
+        seq: CellSeq(1),
+        code: Bytes(b"echo before\0; touch poc".to_vec()),
+        timeout_ms: None,
+    };
+    os.files.insert(cell.submission(), to_json(&sub));
+    let mut d = Daemon::new(&dir, "n1");
+    let _ = d.tick(&mut os);
+    assert!(os.launches.is_empty(), "{:?}", os.launches);
+    assert!(!os.files.contains_key(&cell.code()));
+    assert!(has_done(&os, &cell.journal()));
+    match result_in(&os, &cell.journal()) {
+        Some(CellOutcome::Error { message }) => {
+            assert!(message.contains("null byte (at byte 11)"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let next = k.cell(CellSeq(2));
+    let sub = Submission {
+        request_id: RequestId("r2".into()),
+        seq: CellSeq(2),
+        code: Bytes(b"true".to_vec()),
+        timeout_ms: None,
+    };
+    os.files.insert(next.submission(), to_json(&sub));
+    os.now = 10;
+    let _ = d.tick(&mut os);
+    assert_eq!(os.launches.len(), 1, "the next cell runs");
+}
+
 /// A cell's timeout counts from its launch, not from the start of the
 /// tick that launched it: a tick slow before the launch (a filesystem
 /// call held up, a preempted process) would cut the timeout short (drawn
