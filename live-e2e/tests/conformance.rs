@@ -744,9 +744,7 @@ on_backends! {
     docker_inspect_process_tree_cases: exec_suites::inspect_process_tree_cases on "docker";
     local_inspect_bash_null_byte: exec_suites::inspect_bash_null_byte on "local";
     docker_inspect_bash_null_byte: exec_suites::inspect_bash_null_byte on "docker";
-    #[ignore = "product bug: a cell's output past 8 MiB is dropped (the agent's journal cap) and the cell still resolves ok, though the README says the output is never truncated"]
     local_inspect_output_limit_cases: exec_suites::inspect_output_limit_cases on "local";
-    #[ignore = "product bug: a cell's output past 8 MiB is dropped (the agent's journal cap) and the cell still resolves ok, though the README says the output is never truncated"]
     docker_inspect_output_limit_cases: exec_suites::inspect_output_limit_cases on "docker";
     #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
     local_oils_function_line_numbers: shell_suites::oils_function_line_numbers on "local";

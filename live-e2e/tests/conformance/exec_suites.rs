@@ -712,27 +712,40 @@ pub(super) async fn inspect_bash_null_byte(live: &mut Live) {
 /// inspect_ai's sandbox self-check, test_exec_stdout_is_limited and
 /// test_exec_stderr_is_limited: 10 MiB + 1 KiB of `yes` on each stream.
 /// inspect_ai keeps 10 MiB and raises `OutputLimitExceededError`, so the
-/// caller knows; the README says a tether cell's output is every byte,
-/// never truncated ("A cell is a script"), so every byte is expected.
+/// caller knows. tether keeps a cell's first 8 MiB (the agent's journal
+/// cap, README "A cell is a script") and says how much it dropped (a
+/// `clipped` event), and the cell ends as its code did.
 pub(super) async fn inspect_output_limit_cases(live: &mut Live) {
     live.prepare().await;
-    // test_exec_stdout_is_limited, test_exec_stderr_is_limited: 10 MiB +
-    // 1 KiB of `yes` on each stream. inspect_ai stops at 10 MiB and
-    // raises; tether gives every byte (README).
+    let cap = tether_core::agent::journal::DEFAULT_CAP as usize;
     let size = 10 * (1 << 20) + 1024;
+    let clipped = |run: &CellRun| -> u64 {
+        run.events
+            .iter()
+            .filter_map(|e| match e {
+                tether_core::client::Event::Clipped { dropped, .. } => Some(*dropped),
+                _ => None,
+            })
+            .sum()
+    };
     let run = sh(live, &format!("yes | head -c {size}")).await;
     assert_eq!(run.outcome, CellOutcome::Ok, "{:?}", run.outcome);
-    assert_eq!(run.stdout.len(), size, "{}", not_output(&run));
+    assert_eq!(run.stdout.len(), cap, "{}", not_output(&run));
     assert!(run.stdout.chunks(2).all(|c| c == b"y\n"));
+    assert_eq!(clipped(&run), (size - cap) as u64, "the drop is said");
     let run = sh(live, &format!("yes | head -c {size} 1>&2")).await;
     assert_eq!(run.outcome, CellOutcome::Ok, "{:?}", run.outcome);
     assert_eq!(
         (run.stdout.len(), run.stderr.len()),
-        (0, size),
+        (0, cap),
         "{}",
         not_output(&run)
     );
     assert!(run.stderr.chunks(2).all(|c| c == b"y\n"));
+    assert_eq!(clipped(&run), (size - cap) as u64, "the drop is said");
+    // Under the cap, every byte.
+    let run = sh(live, &format!("yes | head -c {}", cap - 2)).await;
+    assert_eq!((run.stdout.len(), clipped(&run)), (cap - 2, 0));
     live.shutdown("k").await;
 }
 
