@@ -84,7 +84,7 @@ impl CellSeen {
 const LOSS_NOTE: &str = "the kernel's namespace is lost";
 
 /// Whose records a client process works from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub enum Frontend {
     /// The script's own: every cell but a
     /// [`crate::scenario::CellSpec::second_client`] one.
@@ -130,6 +130,8 @@ pub struct ClientLog {
     pub lost_to_other_frontend: Vec<u64>,
     /// Each eviction's frontend (`evictions` in the same order).
     pub evicted_by: Vec<Frontend>,
+    /// The frontend each `ready` report went to (in the same order).
+    pub ready_by: Vec<Frontend>,
     /// Driver errors (and, live, failed observations).
     pub errors: Vec<String>,
     /// The script ran to its end.
@@ -244,6 +246,7 @@ impl ClientLog {
             } => {
                 self.ready
                     .push((now_ms, identity.pid, kernel.as_str().to_owned()));
+                self.ready_by.push(self.frontend);
                 self.ready_to
                     .insert((self.frontend, kernel.as_str().to_owned()));
             }
@@ -749,6 +752,21 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
                     .rev()
                     .find(|(t, p, _)| p == pid && t <= at)
                     .map(|(_, _, k)| (*at, k.clone()))
+            })
+            .collect(),
+        // With two frontends: each death once per frontend that had
+        // heard the daemon was ready, with the kernel it heard of.
+        known_deaths_by_frontend: kernel_deaths
+            .iter()
+            .flat_map(|(at, pid)| {
+                let mut heard: Vec<(u64, String, Frontend)> = Vec::new();
+                for ((t, p, k), f) in log.ready.iter().zip(&log.ready_by) {
+                    if p == pid && t <= at {
+                        heard.retain(|(_, _, g)| g != f);
+                        heard.push((*at, k.clone(), *f));
+                    }
+                }
+                heard
             })
             .collect(),
         liveness: log.liveness.clone(),

@@ -175,6 +175,11 @@ pub struct Observations {
     /// The same deaths with the kernel whose daemon died: with several
     /// kernels, a death matters to the cells of its own kernel.
     pub known_deaths_by_kernel: Vec<(u64, String)>,
+    /// Those deaths by the frontend that had heard the daemon was ready
+    /// (once for each that had): a frontend that started its kernel
+    /// afresh after the other's daemon died lost nothing it knew.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub known_deaths_by_frontend: Vec<(u64, String, crate::observe::Frontend)>,
     /// Unscripted cells (liveness) that ran more than once, and cells no
     /// script accounts for, by label, with how many times they ran.
     pub extra_executions: BTreeMap<String, u32>,
@@ -1354,7 +1359,19 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
         let end = cell.delivered_ms();
         // A death of another kernel's daemon (known by kernel) took
         // nothing of this cell's.
+        let frontend = if cell.second_client {
+            crate::observe::Frontend::Second
+        } else {
+            crate::observe::Frontend::First
+        };
         let died_before = match kernel_of(cell) {
+            // drawn_clients seed 1227: the second frontend's daemon died
+            // with its sandbox; the first started the kernel afresh after
+            // and ran two cells on it.
+            Some(k) if obs.second_frontend => obs
+                .known_deaths_by_frontend
+                .iter()
+                .any(|(d, dk, f)| dk == k && *f == frontend && *d < cell.started_ms),
             Some(k) if !obs.known_deaths_by_kernel.is_empty() => obs
                 .known_deaths_by_kernel
                 .iter()
@@ -1367,7 +1384,10 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
                 .any(|&r| first_death.is_some_and(|d| r >= d) && r <= end)
                 || evicted_before(obs, cell, end)
         };
-        if died_before && cell.outcome == Some(CellOutcome::Ok) && !reported(end) {
+        // A frontend new to the kernel cannot be told: the other one,
+        // which knew the daemon, says so at its own next call.
+        let by = if cell.newcomer { u64::MAX } else { end };
+        if died_before && cell.outcome == Some(CellOutcome::Ok) && !reported(by) {
             v.push(Violation::MissedStateLost {
                 cell: cell.label.clone(),
             });
