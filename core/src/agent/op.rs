@@ -15,7 +15,7 @@ use super::orphans;
 use super::os::{Os, OsError, Pid};
 use super::procs::{self, marker_value, CellScope, Table};
 use super::tombstone::{self, CancelReason};
-use crate::ids::{CellSeq, KernelName};
+use crate::ids::{CellSeq, KernelName, RequestId};
 use crate::protocol::{
     Acceptance, AgentError, CancelState, EntryKind, Envelope, ErrorKind, Identity, JournalBatch,
     JournalEntry, Lang, Op, ProbeStatus, Reply, ReplyEnvelope, SentCell, Submission,
@@ -462,9 +462,13 @@ impl OpRun {
                     },
                 )
             }
-            Op::Cancel { kernel, seq } => {
+            Op::Cancel {
+                kernel,
+                seq,
+                request,
+            } => {
                 let k = self.kernel_dir(os, &kernel)?;
-                let state = cancel(os, &k, &k.cell(seq))?;
+                let state = cancel(os, &k, &k.cell(seq), request.as_ref())?;
                 if state != CancelState::AlreadyDone {
                     os.wake(&k.wake());
                 }
@@ -805,6 +809,23 @@ fn submit(
             })
         };
     }
+    if tombstone::request(os, cell).is_some_and(|owner| owner != sub.request_id) {
+        // Another client record cancelled its own cell of this number
+        // before submitting it: the number is that cell's (its resend is
+        // told it was cancelled), and this one goes on after it.
+        mark_used(os, k, seq)?;
+        let next = UsedSeqs::read(os, k).next().max(CellSeq(seq.0 + 1));
+        return Err(AgentError {
+            next_seq: Some(next),
+            ..err(
+                ErrorKind::Conflict,
+                format!(
+                    "cell {seq} was cancelled as another request before it was submitted; this is request {} (the next free sequence number is {next})",
+                    sub.request_id
+                ),
+            )
+        });
+    }
     if os.exists(&cell.cancel()) {
         // Cancelled before it was ever submitted: it will never run.
         let mut bytes = JournalEntry {
@@ -1086,7 +1107,22 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
         .map_err(|e| io("removing the cell", e))
 }
 
-fn cancel(os: &mut dyn Os, k: &KernelLayout, cell: &CellLayout) -> Result<CancelState, AgentError> {
+fn cancel(
+    os: &mut dyn Os,
+    k: &KernelLayout,
+    cell: &CellLayout,
+    request: Option<&RequestId>,
+) -> Result<CancelState, AgentError> {
+    // Another client record's cell holds this number: this request's cell
+    // never reached it and never will (its submit is refused), and the
+    // other's is not this cancel's (drawn_clients seed 478).
+    if let (Some(request), Ok(Some(sub))) =
+        (request, read_json::<Submission>(os, &cell.submission()))
+    {
+        if sub.request_id != *request {
+            return Ok(CancelState::AlreadyDone);
+        }
+    }
     // A cancel can come before its cell's submission: the tombstone waits
     // for it in the cell's directory.
     match kernel::make_dir(os, k, cell.dir()) {
@@ -1102,7 +1138,7 @@ fn cancel(os: &mut dyn Os, k: &KernelLayout, cell: &CellLayout) -> Result<Cancel
         }
         Err(e) => return Err(io("creating the cell directory", e)),
     }
-    tombstone::write(os, cell, CancelReason::Requested)
+    tombstone::write_for(os, cell, CancelReason::Requested, request)
         .map_err(|e| io("writing the tombstone", e))?;
     let read = read_journal(os, &cell.journal()).map_err(|e| io("reading the journal", e))?;
     Ok(if journal::is_done(&read) {

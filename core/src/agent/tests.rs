@@ -2080,6 +2080,67 @@ fn a_used_sequence_number_is_a_conflict_that_names_the_next_even_after_its_ack()
     assert_eq!(acceptance(&r), Some(Acceptance::Accepted), "{r:?}");
 }
 
+/// Two client records of one kernel: A cancels its cell 2 before its
+/// submission arrives (the tombstone names A's request); B's own cell 2
+/// is refused with the next free number, not cancelled by it, and A's
+/// resend is told its cell was cancelled before it started. A cancel of
+/// A's cell 3, where B's submission already holds 3, lays nothing: B's
+/// cell is not A's to cancel (drawn_clients seed 478: the first
+/// frontend's liveness cell came back cancelled by the second's
+/// tombstone).
+#[test]
+fn a_tombstone_cancels_only_its_own_requests_cell() {
+    use crate::protocol::{Acceptance, ErrorKind, Op};
+    let mut os = FakeOs::new();
+    let spawned = op(
+        &mut os,
+        Op::Spawn {
+            kernel: KernelName::new("k").unwrap(),
+            lang: Lang::Shell,
+            nonce: "n1".into(),
+            idle_timeout_ms: 60_000,
+            grace_ms: 100,
+        },
+    );
+    assert!(spawned.error.is_none(), "{spawned:?}");
+    let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
+    let r = op(&mut os, submit_op(1, "a1"));
+    assert_eq!(acceptance(&r), Some(Acceptance::Accepted), "{r:?}");
+    let cancel = |os: &mut FakeOs, seq: u64, request: &str| {
+        op(
+            os,
+            Op::Cancel {
+                kernel: KernelName::new("k").unwrap(),
+                seq: CellSeq(seq),
+                request: Some(RequestId(request.into())),
+            },
+        )
+    };
+    let r = cancel(&mut os, 2, "a2");
+    assert!(r.error.is_none(), "{r:?}");
+    let r = op(&mut os, submit_op(2, "b2"));
+    let e = r
+        .error
+        .clone()
+        .unwrap_or_else(|| panic!("b2 accepted: {r:?}"));
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    assert_eq!(e.next_seq, Some(CellSeq(3)), "{e}");
+    let r = op(&mut os, submit_op(2, "a2"));
+    assert_eq!(
+        acceptance(&r),
+        Some(Acceptance::CancelledBeforeStart),
+        "{r:?}"
+    );
+    let r = op(&mut os, submit_op(3, "b3"));
+    assert_eq!(acceptance(&r), Some(Acceptance::Accepted), "{r:?}");
+    let r = cancel(&mut os, 3, "a3");
+    assert!(r.error.is_none(), "{r:?}");
+    assert!(
+        !os.exists(&k.cell(CellSeq(3)).cancel()),
+        "B's cell 3 is not A's to cancel"
+    );
+}
+
 #[test]
 fn a_sequence_number_cancelled_before_its_submit_is_used_and_its_resend_is_idempotent() {
     use crate::protocol::{Acceptance, Op};
@@ -2100,6 +2161,7 @@ fn a_sequence_number_cancelled_before_its_submit_is_used_and_its_resend_is_idemp
         Op::Cancel {
             kernel: KernelName::new("k").unwrap(),
             seq: CellSeq(1),
+            request: None,
         },
     );
     assert!(cancel.error.is_none(), "{cancel:?}");

@@ -7,6 +7,7 @@
 
 use super::layout::CellLayout;
 use super::os::{Os, OsError};
+use crate::ids::RequestId;
 use crate::protocol::CellOutcome;
 
 /// Why a cell was cancelled (the text of its tombstone).
@@ -68,10 +69,35 @@ pub fn read(os: &dyn Os, cell: &CellLayout) -> Option<CancelReason> {
 /// Lays the tombstone of `cell` for `reason`. One that is already there
 /// stays (its reason wins) and is not an error.
 pub fn write(os: &mut dyn Os, cell: &CellLayout, reason: CancelReason) -> Result<(), OsError> {
-    match os.create_new(&cell.cancel(), reason.as_bytes()) {
+    write_for(os, cell, reason, None)
+}
+
+/// [`write`], naming the request the client submits the cell as (a
+/// second line), when the cancel knows it: laid before the submission,
+/// it cancels that request's cell only (see [`request`]).
+pub fn write_for(
+    os: &mut dyn Os,
+    cell: &CellLayout,
+    reason: CancelReason,
+    request: Option<&RequestId>,
+) -> Result<(), OsError> {
+    let mut text = reason.as_bytes().to_vec();
+    if let Some(r) = request {
+        text.extend_from_slice(r.0.as_bytes());
+        text.push(b'\n');
+    }
+    match os.create_new(&cell.cancel(), &text) {
         Ok(()) | Err(OsError::AlreadyExists) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// The request a tombstone was laid for, if it names one.
+pub fn request(os: &dyn Os, cell: &CellLayout) -> Option<RequestId> {
+    let text = os.read_file(&cell.cancel()).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let id = text.lines().nth(1)?.trim();
+    (!id.is_empty()).then(|| RequestId(id.to_owned()))
 }
 
 #[cfg(test)]

@@ -254,7 +254,11 @@ impl Client {
                     answers: cell.answers(),
                 })
             }
-            Task::Cancel(_) => Some(Op::Cancel { kernel, seq }),
+            Task::Cancel(_) => Some(Op::Cancel {
+                kernel,
+                seq,
+                request: self.cell(key).map(|c| c.rec.request_id.clone()),
+            }),
             Task::Ack(_) => Some(Op::Ack { kernel, seq }),
             _ => None,
         }

@@ -144,6 +144,12 @@ pub enum Op {
         kernel: KernelName,
         /// The cell.
         seq: CellSeq,
+        /// The request the client submits the cell as: the tombstone it
+        /// lays before the submission says whose it is, so that another
+        /// client record's cell of that number is not cancelled by it
+        /// (absent from older clients: the number's cell, whoever's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<RequestId>,
     },
     /// Stop the daemon and everything it owns; remove the kernel's state.
     Shutdown {

@@ -469,7 +469,7 @@ impl FakeAgent {
                     batch: c.after(*cursor),
                 })
             }
-            Op::Cancel { kernel, seq } => {
+            Op::Cancel { kernel, seq, .. } => {
                 let Some(k) = self.kernels.get_mut(kernel) else {
                     return err(ErrorKind::NoSuchKernel, "no such kernel");
                 };
@@ -875,7 +875,7 @@ pub fn describe(op: &Op) -> String {
             cursor,
             ..
         } => format!("wait {kernel}#{seq} after={cursor}"),
-        Op::Cancel { kernel, seq } => format!("cancel {kernel}#{seq}"),
+        Op::Cancel { kernel, seq, .. } => format!("cancel {kernel}#{seq}"),
         Op::Shutdown { kernel, .. } => format!("shutdown {kernel}"),
         Op::Gc => "gc".into(),
         Op::Ack { kernel, seq } => format!("ack {kernel}#{seq}"),

@@ -175,6 +175,7 @@ impl Harness {
         match self.op(Op::Cancel {
             kernel: KernelName::new(kernel).unwrap(),
             seq: CellSeq(seq),
+            request: None,
         }) {
             Ok(Reply::Cancelled { state }) => state,
             other => panic!("cancel: {other:?}"),
