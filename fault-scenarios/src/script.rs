@@ -317,14 +317,7 @@ async fn run_script(
                     // again (drawn_clients seed 50: a cell queued behind
                     // the other's `sleep 600`, its cancel never sent).
                     if let Some(other) = other {
-                        let kept = kept_cells(scenario, other, true);
-                        if !kept.is_empty() {
-                            sleep_until_healed(host).await;
-                            host.log().frontend = other_frontend;
-                            for (k, seqs) in &kept {
-                                resume_kept(host, other, k, seqs, &mut on_event).await;
-                            }
-                        }
+                        resume_all_kept(host, other, other_frontend, true, &mut on_event).await;
                     }
                     host.log().frontend = frontend;
                     run_one(host, mine, cell, &mut on_event).await;
@@ -346,14 +339,7 @@ async fn run_script(
     ];
     for (frontend, driver) in drivers {
         let Some(driver) = driver else { continue };
-        let kept = kept_cells(scenario, driver, false);
-        if !kept.is_empty() {
-            sleep_until_healed(host).await;
-            host.log().frontend = frontend;
-            for (k, seqs) in &kept {
-                resume_kept(host, driver, k, seqs, &mut on_event).await;
-            }
-        }
+        resume_all_kept(host, driver, frontend, false, &mut on_event).await;
     }
     host.log().frontend = Frontend::First;
     // Ground truth of what the script's cells left running.
@@ -436,6 +422,26 @@ fn kept_cells(
             (!seqs.is_empty()).then_some((k, seqs))
         })
         .collect()
+}
+
+/// Resumes, as `frontend`, the cells `driver`'s records keep written off
+/// ([`kept_cells`]), once every fault has healed.
+async fn resume_all_kept(
+    host: &impl Host,
+    driver: &mut Driver,
+    frontend: Frontend,
+    with_cancels: bool,
+    on_event: &mut dyn FnMut(&Event),
+) {
+    let kept = kept_cells(host.scenario(), driver, with_cancels);
+    if kept.is_empty() {
+        return;
+    }
+    sleep_until_healed(host).await;
+    host.log().frontend = frontend;
+    for (k, seqs) in &kept {
+        resume_kept(host, driver, k, seqs, &mut *on_event).await;
+    }
 }
 
 /// Sleeps until every fault of the run has healed.
