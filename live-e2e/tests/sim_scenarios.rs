@@ -115,6 +115,7 @@ live! {
     local_full_disk: "full_disk" on "local";
     local_idle_exit: "idle_exit" on "local";
     local_drawn: "drawn" on "local";
+    local_drawn_clients: "drawn_clients" on "local";
     local_two_clients: "two_clients" on "local";
     docker_happy: "happy" on "docker";
     docker_reply_lost: "reply_lost" on "docker";
