@@ -1937,6 +1937,21 @@ fn op(os: &mut FakeOs, op: crate::protocol::Op) -> ReplyEnvelope {
     serde_json::from_slice(&line).unwrap()
 }
 
+/// Spawns the shell kernel `k` (nonce `n1`) through the op, as a client does.
+fn spawn_shell_k(os: &mut FakeOs) {
+    let spawned = op(
+        os,
+        crate::protocol::Op::Spawn {
+            kernel: KernelName::new("k").unwrap(),
+            lang: Lang::Shell,
+            nonce: "n1".into(),
+            idle_timeout_ms: 60_000,
+            grace_ms: 100,
+        },
+    );
+    assert!(spawned.error.is_none(), "{spawned:?}");
+}
+
 fn submit_op(seq: u64, request: &str) -> crate::protocol::Op {
     crate::protocol::Op::Submit {
         kernel: KernelName::new("k").unwrap(),
@@ -2033,19 +2048,9 @@ fn an_acknowledged_cell_leaves_nothing_and_a_second_ack_is_harmless() {
 
 #[test]
 fn a_used_sequence_number_is_a_conflict_that_names_the_next_even_after_its_ack() {
-    use crate::protocol::{Acceptance, ErrorKind, Op};
+    use crate::protocol::{Acceptance, ErrorKind};
     let mut os = FakeOs::new();
-    let spawned = op(
-        &mut os,
-        Op::Spawn {
-            kernel: KernelName::new("k").unwrap(),
-            lang: Lang::Shell,
-            nonce: "n1".into(),
-            idle_timeout_ms: 60_000,
-            grace_ms: 100,
-        },
-    );
-    assert!(spawned.error.is_none(), "{spawned:?}");
+    spawn_shell_k(&mut os);
     let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
     // Client A: cells 2 and 3 reach the agent out of order (two submits
     // in flight): both are new work.
@@ -2092,17 +2097,7 @@ fn a_used_sequence_number_is_a_conflict_that_names_the_next_even_after_its_ack()
 fn a_tombstone_cancels_only_its_own_requests_cell() {
     use crate::protocol::{Acceptance, ErrorKind, Op};
     let mut os = FakeOs::new();
-    let spawned = op(
-        &mut os,
-        Op::Spawn {
-            kernel: KernelName::new("k").unwrap(),
-            lang: Lang::Shell,
-            nonce: "n1".into(),
-            idle_timeout_ms: 60_000,
-            grace_ms: 100,
-        },
-    );
-    assert!(spawned.error.is_none(), "{spawned:?}");
+    spawn_shell_k(&mut os);
     let k = Layout::new("/r").kernel(&KernelName::new("k").unwrap());
     let r = op(&mut os, submit_op(1, "a1"));
     assert_eq!(acceptance(&r), Some(Acceptance::Accepted), "{r:?}");
