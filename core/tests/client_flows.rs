@@ -614,6 +614,47 @@ fn the_reaper_evicts_idle_kernels_and_the_lru_beyond_the_cap_but_never_one_in_fl
     assert_eq!(h.outcome(&busy), Some(CellOutcome::Cancelled));
 }
 
+/// A kernel whose only cell ended on the client (timed out) while its
+/// spawn was still unanswered holds nothing the cap must keep: the next
+/// kernel evicts it, and its shutdown waits for the spawn (drawn seed
+/// 501595 of the `--max-faults 8` long run: two kernels open under a cap
+/// of one for as long as the spawn's answer was held).
+#[test]
+fn a_kernel_with_only_its_spawn_in_flight_is_evicted_beyond_the_cap() {
+    let mut cfg = support::config();
+    cfg.max_kernels = 1;
+    let mut h = Harness::with(Client::new(cfg, 41), Default::default());
+    h.lose_kind = Some(OpKind::Spawn);
+    h.open("a", Lang::Shell);
+    let cell = h.run("a", "out 1", Some(Duration::from_secs(1)));
+    h.run_until(|h| h.outcome(&cell).is_some());
+    assert_eq!(h.outcome(&cell), Some(CellOutcome::TimedOut), "{}", h.trace);
+    assert_eq!(h.sent(OpKind::Spawn), 1, "{}", h.trace);
+    h.lose_kind = None;
+    h.open("b", Lang::Shell);
+    let next = h.run("b", "out 2", None);
+    h.run_until(|h| {
+        h.events
+            .iter()
+            .any(|e| matches!(e, Event::KernelEvicted { kernel, .. } if kernel.as_str() == "a"))
+    });
+    assert_eq!(
+        h.sent(OpKind::Spawn),
+        2,
+        "a's spawn is still out: {}",
+        h.trace
+    );
+    h.settle();
+    assert_eq!(h.outcome(&next), Some(CellOutcome::Ok), "{}", h.trace);
+    h.run_until(|h| !h.records.contains_key(&kname("a")));
+    assert!(!h.records.contains_key(&kname("a")), "{}", h.trace);
+    assert!(
+        !h.agent.kernels.contains_key(&kname("a")),
+        "the shutdown went after the spawn's answer: {}",
+        h.trace
+    );
+}
+
 #[test]
 fn resume_in_a_new_client_waits_from_the_cursor_and_never_submits_again() {
     let mut h = Harness::new(16);

@@ -21,12 +21,16 @@ impl Client {
             .count()
     }
 
-    /// Kernels the reaper may take, with their last use.
+    /// Kernels the reaper may take, with their last use: any without
+    /// cells, even with its spawn or probe still out (the shutdown waits
+    /// for a spawn's answer). Drawn seed 501595: a kernel whose only cell
+    /// timed out on the client while its spawn was held was kept over the
+    /// cap, and the kernel that had just run a cell was evicted instead.
     fn reapable(&self) -> Vec<(Timestamp, KernelName)> {
         let mut v: Vec<_> = self
             .kernels
             .values()
-            .filter(|k| k.phase != Phase::ShuttingDown && k.cells.is_empty() && !k.busy(self.now))
+            .filter(|k| k.phase != Phase::ShuttingDown && k.cells.is_empty())
             .map(|k| (k.last_used, k.name.clone()))
             .collect();
         v.sort();
