@@ -112,9 +112,9 @@ impl KernelLayout {
         format!("{}/exiting", self.dir)
     }
 
-    /// `spawning`: the pid and start time of the spawn op at work on this
-    /// kernel; spawns of one kernel exclude each other through it (see
-    /// `op::spawn`).
+    /// `spawning`: the pid and start time of the spawn or shutdown op at
+    /// work on this kernel; they exclude each other through it (see
+    /// `kernel_lock`).
     pub fn spawn_lock(&self) -> String {
         format!("{}/spawning", self.dir)
     }

@@ -22,6 +22,7 @@ pub mod calls;
 pub mod daemon;
 pub mod journal;
 pub mod kernel;
+pub mod kernel_lock;
 pub mod layout;
 pub mod no_tty;
 pub mod op;

@@ -10,6 +10,7 @@
 use super::background;
 use super::journal::{self, read_journal};
 use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord};
+use super::kernel_lock;
 use super::layout::{CellLayout, KernelLayout, Layout};
 use super::orphans;
 use super::os::{Os, OsError, Pid};
@@ -141,6 +142,11 @@ impl Handshaking {
 #[derive(Debug)]
 struct ShuttingDown {
     kernel: KernelLayout,
+    /// The daemon's nonce the client shuts down, if it named one.
+    nonce: Option<String>,
+    /// Whether the sweep holds the kernel's lock: until then it waits for
+    /// a spawn at work (bounded by `deadline`), and kills nothing.
+    locked: bool,
     deadline: Timestamp,
     killed: BTreeSet<(Pid, u64)>,
     next_wake: Timestamp,
@@ -499,6 +505,8 @@ impl OpRun {
                     os,
                     ShuttingDown {
                         kernel: k,
+                        nonce,
+                        locked: false,
                         deadline: now + SHUTDOWN_BOUND,
                         killed: BTreeSet::new(),
                         next_wake: now,
@@ -590,6 +598,27 @@ impl OpRun {
 
     fn shutdown_step(&mut self, os: &mut dyn Os, mut s: ShuttingDown) -> OpResult {
         let now = os.now();
+        if !s.locked {
+            // A spawn at work may start a daemon of another nonce (another
+            // client record's): the sweep would kill it. Wait for it, then
+            // leave alone a kernel it started under another nonce.
+            match kernel_lock::claim(os, &s.kernel) {
+                kernel_lock::Claim::Held(_) if now < s.deadline => {
+                    s.next_wake = now + POLL_INTERVAL;
+                    return Ok(State::ShuttingDown(s));
+                }
+                _ => s.locked = true,
+            }
+            let config = read_json::<KernelConfig>(os, &s.kernel.config())
+                .ok()
+                .flatten();
+            if let (Some(config), Some(nonce)) = (config, &s.nonce) {
+                if config.nonce != *nonce {
+                    kernel_lock::release(os, &s.kernel);
+                    return self.reply(Reply::ShutDown { killed: 0 });
+                }
+            }
+        }
         let table = Table::snapshot(os);
         let protected = procs::protected(&table, os.self_pid());
         let mut set = kernel_processes(os, &table, &s.kernel, &protected);
@@ -605,8 +634,11 @@ impl OpRun {
         }
         if set.is_empty() || now >= s.deadline {
             remove_cgroups(os, &s.kernel);
-            os.remove_all(s.kernel.dir())
-                .map_err(|e| io("removing the kernel directory", e))?;
+            let removed = os.remove_all(s.kernel.dir());
+            // Gone with the directory, unless its removal failed: a lock
+            // left held by a live channel would refuse every spawn.
+            kernel_lock::release(os, &s.kernel);
+            removed.map_err(|e| io("removing the kernel directory", e))?;
             let killed = u32::try_from(s.killed.len()).unwrap_or(u32::MAX);
             return self.reply(Reply::ShutDown { killed });
         }
@@ -650,53 +682,27 @@ fn spawn(
     }
     take_spawn_lock(os, k)?;
     let spawned = spawn_alone(os, k, config, shut);
-    let _ = os.remove_all(&k.spawn_lock());
+    kernel_lock::release(os, k);
     spawned
 }
 
-/// Two spawns of one kernel at once (two client processes' spawns held by
-/// a frozen sandbox and run together at its thaw: reaper seed 501974)
-/// would each find no daemon and start one. A spawn takes the kernel's
-/// lock file first, naming its own process; one whose holder is gone (a
-/// killed op) is taken over. A spawn that finds the lock held answers
-/// Conflict: its client probes, and adopts the daemon the other starts.
+/// Takes the kernel's lock ([`kernel_lock`]); one found held answers
+/// Conflict: its client probes, and adopts the daemon the other starts (or
+/// spawns again once the other's shutdown has removed the kernel).
 fn take_spawn_lock(os: &mut dyn Os, k: &KernelLayout) -> Result<(), AgentError> {
-    let me = os.self_pid();
-    let start = os.process(me).map_or(0, |p| p.starttime);
-    let lock = k.spawn_lock();
     os.create_dir_all(k.dir())
         .map_err(|e| io("creating the kernel directory", e))?;
-    for _ in 0..2 {
-        match os.create_new(&lock, format!("{me} {start}").as_bytes()) {
-            Ok(()) => return Ok(()),
-            Err(OsError::AlreadyExists) => {}
-            // No lock on a disk that takes no file: the spawn goes on
-            // alone, and fails at its own writes if the disk is full.
-            Err(_) => return Ok(()),
-        }
-        let holder = os.read_file(&lock).ok().and_then(|b| {
-            let text = String::from_utf8(b).ok()?;
-            let (pid, start) = text.trim().split_once(' ')?;
-            Some((pid.parse::<Pid>().ok()?, start.parse::<u64>().ok()?))
-        });
-        let live = holder.is_some_and(|(pid, start)| {
-            os.process(pid)
-                .is_some_and(|p| p.starttime == start && !p.zombie)
-        });
-        if live {
-            let pid = holder.map_or(0, |h| h.0);
-            return Err(err(
-                ErrorKind::Conflict,
-                format!("another spawn of this kernel is at work (op pid {pid}); probe the kernel to adopt its daemon"),
-            ));
-        }
-        // Its spawn is gone (killed, or a torn write): take it over.
-        let _ = os.remove_all(&lock);
+    match kernel_lock::claim(os, k) {
+        kernel_lock::Claim::Taken => Ok(()),
+        kernel_lock::Claim::Held(Some(pid)) => Err(err(
+            ErrorKind::Conflict,
+            format!("another spawn or shutdown of this kernel is at work (op pid {pid}); probe the kernel to adopt its daemon"),
+        )),
+        kernel_lock::Claim::Held(None) => Err(err(
+            ErrorKind::Conflict,
+            "another spawn or shutdown of this kernel took its lock; probe the kernel to adopt its daemon",
+        )),
     }
-    Err(err(
-        ErrorKind::Conflict,
-        "another spawn of this kernel took its lock; probe the kernel to adopt its daemon",
-    ))
 }
 
 /// [`spawn`], holding the kernel's spawn lock.

@@ -2409,6 +2409,73 @@ fn a_shutdown_that_arrives_after_its_kernel_was_spawned_again_leaves_the_new_dae
     assert!(!os.exists("/r/kernels/k"));
 }
 
+/// An op run of `op`, not yet polled.
+fn op_run(op: crate::protocol::Op) -> OpRun {
+    let env = crate::protocol::Envelope {
+        v: crate::protocol::PROTOCOL_VERSION,
+        id: 1,
+        op,
+    };
+    OpRun::new("/r", &serde_json::to_vec(&env).unwrap())
+}
+
+#[test]
+fn a_shutdown_and_a_spawn_of_another_nonce_never_run_across_each_other() {
+    // drawn_clients seed 149: one frontend's reaper shut kernel k down
+    // (nonce n1) while the other frontend's spawn of k (n2) ran; the
+    // spawn started a daemon between two of the shutdown's sweeps, and
+    // the next sweep killed it. Each holds the kernel's lock.
+    let shutdown = |nonce: &str| crate::protocol::Op::Shutdown {
+        kernel: KernelName::new("k").unwrap(),
+        nonce: Some(nonce.into()),
+    };
+    let mut os = FakeOs::new();
+    assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
+    // 1. A spawn during the sweep is refused; after it, it starts afresh.
+    let mut sweep = op_run(shutdown("n1"));
+    assert!(
+        sweep.poll(&mut os).is_none(),
+        "the sweep waits for its kill"
+    );
+    assert!(!os.procs.contains_key(&50), "n1's daemon was killed");
+    let during = op_to_end(&mut os, spawn_op("n2"));
+    let error = during.error.expect("a spawn during the sweep is refused");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
+    assert!(error.detail.contains("probe"), "{}", error.detail);
+    assert!(!os.procs.contains_key(&50), "and starts nothing");
+    os.now = sweep.next_wake().unwrap().0;
+    assert!(sweep.poll(&mut os).is_some());
+    assert!(!os.exists("/r/kernels/k/config.json"));
+    let after = op_to_end(&mut os, spawn_op("n2"));
+    assert!(after.error.is_none(), "{after:?}");
+    assert!(os.procs.contains_key(&50));
+    // 2. A shutdown of n2 that finds a spawn at work waits for it, and
+    // leaves alone the daemon it started under another nonce (n1's
+    // record was shut; n3 is a spawn of the other record's).
+    let lock = "/r/kernels/k/spawning";
+    let holder = format!("10 {}", os.process(10).unwrap().starttime);
+    os.create_new(lock, holder.as_bytes()).unwrap();
+    let mut sweep = op_run(shutdown("n2"));
+    assert!(sweep.poll(&mut os).is_none(), "it waits for the spawn");
+    assert!(os.procs.contains_key(&50), "and kills nothing meanwhile");
+    // The spawn at work: n2's daemon died, n3's starts.
+    os.procs.remove(&50);
+    os.remove_all(lock).unwrap();
+    let other = op_to_end(&mut os, spawn_op("n3"));
+    assert!(other.error.is_none(), "{other:?}");
+    os.now = sweep.next_wake().unwrap().0;
+    let reply = sweep.poll(&mut os).expect("the sweep ends");
+    let reply: ReplyEnvelope = serde_json::from_slice(&reply).unwrap();
+    assert!(reply.error.is_none(), "{reply:?}");
+    assert!(os.procs.contains_key(&50), "n3's daemon runs on");
+    assert!(os.exists("/r/kernels/k/config.json"));
+    assert!(!os.exists(lock), "the lock is let go");
+    assert!(
+        op_to_end(&mut os, spawn_op("n3")).error.is_none(),
+        "n3 is adopted"
+    );
+}
+
 #[test]
 fn a_late_spawn_of_a_replaced_daemon_starts_nothing_after_the_shutdown() {
     // sandbox_replaced seed 103926: the daemon of nonce n1 exited (idle),
