@@ -998,6 +998,26 @@ fn a_kernel_that_cannot_start_runs_the_cell_once_without_it() {
     }
 }
 
+/// Without a kernel, a shell cell with a NUL byte is refused as a kernel
+/// refuses it: an argv ends at the NUL, so a backend would refuse the
+/// exec or run the part before it.
+#[test]
+fn a_shell_cell_with_a_null_byte_is_not_run_without_a_kernel_either() {
+    let mut h = Harness::new(29);
+    h.agent.installed = false;
+    h.agent.install_error = Some(tether_core::protocol::ErrorKind::CannotInstall);
+    h.open("k", Lang::Shell);
+    let cell = h.run("k", "echo before\0touch poc", None);
+    h.settle();
+    let Some(CellOutcome::Error { message }) = h.outcome(&cell) else {
+        panic!("{}", h.trace)
+    };
+    assert!(message.contains("null byte (at byte 11)"), "{message}");
+    assert_eq!(h.sent(OpKind::Plain), 0, "{}", h.trace);
+    assert_eq!(h.output(&cell), "");
+    assert!(h.client.record(&cell.kernel).unwrap().cells.is_empty());
+}
+
 /// A plain exec that fails in transport may have run: `unknown`, never
 /// sent again.
 #[test]

@@ -18,7 +18,7 @@ use crate::scenario::{cell, on, print_name, py_cell, set_name, Action, CellSpec,
 use crate::workload::Step;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tether_core::protocol::Stream;
+use tether_core::protocol::{Lang, Stream};
 
 /// A stream of its own ("drawn"), apart from the world's and the
 /// faults' draws of the same seed.
@@ -43,7 +43,38 @@ pub fn script(seed: u64) -> Vec<Action> {
             });
         }
     }
+    with_nul_bytes(script, seed)
+}
+
+/// The stream that marks cells whose code carries a NUL byte, apart from
+/// the cells' (so that the scripts of `drawn`'s race files stay as they
+/// were drawn: of the streams near "nullbyte", the first that marks a
+/// cell of none of them; about 15 % of seeds get one).
+const NUL_BYTES: u64 = 0x6e75_6c6c_6279_7468;
+
+/// `script` with, on a coin of [`NUL_BYTES`], a shell cell that would
+/// end on its own submitted with a NUL byte and more code after it
+/// ([`CellSpec::nul_byte`]): the kernel refuses it, nothing of it runs,
+/// and the cells after it find the kernel as the cells before left it.
+fn with_nul_bytes(script: Vec<Action>, seed: u64) -> Vec<Action> {
+    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ NUL_BYTES);
     script
+        .into_iter()
+        .map(|action| match action {
+            Action::Run(c)
+                if c.lang == Lang::Shell
+                    && matches!(c.expect, Some(Expect::Ok | Expect::Exit(_)))
+                    && coin.random_bool(0.08) =>
+            {
+                Action::Run(CellSpec {
+                    nul_byte: true,
+                    expect: Some(Expect::Refused),
+                    ..c
+                })
+            }
+            other => other,
+        })
+        .collect()
 }
 
 /// The frontends' stream of `drawn_clients`, apart from the cells'.
@@ -253,6 +284,7 @@ mod tests {
                     other => format!("ending {other:?}"),
                 });
                 seen.insert(format!("kernel {:?}", c.kernel));
+                assert_eq!(c.nul_byte, c.expect == Some(Expect::Refused), "{c:?}");
                 for step in &c.workload.steps {
                     match step {
                         Step::EnvIDaemon { sleep_ms }
@@ -277,7 +309,13 @@ mod tests {
         ] {
             assert!(seen.contains(want), "{want} never drawn: {seen:?}");
         }
-        for ending in ["Some(Ok)", "Exit", "Some(Cancelled)", "Some(TimedOut)"] {
+        for ending in [
+            "Some(Ok)",
+            "Exit",
+            "Some(Cancelled)",
+            "Some(TimedOut)",
+            "Some(Refused)",
+        ] {
             let want = format!("ending {ending}");
             assert!(seen.contains(&want), "{want} never drawn: {seen:?}");
         }

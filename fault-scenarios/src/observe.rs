@@ -472,6 +472,7 @@ pub fn cell(
         .map_or((seen.started_at.unwrap_or(0), None), |(_, s, e)| (*s, *e));
     CellObs {
         second_client: spec.second_client,
+        nul_byte: spec.nul_byte,
         newcomer: seen.newcomer.unwrap_or(false),
         label: spec.label.clone(),
         key: seen.key.as_ref().map(ToString::to_string),

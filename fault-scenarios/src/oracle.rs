@@ -39,6 +39,10 @@ pub struct CellObs {
     /// 47: the second frontend ran the first cells, the sandbox was
     /// replaced, and the first frontend's first cell met a fresh kernel).
     pub newcomer: bool,
+    /// Its code carries a NUL byte ([`crate::scenario::CellSpec::nul_byte`]):
+    /// nothing of it may run, under any fault.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nul_byte: bool,
     /// The scenario's name for the cell (unique in a run).
     pub label: String,
     /// The client's key for it (`kernel#seq`), once accepted.
@@ -866,6 +870,14 @@ pub enum Violation {
         /// What was said and written.
         detail: String,
     },
+    /// Code a shell cannot take whole (a NUL byte) ran, or resolved as
+    /// if it had.
+    RefusedCodeRan {
+        /// The cell.
+        cell: String,
+        /// What ran, or how it resolved.
+        detail: String,
+    },
     /// A tool call's answer file was written more than once.
     ToolAnsweredTwice {
         /// The call and how often.
@@ -1027,6 +1039,7 @@ impl Violation {
             Violation::NeedlessRefusal { .. } => "needless_refusal",
             Violation::ToolAnsweredTwice { .. } => "tool_answered_twice",
             Violation::FalseClip { .. } => "false_clip",
+            Violation::RefusedCodeRan { .. } => "refused_code_ran",
             Violation::ToolCallsLeftAwaiting { .. } => "tool_calls_left_awaiting",
             Violation::ToolAnsweredOutsideCell { .. } => "tool_answered_outside_cell",
             Violation::RefusedToolCallRan { .. } => "refused_tool_call_ran",
@@ -1177,6 +1190,9 @@ impl fmt::Display for Violation {
             Violation::FailOpen { cell, detail } => write!(f, "fail open, {cell}: {detail}"),
             Violation::NeedlessRefusal { cell, detail } => {
                 write!(f, "refused for good, {cell}: {detail}")
+            }
+            Violation::RefusedCodeRan { cell, detail } => {
+                write!(f, "{cell} holds a NUL byte, which no shell can take whole, yet {detail}")
             }
             Violation::FalseClip { cell, detail } => {
                 write!(f, "{cell}'s output said cut at the cap, though it was not: {detail}")
@@ -2071,6 +2087,24 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
                 tether_core::agent::journal::DEFAULT_CAP
             ),
         });
+    }
+    if cell.nul_byte {
+        let resolved = cell
+            .outcome
+            .as_ref()
+            .filter(|o| matches!(o, CellOutcome::Ok | CellOutcome::Exit { .. }));
+        if cell.truth.executions > 0 || resolved.is_some() {
+            v.push(Violation::RefusedCodeRan {
+                cell: name.clone(),
+                detail: format!(
+                    "it started {} times and resolved {}",
+                    cell.truth.executions,
+                    cell.outcome
+                        .as_ref()
+                        .map_or("never".into(), ToString::to_string)
+                ),
+            });
+        }
     }
     if cell.truth.executions > 1 {
         v.push(Violation::DoubleExecution {
@@ -3311,6 +3345,19 @@ mod tests {
         let mut o = tools_good();
         o.tools.awaiting_at_end = 1;
         assert_eq!(tool_kinds(&o), vec!["tool_calls_left_awaiting"]);
+    }
+
+    #[test]
+    fn code_with_a_nul_byte_that_ran_fires() {
+        let mut o = good();
+        o.cells[0].nul_byte = true;
+        assert_eq!(kinds(&check(&o)), ["refused_code_ran"]);
+        o.cells[0].truth = CellTruth::default();
+        o.cells[0].client_stdout.clear();
+        o.cells[0].outcome = Some(CellOutcome::Error {
+            message: "null byte".into(),
+        });
+        assert!(kinds(&check(&o)).is_empty(), "{:?}", check(&o));
     }
 
     #[test]

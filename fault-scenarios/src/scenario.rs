@@ -40,9 +40,14 @@ pub struct CellSpec {
     /// one after it, are refused and say how far the kernel is; the script
     /// runs a refused cell again, as the refusal asks.
     pub second_client: bool,
+    /// Its code carries a NUL byte after the workload (a shell cell): no
+    /// shell can be handed it whole (an argv ends at the first NUL, and a
+    /// shell handed the part before would run that part alone), so the
+    /// kernel refuses it and nothing of it runs.
+    pub nul_byte: bool,
 }
 
-/// As derived, but `second_client` only when set: the debug text is what
+/// As derived, but `second_client` and `nul_byte` only when set: the debug text is what
 /// a race file's script digest hashes ([`crate::race::script_digest`]),
 /// and the field's arrival must not make every saved race stale.
 impl std::fmt::Debug for CellSpec {
@@ -58,6 +63,9 @@ impl std::fmt::Debug for CellSpec {
             .field("lang", &self.lang);
         if self.second_client {
             d.field("second_client", &self.second_client);
+        }
+        if self.nul_byte {
+            d.field("nul_byte", &self.nul_byte);
         }
         d.finish()
     }
@@ -76,6 +84,8 @@ pub enum Expect {
     TimedOut,
     /// `unknown` or an error: the client could not know.
     Unknown,
+    /// An error: the kernel refused the cell's code.
+    Refused,
 }
 
 impl Expect {
@@ -87,6 +97,7 @@ impl Expect {
             (Expect::Cancelled, CellOutcome::Cancelled) => true,
             (Expect::TimedOut, CellOutcome::TimedOut) => true,
             (Expect::Unknown, CellOutcome::Unknown { .. } | CellOutcome::Error { .. }) => true,
+            (Expect::Refused, CellOutcome::Error { .. }) => true,
             _ => false,
         }
     }
@@ -253,6 +264,9 @@ impl Scenario {
     /// Python kernel's cells bound, the shell state a shell kernel's cells
     /// left under `flavor` ([`crate::shell_model`]).
     pub fn expected_stdout(&self, cell: &CellSpec, flavor: Flavor) -> Vec<u8> {
+        if cell.nul_byte {
+            return Vec::new();
+        }
         if cell.lang == Lang::Shell {
             let before = self.kernel_cells_before(cell);
             return shell_stdout(flavor, &before, cell, &|_| true);
@@ -289,11 +303,12 @@ impl Scenario {
         alternatives
     }
 
-    /// The cells of `cell`'s kernel before it, in order.
+    /// The cells of `cell`'s kernel before it that can run (a cell with a
+    /// NUL byte never does).
     fn kernel_cells_before(&self, cell: &CellSpec) -> Vec<&CellSpec> {
         self.cells()
             .take_while(|c| c.label != cell.label)
-            .filter(|c| c.kernel == cell.kernel)
+            .filter(|c| c.kernel == cell.kernel && !c.nul_byte)
             .collect()
     }
 
@@ -305,7 +320,7 @@ impl Scenario {
             if c.label == cell.label {
                 break;
             }
-            if c.kernel == cell.kernel {
+            if c.kernel == cell.kernel && !c.nul_byte {
                 for (n, v) in c.binds() {
                     names.insert(n.clone(), v.clone());
                 }
@@ -370,6 +385,7 @@ pub(crate) fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
         bystander: false,
         lang: Lang::Shell,
         second_client: false,
+        nul_byte: false,
     }
 }
 

@@ -154,6 +154,7 @@ pub fn liveness_cell(scenario: &Scenario, label: &str) -> CellSpec {
         kernel: None,
         bystander: false,
         second_client: false,
+        nul_byte: false,
         lang: scenario
             .cells()
             .find(|c| c.kernel.is_none())
@@ -505,6 +506,18 @@ fn finish_call(host: &impl Host, name: &str, start: u64, err: Option<DriverError
     host.log().call(name, start, now, err);
 }
 
+/// The code `cell` is submitted as: the host's, and for a cell with a
+/// NUL byte ([`CellSpec::nul_byte`]) a NUL and more code after it. A
+/// shell handed that code through an argv would run the part before the
+/// NUL alone.
+fn code_of(host: &impl Host, cell: &CellSpec) -> Bytes {
+    let Bytes(mut code) = host.code(cell);
+    if cell.nul_byte {
+        code.extend_from_slice(b"\0\necho after the null byte\n");
+    }
+    Bytes(code)
+}
+
 async fn run_one(
     host: &impl Host,
     driver: &mut Driver,
@@ -532,7 +545,13 @@ async fn run_one(
         let handle = driver.cancel_handle();
         let timeout = cell.timeout_ms.map(Duration::from_millis);
         let canceller = cancel_watch(host, handle, cell.label.clone(), cell.cancel_after_ms);
-        let run = driver.run_cell(&name, cell.lang, host.code(cell), timeout, &mut *on_event);
+        let run = driver.run_cell(
+            &name,
+            cell.lang,
+            code_of(host, cell),
+            timeout,
+            &mut *on_event,
+        );
         let result = with_canceller(run, canceller).await;
         match &result {
             Err(DriverError::Client(ClientError::UnresolvedCell { seqs, .. }))

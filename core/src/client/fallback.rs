@@ -43,6 +43,21 @@ impl Client {
         }
         self.kernel_failed(name, why.clone());
         for key in fresh {
+            // A shell cell with a NUL byte runs without a kernel no more
+            // than with one: an argv ends at the NUL (a backend refuses
+            // it, or hands the shell the part before it).
+            let shell_code = self
+                .kernels
+                .get(&key.kernel)
+                .filter(|k| k.lang == crate::protocol::Lang::Shell)
+                .and_then(|k| k.cells.get(&key.seq))
+                .map(|c| c.rec.code.clone());
+            if let Some(message) =
+                shell_code.and_then(|code| crate::agent::shell::unrunnable(code.as_slice()))
+            {
+                self.resolve(&key, CellOutcome::Error { message }, false);
+                continue;
+            }
             // The plain exec's deadline is the cell's timeout.
             self.timers.stop(&Timer::CellTimeout(key.clone()));
             self.events.push_back(Event::RanWithoutKernel {

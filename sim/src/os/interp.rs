@@ -135,6 +135,10 @@ impl Shell {
     /// a workload, a shell that reports the error and exits 2 (as `sh` does
     /// on a syntax error).
     pub(crate) fn from_code(code: &[u8], files: Option<CellFiles>) -> Shell {
+        // Code reaches the shell as an argv, which ends at the first NUL:
+        // the shell runs the part before it (the agent refuses such code,
+        // `tether_core::agent::shell::unrunnable`).
+        let code = code.split(|&b| b == 0).next().unwrap_or_default();
         // A shell takes the CR of a CRLF line ending for part of the line's
         // last word (bash: `sleep: invalid time interval '2\r'`): the agent
         // hands it code with LF endings (`tether_core::agent::shell::cell_code`;
