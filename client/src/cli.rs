@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tether_core::bytes::Bytes;
 use tether_core::channel::MuxConfig;
-use tether_core::client::{Client, Config, Event, KernelRecord};
+use tether_core::client::{CellKey, Client, Config, Event, KernelRecord};
 use tether_core::ids::KernelName;
 use tether_core::protocol::AgentLocation;
 use tether_core::protocol::{CellOutcome, Lang, Stream};
@@ -879,7 +879,12 @@ async fn cancel(ctx: &Context, args: KernelArg) -> Result<i32, Failure> {
         return Ok(exit::OK);
     }
     let handle = driver.cancel_handle();
-    handle.cancel_current();
+    for cell in &record.cells {
+        handle.cancel(CellKey {
+            kernel: kernel.clone(),
+            seq: cell.seq,
+        });
+    }
     let outcomes = driver
         .resume(record, false, &mut |e| printer.event(e))
         .await?;

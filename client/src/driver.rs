@@ -65,13 +65,15 @@ pub struct CancelHandle {
 }
 
 impl CancelHandle {
-    /// Cancels the cell being run (the cell, never its kernel).
+    /// Cancels the cell being run (the cell, never its kernel); sent while
+    /// no cell is being run, it cancels nothing (not the next cell).
     pub fn cancel_current(&self) {
         // The driver is gone: nothing left to cancel.
         let _ = self.tx.send(CancelTarget::Current);
     }
 
-    /// Cancels one cell.
+    /// Cancels one cell; sent before the call that runs or resumes it,
+    /// it applies once that call begins.
     pub fn cancel(&self, cell: CellKey) {
         let _ = self.tx.send(CancelTarget::Cell(cell));
     }
@@ -211,6 +213,9 @@ pub struct Driver {
     cancel_rx: mpsc::UnboundedReceiver<CancelTarget>,
     /// Cells the caller is waiting on, oldest first.
     current: Vec<CellKey>,
+    /// A cancel of the current cell came while `run_cell` had no cell yet
+    /// (see [`Driver::queued_cancels`]).
+    early_cancel: bool,
     stats: DriverStats,
     tools: Option<ToolHandler>,
     tool_tasks: JoinSet<ToolResult>,
@@ -247,6 +252,7 @@ impl Driver {
             cancel_tx,
             cancel_rx,
             current: Vec::new(),
+            early_cancel: false,
             stats: DriverStats::default(),
             tools: None,
             tool_tasks: JoinSet::new(),
@@ -344,6 +350,7 @@ impl Driver {
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(CellKey, CellOutcome), DriverError> {
+        let named = self.queued_cancels();
         // A kernel still being shut down (the client's reaper evicted it)
         // is opened again once its shutdown has ended, as the client asks.
         while self.shutting_down(kernel) {
@@ -360,11 +367,33 @@ impl Driver {
         }
         let key = self.client.run_cell(kernel, code, timeout, now)?;
         self.current = vec![key.clone()];
+        if std::mem::take(&mut self.early_cancel) {
+            self.client.cancel(&key, now);
+        }
+        for cell in named {
+            self.client.cancel(&cell, now);
+        }
         let outcomes = self.drive_cells(on_event).await;
         self.current.clear();
         let outcome = outcomes?.pop().map(|(_, o)| o);
         // drive_cells returns only once this cell has resolved.
         Ok((key, outcome.unwrap_or(CellOutcome::Cancelled)))
+    }
+
+    /// The cancels sent while no call was driving the client, taken as a
+    /// call begins: those naming a cell, for the call to apply once the
+    /// client holds it; a cancel of "the current cell" cancelled nothing
+    /// and is dropped (an interrupt of an idle session cancelled the next
+    /// cell before it ran: SWE-agent's `test_env_interrupt_session`).
+    fn queued_cancels(&mut self) -> Vec<CellKey> {
+        self.early_cancel = false;
+        let mut named = Vec::new();
+        while let Ok(target) = self.cancel_rx.try_recv() {
+            if let CancelTarget::Cell(cell) = target {
+                named.push(cell);
+            }
+        }
+        named
     }
 
     /// The client holds `kernel` only until its shutdown is answered.
@@ -391,9 +420,13 @@ impl Driver {
                 seq: c.seq,
             })
             .collect();
+        let named = self.queued_cancels();
         let now = self.now();
         self.client.resume(record, replay, now);
         self.current = cells;
+        for cell in named {
+            self.client.cancel(&cell, now);
+        }
         let outcomes = self.drive_cells(on_event).await;
         self.current.clear();
         outcomes
@@ -585,6 +618,12 @@ impl Driver {
             Some(target) = self.cancel_rx.recv() => {
                 let now = self.now();
                 let cells = match target {
+                    // Before `run_cell` has its cell (an evicted kernel's
+                    // shutdown still under way): for that cell.
+                    CancelTarget::Current if self.current.is_empty() => {
+                        self.early_cancel = true;
+                        Vec::new()
+                    }
                     CancelTarget::Current => self.current.clone(),
                     CancelTarget::Cell(cell) => vec![cell],
                 };

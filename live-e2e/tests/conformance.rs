@@ -12,7 +12,9 @@
 //! tests, LangChain, smolagents, CPython, the notebook's interrupt test,
 //! nbclient's test notebooks) and `conformance/exec_suites.rs` (the
 //! sandbox and code-executor tools: inspect_ai, Modal, autogen,
-//! mini-swe-agent, LangChain's BashProcess).
+//! mini-swe-agent, LangChain's BashProcess) and `conformance/agent_suites.rs`
+//! (agent tools with a persistent session: bash_kernel, SWE-agent, Open
+//! Interpreter).
 //! Cases where tether differs from the source in a way the README does
 //! not document are product bugs: such a case stays as the source
 //! expects, `#[ignore = "product bug: …"]` until it is fixed (README
@@ -23,6 +25,8 @@ use tether_live::backends::{self, skip};
 use tether_live::container::Container;
 use tether_live::harness::{unique, CellRun, Live};
 
+#[path = "conformance/agent_suites.rs"]
+mod agent_suites;
 #[path = "conformance/exec_suites.rs"]
 mod exec_suites;
 #[path = "conformance/python_suites.rs"]
@@ -76,6 +80,60 @@ async fn ok(live: &mut Live, code: &str, stdout: &str) {
 
 fn err(run: &CellRun) -> String {
     String::from_utf8_lossy(&run.stderr).into_owned()
+}
+
+fn show(run: &CellRun) -> String {
+    format!("{run:?}\nstderr: {}", err(run))
+}
+
+/// Runs `code` in the shell kernel and checks that it ended with
+/// `exit status` and printed `stdout` exactly; returns its stderr.
+async fn exits(live: &mut Live, code: &str, status: i32, stdout: &str) -> String {
+    let run = sh(live, code).await;
+    assert_eq!(
+        (run.outcome.clone(), run.out()),
+        (CellOutcome::Exit { code: status }, stdout.to_owned()),
+        "{code:?}: {}",
+        show(&run)
+    );
+    err(&run)
+}
+
+/// Runs `code` in the shell kernel and checks its outcome, stdout and
+/// stderr exactly.
+async fn streams(live: &mut Live, code: &str, outcome: CellOutcome, stdout: &str, stderr: &str) {
+    let run = sh(live, code).await;
+    assert_eq!(
+        (run.outcome.clone(), run.out(), err(&run)),
+        (outcome, stdout.to_owned(), stderr.to_owned()),
+        "{code:?}: {}",
+        show(&run)
+    );
+}
+
+/// Runs `code` in the Python kernel and checks it resolved `ok` with
+/// exactly `stdout` and nothing on stderr.
+async fn shows(live: &mut Live, code: &str, stdout: &str) {
+    let run = py(live, code).await;
+    assert_eq!(
+        (run.outcome.clone(), run.out(), err(&run)),
+        (CellOutcome::Ok, stdout.to_owned(), String::new()),
+        "{code:?}: {}",
+        show(&run)
+    );
+}
+
+/// Runs `code` with a cell timeout; returns the run and how long it took.
+async fn timed(
+    live: &mut Live,
+    kernel: &str,
+    lang: Lang,
+    code: &str,
+    timeout: std::time::Duration,
+) -> (CellRun, std::time::Duration) {
+    let start = std::time::Instant::now();
+    let run = live.run_with_timeout(kernel, lang, code, timeout).await;
+    (run, start.elapsed())
 }
 
 /// Every kind of state persists (OpenHands test_bash.py
@@ -746,6 +804,14 @@ on_backends! {
     docker_inspect_bash_null_byte: exec_suites::inspect_bash_null_byte on "docker";
     local_inspect_output_limit_cases: exec_suites::inspect_output_limit_cases on "local";
     docker_inspect_output_limit_cases: exec_suites::inspect_output_limit_cases on "docker";
+    local_bash_kernel_cases: agent_suites::bash_kernel_cases on "local";
+    docker_bash_kernel_cases: agent_suites::bash_kernel_cases on "docker";
+    local_swe_agent_env_cases: agent_suites::swe_agent_env_cases on "local";
+    docker_swe_agent_env_cases: agent_suites::swe_agent_env_cases on "docker";
+    local_open_interpreter_cases: agent_suites::open_interpreter_cases on "local";
+    docker_open_interpreter_cases: agent_suites::open_interpreter_cases on "docker";
+    local_swe_agent_interrupt_idle_session: agent_suites::swe_agent_interrupt_idle_session on "local";
+    docker_swe_agent_interrupt_idle_session: agent_suites::swe_agent_interrupt_idle_session on "docker";
     #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]
     local_oils_function_line_numbers: shell_suites::oils_function_line_numbers on "local";
     #[ignore = "product bug: a function restored from the snapshot counts its lines ($LINENO, BASH_LINENO) from the snapshot, not from the cell that defined it"]

@@ -17,14 +17,10 @@
 //! the code (README: cells have no stdin), and the working directory and
 //! environment are what earlier cells left.
 
-use super::{err, ok, py, sh};
+use super::{err, exits, ok, py, sh, show, shows, streams, timed};
 use std::time::{Duration, Instant};
 use tether_core::protocol::{CellOutcome, Lang};
 use tether_live::harness::{unique, CellRun, Live};
-
-fn show(run: &CellRun) -> String {
-    format!("{run:?}\nstderr: {}", err(run))
-}
 
 /// The events of `run` other than its output (for messages about a run
 /// with megabytes of output).
@@ -36,54 +32,6 @@ fn not_output(run: &CellRun) -> String {
         .filter(|e| !e.starts_with("Output"))
         .collect();
     events.join("\n")
-}
-
-/// Runs `code` in the shell kernel and checks that it ended with
-/// `exit status` and printed `stdout` exactly; returns its stderr.
-async fn exits(live: &mut Live, code: &str, status: i32, stdout: &str) -> String {
-    let run = sh(live, code).await;
-    assert_eq!(
-        run.outcome,
-        CellOutcome::Exit { code: status },
-        "{code:?}: {}",
-        show(&run)
-    );
-    assert_eq!(run.out(), stdout, "{code:?}: {}", show(&run));
-    err(&run)
-}
-
-/// Runs `code` in the shell kernel and checks its outcome, stdout and
-/// stderr exactly.
-async fn streams(live: &mut Live, code: &str, outcome: CellOutcome, stdout: &str, stderr: &str) {
-    let run = sh(live, code).await;
-    assert_eq!(
-        (run.outcome.clone(), run.out(), err(&run)),
-        (outcome, stdout.to_owned(), stderr.to_owned()),
-        "{code:?}: {}",
-        show(&run)
-    );
-}
-
-/// Runs `code` in the Python kernel and checks it resolved `ok` with
-/// exactly `stdout` and nothing on stderr.
-async fn shows(live: &mut Live, code: &str, stdout: &str) {
-    let run = py(live, code).await;
-    assert_eq!(run.outcome, CellOutcome::Ok, "{code:?}: {}", show(&run));
-    assert_eq!(run.out(), stdout, "{code:?}: {}", show(&run));
-    assert_eq!(err(&run), "", "{code:?}: {}", show(&run));
-}
-
-/// Runs `code` with a cell timeout; returns the run and how long it took.
-async fn timed(
-    live: &mut Live,
-    kernel: &str,
-    lang: Lang,
-    code: &str,
-    timeout: Duration,
-) -> (CellRun, Duration) {
-    let start = Instant::now();
-    let run = live.run_with_timeout(kernel, lang, code, timeout).await;
-    (run, start.elapsed())
 }
 
 /// inspect_ai's sandbox self-check (`self_check.py`), its exec checks:
