@@ -797,6 +797,14 @@ pub enum Violation {
         /// The cap.
         cap: usize,
     },
+    /// Beyond the cap the client evicted a kernel while another idle one
+    /// had been used less recently.
+    EvictedNotLeastRecent {
+        /// The kernel evicted.
+        kernel: String,
+        /// The idle kernel used before it, and when each was last used.
+        detail: String,
+    },
     /// A cell took the client past its kernel cap while another kernel
     /// was idle, and no kernel was evicted.
     CapNotKept {
@@ -1029,6 +1037,7 @@ impl Violation {
             Violation::ReapedBusyKernel { .. } => "reaped_busy_kernel",
             Violation::CapNotKept { .. } => "cap_not_kept",
             Violation::EvictedUnderCap { .. } => "evicted_under_cap",
+            Violation::EvictedNotLeastRecent { .. } => "evicted_not_least_recent",
             Violation::JournalGap { .. } => "journal_gap",
             Violation::TwoDaemons { .. } => "two_daemons",
             Violation::FalseUnkillable { .. } => "false_unkillable",
@@ -1151,6 +1160,10 @@ impl fmt::Display for Violation {
             Violation::StopSurvivor { detail } => {
                 write!(f, "a stopped kernel left processes running or a cell open: {detail}")
             }
+            Violation::EvictedNotLeastRecent { kernel, detail } => write!(
+                f,
+                "the client evicted kernel {kernel} beyond its cap, not the least recently used: {detail}"
+            ),
             Violation::EvictedUnderCap {
                 kernel,
                 at_ms,
@@ -1705,7 +1718,19 @@ fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
             .iter()
             .filter(|c| kernel_of(c) == Some(kernel) && !abandoned(c))
         {
-            let end = cell.resolved_ms.or(cell.ended_ms).unwrap_or(u64::MAX);
+            // A cell written off as `unknown` stays in its kernel's record
+            // until a resume resolves it: in flight until then.
+            // (A planted `cells.values().all(resolved)` in `reapable`
+            // was caught by one `drawn` seed in 150.)
+            // One run without a kernel (fail open) left the record first.
+            let end = if cell.written_off_unknown && cell.ran_without_kernel.is_none() {
+                match (cell.resolutions, cell.last_resolved_ms) {
+                    (1.., Some(again)) => again,
+                    _ => u64::MAX,
+                }
+            } else {
+                cell.resolved_ms.or(cell.ended_ms).unwrap_or(u64::MAX)
+            };
             let during = cell.started_ms < *at && *at < end;
             let by_it = end == *at
                 && !cell.cancel_requested
@@ -1931,15 +1956,67 @@ fn check_cap_evictions(obs: &Observations, v: &mut Vec<Violation>) {
                     .any(|(t, e)| e == *k && *t > last_use && t < at);
                 !(evicted || earlier_now)
             })
-            .count();
-        if open <= cap {
+            .collect::<Vec<_>>();
+        if open.len() <= cap {
             v.push(Violation::EvictedUnderCap {
                 kernel: kernel.clone(),
                 at_ms: *at,
-                open,
+                open: open.len(),
                 cap,
             });
         }
+        check_least_recent(obs, *at, kernel, &open, v);
+    }
+}
+
+/// The kernel a cap eviction takes is the least recently used of the idle
+/// ones (`core/src/client/reaper.rs`): a use is a cell's start (or the
+/// kernel's opening for it), ties go by name. Judged while the script's
+/// uses are the client's: no client process crashed and no record was
+/// resumed by then (a resumed kernel counts as used at its resume).
+fn check_least_recent(
+    obs: &Observations,
+    at: u64,
+    kernel: &String,
+    open: &[&String],
+    v: &mut Vec<Violation>,
+) {
+    let resumed = obs
+        .calls
+        .iter()
+        .any(|c| c.name.starts_with("resume") && c.started_ms <= at);
+    if resumed || obs.client_crashes.iter().any(|&t| t <= at) {
+        return;
+    }
+    let last_use = |k: &String| {
+        obs.kernel_uses
+            .iter()
+            .filter(|(t, u)| u == k && *t <= at)
+            .map(|(t, _)| *t)
+            .max()
+            .unwrap_or(0)
+    };
+    let busy = |k: &String| {
+        obs.cells.iter().any(|c| {
+            kernel_of(c) == Some(k.as_str())
+                && c.started_ms <= at
+                && (c.written_off_unknown || c.resolved_ms.or(c.ended_ms).is_none_or(|e| e > at))
+        })
+    };
+    let evicted = (last_use(kernel), kernel);
+    if let Some(older) = open
+        .iter()
+        .filter(|k| **k != kernel && !busy(k))
+        .find(|k| (last_use(k), **k) < evicted)
+    {
+        v.push(Violation::EvictedNotLeastRecent {
+            kernel: kernel.clone(),
+            detail: format!(
+                "at {at} ms; {older} was idle, last used at {} ms, {kernel} at {} ms",
+                last_use(older),
+                evicted.0
+            ),
+        });
     }
 }
 
@@ -2248,7 +2325,14 @@ pub fn expectations(
         let end = cell.delivered_ms();
         let lost_by_end = obs.known_kernel_deaths.iter().any(|&d| d <= end)
             && obs.state_lost_reports.iter().any(|&r| r <= end);
-        if lost_by_end {
+        // The other frontend's eviction shut the kernel down under the
+        // cell (its cap; drawn_clients seed 501729, fault-free): the loss
+        // was told, and no death is the agent's.
+        let shut_by_other = obs
+            .lost_to_other_frontend
+            .iter()
+            .any(|&r| cell.started_ms <= r && r <= end);
+        if lost_by_end || shut_by_other {
             continue;
         }
         match &cell.outcome {
@@ -2770,6 +2854,29 @@ mod tests {
     }
 
     #[test]
+    fn a_kernel_evicted_while_its_record_keeps_an_unknown_cell_is_a_violation() {
+        let mut o = good();
+        o.cells[0].started_ms = 10;
+        o.cells[0].resolved_ms = Some(20);
+        o.cells[0].ended_ms = Some(20);
+        o.cells[0].outcome = Some(CellOutcome::Unknown {
+            reason: "the sandbox did not answer".into(),
+        });
+        o.cells[0].written_off_unknown = true;
+        o.cells[0].truth = CellTruth::default();
+        o.cells[0].client_stdout.clear();
+        o.evictions = vec![(25, "k".into())];
+        let kinds: Vec<&str> = check(&o).iter().map(Violation::kind).collect();
+        assert!(kinds.contains(&"reaped_busy_kernel"), "{kinds:?}");
+        // Once a resume resolved it, the kernel may go.
+        o.cells[0].outcome = Some(CellOutcome::Cancelled);
+        o.cells[0].resolutions = 1;
+        o.cells[0].last_resolved_ms = Some(22);
+        let kinds: Vec<&str> = check(&o).iter().map(Violation::kind).collect();
+        assert!(!kinds.contains(&"reaped_busy_kernel"), "{kinds:?}");
+    }
+
+    #[test]
     fn a_lost_namespace_is_excused_by_a_reported_eviction_of_its_own_kernel() {
         let mut o = good();
         o.cells[0].namespace_lost = true;
@@ -2928,6 +3035,30 @@ mod tests {
         // A host that does not know the cap is not judged.
         o.max_kernels = None;
         assert!(check(&o).is_empty());
+    }
+
+    #[test]
+    fn a_cap_eviction_of_a_kernel_used_after_an_idle_one_fires() {
+        let mut o = good();
+        o.max_kernels = Some(2);
+        o.kernel_uses = vec![(0, "a".into()), (10, "b".into()), (20, "c".into())];
+        // b went though a was used before it (and is idle: `good`'s cell
+        // is `k`'s).
+        o.evictions = vec![(20, "b".into())];
+        o.cap_evictions = o.evictions.clone();
+        assert_eq!(kinds(&check(&o)), ["evicted_not_least_recent"]);
+        // A busy one is not a candidate: a runs a cell from 5 ms on.
+        o.cells[0].key = Some("a#1".into());
+        o.cells[0].started_ms = 5;
+        o.cells[0].resolved_ms = Some(30);
+        o.cells[0].ended_ms = Some(30);
+        assert!(check(&o).is_empty(), "{:?}", check(&o));
+        // Nor judged after a crash (a resume makes its own uses).
+        o.cells[0].resolved_ms = Some(15);
+        o.cells[0].ended_ms = Some(15);
+        assert_eq!(kinds(&check(&o)), ["evicted_not_least_recent"]);
+        o.client_crashes = vec![12];
+        assert!(!kinds(&check(&o)).contains(&"evicted_not_least_recent"));
     }
 
     #[test]

@@ -371,11 +371,19 @@ async fn run_script(
     }
     let mut awaiting = driver.client().calls_awaiting_frontend();
     // Each frontend shuts down the kernels its records hold (one only the
-    // second opened is no kernel of the first's).
+    // second opened is no kernel of the first's), those it is still
+    // shutting down too: an eviction whose shutdown waits for a retry
+    // (drawn_clients seed 501385: held past the give-up of the other
+    // kernel's spawn) is driven to its end.
     if let Some(second) = second.as_mut() {
         host.log().frontend = Frontend::Second;
+        let held: Vec<String> = host
+            .records(Frontend::Second)
+            .iter()
+            .map(|r| r.kernel.to_string())
+            .collect();
         for k in kernels(scenario) {
-            if second.client().record(&k).is_some() {
+            if second.client().record(&k).is_some() || held.contains(&k.to_string()) {
                 let r = second.shutdown(&k, &mut on_event).await;
                 finish_call(host, "shutdown (second frontend)", start, r.err());
             }

@@ -299,6 +299,16 @@ pub fn run_in(
             .into_iter()
             .map(|p| format!("the agent used a path that is not absolute: {p:?}")),
     );
+    // A cancel's tombstone says why once: a later cancel, timeout or stop
+    // must not rewrite it (its reason and request are the first's).
+    harness.extend(
+        sandbox
+            .borrow()
+            .os()
+            .tombstones_replaced()
+            .iter()
+            .map(|t| format!("the agent wrote a cell's tombstone over: {t}")),
+    );
     kernel_deaths.sort();
     drop(sim);
 
@@ -576,8 +586,14 @@ fn observe(
         // that cell's (drawn seed 684: a kernel evicted and opened again
         // numbers its cells from 1); one of this cell's that outlived its
         // kernel's shutdown is a leak, which the leak checks judge.
+        // A key two frontends' cells carried (each numbers its own cells)
+        // is the one's whose submission the agent accepted: a cell that
+        // was never accepted ran nothing under it (drawn_clients seed
+        // 501833: a cell timed out before its kernel came up took the
+        // other frontend's leftovers under that number for its own).
+        let claims_key = seen.accepted_at.is_some() || !key_reused(log, seen.key.as_ref());
         let mut alive_at_end = match (&sandbox.snapshot, &cell_key) {
-            (Some(snap), Some(key)) if own_until == u64::MAX => {
+            (Some(snap), Some(key)) if own_until == u64::MAX && claims_key => {
                 snap.get(key).cloned().unwrap_or_default()
             }
             _ => Vec::new(),

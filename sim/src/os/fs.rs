@@ -22,6 +22,9 @@ pub(crate) struct Fs {
     /// directory's, on a real machine a place no other op finds), which
     /// the failing call alone would hide (best-effort writes ignore it).
     relative: RefCell<Vec<String>>,
+    /// Cancel tombstones written over (the first reason must win:
+    /// `tether_core::agent::tombstone`), with what they said and say.
+    tombstones_replaced: Vec<String>,
 }
 
 impl Default for Fs {
@@ -31,6 +34,7 @@ impl Default for Fs {
         Fs {
             nodes,
             relative: RefCell::new(Vec::new()),
+            tombstones_replaced: Vec::new(),
         }
     }
 }
@@ -55,6 +59,13 @@ pub(crate) fn normalize(path: &str) -> Result<String, OsError> {
         }
     }
     Ok(format!("/{}", parts.join("/")))
+}
+
+/// A cell's cancel tombstone (`…/cells/N/cancel`).
+fn is_tombstone(path: &str) -> bool {
+    path.strip_suffix("/cancel")
+        .and_then(|cell| cell.rsplit_once("/cells/"))
+        .is_some_and(|(_, seq)| seq.parse::<u64>().is_ok())
 }
 
 fn parent(path: &str) -> Option<&str> {
@@ -121,8 +132,22 @@ impl Fs {
             return Err(OsError::Other(format!("{path} is a directory")));
         }
         self.need_parent_dir(&path)?;
+        if let Some(Node::File(old)) = self.nodes.get(&path) {
+            if is_tombstone(&path) && old != data && self.tombstones_replaced.len() < 8 {
+                self.tombstones_replaced.push(format!(
+                    "{path}: {:?} replaced by {:?}",
+                    String::from_utf8_lossy(old),
+                    String::from_utf8_lossy(data)
+                ));
+            }
+        }
         self.nodes.insert(path, Node::File(data.to_vec()));
         Ok(())
+    }
+
+    /// The tombstones written over ([`Fs::write_atomic`]).
+    pub(crate) fn tombstones_replaced(&self) -> &[String] {
+        &self.tombstones_replaced
     }
 
     pub(crate) fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
@@ -283,6 +308,28 @@ mod tests {
         assert!(!fs.exists("/tmp/tether-0/agent"));
         assert!(!fs.exists("/tmp"));
         assert_eq!(fs.files_under("/"), vec!["/sim/side-effects/a".to_owned()]);
+    }
+
+    #[test]
+    fn a_tombstone_written_over_is_noted_and_other_files_are_not() {
+        let mut fs = Fs::default();
+        fs.create_dir_all("/r/kernels/k/cells/3").unwrap();
+        fs.create_new("/r/kernels/k/cells/3/cancel", b"requested\n")
+            .unwrap();
+        fs.write_atomic("/r/kernels/k/cells/3/cancel", b"requested\n")
+            .unwrap();
+        fs.write_atomic("/r/kernels/k/cells/3/journal", b"a")
+            .unwrap();
+        fs.write_atomic("/r/kernels/k/cells/3/journal", b"b")
+            .unwrap();
+        assert!(
+            fs.tombstones_replaced().is_empty(),
+            "same words, or no tombstone"
+        );
+        fs.write_atomic("/r/kernels/k/cells/3/cancel", b"timeout\n")
+            .unwrap();
+        assert_eq!(fs.tombstones_replaced().len(), 1);
+        assert!(fs.tombstones_replaced()[0].contains("timeout"));
     }
 
     #[test]

@@ -723,6 +723,11 @@ impl SimOs {
         self.fs.files_under(dir)
     }
 
+    /// Cancel tombstones the agent wrote over (see `fs::Fs`).
+    pub fn tombstones_replaced(&self) -> &[String] {
+        self.fs.tombstones_replaced()
+    }
+
     /// Paths the agent asked for that were not absolute (a bug of the
     /// agent, see `fs::Fs`).
     pub fn relative_paths(&self) -> Vec<String> {
