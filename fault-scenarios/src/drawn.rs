@@ -56,6 +56,9 @@ const NUL_BYTES: u64 = 0x6e75_6c6c_6279_7468;
 /// end on its own submitted with a NUL byte and more code after it
 /// ([`CellSpec::nul_byte`]): the kernel refuses it, nothing of it runs,
 /// and the cells after it find the kernel as the cells before left it.
+/// Only a cell that binds no name is marked: a later cell reading a name
+/// that was never bound fails (drawn_clients seed 500501 of the
+/// `--max-faults 8` long run: `parameter not set`, exit 127).
 fn with_nul_bytes(script: Vec<Action>, seed: u64) -> Vec<Action> {
     let mut coin = ChaCha8Rng::seed_from_u64(seed ^ NUL_BYTES);
     script
@@ -64,6 +67,7 @@ fn with_nul_bytes(script: Vec<Action>, seed: u64) -> Vec<Action> {
             Action::Run(c)
                 if c.lang == Lang::Shell
                     && matches!(c.expect, Some(Expect::Ok | Expect::Exit(_)))
+                    && c.binds().next().is_none()
                     && coin.random_bool(0.08) =>
             {
                 Action::Run(CellSpec {

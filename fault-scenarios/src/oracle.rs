@@ -1723,11 +1723,23 @@ fn check_evictions(obs: &Observations, v: &mut Vec<Violation>) {
             // (A planted `cells.values().all(resolved)` in `reapable`
             // was caught by one `drawn` seed in 150.)
             // One run without a kernel (fail open) left the record first.
+            // A loss told after the write-off drops it with the kernel's
+            // state (drawn seed 501837: the daemon died during a long
+            // hold, and the next cell found it gone).
             let end = if cell.written_off_unknown && cell.ran_without_kernel.is_none() {
-                match (cell.resolutions, cell.last_resolved_ms) {
+                let written_off = cell.resolved_ms.unwrap_or(0);
+                let lost = obs
+                    .state_lost_reports
+                    .iter()
+                    .copied()
+                    .filter(|&r| r >= written_off)
+                    .min()
+                    .unwrap_or(u64::MAX);
+                let again = match (cell.resolutions, cell.last_resolved_ms) {
                     (1.., Some(again)) => again,
                     _ => u64::MAX,
-                }
+                };
+                lost.min(again)
             } else {
                 cell.resolved_ms.or(cell.ended_ms).unwrap_or(u64::MAX)
             };
