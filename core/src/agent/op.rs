@@ -486,13 +486,11 @@ impl OpRun {
                     return self.reply(Reply::ShutDown { killed: 0 });
                 }
                 let config = read_json::<KernelConfig>(os, &k.config()).ok().flatten();
-                if let (Some(config), Some(nonce)) = (&config, &nonce) {
-                    if config.nonce != *nonce {
-                        // The kernel was spawned again (a new nonce) after
-                        // the client sent this: a late copy, whose daemon
-                        // is gone already (reaper seed 100620).
-                        return self.reply(Reply::ShutDown { killed: 0 });
-                    }
+                if spawned_again(config.as_ref(), nonce.as_deref()) {
+                    // The kernel was spawned again (a new nonce) after the
+                    // client sent this: a late copy, whose daemon is gone
+                    // already (reaper seed 100620).
+                    return self.reply(Reply::ShutDown { killed: 0 });
                 }
                 if let Some(config) = config {
                     // Before the sweep, so that a spawn running alongside
@@ -612,11 +610,9 @@ impl OpRun {
             let config = read_json::<KernelConfig>(os, &s.kernel.config())
                 .ok()
                 .flatten();
-            if let (Some(config), Some(nonce)) = (config, &s.nonce) {
-                if config.nonce != *nonce {
-                    kernel_lock::release(os, &s.kernel);
-                    return self.reply(Reply::ShutDown { killed: 0 });
-                }
+            if spawned_again(config.as_ref(), s.nonce.as_deref()) {
+                kernel_lock::release(os, &s.kernel);
+                return self.reply(Reply::ShutDown { killed: 0 });
             }
         }
         let table = Table::snapshot(os);
@@ -651,6 +647,13 @@ impl OpRun {
         s.next_wake = now + POLL_INTERVAL;
         Ok(State::ShuttingDown(s))
     }
+}
+
+/// A shutdown of the daemon of `nonce` finds the kernel run under another
+/// nonce (spawned again since): it leaves that kernel alone. Without a
+/// nonce, or a config, whatever runs the kernel is the shutdown's.
+fn spawned_again(config: Option<&KernelConfig>, nonce: Option<&str>) -> bool {
+    matches!((config, nonce), (Some(c), Some(n)) if c.nonce != n)
 }
 
 /// The reply line for op `id`, sealed with its checksum.
