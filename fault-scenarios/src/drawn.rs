@@ -43,7 +43,46 @@ pub fn script(seed: u64) -> Vec<Action> {
             });
         }
     }
-    with_nul_bytes(script, seed)
+    with_nul_bytes(with_harder_steps(script, seed), seed)
+}
+
+/// The stream that makes some of the shell cells' steps harder to stop,
+/// apart from the cells' (as [`NUL_BYTES`], so that no `drawn` race
+/// file's script changes: the first constant counting up from "harder"
+/// that changes none of them).
+const HARDER_STEPS: u64 = 0x6861_7264_7167;
+
+/// `script` with, on coins of [`HARDER_STEPS`], a shell cell's orphan in
+/// its own process group made one without the marker and stdio
+/// ([`Step::SetpgidEnvIOrphan`]: without cgroups, once its shim is gone,
+/// only the cell's session still names it), and a TERM trap that does
+/// nothing made one that starts a child holding stdout (a process born
+/// after the TERM, which the KILL at the end of the grace must still
+/// reach).
+fn with_harder_steps(script: Vec<Action>, seed: u64) -> Vec<Action> {
+    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ HARDER_STEPS);
+    script
+        .into_iter()
+        .map(|action| match action {
+            Action::Run(mut c) if c.lang == Lang::Shell => {
+                for step in &mut c.workload.steps {
+                    match step {
+                        Step::SetpgidOrphan { sleep_ms } if coin.random_bool(0.5) => {
+                            *step = Step::SetpgidEnvIOrphan {
+                                sleep_ms: *sleep_ms,
+                            };
+                        }
+                        Step::TrapTerm { then } if then.is_empty() && coin.random_bool(0.5) => {
+                            then.push(Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 });
+                        }
+                        _ => {}
+                    }
+                }
+                Action::Run(c)
+            }
+            other => other,
+        })
+        .collect()
 }
 
 /// The stream that marks cells whose code carries a NUL byte, apart from

@@ -144,6 +144,11 @@ pub struct CellTruth {
     /// its escalation is over.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub died_after_resolution: Option<u64>,
+    /// The cell had not ended on the sandbox when the client resolved it:
+    /// its journal held no result yet (false where the host does not read
+    /// journals). What a finished cell left running is its leftovers, which
+    /// no loss of its kernel ends.
+    pub unfinished: bool,
 }
 
 /// One call the client script made and how long it took.
@@ -1002,6 +1007,15 @@ pub enum Violation {
         /// What it said, and what the world shows.
         detail: String,
     },
+    /// A cell the client failed as lost with its kernel (the op that
+    /// proved the daemon gone ends what the cell runs before it answers)
+    /// still had processes running at the end.
+    LostCellRanOn {
+        /// The cell.
+        cell: String,
+        /// Its processes still alive.
+        pids: Vec<u32>,
+    },
 }
 
 impl Violation {
@@ -1067,6 +1081,7 @@ impl Violation {
             Violation::StartedAfterTerm { .. } => "started_after_term",
             Violation::StartedAfterCancel { .. } => "started_after_cancel",
             Violation::LossUnjustified { .. } => "loss_unjustified",
+            Violation::LostCellRanOn { .. } => "lost_cell_ran_on",
         }
     }
 }
@@ -1271,6 +1286,10 @@ impl fmt::Display for Violation {
             Violation::LossUnjustified { cell, detail } => {
                 write!(f, "an unjustified state loss note in {cell}: {detail}")
             }
+            Violation::LostCellRanOn { cell, pids } => write!(
+                f,
+                "{cell} was failed as lost with its kernel, yet its processes {pids:?} ran on"
+            ),
         }
     }
 }
@@ -2270,6 +2289,16 @@ fn check_cell(cell: &CellObs, v: &mut Vec<Violation>) {
     }
     if stopped && !cell.truth.alive_at_end.is_empty() {
         v.push(Violation::CancelSurvivor {
+            cell: name.clone(),
+            pids: cell.truth.alive_at_end.clone(),
+        });
+    }
+    let lost_in_flight = cell.outcome.as_ref().is_some_and(|o| {
+        matches!(o, CellOutcome::Error { message }
+            if message.starts_with(tether_core::client::LOST_IN_FLIGHT))
+    });
+    if lost_in_flight && cell.truth.unfinished && !cell.truth.alive_at_end.is_empty() {
+        v.push(Violation::LostCellRanOn {
             cell: name,
             pids: cell.truth.alive_at_end.clone(),
         });
@@ -2592,6 +2621,33 @@ mod tests {
             finished: true,
             ..Observations::default()
         }
+    }
+
+    /// A cell failed as lost with its kernel must have had its processes
+    /// ended by the op that proved the daemon gone, unless it had ended
+    /// on the sandbox first (then what runs on is its leftovers).
+    #[test]
+    fn a_cell_failed_as_lost_whose_processes_ran_on_is_caught() {
+        let mut o = good();
+        o.cells[0].outcome = Some(CellOutcome::Error {
+            message: format!("{}: no process 4", tether_core::client::LOST_IN_FLIGHT),
+        });
+        o.cells[0].truth.alive_at_end = vec![15];
+        let ran_on = |o: &Observations| {
+            check(o)
+                .iter()
+                .filter(|v| v.kind() == "lost_cell_ran_on")
+                .count()
+        };
+        assert_eq!(
+            ran_on(&o),
+            0,
+            "a cell that had finished keeps its leftovers"
+        );
+        o.cells[0].truth.unfinished = true;
+        assert_eq!(ran_on(&o), 1);
+        o.cells[0].truth.alive_at_end.clear();
+        assert_eq!(ran_on(&o), 0);
     }
 
     #[test]

@@ -686,6 +686,7 @@ fn daemon_shim_killed() -> Scenario {
                         print("start\n"),
                         Step::IgnoreTerm,
                         Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+                        Step::SetpgidEnvIOrphan { sleep_ms: 600_000 },
                         Step::Sleep { ms: 3_000 },
                     ],
                     Expect::Unknown,

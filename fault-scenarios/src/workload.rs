@@ -89,6 +89,17 @@ pub enum Step {
         /// How long the orphan lives.
         sleep_ms: u64,
     },
+    /// `(env -i PATH=/usr/bin:/bin perl -e 'setpgrp(0, 0); exec @ARGV'
+    /// sleep S </dev/null >/dev/null 2>&1 &)`: an orphan in its own
+    /// process group with an empty environment (no marker) and stdio on
+    /// `/dev/null`, still in the cell's session. Without cgroups, once the
+    /// shim that reaped it is gone, only that session ties it to a shell
+    /// cell (a Python kernel's cells share one session: there nothing
+    /// does, as for [`Step::EnvIDaemon`]).
+    SetpgidEnvIOrphan {
+        /// How long the orphan lives.
+        sleep_ms: u64,
+    },
     /// `sh -c 'env -i PATH=/usr/bin:/bin sleep S </dev/null >/dev/null
     /// 2>&1' &`: a background child that keeps the environment (the
     /// marker) and waits for its own child, which has an empty one. The
@@ -234,6 +245,14 @@ pub enum Step {
 fn env_i_sleep(sleep_ms: u64) -> String {
     format!(
         "env -i PATH=/usr/bin:/bin sleep {} </dev/null >/dev/null 2>&1",
+        secs(sleep_ms)
+    )
+}
+
+/// [`Step::SetpgidEnvIOrphan`]'s orphan, before the `&` that orphans it.
+fn env_i_setpgid(sleep_ms: u64) -> String {
+    format!(
+        "env -i PATH=/usr/bin:/bin perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} </dev/null >/dev/null 2>&1",
         secs(sleep_ms)
     )
 }
@@ -728,6 +747,7 @@ fn shell_step(step: &Step, dir: &str) -> String {
             "(perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} &)",
             secs(*sleep_ms)
         ),
+        Step::SetpgidEnvIOrphan { sleep_ms } => format!("({} &)", env_i_setpgid(*sleep_ms)),
         Step::SetExitTrap { text } => {
             format!("trap {} EXIT", sh_quote(&sh_print(text, Stream::Stdout)))
         }
@@ -958,6 +978,10 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
         Step::SetpgidOrphan { sleep_ms } => vec![format!(
             "_tw_rc = _tw_sp.call(['sh', '-c', \"(perl -e 'setpgrp(0, 0); exec @ARGV' sleep {} &)\"])",
             secs(*sleep_ms)
+        )],
+        Step::SetpgidEnvIOrphan { sleep_ms } => vec![format!(
+            "_tw_rc = _tw_sp.call(['sh', '-c', {}])",
+            py_str(&format!("({} &)", env_i_setpgid(*sleep_ms)))
         )],
         Step::SetExitTrap { text } => vec![
             "import atexit as _tw_atexit".to_owned(),

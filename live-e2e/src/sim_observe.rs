@@ -129,6 +129,9 @@ fn tag(step: Step, tags: &mut Vec<String>, leftovers: &mut Vec<String>) -> Step 
         Step::SetpgidOrphan { sleep_ms } => Step::SetpgidOrphan {
             sleep_ms: renamed(sleep_ms, true),
         },
+        Step::SetpgidEnvIOrphan { sleep_ms } => Step::SetpgidEnvIOrphan {
+            sleep_ms: renamed(sleep_ms, true),
+        },
         Step::TrapTerm { then } => Step::TrapTerm {
             then: then.into_iter().map(|s| tag(s, tags, leftovers)).collect(),
         },
@@ -826,6 +829,9 @@ pub(crate) async fn judge(ctx: &Ctx<'_>, backend: &str) -> Report {
             // Live, exits are not dated; the CLI test
             // `cancel_settles` checks this on real processes.
             died_after_resolution: None,
+            // Live, journals are not read: a cell failed as lost with its
+            // kernel is not judged by what it left running.
+            unfinished: false,
         };
         cells.push(observe::cell(scenario, &log.client, spec, truth, SHELL));
     }

@@ -203,7 +203,7 @@ pub fn unrealisable_schedule(
             && c.workload
                 .steps
                 .iter()
-                .any(|s| matches!(s, Step::EnvIDaemon { .. }))
+                .any(|s| matches!(s, Step::EnvIDaemon { .. } | Step::SetpgidEnvIOrphan { .. }))
     });
     if python_escape {
         let (cgroups, need) = match backend {

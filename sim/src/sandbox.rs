@@ -1264,6 +1264,16 @@ impl Sandbox {
         self.snapshot = Some(by_cell);
     }
 
+    /// When the cell (kernel name, seq) ended on the sandbox: its
+    /// journal was first appended its result (virtual ms).
+    pub fn finished_at(&self, kernel: &str, seq: u64) -> Option<u64> {
+        let layout = KernelLayout::new(&format!("{}/kernels/{kernel}", self.root));
+        let journal = layout.cell(CellSeq(seq)).journal();
+        self.os
+            .result_journaled_at(&journal)
+            .map(|t| self.virtual_ms(t))
+    }
+
     /// Processes (other than pid 1 and exec calls still draining),
     /// kernel files and cgroups left now.
     pub fn leaks(&self) -> (Vec<String>, Vec<String>, Vec<String>) {

@@ -598,6 +598,9 @@ fn observe(
             }
             _ => Vec::new(),
         };
+        // The documented limit of a removal of the kernel's files: what
+        // only they named runs on (the leak checks leave it out too).
+        alive_at_end.retain(|pid| !sandbox.wiped.unnamed.contains(pid));
         if spec.lang == Lang::Python {
             // The documented limit (client/README.md, "what a cancel
             // reaches"): without cgroups a Python cell's `setsid env -i`
@@ -654,6 +657,12 @@ fn observe(
                 _ => None,
             },
             ran_to_end: truth.executions == 1,
+            unfinished: match (&cell_key, seen.last_resolved_at) {
+                (Some((kernel, seq)), Some(resolved)) => sandbox
+                    .finished_at(kernel, *seq)
+                    .is_none_or(|at| at > resolved),
+                _ => false,
+            },
             alive_at_end,
             // Against the final resolution, whose outcome the oracle judges;
             // without the untraceable ones of the documented limit above.

@@ -1281,12 +1281,15 @@ pub(crate) fn recorded_cell_processes(
                 .get(l.shim_pid)
                 .is_some_and(|p| p.starttime == l.shim_starttime)
     });
+    let marker = nonce.map(|n| marker_value(n, seq)).unwrap_or_default();
+    let mut extra: Vec<Pid> = shim.map(|l| l.shim_pid).into_iter().collect();
+    extra.extend(orphans_recorded_for(os, table, k, &marker));
     let scope = CellScope {
         shim: None,
         pgid,
-        marker: nonce.map(|n| marker_value(n, seq)).unwrap_or_default(),
+        marker,
         other_markers: Vec::new(),
-        extra: shim.map(|l| vec![l.shim_pid]).unwrap_or_default(),
+        extra,
         cgroup: procs::read_cgroup(os, &cell),
     };
     if scope.marker.is_empty()
@@ -1297,6 +1300,34 @@ pub(crate) fn recorded_cell_processes(
         return BTreeSet::new();
     }
     procs::cell_processes(os, table, &scope, protected)
+}
+
+/// The live processes a cell's shim recorded as its orphans
+/// ([`super::shim::orphans`]) under the cell's `marker`: without a cgroup,
+/// once that shim is gone, a `setsid env -i` daemon of the cell has
+/// nothing else that names it.
+fn orphans_recorded_for(os: &dyn Os, table: &Table, k: &KernelLayout, marker: &str) -> Vec<Pid> {
+    if marker.is_empty() {
+        return Vec::new();
+    }
+    let dir = leftovers_dir(k);
+    os.list_dir(&dir)
+        .unwrap_or_default()
+        .iter()
+        .filter(|name| name.starts_with("orphan-"))
+        .filter_map(|name| {
+            read_json::<LaunchRecord>(os, &format!("{dir}/{name}"))
+                .ok()
+                .flatten()
+        })
+        .filter(|l| l.marker == marker && l.of_this_boot(os))
+        .filter(|l| {
+            table
+                .get(l.shim_pid)
+                .is_some_and(|p| p.starttime == l.shim_starttime)
+        })
+        .map(|l| l.shim_pid)
+        .collect()
 }
 
 /// Adds to `set` everything in a session one of its processes is in.

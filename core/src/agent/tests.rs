@@ -2649,6 +2649,14 @@ fn a_shim_keeps_what_was_reparented_to_it_for_after_the_shim_and_the_daemon() {
     let protected = procs::protected(&table, os.me);
     let set = super::op::kernel_processes(&os, &table, &k, &protected);
     assert!(set.contains(&72), "{set:?}");
+    // The record names the cell: what ends the cell's processes once its
+    // daemon is proven gone (it is failed as lost) finds 72 too.
+    let cell =
+        super::op::recorded_cell_processes(&os, &table, &k, Some("n"), CellSeq(1), &protected);
+    assert!(cell.contains(&72), "{cell:?}");
+    let other =
+        super::op::recorded_cell_processes(&os, &table, &k, Some("n"), CellSeq(2), &protected);
+    assert!(!other.contains(&72), "another cell's: {other:?}");
 }
 
 /// A submit op of cell 1 (`r1`) started while the kernel's daemon has

@@ -20,6 +20,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// How a cell refused because its kernel could not start begins (its
 /// outcome's message; the agent's reason follows).
 pub const KERNEL_NOT_STARTED: &str = "the kernel could not be started";
+/// How a cell in flight ends when its kernel's state is lost (the
+/// evidence follows): the op that proved the daemon gone ended the cell's
+/// processes before it answered, so nothing of the cell runs on.
+pub const LOST_IN_FLIGHT: &str = "the kernel's state was lost while the cell was in flight";
 
 /// Where a kernel stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -416,8 +420,7 @@ impl Client {
                 self.forget_calls(|c| *c == key);
                 continue;
             }
-            let message =
-                format!("the kernel's state was lost while the cell was in flight: {evidence}");
+            let message = format!("{LOST_IN_FLIGHT}: {evidence}");
             self.resolve(&key, CellOutcome::Error { message }, false);
         }
         self.persist(name);

@@ -32,7 +32,7 @@ mod timer;
 pub use config::Config;
 pub use event::{CellKey, ClientError, Effect, Event, TransportError, TransportErrorKind};
 pub use exec::{asks_to_run_again, CELL_REFUSED, JOURNAL_UNREADABLE, RUN_AGAIN};
-pub use kernel::KERNEL_NOT_STARTED;
+pub use kernel::{KERNEL_NOT_STARTED, LOST_IN_FLIGHT};
 pub use record::{CallRecord, CellRecord, KernelRecord};
 pub use retry::backoff;
 

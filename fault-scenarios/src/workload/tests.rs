@@ -270,7 +270,7 @@ fn pids_running(argv: &[&str]) -> Vec<u32> {
 /// The escape steps do on Linux what the simulation says they do: the
 /// setsid daemon leaves the session and keeps the env, the `env -i` daemon
 /// leaves the session and loses the env, the setpgid orphan leaves the
-/// group and stays in the session.
+/// group and stays in the session (the `env -i` one without the env).
 #[test]
 fn rendered_escapes_leave_group_session_and_env_as_simulated() {
     let marker = format!("TW_SCENARIO_MARK={}", std::process::id());
@@ -282,6 +282,7 @@ fn rendered_escapes_leave_group_session_and_env_as_simulated() {
             Step::BackgroundChildHoldingStdout { sleep_ms: 7_104 },
             "7.104",
         ),
+        (Step::SetpgidEnvIOrphan { sleep_ms: 7_105 }, "7.105"),
     ];
     let w = Workload::new(cases.iter().map(|(s, _)| s.clone()).collect());
     // The cell's shell as the shim starts it: a session leader.
@@ -323,7 +324,7 @@ fn rendered_escapes_leave_group_session_and_env_as_simulated() {
             .status();
     }
     let _ = child.wait();
-    let [setsid, env_i, setpgid, background] = found.try_into().unwrap();
+    let [setsid, env_i, setpgid, background, setpgid_env_i] = found.try_into().unwrap();
     assert!(setsid.1 .1 != shell && setsid.2, "setsid: {setsid:?}");
     assert!(env_i.1 .1 != shell && !env_i.2, "env -i: {env_i:?}");
     assert_eq!(setpgid.1 .0, setpgid.0, "setpgid: own group");
@@ -334,6 +335,14 @@ fn rendered_escapes_leave_group_session_and_env_as_simulated() {
         "background: group and session kept"
     );
     assert!(background.2);
+    assert_eq!(
+        setpgid_env_i.1 .0, setpgid_env_i.0,
+        "setpgid env -i: own group"
+    );
+    assert!(
+        setpgid_env_i.1 .1 == shell && !setpgid_env_i.2,
+        "setpgid env -i: {setpgid_env_i:?}"
+    );
 }
 
 #[test]

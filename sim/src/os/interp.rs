@@ -677,7 +677,8 @@ impl SimOs {
                     self.shell_error(pid, shell, &format!("fork: {e}"));
                 }
             }
-            Step::SetpgidOrphan { sleep_ms } => {
+            Step::SetpgidOrphan { sleep_ms } | Step::SetpgidEnvIOrphan { sleep_ms } => {
+                let env_i = matches!(step, Step::SetpgidEnvIOrphan { .. });
                 let bash = shell.bash;
                 let argv = match shell.python {
                     // subprocess.call(['sh', '-c', '(perl … &)'])
@@ -696,6 +697,13 @@ impl SimOs {
                     );
                     orphan.background = !bash;
                     orphan.new_group = true;
+                    if env_i {
+                        orphan.stdio = Some((Fd::Null, Fd::Null));
+                        orphan.env = Some(BTreeMap::from([(
+                            "PATH".to_owned(),
+                            "/usr/bin:/bin".to_owned(),
+                        )]));
+                    }
                     self.fork(b, orphan)?;
                     self.exit_proc(b, ExitStatus::Code(0));
                     Ok(b)

@@ -64,6 +64,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use tether_core::agent::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
 use tether_core::time::Timestamp;
 
+/// How a journal line that holds a cell's result begins its kind (see
+/// `tether_core::protocol::EntryKind`).
+const RESULT_ENTRY: &[u8] = b"\"kind\":\"result\"";
+
 /// How a simulated sandbox is set up.
 #[derive(Clone, Debug)]
 pub struct SimOsConfig {
@@ -209,6 +213,9 @@ pub struct SimOs {
     /// What cell processes wrote to their stderr, by (kernel directory,
     /// cell seq), over every boot: ground truth for the oracle.
     stderr_written: BTreeMap<(String, u64), Vec<u8>>,
+    /// When each journal (by path) was first appended a result: ground
+    /// truth of when a cell ended on the sandbox.
+    results_journaled: BTreeMap<String, Timestamp>,
     /// Tool-call credentials handed out ([`Os::random_token`]).
     tokens: u64,
     /// Paths under which writes fail now ([`SimOs::fill_disk`]).
@@ -263,6 +270,7 @@ impl SimOs {
             pipes: BTreeMap::new(),
             next_pipe: 0,
             fs: fs::Fs::default(),
+            results_journaled: BTreeMap::new(),
             cgroups: BTreeSet::new(),
             current: 1,
             events: Vec::new(),
@@ -723,6 +731,11 @@ impl SimOs {
         self.fs.files_under(dir)
     }
 
+    /// When the journal at `path` was first appended a result, if ever.
+    pub fn result_journaled_at(&self, path: &str) -> Option<Timestamp> {
+        self.results_journaled.get(path).copied()
+    }
+
     /// Cancel tombstones the agent wrote over (see `fs::Fs`).
     pub fn tombstones_replaced(&self) -> &[String] {
         self.fs.tombstones_replaced()
@@ -839,7 +852,14 @@ impl Os for SimOs {
             return Err(e);
         }
         self.writable(path)?;
-        self.fs.append(path, data)
+        self.fs.append(path, data)?;
+        if path.ends_with("/journal")
+            && data.windows(RESULT_ENTRY.len()).any(|w| w == RESULT_ENTRY)
+            && !self.results_journaled.contains_key(path)
+        {
+            self.results_journaled.insert(path.to_owned(), self.now);
+        }
+        Ok(())
     }
 
     fn exists(&self, path: &str) -> bool {

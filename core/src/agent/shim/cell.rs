@@ -121,6 +121,7 @@ impl CellShim {
     /// The shim of the cell `launch` describes.
     pub fn new(launch: CellLaunch) -> CellShim {
         let log = BackgroundLog::new(&KernelLayout::new(&launch.kernel_dir));
+        let orphans = OrphanRecords::of_cell(launch.marker.1.clone());
         CellShim {
             launch,
             phase: Phase::Open,
@@ -132,7 +133,7 @@ impl CellShim {
             drain: DEFAULT_DRAIN,
             log,
             retry_at: Timestamp::ZERO,
-            orphans: OrphanRecords::default(),
+            orphans,
         }
     }
 

@@ -13,6 +13,14 @@
 //! killed at 272 ms, the shim at 500 ms, the env -i daemon left running
 //! after shutdown).
 //!
+//! A cell's shim writes its cell's marker into each record: the op that
+//! proves the daemon gone ends an unfinished cell's processes
+//! ([`crate::agent::orphans::end_orphaned_cells`]) by what names that
+//! cell, these records included (shim_killed_escapes seed 102038 again:
+//! the env -i daemon ran on after its cell was failed as lost, until the
+//! shutdown). The interpreter's shim serves every cell: its records name
+//! none.
+//!
 //! The look ([`Os::children`]) is paced, not done at every pump: an
 //! orphan reparented and its shim killed within one [`ORPHAN_LOOK`] is
 //! still lost (with cgroups its cgroup holds it).
@@ -34,9 +42,20 @@ pub struct OrphanRecords {
     /// Recorded, by pid and start time (a pid may be reused).
     kept: BTreeSet<(Pid, u64)>,
     next_look: Timestamp,
+    /// The marker of the cell whose orphans these are (empty: no one
+    /// cell's).
+    marker: String,
 }
 
 impl OrphanRecords {
+    /// The records of one cell's shim, naming the cell by its `marker`.
+    pub fn of_cell(marker: String) -> OrphanRecords {
+        OrphanRecords {
+            marker,
+            ..OrphanRecords::default()
+        }
+    }
+
     /// When the next look is due.
     pub fn next_look(&self) -> Timestamp {
         self.next_look
@@ -78,7 +97,7 @@ impl OrphanRecords {
             return;
         }
         for (pid, starttime) in new {
-            let record = LaunchRecord::new(os, pid, starttime, String::new());
+            let record = LaunchRecord::new(os, pid, starttime, self.marker.clone());
             let path = format!("{dir}/orphan-{pid}.json");
             if os.write_atomic(&path, &to_json(&record)).is_ok() {
                 self.kept.insert((pid, starttime));
