@@ -43,7 +43,58 @@ pub fn script(seed: u64) -> Vec<Action> {
             });
         }
     }
-    with_nul_bytes(with_harder_steps(script, seed), seed)
+    let script = with_late_cancels(with_harder_steps(script, seed), seed);
+    with_nul_bytes(script, seed)
+}
+
+/// The stream that makes some cells' cancels race their end, apart from
+/// the cells' (as [`NUL_BYTES`]: the first constant counting up from
+/// "late" that changes no `drawn` race file's script).
+const LATE_CANCELS: u64 = 0x6c61_748c;
+
+/// `script` with, on coins of [`LATE_CANCELS`], a shell cell that would
+/// end `ok` made one whose cancel is sent about when it ends: it ignores
+/// TERM and leaves a daemon (which inherits that) before its steps, so a
+/// cancel that lands after its result finds only its leftovers, and ends
+/// them as a cancel does, KILL only after the grace period (a daemon idle
+/// for less than that must still wait for it). Either end is right: no
+/// expectation. Only a cell that binds no name (a later cell may read it).
+fn with_late_cancels(script: Vec<Action>, seed: u64) -> Vec<Action> {
+    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ LATE_CANCELS);
+    script
+        .into_iter()
+        .map(|action| match action {
+            Action::Run(mut c)
+                if c.lang == Lang::Shell
+                    && c.expect == Some(Expect::Ok)
+                    && c.binds().next().is_none()
+                    && coin.random_bool(0.2) =>
+            {
+                let slept: u64 = c
+                    .workload
+                    .steps
+                    .iter()
+                    .map(|s| match s {
+                        Step::Sleep { ms } => *ms,
+                        Step::BusyLoop { ms: Some(ms) } => *ms,
+                        _ => 0,
+                    })
+                    .sum();
+                c.workload.steps.splice(
+                    0..0,
+                    [
+                        Step::IgnoreTerm,
+                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+                    ],
+                );
+                c.cancel_after_ms = Some((slept + coin.random_range(0..60)).saturating_sub(20));
+                c.expect = None;
+                c.cancel_races_end = true;
+                Action::Run(c)
+            }
+            other => other,
+        })
+        .collect()
 }
 
 /// The stream that makes some of the shell cells' steps harder to stop,

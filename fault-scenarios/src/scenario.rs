@@ -45,9 +45,14 @@ pub struct CellSpec {
     /// shell handed the part before would run that part alone), so the
     /// kernel refuses it and nothing of it runs.
     pub nul_byte: bool,
+    /// Its cancel is sent about when it ends by itself, so it may land
+    /// anywhere in it or after its end (on its leftovers): what it printed
+    /// is a prefix of its whole output, not what a stop at its first
+    /// block would leave.
+    pub cancel_races_end: bool,
 }
 
-/// As derived, but `second_client` and `nul_byte` only when set: the debug text is what
+/// As derived, but `second_client`, `nul_byte` and `cancel_races_end` only when set: the debug text is what
 /// a race file's script digest hashes ([`crate::race::script_digest`]),
 /// and the field's arrival must not make every saved race stale.
 impl std::fmt::Debug for CellSpec {
@@ -66,6 +71,9 @@ impl std::fmt::Debug for CellSpec {
         }
         if self.nul_byte {
             d.field("nul_byte", &self.nul_byte);
+        }
+        if self.cancel_races_end {
+            d.field("cancel_races_end", &self.cancel_races_end);
         }
         d.finish()
     }
@@ -157,6 +165,12 @@ impl CellSpec {
 
     /// The names the cell binds in its kernel's namespace (Python kernels
     /// keep them for later cells).
+    /// Does the model stop it where it first blocks (a cancel or a
+    /// timeout of a cell that blocks until stopped)?
+    fn stopped_at_first_block(&self) -> bool {
+        (self.cancel_after_ms.is_some() && !self.cancel_races_end) || self.timeout_ms.is_some()
+    }
+
     pub(crate) fn binds(&self) -> impl Iterator<Item = (&String, &String)> {
         self.workload.steps.iter().filter_map(|s| match s {
             Step::SetName { name, value } => Some((name, value)),
@@ -353,7 +367,7 @@ fn shell_stdout(
             continue;
         }
         let mut state = ShellState::restore(flavor, &empty, kernel.clone());
-        let cancel = c.cancel_after_ms.is_some() || c.timeout_ms.is_some();
+        let cancel = c.stopped_at_first_block();
         if let Ok(played) = play_cell(flavor, &mut state, &c.workload.steps, cancel, true) {
             if played.saves {
                 kernel = Some(state.saved(flavor));
@@ -361,7 +375,7 @@ fn shell_stdout(
         }
     }
     let mut state = ShellState::restore(flavor, &empty, kernel);
-    let cancel = cell.cancel_after_ms.is_some() || cell.timeout_ms.is_some();
+    let cancel = cell.stopped_at_first_block();
     play_cell(flavor, &mut state, &cell.workload.steps, cancel, true)
         .map(|p| p.stdout.into_bytes())
         .unwrap_or_default()
@@ -386,6 +400,7 @@ pub(crate) fn cell(label: &str, steps: Vec<Step>, expect: Expect) -> CellSpec {
         lang: Lang::Shell,
         second_client: false,
         nul_byte: false,
+        cancel_races_end: false,
     }
 }
 

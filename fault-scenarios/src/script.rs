@@ -155,6 +155,7 @@ pub fn liveness_cell(scenario: &Scenario, label: &str) -> CellSpec {
         bystander: false,
         second_client: false,
         nul_byte: false,
+        cancel_races_end: false,
         lang: scenario
             .cells()
             .find(|c| c.kernel.is_none())

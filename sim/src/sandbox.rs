@@ -180,6 +180,10 @@ pub struct Sandbox {
     pub(crate) wiped: Wiped,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
+    /// Of those, the ones that chose to go idle: a daemon is idle only
+    /// once every cancel it escalates is over, so its sweep's KILL is
+    /// judged as the cancel's would be.
+    idle_exiting: BTreeSet<Pid>,
     /// Empty cgroups of a daemon's own cells it left at its idle exit:
     /// no shutdown may come after an idle exit to remove them (judged at
     /// the exit, as the shutdown's leaks are at the end).
@@ -316,6 +320,7 @@ impl Sandbox {
             clock_offset: 0,
             self_exits: Vec::new(),
             exiting_daemons: BTreeSet::new(),
+            idle_exiting: BTreeSet::new(),
             idle_exit_cgroups: Vec::new(),
             control: None,
             hold_asked: false,
@@ -386,6 +391,9 @@ impl Sandbox {
             // judged again.
             let kernel = kernel_name(&spawn.kernel_dir);
             self.escalation.daemon_spawned(spawn.pid);
+            // Under a reused pid, a daemon that exited before is not this one.
+            self.exiting_daemons.remove(&spawn.pid);
+            self.idle_exiting.remove(&spawn.pid);
             self.shut_kernels.remove(&kernel);
             self.daemon_starts
                 .push((self.virtual_ms(now), spawn.pid, kernel.clone()));
@@ -455,6 +463,9 @@ impl Sandbox {
             }
             if began_exit {
                 self.exiting_daemons.insert(pid);
+                if cause == Some(ExitCause::Idle) {
+                    self.idle_exiting.insert(pid);
+                }
                 let chosen = match cause {
                     Some(ExitCause::Idle) => Some("idle"),
                     Some(ExitCause::ConfigUnreadable) => Some("unable to read its config"),

@@ -6,9 +6,13 @@
 //!   to a process of a cell sends STOP or KILL to that cell's processes
 //!   only once the world's grace period has passed since (the sandbox's
 //!   clock, which the daemon reads too: a clock jump moves both). Its
-//!   exit sweep (idle, shut down, stopped) and a shutdown kill at once by
+//!   exit sweep (shut down, stopped) and a shutdown kill at once by
 //!   design and are not judged here; the stop has its own check
-//!   ([`super::process_faults`]);
+//!   ([`super::process_faults`]). An idle exit's sweep is: a daemon
+//!   escalating a cancel is not idle until the cancel is over, so a
+//!   sweep that cuts its grace short (a late cancel of a finished cell's
+//!   leftovers, an idle timeout below the grace) is the cancel's early
+//!   KILL;
 //! - a daemon that caught SIGTERM starts no cell after it: a cell whose
 //!   launch record (written when the daemon starts a shell cell's shim
 //!   or hands a cell to the Python interpreter) a tick of that daemon
@@ -30,6 +34,10 @@ pub(super) struct EscalationTruth {
     /// The first TERM each daemon sent to a process of each cell (daemon
     /// pid, kernel name, seq), on the sandbox's clock.
     first_term: BTreeMap<(Pid, String, u64), Timestamp>,
+    /// The first TERM each daemon sent to each process (daemon pid,
+    /// process pid), on the sandbox's clock: an idle exit's sweep is
+    /// judged by these (what the cancel it outran had TERMed).
+    termed_procs: BTreeMap<(Pid, Pid), Timestamp>,
     /// Daemons that caught SIGTERM, with when (the sandbox's clock).
     termed: BTreeMap<Pid, Timestamp>,
     /// STOP or KILL sent to a cell's process less than the grace period
@@ -48,6 +56,7 @@ impl EscalationTruth {
     /// its.
     pub(super) fn daemon_spawned(&mut self, pid: Pid) {
         self.first_term.retain(|(d, _, _), _| *d != pid);
+        self.termed_procs.retain(|(d, _), _| *d != pid);
         self.early.retain(|(d, _, _)| *d != pid);
         self.termed.remove(&pid);
     }
@@ -69,7 +78,8 @@ impl Sandbox {
         to: Pid,
         signal: SimSignal,
     ) {
-        if !self.daemons.contains_key(&from) || self.exiting_daemons.contains(&from) {
+        let swept = self.exiting_daemons.contains(&from) && !self.idle_exiting.contains(&from);
+        if !self.daemons.contains_key(&from) || swept {
             return;
         }
         if !self.roles.get(&to).is_some_and(|r| r.starts_with("cell")) {
@@ -82,12 +92,25 @@ impl Sandbox {
             return;
         }
         let key = (from, kernel, seq);
+        // An idle exit's sweep ends everything at once; it may only not
+        // cut short a grace the daemon's cancel gave a process.
+        let idle_sweep = self.idle_exiting.contains(&from);
         match signal {
             SimSignal::Term => {
                 self.escalation.first_term.entry(key).or_insert(at);
+                self.escalation.termed_procs.entry((from, to)).or_insert(at);
             }
             SimSignal::Stop | SimSignal::Kill => {
-                let Some(&term) = self.escalation.first_term.get(&key) else {
+                let term = match idle_sweep {
+                    // Not a TERM to an earlier process under a reused pid.
+                    true => self.escalation.termed_procs.get(&(from, to)).filter(|t| {
+                        self.cell_spawned_at
+                            .get(&to)
+                            .is_none_or(|&born| self.virtual_ms(**t) >= born)
+                    }),
+                    false => self.escalation.first_term.get(&key),
+                };
+                let Some(&term) = term else {
                     return;
                 };
                 let due = term.0.saturating_add(self.grace_ms);
