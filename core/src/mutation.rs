@@ -47,6 +47,10 @@ pub enum Mutation {
     /// the cell: a cancel recorded after the daemon launched the shim is
     /// seen only once the cell runs.
     ShimIgnoresTombstone,
+    /// The kernel daemon counts itself idle while it still escalates a
+    /// cancel of a finished cell's leftovers: an idle timeout below the
+    /// grace period ends the cancel's grace early.
+    IdleDuringCancel,
 }
 
 thread_local! {

@@ -32,6 +32,9 @@ pub struct Armed {
     /// Hold the next shell cell's shim before its first look and ask the
     /// client to cancel (the simulation's `CancelPoint::BeforeCellStarts`).
     pub cancel_before_start: bool,
+    /// Ask the client to cancel as the next result is appended to a
+    /// journal (the simulation's `CancelPoint::AsResultIsJournaled`).
+    pub cancel_at_result: bool,
     /// A cancel op ran since the armed submit arrived.
     pub cancel_op_ran: bool,
     /// The client should crash now and stay down this long.
@@ -101,6 +104,7 @@ impl Control {
         a.slow_start.clear();
         a.cancel_before_submit = false;
         a.cancel_before_start = false;
+        a.cancel_at_result = false;
         a.cancel_now = false;
         a.cancel_is_early = false;
         a.cancel_after_done = false;

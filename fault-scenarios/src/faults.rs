@@ -65,6 +65,11 @@ pub enum CancelPoint {
     /// simulated OS holds that shim until the cancel has been handled.
     /// The cell must never start. (Simulation only.)
     BeforeCellStarts,
+    /// The moment a cell's result is appended to its journal, before the
+    /// client can have read it: the cancel crosses the result, and lands
+    /// on a cell that ended (its leftovers, which it ends as a cancel
+    /// does). (Simulation only: the simulated OS sees the append.)
+    AsResultIsJournaled,
 }
 
 /// One kind of fault.
@@ -253,6 +258,9 @@ impl FaultKind {
             FaultKind::Cancel {
                 point: CancelPoint::BeforeCellStarts,
             } => Family::CancelBeforeStart,
+            FaultKind::Cancel {
+                point: CancelPoint::AsResultIsJournaled,
+            } => Family::CancelAtResult,
             FaultKind::Cancel { .. } => Family::Cancel,
             FaultKind::ClockJump { .. } => Family::ClockJump,
             FaultKind::KillShim => Family::KillShim,
@@ -382,11 +390,13 @@ pub enum Family {
     WipeKernelDirs,
     /// [`FaultKind::Cancel`] at [`CancelPoint::BeforeCellStarts`]
     CancelBeforeStart,
+    /// [`FaultKind::Cancel`] at [`CancelPoint::AsResultIsJournaled`]
+    CancelAtResult,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 27] = [
+    pub const ALL: [Family; 28] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -414,6 +424,7 @@ impl Family {
         Family::ChannelReorder,
         Family::WipeKernelDirs,
         Family::CancelBeforeStart,
+        Family::CancelAtResult,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -434,6 +445,9 @@ impl Family {
 
     /// Faults added after the channel's: [`crate::swarm::World::draw`]
     /// draws them last of all, each with chance 0.2.
+    /// ([`Family::CancelAtResult`], added since, is drawn only where a
+    /// scenario's own families name it: a family added to every world
+    /// changes the fault draws of every seed that gets it.)
     pub const LAST: [Family; 2] = [Family::WipeKernelDirs, Family::CancelBeforeStart];
 
     /// Faults on the sandbox's own processes from outside (an OOM killer,
@@ -554,6 +568,9 @@ impl Family {
             Family::WipeKernelDirs => FaultKind::WipeKernelDirs,
             Family::CancelBeforeStart => FaultKind::Cancel {
                 point: CancelPoint::BeforeCellStarts,
+            },
+            Family::CancelAtResult => FaultKind::Cancel {
+                point: CancelPoint::AsResultIsJournaled,
             },
             Family::ChannelReorder => FaultKind::ChannelReorder {
                 hold_ms: rng.random_range(100..6_000),

@@ -839,6 +839,18 @@ pub fn all() -> Vec<Scenario> {
         Expect::Cancelled,
     );
     ignorer.cancel_after_ms = Some(500);
+    // Its leftover ignores TERM: a cancel that lands after its result
+    // (`CancelPoint::AsResultIsJournaled`) escalates on it for the grace.
+    let ignorer_done = cell(
+        "ignorer_done",
+        vec![
+            Step::IgnoreTerm,
+            Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+            Step::Sleep { ms: 2_000 },
+            print("done\n"),
+        ],
+        Expect::Ok,
+    );
     // A cancel's TERM reaches the wrapper's trap: the shell saves what the
     // cell did before it goes.
     let mut sh_cancelled = cell(
@@ -1076,10 +1088,15 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "cancel_ignorer",
-            about: "cancel a cell whose background child ignores TERM: it resolves once KILL got the child",
-            script: vec![Action::Run(ignorer)],
+            about: "cancel a cell whose background child ignores TERM: it resolves once KILL got the child; then a cell that ends by itself leaving a daemon that ignores TERM (a cancel that crosses its result ends the daemon as a cancel does, KILL only after the grace)",
+            // The pause keeps the kernel up while a late cancel escalates.
+            script: vec![
+                Action::Run(ignorer),
+                Action::Run(ignorer_done),
+                Action::Idle { ms: 1_500 },
+            ],
             fixed: FaultSchedule::empty(),
-            space: space(network()),
+            space: space(network().into_iter().chain([Family::CancelAtResult]).collect()),
             init_reaps: true,
             fails_open: false,
             draws: None,

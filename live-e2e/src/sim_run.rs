@@ -117,6 +117,8 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             Family::Freeze => false,
             // Holding a shim before its first look is the simulated OS's.
             Family::CancelBeforeStart => false,
+            // Seeing the result's append as it happens is the simulated OS's.
+            Family::CancelAtResult => false,
             // Only the fail-open scenario draws it, and that scenario's
             // flawed sandbox is the simulation's (see `unrealisable`).
             Family::PlainReplyLost => false,
@@ -575,7 +577,9 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
                 CancelPoint::AfterDone => a.cancel_after_done = true,
                 // `realisable` leaves its family out: nothing here can
                 // hold a real shim's exec.
-                CancelPoint::BeforeCellStarts => unreachable!("{what} on a live backend"),
+                CancelPoint::BeforeCellStarts | CancelPoint::AsResultIsJournaled => {
+                    unreachable!("{what} on a live backend")
+                }
             }
         }
         FaultKind::KillDaemon => {

@@ -178,6 +178,9 @@ pub struct Sandbox {
     /// What the removal of kernel directories (`wipe_kernel_dirs`) left
     /// and whom it touched.
     pub(crate) wiped: Wiped,
+    /// How many results had been journaled at the last look
+    /// ([`Sandbox::cancel_at_result`]).
+    results_seen: usize,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
     /// Of those, the ones that chose to go idle: a daemon is idle only
@@ -319,6 +322,7 @@ impl Sandbox {
             shim_finished: BTreeSet::new(),
             clock_offset: 0,
             self_exits: Vec::new(),
+            results_seen: 0,
             exiting_daemons: BTreeSet::new(),
             idle_exiting: BTreeSet::new(),
             idle_exit_cgroups: Vec::new(),
@@ -376,6 +380,7 @@ impl Sandbox {
         let now = self.os_time(now_ms);
         self.os.advance(now);
         self.cancel_for_held_shim(now_ms);
+        self.cancel_at_result(now_ms);
         if self.os.is_frozen() {
             // The daemons are frozen too.
             self.flush_events();
@@ -996,6 +1001,27 @@ impl Sandbox {
     /// The switchboard, for the cancels the sandbox asks of the client.
     pub fn set_control(&mut self, control: Control) {
         self.control = Some(control);
+    }
+
+    /// The fault `Cancel { point: AsResultIsJournaled }`: once armed, the
+    /// next result appended to a journal asks the client to cancel, so
+    /// that the cancel crosses the result on its way to the client.
+    fn cancel_at_result(&mut self, now_ms: u64) {
+        let results = self.os.results_journaled();
+        let new = results > self.results_seen;
+        self.results_seen = results;
+        let Some(control) = self.control.clone() else {
+            return;
+        };
+        let mut a = control.lock();
+        if new && std::mem::take(&mut a.cancel_at_result) {
+            a.cancel_now = true;
+            self.trace.at(
+                now_ms,
+                "fault",
+                "a result was journaled; the client cancels now".to_owned(),
+            );
+        }
     }
 
     /// The fault `Cancel { point: BeforeCellStarts }` (armed on the

@@ -57,7 +57,7 @@ pub enum Variant {
 /// The broken variants as `--variant` names them; each bug is described
 /// on its [`tether_core::mutation::Mutation`].
 #[cfg(feature = "mutations")]
-const BROKEN: [(&str, tether_core::mutation::Mutation); 12] = {
+const BROKEN: [(&str, tether_core::mutation::Mutation); 13] = {
     use tether_core::mutation::Mutation as M;
     [
         ("cancel-pgid-only", M::CancelPgidOnly),
@@ -72,6 +72,7 @@ const BROKEN: [(&str, tether_core::mutation::Mutation); 12] = {
         ("reboot-taken-for-death", M::RebootTakenForDeath),
         ("reaper-spins", M::ReaperSpins),
         ("shim-ignores-tombstone", M::ShimIgnoresTombstone),
+        ("idle-during-cancel", M::IdleDuringCancel),
     ]
 };
 
@@ -477,6 +478,7 @@ fn apply(
                     CancelPoint::DuringWait => control.lock().cancel_now = true,
                     CancelPoint::AfterDone => control.lock().cancel_after_done = true,
                     CancelPoint::BeforeCellStarts => control.lock().cancel_before_start = true,
+                    CancelPoint::AsResultIsJournaled => control.lock().cancel_at_result = true,
                 },
                 FaultKind::KillShim => {
                     sandbox.borrow_mut().kill_shims();

@@ -123,3 +123,45 @@ fn a_daemon_that_ignores_term_and_starts_the_next_cell_is_caught() {
         assert_eq!(violations, Vec::<String>::new(), "{trace}");
     }
 }
+
+#[test]
+fn an_idle_exit_that_cuts_a_late_cancels_grace_short_is_caught() {
+    // `ignorer_done` ends by itself at about 3.5 s, leaving a daemon that
+    // ignores TERM; the cancel fault fires as its result is journaled, so
+    // the cancel lands on a finished cell and escalates on the leftover.
+    // A daemon idle timeout (300 ms) below the grace (1 s): only a daemon
+    // that stays busy until the cancel is over waits out the grace.
+    let s = scenario::by_name("cancel_ignorer").unwrap();
+    let world = World {
+        grace_ms: 1_000,
+        daemon_idle_ms: 300,
+        ..World::classic(&s)
+    };
+    let schedule = FaultSchedule::from_json(
+        r#"[{"at_ms":2000,"kind":"cancel","point":"as_result_is_journaled"}]"#,
+    )
+    .unwrap();
+    let run = |variant: &str| run_in(&s, 1, &world, &schedule, Variant::parse(variant).unwrap());
+    let real = run("real");
+    assert!(
+        real.trace.contains("\"state\":\"already_done\""),
+        "the cancel must cross the result:\n{}",
+        real.trace
+    );
+    assert_eq!(
+        real.violations
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>(),
+        Vec::<String>::new(),
+        "{}",
+        real.trace
+    );
+    let broken = run("idle-during-cancel");
+    let violations: Vec<String> = broken.violations.iter().map(|v| v.to_string()).collect();
+    assert!(
+        early_kills(&violations) > 0,
+        "{violations:?}\n{}",
+        broken.trace
+    );
+}

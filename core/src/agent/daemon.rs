@@ -343,10 +343,9 @@ impl Daemon {
             self.orphans_due = !self.keep_orphans(os);
         }
         let busy = self.untaken
-            || self
-                .cells
-                .values()
-                .any(|t| !t.done || t.cancel.as_ref().is_some_and(|c| !c.finished));
+            || self.cells.values().any(|t| {
+                !t.done || t.cancel.as_ref().is_some_and(|c| !c.finished) && !idle_during_cancel()
+            });
         if busy {
             self.idle_since = now;
         }
@@ -1372,6 +1371,19 @@ fn kill_before_grace() -> bool {
     #[cfg(feature = "mutations")]
     {
         crate::mutation::active(crate::mutation::Mutation::KillBeforeGrace)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::IdleDuringCancel`]:
+/// never, without the `mutations` feature.
+fn idle_during_cancel() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::IdleDuringCancel)
     }
     #[cfg(not(feature = "mutations"))]
     {

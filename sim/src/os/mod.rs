@@ -731,6 +731,11 @@ impl SimOs {
         self.fs.files_under(dir)
     }
 
+    /// How many journals have been appended a result so far.
+    pub fn results_journaled(&self) -> usize {
+        self.results_journaled.len()
+    }
+
     /// When the journal at `path` was first appended a result, if ever.
     pub fn result_journaled_at(&self, path: &str) -> Option<Timestamp> {
         self.results_journaled.get(path).copied()
