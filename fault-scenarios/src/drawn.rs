@@ -60,39 +60,50 @@ const LATE_CANCELS: u64 = 0x6c61_748c;
 /// for less than that must still wait for it). Either end is right: no
 /// expectation. Only a cell that binds no name (a later cell may read it).
 fn with_late_cancels(script: Vec<Action>, seed: u64) -> Vec<Action> {
-    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ LATE_CANCELS);
+    each_cell(script, seed ^ LATE_CANCELS, |coin, mut c| {
+        let eligible =
+            c.lang == Lang::Shell && c.expect == Some(Expect::Ok) && c.binds().next().is_none();
+        if !(eligible && coin.random_bool(0.2)) {
+            return c;
+        }
+        let slept: u64 = c
+            .workload
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Sleep { ms } | Step::BusyLoop { ms: Some(ms) } => *ms,
+                _ => 0,
+            })
+            .sum();
+        c.workload.steps.splice(
+            0..0,
+            [
+                Step::IgnoreTerm,
+                Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
+            ],
+        );
+        c.cancel_after_ms = Some((slept + coin.random_range(0..60)).saturating_sub(20));
+        c.expect = None;
+        c.cancel_races_end = true;
+        c
+    })
+}
+
+/// `script` with each cell passed through `change`, which draws from a
+/// coin of its own stream (`seed` mixed with the stream's constant): a
+/// stream apart from the cells' keeps every other draw of the seed, and
+/// so the scripts of race files, as they were.
+fn each_cell(
+    script: Vec<Action>,
+    stream_seed: u64,
+    mut change: impl FnMut(&mut ChaCha8Rng, CellSpec) -> CellSpec,
+) -> Vec<Action> {
+    let mut coin = ChaCha8Rng::seed_from_u64(stream_seed);
     script
         .into_iter()
         .map(|action| match action {
-            Action::Run(mut c)
-                if c.lang == Lang::Shell
-                    && c.expect == Some(Expect::Ok)
-                    && c.binds().next().is_none()
-                    && coin.random_bool(0.2) =>
-            {
-                let slept: u64 = c
-                    .workload
-                    .steps
-                    .iter()
-                    .map(|s| match s {
-                        Step::Sleep { ms } => *ms,
-                        Step::BusyLoop { ms: Some(ms) } => *ms,
-                        _ => 0,
-                    })
-                    .sum();
-                c.workload.steps.splice(
-                    0..0,
-                    [
-                        Step::IgnoreTerm,
-                        Step::SetsidDoubleForkDaemon { sleep_ms: 600_000 },
-                    ],
-                );
-                c.cancel_after_ms = Some((slept + coin.random_range(0..60)).saturating_sub(20));
-                c.expect = None;
-                c.cancel_races_end = true;
-                Action::Run(c)
-            }
-            other => other,
+            Action::Run(c) => Action::Run(change(&mut coin, c)),
+            idle => idle,
         })
         .collect()
 }
@@ -111,29 +122,25 @@ const HARDER_STEPS: u64 = 0x6861_7264_7167;
 /// after the TERM, which the KILL at the end of the grace must still
 /// reach).
 fn with_harder_steps(script: Vec<Action>, seed: u64) -> Vec<Action> {
-    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ HARDER_STEPS);
-    script
-        .into_iter()
-        .map(|action| match action {
-            Action::Run(mut c) if c.lang == Lang::Shell => {
-                for step in &mut c.workload.steps {
-                    match step {
-                        Step::SetpgidOrphan { sleep_ms } if coin.random_bool(0.5) => {
-                            *step = Step::SetpgidEnvIOrphan {
-                                sleep_ms: *sleep_ms,
-                            };
-                        }
-                        Step::TrapTerm { then } if then.is_empty() && coin.random_bool(0.5) => {
-                            then.push(Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 });
-                        }
-                        _ => {}
-                    }
+    each_cell(script, seed ^ HARDER_STEPS, |coin, mut c| {
+        if c.lang != Lang::Shell {
+            return c;
+        }
+        for step in &mut c.workload.steps {
+            match step {
+                Step::SetpgidOrphan { sleep_ms } if coin.random_bool(0.5) => {
+                    *step = Step::SetpgidEnvIOrphan {
+                        sleep_ms: *sleep_ms,
+                    };
                 }
-                Action::Run(c)
+                Step::TrapTerm { then } if then.is_empty() && coin.random_bool(0.5) => {
+                    then.push(Step::BackgroundChildHoldingStdout { sleep_ms: 600_000 });
+                }
+                _ => {}
             }
-            other => other,
-        })
-        .collect()
+        }
+        c
+    })
 }
 
 /// The stream that marks cells whose code carries a NUL byte, apart from
@@ -150,25 +157,20 @@ const NUL_BYTES: u64 = 0x6e75_6c6c_6279_7468;
 /// that was never bound fails (drawn_clients seed 500501 of the
 /// `--max-faults 8` long run: `parameter not set`, exit 127).
 fn with_nul_bytes(script: Vec<Action>, seed: u64) -> Vec<Action> {
-    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ NUL_BYTES);
-    script
-        .into_iter()
-        .map(|action| match action {
-            Action::Run(c)
-                if c.lang == Lang::Shell
-                    && matches!(c.expect, Some(Expect::Ok | Expect::Exit(_)))
-                    && c.binds().next().is_none()
-                    && coin.random_bool(0.08) =>
-            {
-                Action::Run(CellSpec {
-                    nul_byte: true,
-                    expect: Some(Expect::Refused),
-                    ..c
-                })
+    each_cell(script, seed ^ NUL_BYTES, |coin, c| {
+        let eligible = c.lang == Lang::Shell
+            && matches!(c.expect, Some(Expect::Ok | Expect::Exit(_)))
+            && c.binds().next().is_none();
+        if eligible && coin.random_bool(0.08) {
+            CellSpec {
+                nul_byte: true,
+                expect: Some(Expect::Refused),
+                ..c
             }
-            other => other,
-        })
-        .collect()
+        } else {
+            c
+        }
+    })
 }
 
 /// The frontends' stream of `drawn_clients`, apart from the cells'.
@@ -181,17 +183,10 @@ const FRONTENDS: u64 = 0x6672_6f6e_7465_6e64;
 /// again, as the refusal asks: the paths of two client records on one
 /// kernel, with cells nobody wrote.
 pub fn script_two_frontends(seed: u64) -> Vec<Action> {
-    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ FRONTENDS);
-    script(seed)
-        .into_iter()
-        .map(|action| match action {
-            Action::Run(c) => Action::Run(CellSpec {
-                second_client: coin.random_bool(0.5),
-                ..c
-            }),
-            idle => idle,
-        })
-        .collect()
+    each_cell(script(seed), seed ^ FRONTENDS, |coin, c| CellSpec {
+        second_client: coin.random_bool(0.5),
+        ..c
+    })
 }
 
 /// How the drawn cell is to end.

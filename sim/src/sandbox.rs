@@ -1008,13 +1008,15 @@ impl Sandbox {
     /// that the cancel crosses the result on its way to the client.
     fn cancel_at_result(&mut self, now_ms: u64) {
         let results = self.os.results_journaled();
-        let new = results > self.results_seen;
+        if results == self.results_seen {
+            return;
+        }
         self.results_seen = results;
         let Some(control) = self.control.clone() else {
             return;
         };
         let mut a = control.lock();
-        if new && std::mem::take(&mut a.cancel_at_result) {
+        if std::mem::take(&mut a.cancel_at_result) {
             a.cancel_now = true;
             self.trace.at(
                 now_ms,

@@ -344,7 +344,7 @@ impl Daemon {
         }
         let busy = self.untaken
             || self.cells.values().any(|t| {
-                !t.done || t.cancel.as_ref().is_some_and(|c| !c.finished) && !idle_during_cancel()
+                !t.done || (t.cancel.as_ref().is_some_and(|c| !c.finished) && !idle_during_cancel())
             });
         if busy {
             self.idle_since = now;

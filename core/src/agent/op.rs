@@ -1275,12 +1275,7 @@ pub(crate) fn recorded_cell_processes(
     let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
     let pgid = kernel::started_this_boot(os, &cell, launch.as_ref())
         .and_then(|started| cells_group(table, started, launch.as_ref()));
-    let shim = launch.filter(|l| {
-        l.of_this_boot(os)
-            && table
-                .get(l.shim_pid)
-                .is_some_and(|p| p.starttime == l.shim_starttime)
-    });
+    let shim = launch.filter(|l| recorded_runs(os, table, l));
     let marker = nonce.map(|n| marker_value(n, seq)).unwrap_or_default();
     let mut extra: Vec<Pid> = shim.map(|l| l.shim_pid).into_iter().collect();
     extra.extend(orphans_recorded_for(os, table, k, &marker));
@@ -1320,14 +1315,18 @@ fn orphans_recorded_for(os: &dyn Os, table: &Table, k: &KernelLayout, marker: &s
                 .ok()
                 .flatten()
         })
-        .filter(|l| l.marker == marker && l.of_this_boot(os))
-        .filter(|l| {
-            table
-                .get(l.shim_pid)
-                .is_some_and(|p| p.starttime == l.shim_starttime)
-        })
+        .filter(|l| l.marker == marker && recorded_runs(os, table, l))
         .map(|l| l.shim_pid)
         .collect()
+}
+
+/// Does the process a record names still run (this boot's, its pid not
+/// reused since)?
+fn recorded_runs(os: &dyn Os, table: &Table, l: &LaunchRecord) -> bool {
+    l.of_this_boot(os)
+        && table
+            .get(l.shim_pid)
+            .is_some_and(|p| p.starttime == l.shim_starttime)
 }
 
 /// Adds to `set` everything in a session one of its processes is in.
