@@ -51,6 +51,10 @@ pub enum Mutation {
     /// cancel of a finished cell's leftovers: an idle timeout below the
     /// grace period ends the cancel's grace early.
     IdleDuringCancel,
+    /// A journal writer refused on a full disk forgets the entries the
+    /// failed append put down whole unless it also left a partial line:
+    /// after a tear on a line boundary it writes them again.
+    JournalRewritesCleanTear,
 }
 
 thread_local! {

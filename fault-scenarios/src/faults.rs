@@ -72,6 +72,10 @@ pub enum CancelPoint {
     AsResultIsJournaled,
 }
 
+/// How long a [`FaultKind::DiskFull`] `at_result` waits for a result to
+/// be journaled before the disk fills anyway.
+pub const DISK_FULL_AT_RESULT_WITHIN_MS: u64 = 2_000;
+
 /// One kind of fault.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -176,6 +180,14 @@ pub enum FaultKind {
     DiskFull {
         /// How long.
         for_ms: u64,
+        /// Not at once but at the next append of a cell's result to its
+        /// journal (within [`DISK_FULL_AT_RESULT_WITHIN_MS`], else then):
+        /// the result and what follows it (`done`) are refused as one
+        /// batch, which a torn write may have put down in part, whole
+        /// lines included. (Simulation only: the simulated OS sees the
+        /// append.)
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        at_result: bool,
     },
     /// The channel's stream (on a seed whose client uses the channel) is
     /// cut in the middle of the next frame the sandbox sends: the first
@@ -269,6 +281,9 @@ impl FaultKind {
             FaultKind::TermDaemon => Family::TermDaemon,
             FaultKind::FreezeSandbox { .. } => Family::Freeze,
             FaultKind::DamageReply { .. } => Family::DamageReply,
+            FaultKind::DiskFull {
+                at_result: true, ..
+            } => Family::DiskFullAtResult,
             FaultKind::DiskFull { .. } => Family::DiskFull,
             FaultKind::ChannelCut { .. } => Family::ChannelCut,
             FaultKind::ChannelHalfOpen { .. } => Family::ChannelHalfOpen,
@@ -313,8 +328,9 @@ impl FaultKind {
             FaultKind::FreezeSandbox { for_ms } => FaultKind::FreezeSandbox {
                 for_ms: half(for_ms)?,
             },
-            FaultKind::DiskFull { for_ms } => FaultKind::DiskFull {
+            FaultKind::DiskFull { for_ms, at_result } => FaultKind::DiskFull {
                 for_ms: half(for_ms)?,
+                at_result,
             },
             FaultKind::ChannelHalfOpen { for_ms } => FaultKind::ChannelHalfOpen {
                 for_ms: half(for_ms)?,
@@ -392,11 +408,14 @@ pub enum Family {
     CancelBeforeStart,
     /// [`FaultKind::Cancel`] at [`CancelPoint::AsResultIsJournaled`]
     CancelAtResult,
+    /// [`FaultKind::DiskFull`] at a result. Drawn only where a scenario's
+    /// own families name it.
+    DiskFullAtResult,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 28] = [
+    pub const ALL: [Family; 29] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -425,6 +444,7 @@ impl Family {
         Family::WipeKernelDirs,
         Family::CancelBeforeStart,
         Family::CancelAtResult,
+        Family::DiskFullAtResult,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -547,6 +567,11 @@ impl Family {
             },
             Family::DiskFull => FaultKind::DiskFull {
                 for_ms: rng.random_range(50..4_000),
+                at_result: false,
+            },
+            Family::DiskFullAtResult => FaultKind::DiskFull {
+                for_ms: rng.random_range(50..4_000),
+                at_result: true,
             },
             Family::PlainReplyLost => FaultKind::ReplyLost {
                 op: OpTarget::Plain,
@@ -736,7 +761,15 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
             FaultKind::ExecLatency { ms, for_ms } => after(for_ms).saturating_add(ms),
             FaultKind::SlowStart { ms, .. } => after(ms),
             FaultKind::CrashClient { down_ms } => after(down_ms),
-            FaultKind::FreezeSandbox { for_ms } | FaultKind::DiskFull { for_ms } => after(for_ms),
+            FaultKind::FreezeSandbox { for_ms }
+            | FaultKind::DiskFull {
+                for_ms,
+                at_result: false,
+            } => after(for_ms),
+            FaultKind::DiskFull {
+                for_ms,
+                at_result: true,
+            } => after(DISK_FULL_AT_RESULT_WITHIN_MS.saturating_add(for_ms)),
             FaultKind::ChannelHalfOpen { for_ms } | FaultKind::ChannelStall { for_ms } => {
                 after(for_ms)
             }

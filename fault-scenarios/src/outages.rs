@@ -3,7 +3,7 @@
 //! client's retry budget — the oracle's measure of an honest `unknown`
 //! ([`Outages`]).
 
-use crate::faults::{FaultKind, FaultSchedule};
+use crate::faults::{FaultKind, FaultSchedule, DISK_FULL_AT_RESULT_WITHIN_MS};
 use crate::oracle::Outages;
 use std::time::Duration;
 use tether_core::client::Config;
@@ -87,9 +87,19 @@ pub fn outages(schedule: &FaultSchedule, config: &Config) -> Outages {
             // The agent answers, with I/O errors: it can neither take a
             // cell nor record what one did, so the client cannot learn
             // more than a sandbox that does not answer would tell it.
-            FaultKind::DiskFull { for_ms } => out
-                .spans
-                .push((at, at.saturating_add(for_ms).saturating_add(budget))),
+            FaultKind::DiskFull { for_ms, at_result } => {
+                let fills_by = if at_result {
+                    DISK_FULL_AT_RESULT_WITHIN_MS
+                } else {
+                    0
+                };
+                out.spans.push((
+                    at,
+                    at.saturating_add(fills_by)
+                        .saturating_add(for_ms)
+                        .saturating_add(budget),
+                ))
+            }
             // One op on the channel fails (at the cut, at its deadline,
             // when the stream ends under it).
             FaultKind::ChannelCut { .. }

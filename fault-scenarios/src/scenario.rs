@@ -585,10 +585,38 @@ fn full_disk(all_faults: Vec<Family>) -> Scenario {
             Action::Run(cell("after", vec![print("after\n")], Expect::Ok)),
         ],
         fixed: fixed(vec![
-            (400, FaultKind::DiskFull { for_ms: 500 }),
-            (2_000, FaultKind::DiskFull { for_ms: 400 }),
+            (
+                400,
+                FaultKind::DiskFull {
+                    for_ms: 500,
+                    at_result: false,
+                },
+            ),
+            // Armed while the shell cell prints: the disk fills as its
+            // result is written.
+            (
+                1_000,
+                FaultKind::DiskFull {
+                    for_ms: 300,
+                    at_result: true,
+                },
+            ),
+            (
+                2_000,
+                FaultKind::DiskFull {
+                    for_ms: 400,
+                    at_result: false,
+                },
+            ),
         ]),
-        space: space(all_faults),
+        // The disk may also fill just as a cell's result is written:
+        // the result and its `done` refused as one batch.
+        space: space(
+            all_faults
+                .into_iter()
+                .chain([Family::DiskFullAtResult])
+                .collect(),
+        ),
         init_reaps: true,
         fails_open: false,
         draws: None,

@@ -110,7 +110,11 @@ pub fn realisable(backend: &str) -> Vec<Family> {
         .filter(|f| match f {
             // The exec of an op is the transport's: nothing here can
             // kill the op's own process after its first step.
-            Family::ClockJump | Family::KillOp | Family::DamageReply | Family::DiskFull => false,
+            Family::ClockJump
+            | Family::KillOp
+            | Family::DamageReply
+            | Family::DiskFull
+            | Family::DiskFullAtResult => false,
             // `docker pause` then `unpause` hung here mid-run (the unpause
             // never returned, on this cgroup v1 engine): off until that is
             // understood; the simulation keeps the fault.

@@ -181,6 +181,9 @@ pub struct Sandbox {
     /// How many results had been journaled at the last look
     /// ([`Sandbox::cancel_at_result`]).
     results_seen: usize,
+    /// The fault `DiskFull { at_result }` armed or in force
+    /// ([`Sandbox::fill_disk_at_result`]).
+    disk_at_result: Option<process_faults::DiskAtResult>,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
     /// Of those, the ones that chose to go idle: a daemon is idle only
@@ -323,6 +326,7 @@ impl Sandbox {
             clock_offset: 0,
             self_exits: Vec::new(),
             results_seen: 0,
+            disk_at_result: None,
             exiting_daemons: BTreeSet::new(),
             idle_exiting: BTreeSet::new(),
             idle_exit_cgroups: Vec::new(),
@@ -381,6 +385,7 @@ impl Sandbox {
         self.os.advance(now);
         self.cancel_for_held_shim(now_ms);
         self.cancel_at_result(now_ms);
+        self.disk_full_at_result(now_ms);
         if self.os.is_frozen() {
             // The daemons are frozen too.
             self.flush_events();
@@ -715,10 +720,16 @@ impl Sandbox {
                 self.virtual_ms(paused.unwrap_or(d.next_wake))
             })
             .min();
-        match (os, d) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // A daemon's step may have filled the disk at a result since the
+        // last look: looked at again at once.
+        let disk = self.disk_at_result.as_ref().map(|a| {
+            if self.os.filled_at_result() {
+                self.virtual_ms(self.os.now_ts())
+            } else {
+                a.next_wake()
+            }
+        });
+        [os, d, disk].into_iter().flatten().min()
     }
 
     /// Moves process events into the trace and learns roles and bystander

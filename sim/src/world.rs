@@ -57,7 +57,7 @@ pub enum Variant {
 /// The broken variants as `--variant` names them; each bug is described
 /// on its [`tether_core::mutation::Mutation`].
 #[cfg(feature = "mutations")]
-const BROKEN: [(&str, tether_core::mutation::Mutation); 13] = {
+const BROKEN: [(&str, tether_core::mutation::Mutation); 14] = {
     use tether_core::mutation::Mutation as M;
     [
         ("cancel-pgid-only", M::CancelPgidOnly),
@@ -73,6 +73,7 @@ const BROKEN: [(&str, tether_core::mutation::Mutation); 13] = {
         ("reaper-spins", M::ReaperSpins),
         ("shim-ignores-tombstone", M::ShimIgnoresTombstone),
         ("idle-during-cancel", M::IdleDuringCancel),
+        ("journal-rewrites-clean-tear", M::JournalRewritesCleanTear),
     ]
 };
 
@@ -239,7 +240,10 @@ pub fn run_in(
             FaultKind::FreezeSandbox { for_ms } => {
                 agenda.push((f.at_ms.saturating_add(for_ms), Tick::Thaw));
             }
-            FaultKind::DiskFull { for_ms } => {
+            FaultKind::DiskFull {
+                for_ms,
+                at_result: false,
+            } => {
                 agenda.push((f.at_ms.saturating_add(for_ms), Tick::DiskFree));
             }
             _ => {}
@@ -507,7 +511,13 @@ fn apply(
                     }
                 }
                 FaultKind::FreezeSandbox { for_ms } => sandbox.borrow_mut().freeze(now, for_ms),
-                FaultKind::DiskFull { .. } => sandbox.borrow_mut().fill_disk(now),
+                FaultKind::DiskFull {
+                    at_result: false, ..
+                } => sandbox.borrow_mut().fill_disk(now),
+                FaultKind::DiskFull {
+                    for_ms,
+                    at_result: true,
+                } => sandbox.borrow_mut().fill_disk_at_result(now, for_ms),
                 FaultKind::ChannelCut { at_permille } => {
                     control.lock().channel_cut.push(at_permille)
                 }
@@ -757,7 +767,12 @@ fn observe(
         early_kills: sandbox.early_kills(),
         started_after_term: sandbox.started_after_term(),
         started_after_cancel: sandbox.started_after_cancel(),
-        journal_gaps: sandbox.journal_gaps.clone(),
+        journal_gaps: sandbox
+            .journal_gaps
+            .iter()
+            .chain(sandbox.os().removed_journal_gaps())
+            .cloned()
+            .collect(),
         two_daemons: sandbox.two_daemons.values().cloned().collect(),
         false_notes: false_notes(scenario, log, sandbox),
         // The simulation's own errors come first, then the client's.

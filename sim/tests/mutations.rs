@@ -92,6 +92,15 @@ fn a_shim_that_starts_a_cancelled_cell_is_caught() {
     caught("shim-ignores-tombstone", &["cancel_early", "happy"]);
 }
 
+/// Caught by the journal's numbering (a removed journal is judged too),
+/// where the disk fills as a result and its `done` are appended as one
+/// batch and the write tears after the result (`full_disk`'s fixed
+/// `disk_full` at a result, in a world whose writes tear).
+#[test]
+fn a_journal_that_writes_whole_torn_entries_again_is_caught() {
+    caught("journal-rewrites-clean-tear", &["full_disk"]);
+}
+
 #[test]
 fn the_real_product_passes_where_the_variants_fail() {
     for name in ["cancel_escapes", "happy", "reply_lost", "fail_open"] {

@@ -456,9 +456,12 @@ impl Daemon {
                     },
                 }]
             };
-            if w.settle(os, result).is_err() {
-                continue;
-            }
+            // Refused (a full disk): the tick writes it when the disk lets
+            // it, as for a shim that died under this daemon; untracked,
+            // the cell stayed unresolved and the daemon free to exit idle
+            // (full_disk seed 156: the disk filled as this result was
+            // written).
+            let settled = w.settle(os, result).is_ok();
             let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
             let started = kernel::started_this_boot(os, &cell, launch.as_ref());
             let marker = launch.map(|l| l.marker).unwrap_or_default();
@@ -466,7 +469,7 @@ impl Daemon {
             let mut t = Track::new((0, 0), marker, python);
             t.shim = None;
             t.shim_death_seen = true;
-            t.shim_death_told = true;
+            t.shim_death_told = settled;
             let same_main = started.is_some_and(|(pid, _, start)| {
                 os.process(pid)
                     .is_some_and(|p| p.starttime == start && !p.zombie)

@@ -171,8 +171,10 @@ impl JournalWriter {
         if read.partial_tail > 0 {
             os.write_atomic(&self.path, &bytes[..bytes.len() - read.partial_tail])?;
         }
-        let last = read.entries.last().map_or(0, |e| e.n);
-        self.unwritten.retain(|(n, _)| *n > last);
+        if read.partial_tail > 0 || !rewrites_clean_tear() {
+            let last = read.entries.last().map_or(0, |e| e.n);
+            self.unwritten.retain(|(n, _)| *n > last);
+        }
         self.failed = false;
         Ok(())
     }
@@ -252,6 +254,19 @@ impl JournalWriter {
         }
         entries.extend(extra);
         self.finish(os, entries)
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::JournalRewritesCleanTear`]:
+/// never, without the `mutations` feature.
+fn rewrites_clean_tear() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::JournalRewritesCleanTear)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
     }
 }
 

@@ -6,7 +6,8 @@
 //! own side-effect files are ground truth, not the agent's, and are
 //! never refused. Where the sandbox's writes tear, a refused append may
 //! put part of its bytes down first, as `write(2)` does when the space
-//! runs out mid-buffer: a torn last line for the journal's repair.
+//! runs out mid-buffer: a torn last line, or whole lines of a batch, for
+//! the journal's repair.
 
 use super::SimOs;
 use tether_core::agent::OsError;
@@ -15,6 +16,34 @@ impl SimOs {
     /// Writes under `prefix` fail from now on (until [`SimOs::free_disk`]).
     pub fn fill_disk(&mut self, prefix: &str) {
         self.disk_full.push(prefix.trim_end_matches('/').to_owned());
+        self.space_ran_out = false;
+    }
+
+    /// The disk under `prefix` fills at the next append of a result to a
+    /// journal, before that append: the result is refused with what goes
+    /// with it.
+    pub fn fill_disk_at_result(&mut self, prefix: &str) {
+        self.fill_at_result = Some(prefix.trim_end_matches('/').to_owned());
+    }
+
+    /// Whether [`SimOs::fill_disk_at_result`] is armed still.
+    pub fn fills_at_result(&self) -> bool {
+        self.fill_at_result.is_some()
+    }
+
+    /// Takes back [`SimOs::fill_disk_at_result`] if it did not fire.
+    pub fn disarm_fill_at_result(&mut self) {
+        self.fill_at_result = None;
+    }
+
+    /// Whether the disk filled at a result since the last call.
+    pub fn take_filled_at_result(&mut self) -> bool {
+        std::mem::take(&mut self.filled_at_result)
+    }
+
+    /// Whether the disk filled at a result and nobody took it yet.
+    pub fn filled_at_result(&self) -> bool {
+        self.filled_at_result
     }
 
     /// Ends the oldest window of [`SimOs::fill_disk`].
@@ -24,17 +53,35 @@ impl SimOs {
         }
     }
 
-    /// How many bytes of a refused append of `len` bytes reach the file
-    /// first: none, a third or two thirds of them in turn (by the count
-    /// of refused writes, so a run replays), where the sandbox's writes
-    /// tear ([`SimOsConfig::torn_writes`](super::SimOsConfig)); none
-    /// elsewhere.
-    pub(super) fn torn_prefix(&self, len: usize) -> usize {
-        if !self.config.torn_writes {
+    /// How many bytes of a refused append of `data` reach the file
+    /// first, where the sandbox's writes tear
+    /// ([`SimOsConfig::torn_writes`](super::SimOsConfig)); none elsewhere.
+    /// Only the first refused append after the disk fills tears (the
+    /// space ran out under it; later ones find none left). Chosen by
+    /// counts, so a run replays: of one line, a third of it, two thirds
+    /// or none (the count of such tears mod 3); of several lines, exactly
+    /// its first line, then two thirds of it, in turn. A tear on a line boundary leaves no
+    /// partial line to tell the writer that whole entries of the batch it
+    /// was refused are in the file already.
+    pub(super) fn torn_prefix(&mut self, data: &[u8]) -> usize {
+        if !self.config.torn_writes || std::mem::replace(&mut self.space_ran_out, true) {
             return 0;
         }
-        let share = usize::try_from(self.refused_writes % 3).unwrap_or(0);
-        len * share / 3
+        let len = data.len();
+        match data.iter().position(|&b| b == b'\n').map(|i| i + 1) {
+            Some(end) if end < len => {
+                self.batch_tears += 1;
+                if self.batch_tears % 2 == 1 {
+                    end
+                } else {
+                    len * 2 / 3
+                }
+            }
+            _ => {
+                self.line_tears += 1;
+                len * usize::try_from(self.line_tears % 3).unwrap_or(0) / 3
+            }
+        }
     }
 
     /// How many writes were refused so far (the fault is applied).
@@ -89,24 +136,37 @@ mod tests {
     }
 
     #[test]
-    fn where_writes_tear_a_refused_append_may_leave_part_of_its_bytes() {
+    fn where_writes_tear_the_first_refused_append_may_leave_part_of_its_bytes() {
         let mut os = SimOs::new(SimOsConfig {
             torn_writes: true,
             ..SimOsConfig::default()
         });
         os.create_dir_all("/var/tmp/k").unwrap();
         os.write_atomic("/var/tmp/k/j", b"").unwrap();
+        let refuse = |os: &mut SimOs, data: &[u8]| {
+            os.fill_disk("/var/tmp/k");
+            for _ in 0..2 {
+                assert!(os.append("/var/tmp/k/j", data).is_err());
+            }
+            os.free_disk();
+            let all = os.read_file("/var/tmp/k/j").unwrap();
+            os.write_atomic("/var/tmp/k/j", b"").unwrap();
+            all
+        };
+        // The first refused append of each fill tears, the second finds
+        // no space left. One line: a third, two thirds, none, in turn;
+        // several lines: exactly the first, then two thirds, in turn.
+        assert_eq!(refuse(&mut os, b"123456"), b"12");
+        assert_eq!(refuse(&mut os, b"12\n3456\n"), b"12\n");
+        assert_eq!(refuse(&mut os, b"12\n3456\n"), b"12\n34");
+        assert_eq!(refuse(&mut os, b"123456"), b"1234");
+        assert_eq!(refuse(&mut os, b"123456"), b"");
+        assert_eq!(refuse(&mut os, b"12\n3456\n"), b"12\n");
         os.fill_disk("/var/tmp/k");
-        for _ in 0..3 {
-            assert!(os.append("/var/tmp/k/j", b"123456\n").is_err());
-        }
-        // A third of the bytes, then two thirds, then none (the count of
-        // refused writes: 1, 2, 3); never the whole line.
-        assert_eq!(os.read_file("/var/tmp/k/j").unwrap(), b"121234");
         assert!(os.write_atomic("/var/tmp/k/j", b"x").is_err());
         assert_eq!(
             os.read_file("/var/tmp/k/j").unwrap(),
-            b"121234",
+            b"",
             "atomic: all or nothing"
         );
     }

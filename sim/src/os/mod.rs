@@ -222,6 +222,22 @@ pub struct SimOs {
     disk_full: Vec<String>,
     /// Writes refused by a full disk so far.
     refused_writes: u64,
+    /// Refused appends of one line that tore so far.
+    line_tears: u64,
+    /// Refused appends of several lines that tore so far.
+    batch_tears: u64,
+    /// A refused append tore since the disk last filled.
+    space_ran_out: bool,
+    /// Journals removed with their cell (an acknowledged cell) or kernel
+    /// whose entries were not contiguous from 1: the sandbox's journal
+    /// check could no longer see them.
+    removed_journal_gaps: Vec<String>,
+    /// Where the disk fills at the next result appended to a journal
+    /// ([`SimOs::fill_disk_at_result`]).
+    fill_at_result: Option<String>,
+    /// The disk filled at a result since the last
+    /// [`SimOs::take_filled_at_result`].
+    filled_at_result: bool,
     /// Every tool call a simulated caller made (ground truth).
     tool_calls: Vec<caller::ToolCallTruth>,
     /// Every answer file written (ground truth).
@@ -282,6 +298,12 @@ impl SimOs {
             hold_next_shim: false,
             held_shim: None,
             refused_writes: 0,
+            line_tears: 0,
+            batch_tears: 0,
+            space_ran_out: false,
+            removed_journal_gaps: Vec::new(),
+            fill_at_result: None,
+            filled_at_result: false,
             stderr_written: BTreeMap::new(),
             tokens: 0,
             tool_calls: Vec::new(),
@@ -731,6 +753,33 @@ impl SimOs {
         self.fs.files_under(dir)
     }
 
+    /// Checks the journals a removal of `path` takes with it (a cell's
+    /// directory, or a kernel's with its cells): the cell's journal must
+    /// have held its entries contiguous from 1 to the end.
+    fn judge_removed_journals(&mut self, path: &str) {
+        let path = path.trim_end_matches('/');
+        let mut journals = vec![format!("{path}/journal")];
+        let cells = format!("{path}/cells");
+        for seq in self.fs.list_dir(&cells).unwrap_or_default() {
+            journals.push(format!("{cells}/{seq}/journal"));
+        }
+        for journal in journals {
+            let Ok(bytes) = self.fs.read(&journal) else {
+                continue;
+            };
+            let read = tether_core::protocol::parse_journal(&bytes);
+            if let Some(gap) = crate::sandbox::journal_gap(&read) {
+                self.removed_journal_gaps
+                    .push(format!("{journal}, removed: {gap}"));
+            }
+        }
+    }
+
+    /// What [`SimOs::judge_removed_journals`] found.
+    pub fn removed_journal_gaps(&self) -> &[String] {
+        &self.removed_journal_gaps
+    }
+
     /// How many journals have been appended a result so far.
     pub fn results_journaled(&self) -> usize {
         self.results_journaled.len()
@@ -849,8 +898,16 @@ impl Os for SimOs {
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        let result = path.ends_with("/journal")
+            && data.windows(RESULT_ENTRY.len()).any(|w| w == RESULT_ENTRY);
+        if result {
+            if let Some(prefix) = self.fill_at_result.take() {
+                self.fill_disk(&prefix);
+                self.filled_at_result = true;
+            }
+        }
         if let Err(e) = self.check_write(path) {
-            let torn = self.torn_prefix(data.len());
+            let torn = self.torn_prefix(data);
             if torn > 0 && self.fs.exists(path) {
                 self.fs.append(path, &data[..torn])?;
             }
@@ -858,10 +915,7 @@ impl Os for SimOs {
         }
         self.writable(path)?;
         self.fs.append(path, data)?;
-        if path.ends_with("/journal")
-            && data.windows(RESULT_ENTRY.len()).any(|w| w == RESULT_ENTRY)
-            && !self.results_journaled.contains_key(path)
-        {
+        if result && !self.results_journaled.contains_key(path) {
             self.results_journaled.insert(path.to_owned(), self.now);
         }
         Ok(())
@@ -886,6 +940,7 @@ impl Os for SimOs {
     }
 
     fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
+        self.judge_removed_journals(path);
         self.fs.remove_all(path)
     }
 

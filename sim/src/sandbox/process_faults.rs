@@ -14,6 +14,7 @@
 //! act resolves them with the stop), unless a write was refused.
 
 use super::Sandbox;
+use tether_scenarios::faults::DISK_FULL_AT_RESULT_WITHIN_MS;
 
 /// How long after a shim's death its daemon may take to record what came
 /// back to it: a tick (10 ms) stretched by a preemption (up to about
@@ -224,6 +225,76 @@ impl Sandbox {
         let kernels = format!("{}/kernels", self.root);
         self.os.fill_disk(&kernels);
         self.note_lossy(None, "the disk was full".into());
+    }
+
+    /// The fault `DiskFull { at_result: true }`: the disk under the
+    /// kernels fills at the next result appended to a journal, or when
+    /// [`DISK_FULL_AT_RESULT_WITHIN_MS`] pass without one, for `for_ms`.
+    /// One at a time: another while one is armed or in force is dropped.
+    pub fn fill_disk_at_result(&mut self, now_ms: u64, for_ms: u64) {
+        self.advance(now_ms);
+        if self.disk_at_result.is_some() {
+            self.trace.at(
+                now_ms,
+                "fault",
+                "a disk filling at a result is under way already; dropped".to_owned(),
+            );
+            return;
+        }
+        let kernels = format!("{}/kernels", self.root);
+        self.os.fill_disk_at_result(&kernels);
+        self.note_lossy(None, "the disk was full".into());
+        self.disk_at_result = Some(DiskAtResult {
+            for_ms,
+            deadline_ms: now_ms.saturating_add(DISK_FULL_AT_RESULT_WITHIN_MS),
+            filled_ms: None,
+        });
+    }
+
+    /// Fills the disk armed by [`Sandbox::fill_disk_at_result`] at its
+    /// deadline (no result came), and frees it when its time is over.
+    pub(super) fn disk_full_at_result(&mut self, now_ms: u64) {
+        let Some(armed) = self.disk_at_result.as_mut() else {
+            return;
+        };
+        if armed.filled_ms.is_none() {
+            if self.os.take_filled_at_result() {
+                armed.filled_ms = Some(now_ms);
+                self.trace.at(
+                    now_ms,
+                    "fault",
+                    "a result was journaled; the disk filled before it".to_owned(),
+                );
+            } else if now_ms >= armed.deadline_ms {
+                armed.filled_ms = Some(now_ms);
+                self.os.disarm_fill_at_result();
+                let kernels = format!("{}/kernels", self.root);
+                self.os.fill_disk(&kernels);
+                self.trace.at(
+                    now_ms,
+                    "fault",
+                    "no result was journaled in time; the disk fills now".to_owned(),
+                );
+            }
+        }
+        let Some(armed) = self.disk_at_result.as_ref() else {
+            return;
+        };
+        if armed
+            .filled_ms
+            .is_some_and(|f| now_ms >= f.saturating_add(armed.for_ms))
+        {
+            self.disk_at_result = None;
+            self.os.free_disk();
+            self.trace.at(
+                now_ms,
+                "fault",
+                format!(
+                    "disk filled at a result has room again ({} writes refused so far)",
+                    self.os.refused_writes()
+                ),
+            );
+        }
     }
 
     /// Removes every kernel's directory from outside (a temp cleaner);
@@ -477,4 +548,23 @@ fn describe(v: &ProcView) -> String {
     };
     let argv = v.argv.first().map(String::as_str).unwrap_or_default();
     format!("{role} {} ({argv})", v.pid)
+}
+
+/// A [`Sandbox::fill_disk_at_result`] armed or in force.
+pub(crate) struct DiskAtResult {
+    for_ms: u64,
+    /// When the disk fills if no result was journaled by then.
+    deadline_ms: u64,
+    /// When it filled.
+    filled_ms: Option<u64>,
+}
+
+impl DiskAtResult {
+    /// When [`Sandbox::disk_full_at_result`] must look next (virtual ms).
+    pub(crate) fn next_wake(&self) -> u64 {
+        match self.filled_ms {
+            Some(f) => f.saturating_add(self.for_ms),
+            None => self.deadline_ms,
+        }
+    }
 }
