@@ -12,6 +12,9 @@
 //! full disk a refused write may put part of its bytes down: the writer
 //! cuts that unfinished line before it appends again); a trim racing
 //! another shim's append may lose that chunk, which the bound accepts.
+//! A known limit: while the disk is still full the cut cannot be written,
+//! and another shim whose append lands first (the disk just freed) runs
+//! its line into that unfinished one, part of what the full disk lost.
 
 use super::layout::KernelLayout;
 use super::os::{Os, OsError};
