@@ -55,6 +55,11 @@ pub enum Mutation {
     /// failed append put down whole unless it also left a partial line:
     /// after a tear on a line boundary it writes them again.
     JournalRewritesCleanTear,
+    /// The client takes an exec that failed with an I/O error (a
+    /// connection that broke after the command was sent) for one that
+    /// never reached the sandbox: after a replaced sandbox it sends the
+    /// cell again, though it may have run.
+    IoErrorTakenAsUnsent,
 }
 
 thread_local! {

@@ -14,6 +14,11 @@ use tether_core::protocol::OpKind;
 pub struct Armed {
     /// The next op matching each target has its reply dropped.
     pub reply_lost: Vec<OpTarget>,
+    /// The next op matching each target has its reply dropped, and the
+    /// sandbox is replaced at once (the simulation's `ReplacedAfterOp`).
+    pub replaced_after_op: Vec<OpTarget>,
+    /// Replace the sandbox now (the host's fault loop takes it).
+    pub replace_now: bool,
     /// The next op matching each target starts this many ms late.
     pub slow_start: Vec<(OpTarget, u64)>,
     /// Until this ms, every exec call waits `latency_ms` first.
@@ -101,6 +106,7 @@ impl Control {
     pub fn disarm_script_faults(&self) {
         let mut a = self.lock();
         a.reply_lost.clear();
+        a.replaced_after_op.clear();
         a.slow_start.clear();
         a.cancel_before_submit = false;
         a.cancel_before_start = false;
@@ -184,12 +190,21 @@ impl Control {
         note("submit released".into());
     }
 
-    /// An op of `kind` ran: `true` when its reply is to be lost. (A
-    /// cancel op releases a held submit.)
+    /// An op of `kind` ran: `true` when its reply is to be lost, because
+    /// the reply is, or because the sandbox is to be replaced before it
+    /// leaves (then `replace_now` asks the host to). (A cancel op releases
+    /// a held submit.)
     pub fn after_op(&self, kind: OpKind) -> bool {
+        let mut a = self.lock();
         if kind == OpKind::Cancel {
-            self.lock().cancel_op_ran = true;
+            a.cancel_op_ran = true;
         }
+        if let Some(i) = a.replaced_after_op.iter().position(|t| t.matches(kind)) {
+            a.replaced_after_op.remove(i);
+            a.replace_now = true;
+            return true;
+        }
+        drop(a);
         self.take_reply_lost(kind)
     }
 }

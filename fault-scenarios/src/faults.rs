@@ -113,6 +113,15 @@ pub enum FaultKind {
         /// Which op.
         op: OpTarget,
     },
+    /// The next matching op runs, and then the sandbox is replaced before
+    /// the op's reply leaves it (the machine died right after the command
+    /// ran): the client sees the connection fail, then a new machine. A
+    /// submit that may have run must not run again unasked. (Simulation
+    /// only: a real backend cannot be replaced at that instant.)
+    ReplacedAfterOp {
+        /// Which op.
+        op: OpTarget,
+    },
     /// The kernel daemon is killed (SIGKILL); the kernel's state is gone.
     KillDaemon,
     /// The sandbox restarts: processes gone, files kept, pids reused.
@@ -263,6 +272,7 @@ impl FaultKind {
                 op: OpTarget::Plain,
             } => Family::PlainReplyLost,
             FaultKind::ReplyLost { .. } => Family::ReplyLost,
+            FaultKind::ReplacedAfterOp { .. } => Family::ReplacedAfterOp,
             FaultKind::KillDaemon => Family::KillDaemon,
             FaultKind::BounceSandbox => Family::Bounce,
             FaultKind::ReplaceSandbox => Family::Replace,
@@ -301,6 +311,7 @@ impl FaultKind {
             FaultKind::KillDaemon
                 | FaultKind::BounceSandbox
                 | FaultKind::ReplaceSandbox
+                | FaultKind::ReplacedAfterOp { .. }
                 | FaultKind::TermDaemon
                 | FaultKind::WipeKernelDirs
         )
@@ -411,11 +422,14 @@ pub enum Family {
     /// [`FaultKind::DiskFull`] at a result. Drawn only where a scenario's
     /// own families name it.
     DiskFullAtResult,
+    /// [`FaultKind::ReplacedAfterOp`]. Drawn only where a scenario's own
+    /// families name it.
+    ReplacedAfterOp,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 29] = [
+    pub const ALL: [Family; 30] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -445,6 +459,7 @@ impl Family {
         Family::CancelBeforeStart,
         Family::CancelAtResult,
         Family::DiskFullAtResult,
+        Family::ReplacedAfterOp,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -524,6 +539,9 @@ impl Family {
                 ms: rng.random_range(50..3_000),
             },
             Family::ReplyLost => FaultKind::ReplyLost {
+                op: OPS[rng.random_range(0..OPS.len())],
+            },
+            Family::ReplacedAfterOp => FaultKind::ReplacedAfterOp {
                 op: OPS[rng.random_range(0..OPS.len())],
             },
             Family::KillDaemon => FaultKind::KillDaemon,

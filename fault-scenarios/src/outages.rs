@@ -63,7 +63,8 @@ pub fn outages(schedule: &FaultSchedule, config: &Config) -> Outages {
             | FaultKind::ReplyLost { .. }
             | FaultKind::SlowStart { .. }
             | FaultKind::BounceSandbox
-            | FaultKind::ReplaceSandbox => out.blips.push(at),
+            | FaultKind::ReplaceSandbox
+            | FaultKind::ReplacedAfterOp { .. } => out.blips.push(at),
             // Slower calls, not failed ones (latency stays far below an
             // exec's budget); the rest never cost the client an exec.
             FaultKind::ExecLatency { .. }

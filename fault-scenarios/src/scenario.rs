@@ -1245,7 +1245,46 @@ pub fn all() -> Vec<Scenario> {
                     op: OpTarget::Submit,
                 },
             )]),
-            space: space(network()),
+            // Also drawn: the machine replaced between an op's end and its
+            // reply (the reply lost, then a new sandbox).
+            space: space(
+                network()
+                    .into_iter()
+                    .chain([Family::ReplacedAfterOp])
+                    .collect(),
+            ),
+            init_reaps: true,
+            fails_open: false,
+            draws: None,
+        },
+        Scenario {
+            name: "replaced_mid_submit",
+            about: "the machine is replaced right after the submit ran, before its reply left: the cell that may have run is reported lost, never run again unasked",
+            // The connection fails, then the agent is missing: the client
+            // installs it again, finds the kernel of another boot and,
+            // since the submit may have run, fails the cell as lost with
+            // the kernel instead of sending it to the fresh one. The
+            // next cell runs there.
+            script: vec![
+                Action::Run(cell(
+                    "once",
+                    vec![print("once\n"), Step::Sleep { ms: 300 }, print("done\n")],
+                    Expect::Unknown,
+                )),
+                Action::Run(cell("next", vec![print("next\n")], Expect::Ok)),
+            ],
+            fixed: fixed(vec![(
+                0,
+                FaultKind::ReplacedAfterOp {
+                    op: OpTarget::Submit,
+                },
+            )]),
+            space: space(
+                network()
+                    .into_iter()
+                    .chain([Family::ReplacedAfterOp])
+                    .collect(),
+            ),
             init_reaps: true,
             fails_open: false,
             draws: None,
@@ -1305,7 +1344,14 @@ pub fn all() -> Vec<Scenario> {
             // reports the loss and runs the cell in a fresh kernel.
             script: cell_restart_cell(),
             fixed: fixed(vec![(1_000, FaultKind::ReplaceSandbox)]),
-            space: space(network()),
+            // Also drawn: the machine replaced between an op's end and its
+            // reply (the reply lost, then a new sandbox).
+            space: space(
+                network()
+                    .into_iter()
+                    .chain([Family::ReplacedAfterOp])
+                    .collect(),
+            ),
             init_reaps: true,
             fails_open: false,
             draws: None,

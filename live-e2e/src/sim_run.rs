@@ -123,6 +123,8 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             Family::CancelBeforeStart => false,
             // Seeing the result's append as it happens is the simulated OS's.
             Family::CancelAtResult => false,
+            // A machine replaced between an op's end and its reply too.
+            Family::ReplacedAfterOp => false,
             // Only the fail-open scenario draws it, and that scenario's
             // flawed sandbox is the simulation's (see `unrealisable`).
             Family::PlainReplyLost => false,
@@ -179,6 +181,12 @@ pub fn unrealisable_schedule(
             FaultKind::DamageReply { .. } | FaultKind::DiskFull { .. } => {
                 return Unrealisable::inherent(
                     "a damaged reply and a full disk are made by the simulation only".to_owned(),
+                )
+            }
+            FaultKind::ReplacedAfterOp { .. } => {
+                return Unrealisable::inherent(
+                    "a sandbox replaced between an op's end and its reply is the simulation's"
+                        .to_owned(),
                 )
             }
             FaultKind::ChannelCut { .. }
@@ -648,6 +656,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
         | FaultKind::KillOp { .. }
         | FaultKind::DamageReply { .. }
         | FaultKind::DiskFull { .. }
+        | FaultKind::ReplacedAfterOp { .. }
         | FaultKind::ChannelCut { .. }
         | FaultKind::ChannelHalfOpen { .. }
         | FaultKind::ChannelStall { .. }

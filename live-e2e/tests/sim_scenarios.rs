@@ -92,6 +92,7 @@ live! {
     local_shell_state: "shell_state" on "local";
     local_cancel_early: "cancel_early" on "local";
     local_reply_lost: "reply_lost" on "local";
+    local_replaced_mid_submit: "replaced_mid_submit" on "local";
     local_client_crash: "client_crash" on "local";
     local_daemon_killed: "daemon_killed" on "local";
     local_sandbox_bounce: "sandbox_bounce" on "local";

@@ -57,7 +57,7 @@ pub enum Variant {
 /// The broken variants as `--variant` names them; each bug is described
 /// on its [`tether_core::mutation::Mutation`].
 #[cfg(feature = "mutations")]
-const BROKEN: [(&str, tether_core::mutation::Mutation); 14] = {
+const BROKEN: [(&str, tether_core::mutation::Mutation); 15] = {
     use tether_core::mutation::Mutation as M;
     [
         ("cancel-pgid-only", M::CancelPgidOnly),
@@ -74,6 +74,7 @@ const BROKEN: [(&str, tether_core::mutation::Mutation); 14] = {
         ("shim-ignores-tombstone", M::ShimIgnoresTombstone),
         ("idle-during-cancel", M::IdleDuringCancel),
         ("journal-rewrites-clean-tear", M::JournalRewritesCleanTear),
+        ("io-error-taken-as-unsent", M::IoErrorTakenAsUnsent),
     ]
 };
 
@@ -264,6 +265,19 @@ pub fn run_in(
             let Some((_, tick)) = agenda.pop() else { break };
             apply(&mut sim, now, tick, &trace, &control, &sandbox, &mut deaths);
         }
+        if std::mem::take(&mut control.lock().replace_now) {
+            // `ReplacedAfterOp`: an op ran and its reply was held back.
+            let replace = Tick::Fault(FaultKind::ReplaceSandbox);
+            apply(
+                &mut sim,
+                now,
+                replace,
+                &trace,
+                &control,
+                &sandbox,
+                &mut deaths,
+            );
+        }
         {
             let mut sb = sandbox.borrow_mut();
             if sb.next_wake().is_some_and(|w| w <= now) {
@@ -451,6 +465,7 @@ fn apply(
                 }
                 FaultKind::SlowStart { op, ms } => control.lock().slow_start.push((op, ms)),
                 FaultKind::ReplyLost { op } => control.lock().reply_lost.push(op),
+                FaultKind::ReplacedAfterOp { op } => control.lock().replaced_after_op.push(op),
                 FaultKind::KillDaemon => {
                     for pid in sandbox.borrow_mut().kill_daemons() {
                         deaths.all.push((now, pid));

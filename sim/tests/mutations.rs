@@ -101,6 +101,13 @@ fn a_journal_that_writes_whole_torn_entries_again_is_caught() {
     caught("journal-rewrites-clean-tear", &["full_disk"]);
 }
 
+/// Caught by the count of runs (`once` ran twice), where the machine is
+/// replaced between the submit's end and its reply (`ReplacedAfterOp`).
+#[test]
+fn an_io_error_taken_for_an_unsent_submit_is_caught() {
+    caught("io-error-taken-as-unsent", &["replaced_mid_submit"]);
+}
+
 #[test]
 fn the_real_product_passes_where_the_variants_fail() {
     for name in ["cancel_escapes", "happy", "reply_lost", "fail_open"] {

@@ -135,7 +135,7 @@ impl Client {
                     Some(task) => task,
                     None => return,
                 };
-                if e.kind != TransportErrorKind::Unreachable {
+                if e.kind != TransportErrorKind::Unreachable && !io_error_taken_as_unsent(&e) {
                     // It may have reached the sandbox and run there.
                     self.mark_uncertain(&task);
                 }
@@ -510,5 +510,20 @@ impl Client {
             }
         }
         Some(task)
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::IoErrorTakenAsUnsent`]:
+/// never, without the `mutations` feature.
+fn io_error_taken_as_unsent(e: &TransportError) -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        e.kind == TransportErrorKind::Io
+            && crate::mutation::active(crate::mutation::Mutation::IoErrorTakenAsUnsent)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        let _ = e;
+        false
     }
 }
