@@ -808,6 +808,11 @@ fn leftovers_script() -> Vec<Action> {
     ]
 }
 
+/// The network's families and one a scenario names of its own.
+fn network_and(family: Family) -> FaultSpace {
+    space(network().into_iter().chain([family]).collect())
+}
+
 pub(crate) fn space(families: Vec<Family>) -> FaultSpace {
     FaultSpace {
         families,
@@ -1124,7 +1129,7 @@ pub fn all() -> Vec<Scenario> {
                 Action::Idle { ms: 1_500 },
             ],
             fixed: FaultSchedule::empty(),
-            space: space(network().into_iter().chain([Family::CancelAtResult]).collect()),
+            space: network_and(Family::CancelAtResult),
             init_reaps: true,
             fails_open: false,
             draws: None,
@@ -1247,12 +1252,7 @@ pub fn all() -> Vec<Scenario> {
             )]),
             // Also drawn: the machine replaced between an op's end and its
             // reply (the reply lost, then a new sandbox).
-            space: space(
-                network()
-                    .into_iter()
-                    .chain([Family::ReplacedAfterOp])
-                    .collect(),
-            ),
+            space: network_and(Family::ReplacedAfterOp),
             init_reaps: true,
             fails_open: false,
             draws: None,
@@ -1279,12 +1279,7 @@ pub fn all() -> Vec<Scenario> {
                     op: OpTarget::Submit,
                 },
             )]),
-            space: space(
-                network()
-                    .into_iter()
-                    .chain([Family::ReplacedAfterOp])
-                    .collect(),
-            ),
+            space: network_and(Family::ReplacedAfterOp),
             init_reaps: true,
             fails_open: false,
             draws: None,
@@ -1346,12 +1341,7 @@ pub fn all() -> Vec<Scenario> {
             fixed: fixed(vec![(1_000, FaultKind::ReplaceSandbox)]),
             // Also drawn: the machine replaced between an op's end and its
             // reply (the reply lost, then a new sandbox).
-            space: space(
-                network()
-                    .into_iter()
-                    .chain([Family::ReplacedAfterOp])
-                    .collect(),
-            ),
+            space: network_and(Family::ReplacedAfterOp),
             init_reaps: true,
             fails_open: false,
             draws: None,
