@@ -275,6 +275,10 @@ pub struct Sandbox {
     shell_mains: BTreeMap<Pid, (String, u64)>,
 }
 
+/// A pid space this small (the swarm's small worlds) reuses a killed
+/// daemon's pid at the next birth after its reaping.
+const SMALL_PID_MAX: u32 = 200;
+
 impl Sandbox {
     /// A freshly booted sandbox whose agent lives under `root`.
     pub fn new(seed: u64, trace: Trace, root: &str, agent_exe: &str, world: &World) -> Sandbox {
@@ -1140,6 +1144,12 @@ impl Sandbox {
                 }
                 self.stop_interrupted(&dir);
                 self.fault_killed.insert(pid);
+                if self.os.config().pid_max <= SMALL_PID_MAX && killed.is_empty() {
+                    // Where pids are few, the next birth after its reaping
+                    // takes the dead daemon's pid: a record of it must be
+                    // told from the newcomer by its start time.
+                    self.os.reuse_pid_next(pid);
+                }
                 killed.push(pid);
             }
         }

@@ -198,6 +198,9 @@ pub struct SimOs {
     /// The pid allocator wrapped at `pid_max` at least once: a pid may
     /// name another process than before without a boot.
     pids_wrapped: bool,
+    /// A pid the next birth takes once it is free
+    /// ([`SimOs::reuse_pid_next`]).
+    reuse_pid: Option<Pid>,
     procs: BTreeMap<Pid, Proc>,
     pipes: BTreeMap<u64, Pipe>,
     next_pipe: u64,
@@ -282,6 +285,7 @@ impl SimOs {
             boot_at: Timestamp::ZERO,
             next_pid: 1,
             pids_wrapped: false,
+            reuse_pid: None,
             procs: BTreeMap::new(),
             pipes: BTreeMap::new(),
             next_pipe: 0,

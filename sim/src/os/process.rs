@@ -270,6 +270,11 @@ impl SimOs {
     /// The next free pid after the last one handed out, wrapping at
     /// `pid_max` (so pids are reused, as on Linux).
     fn alloc_pid(&mut self) -> Result<Pid, OsError> {
+        if let Some(pid) = self.reuse_pid.filter(|&p| !self.pid_in_use(p)) {
+            self.reuse_pid = None;
+            self.pids_wrapped = true;
+            return Ok(pid);
+        }
         let max = self.config.pid_max.max(2);
         for _ in 0..max {
             let pid = if self.next_pid >= max || self.next_pid == 0 {
@@ -283,11 +288,25 @@ impl SimOs {
                 self.next_pid
             };
             self.next_pid = pid + 1;
-            if !self.procs.contains_key(&pid) {
+            if !self.pid_in_use(pid) {
                 return Ok(pid);
             }
         }
         Err(OsError::Other("fork: no free pid (EAGAIN)".into()))
+    }
+
+    /// Linux frees a pid only once no process has it as its pid, its
+    /// process group or its session: a killed session leader's number
+    /// stays taken while its session has members.
+    fn pid_in_use(&self, pid: Pid) -> bool {
+        self.procs.contains_key(&pid) || self.procs.values().any(|p| p.pgid == pid || p.sid == pid)
+    }
+
+    /// The next process born once `pid` is free (its entry reaped, no
+    /// group or session named by it) takes it, as a wrap of a small pid space landing just then would: the
+    /// same pid, another start time.
+    pub fn reuse_pid_next(&mut self, pid: Pid) {
+        self.reuse_pid = Some(pid);
     }
 
     /// Clock ticks (100 Hz) since boot: `/proc/PID/stat` field 22.
