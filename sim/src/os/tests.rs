@@ -802,3 +802,28 @@ fn without_writable_cgroups_a_cell_has_none_and_the_shim_removes_its_own() {
     assert_eq!(stdout_of(&journal(&os, 1)), "hi");
     assert!(os.cgroups().is_empty());
 }
+
+#[test]
+fn a_killed_daemons_pid_is_reused_only_once_its_session_is_empty() {
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    let w = Workload::new(vec![sleep(500)]);
+    start_cell(&mut os, daemon, 1, &w);
+    os.advance(at(1));
+    assert_eq!(os.kill_daemon(KDIR), Some(daemon));
+    assert!(os.process(daemon).is_none(), "reaped by pid 1");
+    os.reuse_pid_next(daemon);
+    // The cell's shim is still in the daemon's session: its number stays
+    // taken, as on Linux.
+    let next = os.begin_exec(&["true".into()]).unwrap();
+    assert_ne!(next, daemon);
+    os.end_exec(next, 0);
+    os.advance(at(2_000));
+    assert!(
+        !os.processes().iter().any(|p| p.sid == daemon),
+        "the session emptied"
+    );
+    let reused = os.begin_exec(&["true".into()]).unwrap();
+    assert_eq!(reused, daemon, "the next birth takes the freed pid");
+    assert!(os.pids_wrapped(), "ground truth: a pid was reused");
+}
