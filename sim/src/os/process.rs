@@ -303,8 +303,8 @@ impl SimOs {
     }
 
     /// The next process born once `pid` is free (its entry reaped, no
-    /// group or session named by it) takes it, as a wrap of a small pid space landing just then would: the
-    /// same pid, another start time.
+    /// group or session named by it) takes it, as a wrap of a small pid
+    /// space landing just then would: the same pid, another start time.
     pub fn reuse_pid_next(&mut self, pid: Pid) {
         self.reuse_pid = Some(pid);
     }
