@@ -676,9 +676,37 @@ fn idle_exit(all_faults: Vec<Family>) -> Scenario {
 /// them, and the oracle sees whether it waited for the grace period
 /// (`kill_before_grace`), as a cancel's must.
 fn shim_killed_escapes() -> Scenario {
+    escapes_then(
+        "shim_killed_escapes",
+        "a shell cell's shim is killed after the cell left a setsid daemon and a setsid env -i daemon: both end before the cell resolves, with or without cgroups",
+        vec![(500, FaultKind::KillShim)],
+    )
+}
+
+/// [`shim_killed_escapes`]'s cell, but the kernel daemon is killed first:
+/// where there is no cgroup, the `setsid env -i` daemon (no marker, a
+/// session of its own) came back to the shim, a subreaper, and only the
+/// orphan record the shim keeps under the cell's marker names it for the
+/// op that proves the daemon gone (the race file of `shim_killed_escapes`
+/// seed 102038, which no fresh seed reached).
+fn daemon_then_shim_killed_escapes() -> Scenario {
+    escapes_then(
+        "daemon_then_shim_killed_escapes",
+        "the kernel daemon, then the shim of a cell that left a setsid daemon and a setsid env -i daemon, are killed: the shim's orphan record names the env -i daemon, which ends before the cell is written off as lost",
+        vec![(300, FaultKind::KillDaemon), (600, FaultKind::KillShim)],
+    )
+}
+
+/// A shell cell that ignores TERM and leaves a setsid daemon and a
+/// `setsid env -i` daemon, then `faults`.
+fn escapes_then(
+    name: &'static str,
+    about: &'static str,
+    faults: Vec<(u64, FaultKind)>,
+) -> Scenario {
     Scenario {
-        name: "shim_killed_escapes",
-        about: "a shell cell's shim is killed after the cell left a setsid daemon and a setsid env -i daemon: both end before the cell resolves, with or without cgroups",
+        name,
+        about,
         script: vec![
             // No expectation: a fault that delays the submit past the
             // kill lets the cell run to its end (its daemons leftovers).
@@ -698,7 +726,7 @@ fn shim_killed_escapes() -> Scenario {
             }),
             Action::Run(cell("after", vec![print("after\n")], Expect::Ok)),
         ],
-        fixed: fixed(vec![(500, FaultKind::KillShim)]),
+        fixed: fixed(faults),
         space: space(network()),
         init_reaps: true,
         fails_open: false,
@@ -1393,7 +1421,12 @@ pub fn all() -> Vec<Scenario> {
         },
     ]
     .into_iter()
-    .chain([shim_killed_escapes(), daemon_shim_killed(), daemon_termed()])
+    .chain([
+        shim_killed_escapes(),
+        daemon_then_shim_killed_escapes(),
+        daemon_shim_killed(),
+        daemon_termed(),
+    ])
     .chain([
         background_log(all_faults.clone()),
         full_disk(all_faults.clone()),

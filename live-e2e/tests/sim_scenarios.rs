@@ -111,6 +111,7 @@ live! {
     local_fail_open: "fail_open" on "local";
     local_background_log: "background_log" on "local";
     local_shim_killed_escapes: "shim_killed_escapes" on "local";
+    local_daemon_then_shim_killed_escapes: "daemon_then_shim_killed_escapes" on "local";
     local_daemon_termed: "daemon_termed" on "local";
     local_daemon_shim_killed: "daemon_shim_killed" on "local";
     local_full_disk: "full_disk" on "local";
