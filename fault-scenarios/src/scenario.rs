@@ -1445,7 +1445,15 @@ fn drawn(all_faults: Vec<Family>) -> Scenario {
         about: "two to five cells drawn from the seed (output on both streams, sleeps, daemons and orphans that die first or outlive the kernel, exit statuses, cancels, timeouts, names read back; shell and Python): no scenario was written for them",
         script: Vec::new(),
         fixed: FaultSchedule::empty(),
-        space: space(all_faults),
+        // And the faults that wait for a moment of their own: a disk
+        // that fills as a result is written, a machine replaced between
+        // an op's end and its reply.
+        space: space(
+            all_faults
+                .into_iter()
+                .chain([Family::DiskFullAtResult, Family::ReplacedAfterOp])
+                .collect(),
+        ),
         init_reaps: true,
         fails_open: false,
         draws: Some(crate::drawn::script),
