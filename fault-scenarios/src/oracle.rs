@@ -2066,9 +2066,16 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
         .filter_map(|c| c.loss_reported_at)
         .collect();
     let mut noted = false;
-    for cell in &obs.cells {
+    for (i, cell) in obs.cells.iter().enumerate() {
         let end = cell.delivered_ms();
-        if cell.namespace_lost {
+        // A shell state an earlier cell of the kernel could not keep (a
+        // full disk as its save was promoted), which that cell's own note
+        // said: no death behind it, and reported (two_clients seed
+        // 102860: the reading cell was another frontend's).
+        let not_kept = obs.cells[..i]
+            .iter()
+            .any(|c| c.state_not_kept_noted && kernel_of(c) == kernel_of(cell));
+        if cell.namespace_lost && !not_kept {
             // An eviction by the client's reaper is a death the client
             // caused and reported (`KernelEvicted`).
             let evicted = evicted_before(obs, cell, end);
@@ -2958,6 +2965,29 @@ mod tests {
         assert_eq!(check(&o)[0].kind(), "namespace_lost");
         o.evictions = vec![(5, "k".into())];
         assert_eq!(check(&o), vec![]);
+    }
+
+    /// two_clients seed 102860: an earlier cell of the kernel said its
+    /// shell state was not kept (a full disk as it was saved); a later
+    /// cell, another frontend's, finds that cell's names gone.
+    #[test]
+    fn names_an_earlier_cell_said_it_could_not_keep_are_no_unexplained_loss() {
+        let mut o = good();
+        o.cells[0].started_ms = 10;
+        o.cells[0].ended_ms = Some(20);
+        let mut later = o.cells[0].clone();
+        later.label = "c2".into();
+        later.key = Some("k#2".into());
+        later.namespace_lost = true;
+        later.started_ms = 40;
+        later.ended_ms = Some(50);
+        o.cells.push(later);
+        assert_eq!(check(&o)[0].kind(), "namespace_lost");
+        o.cells[0].state_not_kept_noted = true;
+        assert_eq!(check(&o), vec![]);
+        // Another kernel's note is no excuse.
+        o.cells[0].key = Some("other#1".into());
+        assert!(check(&o).iter().any(|v| v.kind() == "namespace_lost"));
     }
 
     /// python_stuck seeds 101272, 101360, 501857 and python_state 103974:
