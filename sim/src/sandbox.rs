@@ -1334,6 +1334,16 @@ impl Sandbox {
             .map(|t| self.virtual_ms(t))
     }
 
+    /// The documented limit (client/README.md, "Known limit of
+    /// shutdown"): `pid` carries nothing naming its kernel (no marker, no
+    /// cgroup) and no record names it: its shim and its daemon died
+    /// before either recorded it, or a daemon was killed while the disk
+    /// refused its records.
+    pub(crate) fn named_by_nothing(&self, pid: Pid) -> bool {
+        self.untraceable.contains(&pid)
+            && (self.daemon_killed_on_full_disk || self.unrecordable.contains(&pid))
+    }
+
     /// Processes (other than pid 1 and exec calls still draining),
     /// kernel files and cgroups left now.
     pub fn leaks(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
@@ -1349,10 +1359,7 @@ impl Sandbox {
             // daemon's deaths only by a record one of them wrote; a daemon
             // killed while the disk refused it (python_orphans seed 226), or
             // right after the shim (seeds 1079, 1909), left none.
-            .filter(|v| {
-                !(self.untraceable.contains(&v.pid)
-                    && (self.daemon_killed_on_full_disk || self.unrecordable.contains(&v.pid)))
-            })
+            .filter(|v| !self.named_by_nothing(v.pid))
             // The same limit: a kernel's directory removed while no daemon
             // of it ran.
             .filter(|v| !self.wiped.unnamed.contains(&v.pid))

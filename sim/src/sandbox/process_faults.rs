@@ -111,12 +111,29 @@ impl Sandbox {
                 continue;
             }
             match daemon {
-                None => {
+                // Unless the shim recorded it before (its own paced look;
+                // a full disk may have refused that record).
+                None if !self.orphan_recorded(child) => {
                     self.unrecordable.insert(child);
                 }
+                None => {}
                 Some(d) => self.shim_orphans.push((child, now, d)),
             }
         }
+    }
+
+    /// Whether a kernel holds a record of `child` as an orphan a shim
+    /// kept (`leftovers/orphan-<pid>.json`).
+    fn orphan_recorded(&self, child: Pid) -> bool {
+        let kernels = format!("{}/kernels", self.root);
+        self.os
+            .list_dir(&kernels)
+            .unwrap_or_default()
+            .iter()
+            .any(|k| {
+                self.os
+                    .exists(&format!("{kernels}/{k}/leftovers/orphan-{child}.json"))
+            })
     }
 
     /// Virtual ms the sandbox ran (was not frozen) so far: a frozen
