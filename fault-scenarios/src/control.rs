@@ -124,22 +124,12 @@ impl Control {
 
     /// Takes the first armed lost reply matching `kind`.
     pub fn take_reply_lost(&self, kind: OpKind) -> bool {
-        let mut a = self.lock();
-        if let Some(i) = a.reply_lost.iter().position(|t| t.matches(kind)) {
-            a.reply_lost.remove(i);
-            return true;
-        }
-        false
+        take_first(&mut self.lock().reply_lost, kind)
     }
 
     /// Takes the first armed op kill matching `kind`.
     pub fn take_kill_op(&self, kind: OpKind) -> bool {
-        let mut a = self.lock();
-        if let Some(i) = a.kill_op.iter().position(|t| t.matches(kind)) {
-            a.kill_op.remove(i);
-            return true;
-        }
-        false
+        take_first(&mut self.lock().kill_op, kind)
     }
 
     /// Takes the first armed reply damage matching `kind`: (where in
@@ -199,12 +189,21 @@ impl Control {
         if kind == OpKind::Cancel {
             a.cancel_op_ran = true;
         }
-        if let Some(i) = a.replaced_after_op.iter().position(|t| t.matches(kind)) {
-            a.replaced_after_op.remove(i);
+        if take_first(&mut a.replaced_after_op, kind) {
             a.replace_now = true;
             return true;
         }
-        drop(a);
-        self.take_reply_lost(kind)
+        take_first(&mut a.reply_lost, kind)
+    }
+}
+
+/// Takes the first of `armed` that matches an op of `kind`.
+fn take_first(armed: &mut Vec<OpTarget>, kind: OpKind) -> bool {
+    match armed.iter().position(|t| t.matches(kind)) {
+        Some(i) => {
+            armed.remove(i);
+            true
+        }
+        None => false,
     }
 }

@@ -26,11 +26,6 @@ impl SimOs {
         self.fill_at_result = Some(prefix.trim_end_matches('/').to_owned());
     }
 
-    /// Whether [`SimOs::fill_disk_at_result`] is armed still.
-    pub fn fills_at_result(&self) -> bool {
-        self.fill_at_result.is_some()
-    }
-
     /// Takes back [`SimOs::fill_disk_at_result`] if it did not fire.
     pub fn disarm_fill_at_result(&mut self) {
         self.fill_at_result = None;
