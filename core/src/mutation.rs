@@ -60,6 +60,15 @@ pub enum Mutation {
     /// never reached the sandbox: after a replaced sandbox it sends the
     /// cell again, though it may have run.
     IoErrorTakenAsUnsent,
+    /// A shell cell's shim skips its last read of the pipes once the cell
+    /// is complete: what they held then (a background child's output as
+    /// the drain bound passed) is read while it lingers, into the
+    /// kernel's background log, and the cell's output misses it.
+    ShimSkipsFinalRead,
+    /// A daemon whose idle-exit announcement could not be written (a
+    /// full disk) exits anyway, unannounced: a submit racing the exit
+    /// takes its cell for taken.
+    IdleExitUnannounced,
 }
 
 thread_local! {

@@ -44,7 +44,7 @@ pub fn script(seed: u64) -> Vec<Action> {
         }
     }
     let script = with_late_cancels(with_harder_steps(script, seed), seed);
-    with_nul_bytes(script, seed)
+    with_edge_printers(with_nul_bytes(script, seed), seed)
 }
 
 /// The stream that makes some cells' cancels race their end, apart from
@@ -170,6 +170,49 @@ fn with_nul_bytes(script: Vec<Action>, seed: u64) -> Vec<Action> {
         } else {
             c
         }
+    })
+}
+
+/// The stream that gives some shell cells a background printer timed to
+/// the shim's drain bound, apart from the cells' (as [`NUL_BYTES`]: of
+/// the constants counting up from "edge", the first that changes no
+/// `drawn` race file's script).
+const EDGE_PRINTERS: u64 = 0x6564_6766_4cbe;
+
+/// `script` with, on a coin of [`EDGE_PRINTERS`], a shell cell that ends
+/// by itself given a last step that forks a background child holding its
+/// stdout, which prints two lines exactly as long after as the shim waits
+/// for its pipes once the main process exited
+/// ([`tether_core::agent::shim::DEFAULT_DRAIN`]): the lines reach the
+/// pipe in the instant the shim's drain bound passes: before the shim's
+/// last read of its pipes where its poll wakes late (the world's
+/// `timer_slack_ms`), after it where it wakes on time; the cell's output
+/// or the kernel's background log accordingly (the oracle's ground truth
+/// says which).
+fn with_edge_printers(script: Vec<Action>, seed: u64) -> Vec<Action> {
+    let after_ms =
+        u64::try_from(tether_core::agent::shim::DEFAULT_DRAIN.as_millis()).unwrap_or(u64::MAX);
+    each_cell(script, seed ^ EDGE_PRINTERS, |coin, mut c| {
+        let eligible = c.lang == Lang::Shell
+            && matches!(c.expect, Some(Expect::Ok | Expect::Exit(_)))
+            && !c.nul_byte;
+        if !(eligible && coin.random_bool(0.25)) {
+            return c;
+        }
+        let steps = &mut c.workload.steps;
+        let at = match steps.last() {
+            Some(Step::Exit { .. }) => steps.len() - 1,
+            _ => steps.len(),
+        };
+        steps.insert(
+            at,
+            Step::LatePrint {
+                after_ms,
+                tag: format!("{}-edge", c.label),
+                lines: 2,
+            },
+        );
+        c
     })
 }
 

@@ -73,8 +73,34 @@ pub enum CancelPoint {
 }
 
 /// How long a [`FaultKind::DiskFull`] `at_result` waits for a result to
-/// be journaled before the disk fills anyway.
+/// be journaled (and a [`FaultKind::DiskFullAtWrite`] for its write)
+/// before the disk fills anyway.
 pub const DISK_FULL_AT_RESULT_WITHIN_MS: u64 = 2_000;
+
+/// The files [`Family::DiskFullAtWrite`] fills the disk at (the start of
+/// their names): each one the agent writes, and must survive a refusal
+/// of (`core/src/agent/layout.rs`).
+pub const WRITE_POINTS: [&str; 12] = [
+    // An idle exit's announcement (the daemon stays, unannounced).
+    "exiting",
+    // A cancel's tombstone.
+    "cancel",
+    // A daemon's launch of a cell, and a submit's record of one.
+    "launch.json",
+    "submission.json",
+    // The shell state promoted after a cell, and its note.
+    "shell.new",
+    "note",
+    // A cell's end, and its cgroup's record.
+    "end",
+    "cgroup",
+    // A spawn's claim and the kernel's config and identity.
+    "spawning",
+    "config.json",
+    "identity.json",
+    // A shim's record of a process reparented to it.
+    "orphan-",
+];
 
 /// One kind of fault.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -198,6 +224,21 @@ pub enum FaultKind {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         at_result: bool,
     },
+    /// The disk under the kernels fills as the agent next writes a file
+    /// whose name (the last part of its path) starts with `file`
+    /// (within [`DISK_FULL_AT_RESULT_WITHIN_MS`], else then), for
+    /// `for_ms`: that write is the first refused. A fill at a random time
+    /// seldom lands on a write made once a run (an idle exit's
+    /// announcement, a tombstone, an orphan record); drawn over
+    /// [`WRITE_POINTS`], each site's handling of a refused write is
+    /// reached in turn. (Simulation only: the simulated OS sees the
+    /// write.)
+    DiskFullAtWrite {
+        /// How long.
+        for_ms: u64,
+        /// What the written file's name starts with.
+        file: String,
+    },
     /// The channel's stream (on a seed whose client uses the channel) is
     /// cut in the middle of the next frame the sandbox sends: the first
     /// `at_permille` thousandths of it arrive, then the connection ends
@@ -295,6 +336,7 @@ impl FaultKind {
                 at_result: true, ..
             } => Family::DiskFullAtResult,
             FaultKind::DiskFull { .. } => Family::DiskFull,
+            FaultKind::DiskFullAtWrite { .. } => Family::DiskFullAtWrite,
             FaultKind::ChannelCut { .. } => Family::ChannelCut,
             FaultKind::ChannelHalfOpen { .. } => Family::ChannelHalfOpen,
             FaultKind::ChannelStall { .. } => Family::ChannelStall,
@@ -320,6 +362,12 @@ impl FaultKind {
     /// A shorter version of this fault, if it has a duration worth halving.
     fn shorter(&self) -> Option<FaultKind> {
         let half = |v: u64| (v > 20).then_some(v / 2);
+        if let FaultKind::DiskFullAtWrite { for_ms, file } = self {
+            return Some(FaultKind::DiskFullAtWrite {
+                for_ms: half(*for_ms)?,
+                file: file.clone(),
+            });
+        }
         Some(match *self {
             FaultKind::PartitionExec { for_ms } => FaultKind::PartitionExec {
                 for_ms: half(for_ms)?,
@@ -425,11 +473,14 @@ pub enum Family {
     /// [`FaultKind::ReplacedAfterOp`]. Drawn only where a scenario's own
     /// families name it.
     ReplacedAfterOp,
+    /// [`FaultKind::DiskFullAtWrite`]. Drawn only where a scenario's own
+    /// families name it.
+    DiskFullAtWrite,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 30] = [
+    pub const ALL: [Family; 31] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -460,6 +511,7 @@ impl Family {
         Family::CancelAtResult,
         Family::DiskFullAtResult,
         Family::ReplacedAfterOp,
+        Family::DiskFullAtWrite,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -590,6 +642,10 @@ impl Family {
             Family::DiskFullAtResult => FaultKind::DiskFull {
                 for_ms: rng.random_range(50..4_000),
                 at_result: true,
+            },
+            Family::DiskFullAtWrite => FaultKind::DiskFullAtWrite {
+                for_ms: rng.random_range(50..4_000),
+                file: WRITE_POINTS[rng.random_range(0..WRITE_POINTS.len())].to_owned(),
             },
             Family::PlainReplyLost => FaultKind::ReplyLost {
                 op: OpTarget::Plain,
@@ -787,7 +843,10 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
             FaultKind::DiskFull {
                 for_ms,
                 at_result: true,
-            } => after(DISK_FULL_AT_RESULT_WITHIN_MS.saturating_add(for_ms)),
+            }
+            | FaultKind::DiskFullAtWrite { for_ms, .. } => {
+                after(DISK_FULL_AT_RESULT_WITHIN_MS.saturating_add(for_ms))
+            }
             FaultKind::ChannelHalfOpen { for_ms } | FaultKind::ChannelStall { for_ms } => {
                 after(for_ms)
             }

@@ -614,7 +614,7 @@ fn full_disk(all_faults: Vec<Family>) -> Scenario {
         space: space(
             all_faults
                 .into_iter()
-                .chain([Family::DiskFullAtResult])
+                .chain([Family::DiskFullAtResult, Family::DiskFullAtWrite])
                 .collect(),
         ),
         init_reaps: true,
@@ -657,9 +657,27 @@ fn idle_exit(all_faults: Vec<Family>) -> Scenario {
         ],
         // A jump every 110 ms: whenever the daemon is idle its timeout has
         // passed, so it decides to exit at its first idle tick, and each
-        // submit races that decision somewhere in its course.
-        fixed: fixed((0..30).map(|i| (200 + i * 110, jump.clone())).collect()),
-        space: space(all_faults),
+        // submit races that decision somewhere in its course. The first
+        // such exit's announcement is refused by a full disk: the daemon
+        // must stay (unannounced, a racing submit's cell is stranded).
+        fixed: fixed(
+            (0..30)
+                .map(|i| (200 + i * 110, jump.clone()))
+                .chain([(
+                    250,
+                    FaultKind::DiskFullAtWrite {
+                        for_ms: 200,
+                        file: "exiting".into(),
+                    },
+                )])
+                .collect(),
+        ),
+        space: space(
+            all_faults
+                .into_iter()
+                .chain([Family::DiskFullAtWrite])
+                .collect(),
+        ),
         init_reaps: true,
         fails_open: false,
         draws: None,
@@ -1451,7 +1469,11 @@ fn drawn(all_faults: Vec<Family>) -> Scenario {
         space: space(
             all_faults
                 .into_iter()
-                .chain([Family::DiskFullAtResult, Family::ReplacedAfterOp])
+                .chain([
+                    Family::DiskFullAtResult,
+                    Family::ReplacedAfterOp,
+                    Family::DiskFullAtWrite,
+                ])
                 .collect(),
         ),
         init_reaps: true,

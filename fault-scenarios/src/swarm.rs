@@ -97,6 +97,19 @@ pub struct World {
     /// to it, and only the agent's handling of them is judged.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub crlf: bool,
+    /// Processes due at the same instant run highest pid first; off,
+    /// lowest first (mostly: parents before their children). A real scheduler promises neither: a
+    /// background child that prints as its shim's drain bound passes may
+    /// get there before the shim or after it, and each order is a run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub high_pids_first: bool,
+    /// How late (ms) a shell cell shim's poll timeout fires after its
+    /// deadline, as on a loaded machine: output that reaches a pipe as the
+    /// drain bound passes wakes the shim first, and its last read of the
+    /// pipes finds it (the cell's output, which a shim that took its last
+    /// read for the background log's would lose).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub timer_slack_ms: u64,
 }
 
 /// What keeps a kernel from starting on a sandbox: each is answered as
@@ -151,6 +164,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The client's kernel cap in the classic world (its default: never
 /// reached by a scenario).
 const CLASSIC_MAX_KERNELS: usize = 16;
@@ -198,6 +215,8 @@ impl World {
             preempt_permille: 0,
             torn_writes: false,
             crlf: false,
+            high_pids_first: false,
+            timer_slack_ms: 0,
         }
     }
 
@@ -297,6 +316,9 @@ impl World {
         let crlf = rng.random_bool(0.25);
         // And after it, the families added since.
         families.extend(Family::LAST.into_iter().filter(|_| rng.random_bool(0.2)));
+        // Last of all: the order of processes due at one instant.
+        let high_pids_first = rng.random_bool(0.5);
+        let timer_slack_ms = pick(&mut rng, &[0, 0, 1, 3]);
         World {
             cgroups,
             bash,
@@ -321,6 +343,8 @@ impl World {
             preempt_permille,
             torn_writes,
             crlf,
+            high_pids_first,
+            timer_slack_ms,
         }
     }
 

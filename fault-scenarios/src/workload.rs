@@ -226,9 +226,11 @@ pub enum Step {
     },
     /// `(sleep S; i=0; while [ $i -lt N ]; do printf …; done) &`: a
     /// background child of the cell that holds its stdout and, `after_ms`
-    /// later (by then its cell has resolved), prints `lines` numbered
+    /// later (mostly after its cell resolved; `drawn`'s edge printers
+    /// print as the shim's drain bound passes), prints `lines` numbered
     /// lines ([`late_text`]). What it prints after its cell resolved is
-    /// the kernel's background log (`tether logs`), never a cell's output.
+    /// the kernel's background log (`tether logs`), never a cell's
+    /// output; what it printed before is the cell's.
     LatePrint {
         /// How long it waits before it prints.
         after_ms: u64,

@@ -114,7 +114,8 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             | Family::KillOp
             | Family::DamageReply
             | Family::DiskFull
-            | Family::DiskFullAtResult => false,
+            | Family::DiskFullAtResult
+            | Family::DiskFullAtWrite => false,
             // `docker pause` then `unpause` hung here mid-run (the unpause
             // never returned, on this cgroup v1 engine): off until that is
             // understood; the simulation keeps the fault.
@@ -178,7 +179,9 @@ pub fn unrealisable_schedule(
                      machine without moving the client's clock too"
                 ))
             }
-            FaultKind::DamageReply { .. } | FaultKind::DiskFull { .. } => {
+            FaultKind::DamageReply { .. }
+            | FaultKind::DiskFull { .. }
+            | FaultKind::DiskFullAtWrite { .. } => {
                 return Unrealisable::inherent(
                     "a damaged reply and a full disk are made by the simulation only".to_owned(),
                 )
@@ -656,6 +659,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
         | FaultKind::KillOp { .. }
         | FaultKind::DamageReply { .. }
         | FaultKind::DiskFull { .. }
+        | FaultKind::DiskFullAtWrite { .. }
         | FaultKind::ReplacedAfterOp { .. }
         | FaultKind::ChannelCut { .. }
         | FaultKind::ChannelHalfOpen { .. }

@@ -181,8 +181,8 @@ pub struct Sandbox {
     /// How many results had been journaled at the last look
     /// ([`Sandbox::cancel_at_result`]).
     results_seen: usize,
-    /// The fault `DiskFull { at_result }` armed or in force
-    /// ([`Sandbox::fill_disk_at_result`]).
+    /// The fault `DiskFull { at_result }` or `DiskFullAtWrite` armed or in
+    /// force ([`Sandbox::fill_disk_at`]).
     disk_at_result: Option<process_faults::DiskAtResult>,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
@@ -290,6 +290,8 @@ impl Sandbox {
             bounce_keeps_boot_id: world.bounce_keeps_boot_id,
             shim_start: std::time::Duration::from_millis(world.shim_start_ms),
             torn_writes: world.torn_writes,
+            high_pids_first: world.high_pids_first,
+            timer_slack: std::time::Duration::from_millis(world.timer_slack_ms),
             ..SimOsConfig::default()
         };
         if !world.cgroups {
@@ -479,6 +481,7 @@ impl Sandbox {
                 self.exiting_daemons.insert(pid);
                 if cause == Some(ExitCause::Idle) {
                     self.idle_exiting.insert(pid);
+                    self.judge_idle_announcement(pid, &kernel_dir, &nonce, now_ms);
                 }
                 let chosen = match cause {
                     Some(ExitCause::Idle) => Some("idle"),
@@ -727,7 +730,7 @@ impl Sandbox {
         // A daemon's step may have filled the disk at a result since the
         // last look: looked at again at once.
         let disk = self.disk_at_result.as_ref().map(|a| {
-            if self.os.filled_at_result() {
+            if self.os.filled_at() {
                 self.virtual_ms(self.os.now_ts())
             } else {
                 a.next_wake()
@@ -1091,6 +1094,29 @@ impl Sandbox {
     /// stopped nor removed), it must leave no empty cgroup of its own
     /// cells (those named `tether-{nonce}-…`): nothing may come after an
     /// idle exit to remove them (a shutdown may never come).
+    /// A daemon begins an idle exit only with its announcement on disk
+    /// (`exiting`, its nonce): a submit recorded after its last look at
+    /// the submissions finds it and waits to see its cell taken or not
+    /// (`op::handshake`); unannounced, that cell is stranded. Not judged
+    /// once the kernel's config is gone (a shutdown removed the kernel,
+    /// announcement and all, while the tick was preempted).
+    fn judge_idle_announcement(&mut self, pid: Pid, kernel_dir: &str, nonce: &str, now_ms: u64) {
+        let kernel = KernelLayout::new(kernel_dir);
+        if !self.os.exists(&kernel.config()) {
+            return;
+        }
+        let announced = self
+            .os
+            .read_file(&kernel.exiting())
+            .is_ok_and(|n| n == nonce.as_bytes());
+        if !announced {
+            self.op_defects.push(format!(
+                "daemon {pid} began an idle exit at {now_ms} ms without its announcement ({}): a cell submitted after its last look would be stranded",
+                kernel.exiting()
+            ));
+        }
+    }
+
     fn judge_idle_exit(&mut self, pid: Pid, nonce: &str, now_ms: u64) {
         let idle = self.self_exits.iter().any(|&(_, p)| p == pid);
         if !idle || self.wiped.daemons.contains(&pid) {

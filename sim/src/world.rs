@@ -13,9 +13,10 @@ use crate::explore::{RunReport, RunSeed};
 use crate::faults::{CancelPoint, FaultKind, FaultSchedule};
 use crate::observe::{self, ClientLog};
 use crate::oracle::{self, BackgroundObs, CellTruth, Observations};
+use crate::os::disk::FillAt;
 use crate::outages::outages;
 use crate::sandbox::{sandbox_main, Sandbox};
-use crate::scenario::Scenario;
+use crate::scenario::{CellSpec, Scenario};
 use crate::swarm::World;
 use crate::trace::Trace;
 use std::cell::RefCell;
@@ -26,6 +27,7 @@ use tether_core::agent::Pid;
 use tether_core::protocol::Lang;
 use tether_scenarios::script;
 use tether_scenarios::shell_model::Flavor;
+use tether_scenarios::workload::Step;
 
 /// Virtual time after which a run is declared hung.
 pub const MAX_VIRTUAL: Duration = Duration::from_secs(240);
@@ -57,7 +59,7 @@ pub enum Variant {
 /// The broken variants as `--variant` names them; each bug is described
 /// on its [`tether_core::mutation::Mutation`].
 #[cfg(feature = "mutations")]
-const BROKEN: [(&str, tether_core::mutation::Mutation); 15] = {
+const BROKEN: [(&str, tether_core::mutation::Mutation); 17] = {
     use tether_core::mutation::Mutation as M;
     [
         ("cancel-pgid-only", M::CancelPgidOnly),
@@ -75,6 +77,8 @@ const BROKEN: [(&str, tether_core::mutation::Mutation); 15] = {
         ("idle-during-cancel", M::IdleDuringCancel),
         ("journal-rewrites-clean-tear", M::JournalRewritesCleanTear),
         ("io-error-taken-as-unsent", M::IoErrorTakenAsUnsent),
+        ("shim-skips-final-read", M::ShimSkipsFinalRead),
+        ("idle-exit-unannounced", M::IdleExitUnannounced),
     ]
 };
 
@@ -532,7 +536,14 @@ fn apply(
                 FaultKind::DiskFull {
                     for_ms,
                     at_result: true,
-                } => sandbox.borrow_mut().fill_disk_at_result(now, for_ms),
+                } => sandbox
+                    .borrow_mut()
+                    .fill_disk_at(now, for_ms, FillAt::Result),
+                FaultKind::DiskFullAtWrite { for_ms, file } => {
+                    sandbox
+                        .borrow_mut()
+                        .fill_disk_at(now, for_ms, FillAt::Write(file.clone()))
+                }
                 FaultKind::ChannelCut { at_permille } => {
                     control.lock().channel_cut.push(at_permille)
                 }
@@ -566,6 +577,20 @@ fn written_off_at(seen: &crate::observe::CellSeen) -> Option<u64> {
 /// Until when `seen`'s key was its own: the start of the next cell the
 /// client gave the same key (a kernel evicted and opened again by a later
 /// client process numbers its cells from 1 again), or never.
+/// The tags of `spec`'s late printers: each of their lines starts with
+/// its tag, which tells them from those of another cell under the same
+/// key (drawn_clients seed 145: a kernel opened again numbers from 1).
+fn late_tags(spec: &CellSpec) -> Vec<String> {
+    spec.workload
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::LatePrint { tag, .. } => Some(tag.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn key_own_until(log: &ClientLog, seen: &crate::observe::CellSeen) -> u64 {
     let from = seen.started_at.unwrap_or(0);
     log.cells
@@ -668,7 +693,7 @@ fn observe(
                 ),
                 cell_key
                     .as_ref()
-                    .map(|(kernel, seq)| sandbox.early_late_stdout(kernel, *seq))
+                    .map(|(kernel, seq)| sandbox.early_late_stdout(kernel, *seq, &late_tags(spec)))
                     .unwrap_or_default(),
             ]
             .concat(),

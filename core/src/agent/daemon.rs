@@ -374,6 +374,7 @@ impl Daemon {
         if os
             .write_atomic(&self.kernel.exiting(), self.nonce.as_bytes())
             .is_err()
+            && !idle_exit_unannounced()
         {
             // Unannounced, the exit could strand a cell: stay, and try
             // again at a later tick.
@@ -1387,6 +1388,19 @@ fn idle_during_cancel() -> bool {
     #[cfg(feature = "mutations")]
     {
         crate::mutation::active(crate::mutation::Mutation::IdleDuringCancel)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::IdleExitUnannounced`]:
+/// never, without the `mutations` feature.
+fn idle_exit_unannounced() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::IdleExitUnannounced)
     }
     #[cfg(not(feature = "mutations"))]
     {

@@ -13,7 +13,7 @@ use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord}
 use super::kernel_lock;
 use super::layout::{CellLayout, KernelLayout, Layout};
 use super::orphans;
-use super::os::{Os, OsError, Pid};
+use super::os::{Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table};
 use super::tombstone::{self, CancelReason};
 use crate::ids::{CellSeq, KernelName, RequestId};
@@ -772,6 +772,27 @@ fn spawn_alone(
     let pid = os
         .spawn_daemon(k.dir(), &config.nonce)
         .map_err(|e| io("starting the kernel daemon", e))?;
+    let recorded = record_identity(os, k, config, pid);
+    if recorded.is_err() {
+        // A daemon whose identity is not on disk is one no probe finds,
+        // while it runs the kernel's config as its own: the client's
+        // spawn again under the same nonce would start a second daemon
+        // beside it, and both would run the next cell (drawn seed 250,
+        // `identity.json` refused by a full disk). Just started, it holds
+        // nothing yet: it goes, and the spawn fails as the write did.
+        let _ = os.signal(pid, Signal::Kill);
+    }
+    Ok((recorded?, true))
+}
+
+/// Records the identity of the daemon `pid` just started
+/// (`identity.json`), by which probes and submits find it.
+fn record_identity(
+    os: &mut dyn Os,
+    k: &KernelLayout,
+    config: &KernelConfig,
+    pid: Pid,
+) -> Result<Identity, AgentError> {
     let info = os.process(pid).ok_or_else(|| {
         err(
             ErrorKind::Io,
@@ -789,7 +810,7 @@ fn spawn_alone(
     };
     os.write_atomic(&k.identity(), &to_json(&identity))
         .map_err(|e| io("writing identity.json", e))?;
-    Ok((identity, true))
+    Ok(identity)
 }
 
 fn submit(

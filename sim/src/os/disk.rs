@@ -12,6 +12,34 @@
 use super::SimOs;
 use tether_core::agent::OsError;
 
+/// Which write fills the disk ([`SimOs::fill_disk_at`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FillAt {
+    /// The next append of a cell's result to its journal.
+    Result,
+    /// The next write of a file whose name (the last part of its path)
+    /// starts with this.
+    Write(String),
+}
+
+impl FillAt {
+    /// As a trace says it.
+    pub fn describe(&self) -> String {
+        match self {
+            FillAt::Result => "a result".into(),
+            FillAt::Write(name) => format!("a write of {name}"),
+        }
+    }
+}
+
+/// Is appending `data` to `path` the journaling of a cell's result?
+pub(super) fn is_result_append(path: &str, data: &[u8]) -> bool {
+    path.ends_with("/journal")
+        && data
+            .windows(super::RESULT_ENTRY.len())
+            .any(|w| w == super::RESULT_ENTRY)
+}
+
 impl SimOs {
     /// Writes under `prefix` fail from now on (until [`SimOs::free_disk`]).
     pub fn fill_disk(&mut self, prefix: &str) {
@@ -19,26 +47,49 @@ impl SimOs {
         self.space_ran_out = false;
     }
 
-    /// The disk under `prefix` fills at the next append of a result to a
-    /// journal, before that append: the result is refused with what goes
-    /// with it.
-    pub fn fill_disk_at_result(&mut self, prefix: &str) {
-        self.fill_at_result = Some(prefix.trim_end_matches('/').to_owned());
+    /// The disk under `prefix` fills at the next write `at` names, before
+    /// that write: it is refused (a result with what goes with it).
+    pub fn fill_disk_at(&mut self, prefix: &str, at: FillAt) {
+        self.fill_at = Some((prefix.trim_end_matches('/').to_owned(), at));
     }
 
-    /// Takes back [`SimOs::fill_disk_at_result`] if it did not fire.
-    pub fn disarm_fill_at_result(&mut self) {
-        self.fill_at_result = None;
+    /// Takes back [`SimOs::fill_disk_at`] if it did not fire.
+    pub fn disarm_fill_at(&mut self) {
+        self.fill_at = None;
     }
 
-    /// Whether the disk filled at a result since the last call.
-    pub fn take_filled_at_result(&mut self) -> bool {
-        std::mem::take(&mut self.filled_at_result)
+    /// Whether the disk filled at its write since the last call.
+    pub fn take_filled_at(&mut self) -> bool {
+        std::mem::take(&mut self.filled_at)
     }
 
-    /// Whether the disk filled at a result and nobody took it yet.
-    pub fn filled_at_result(&self) -> bool {
-        self.filled_at_result
+    /// Whether the disk filled at its write and nobody took it yet.
+    pub fn filled_at(&self) -> bool {
+        self.filled_at
+    }
+
+    /// Fills the disk if `path` (about to be written, `data` appended if
+    /// `append`) is the write [`SimOs::fill_disk_at`] waits for.
+    pub(super) fn fill_if_awaited(&mut self, path: &str, data: &[u8], append: bool) {
+        let Some((prefix, at)) = &self.fill_at else {
+            return;
+        };
+        let hit = match at {
+            FillAt::Result => append && is_result_append(path, data),
+            FillAt::Write(name) => {
+                path.starts_with(prefix.as_str())
+                    && path
+                        .rsplit('/')
+                        .next()
+                        .is_some_and(|last| last.starts_with(name.as_str()))
+            }
+        };
+        if hit {
+            let prefix = prefix.clone();
+            self.fill_at = None;
+            self.fill_disk(&prefix);
+            self.filled_at = true;
+        }
     }
 
     /// Ends the oldest window of [`SimOs::fill_disk`].

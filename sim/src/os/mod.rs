@@ -110,6 +110,12 @@ pub struct SimOsConfig {
     /// An append refused by a full disk may have put part of its bytes
     /// down first (see `disk.rs`).
     pub torn_writes: bool,
+    /// Processes due at the same instant run highest pid first (else
+    /// lowest first): see `World::high_pids_first`.
+    pub high_pids_first: bool,
+    /// How late a shell cell shim's poll timeout fires after its deadline
+    /// (see `World::timer_slack_ms`).
+    pub timer_slack: std::time::Duration,
 }
 
 impl Default for SimOsConfig {
@@ -135,6 +141,8 @@ impl Default for SimOsConfig {
             read_only: Vec::new(),
             noexec: Vec::new(),
             torn_writes: false,
+            high_pids_first: false,
+            timer_slack: std::time::Duration::ZERO,
         }
     }
 }
@@ -235,12 +243,12 @@ pub struct SimOs {
     /// whose entries were not contiguous from 1: the sandbox's journal
     /// check could no longer see them.
     removed_journal_gaps: Vec<String>,
-    /// Where the disk fills at the next result appended to a journal
-    /// ([`SimOs::fill_disk_at_result`]).
-    fill_at_result: Option<String>,
-    /// The disk filled at a result since the last
-    /// [`SimOs::take_filled_at_result`].
-    filled_at_result: bool,
+    /// Where the disk fills, and at which write
+    /// ([`SimOs::fill_disk_at`]).
+    fill_at: Option<(String, disk::FillAt)>,
+    /// The disk filled at its write since the last
+    /// [`SimOs::take_filled_at`].
+    filled_at: bool,
     /// Every tool call a simulated caller made (ground truth).
     tool_calls: Vec<caller::ToolCallTruth>,
     /// Every answer file written (ground truth).
@@ -306,8 +314,8 @@ impl SimOs {
             batch_tears: 0,
             space_ran_out: false,
             removed_journal_gaps: Vec::new(),
-            fill_at_result: None,
-            filled_at_result: false,
+            fill_at: None,
+            filled_at: false,
             stderr_written: BTreeMap::new(),
             tokens: 0,
             tool_calls: Vec::new(),
@@ -505,13 +513,16 @@ impl SimOs {
             return;
         }
         for _ in 0..ROUND_LIMIT {
-            let due: Vec<Pid> = self
+            let mut due: Vec<Pid> = self
                 .procs
                 .values()
                 .filter(|p| p.state == RunState::Running)
                 .filter(|p| self.wake_of(p).is_some_and(|t| t <= self.now))
                 .map(|p| p.pid)
                 .collect();
+            if self.config.high_pids_first {
+                due.reverse();
+            }
             let mut progress = false;
             for &pid in &due {
                 progress |= self.run_proc(pid);
@@ -882,6 +893,7 @@ impl Os for SimOs {
     }
 
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.fill_if_awaited(path, data, false);
         self.check_write(path)?;
         self.writable(path)?;
         self.fs.create_new(path, data)?;
@@ -892,6 +904,7 @@ impl Os for SimOs {
     }
 
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.fill_if_awaited(path, data, false);
         self.check_write(path)?;
         self.writable(path)?;
         self.fs.write_atomic(path, data)?;
@@ -902,14 +915,8 @@ impl Os for SimOs {
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
-        let result = path.ends_with("/journal")
-            && data.windows(RESULT_ENTRY.len()).any(|w| w == RESULT_ENTRY);
-        if result {
-            if let Some(prefix) = self.fill_at_result.take() {
-                self.fill_disk(&prefix);
-                self.filled_at_result = true;
-            }
-        }
+        let result = disk::is_result_append(path, data);
+        self.fill_if_awaited(path, data, true);
         if let Err(e) = self.check_write(path) {
             let torn = self.torn_prefix(data);
             if torn > 0 && self.fs.exists(path) {

@@ -81,6 +81,10 @@ pub(crate) struct ShimRun {
     /// the simulation wakes for it only while its kernel's config is gone,
     /// the one thing such a look acts on that no event announces).
     next_linger: Option<Timestamp>,
+    /// When its poll's timeout fires, as armed at the end of its last run:
+    /// the machine's next deadline, late by the world's timer slack.
+    /// `None` until it first ran (then its machine's deadline counts).
+    timer: Option<Option<Timestamp>>,
 }
 
 impl ShimRun {
@@ -92,6 +96,7 @@ impl ShimRun {
             pipes: None,
             next_tick: None,
             next_linger: None,
+            timer: None,
         }
     }
 
@@ -123,10 +128,10 @@ impl ShimRun {
             .orphan_look_due(pid, self.machine.main_pid(), self.machine.orphans())
             .filter(|_| looks);
         let linger = self.next_linger.filter(|_| lingering && kernel_gone());
-        [self.machine.poll_timeout(os.now), tick, look, linger]
-            .into_iter()
-            .flatten()
-            .min()
+        let timer = self
+            .timer
+            .unwrap_or_else(|| self.machine.poll_timeout(os.now));
+        [timer, tick, look, linger].into_iter().flatten().min()
     }
 }
 
@@ -229,7 +234,23 @@ impl SimOs {
         })
     }
 
+    /// Runs the shell cell shim `pid`, then arms its poll's timeout: a
+    /// deadline still ahead fires the world's timer slack late (a loaded
+    /// machine wakes a poll late), and news on a pipe meanwhile wakes it
+    /// at once, as `poll(2)` does, into a machine whose deadline passed.
     fn drive_shim(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
+        let progress = self.drive_shim_steps(pid, shim);
+        let now = self.now;
+        let slack = self.config.timer_slack;
+        shim.timer = Some(
+            shim.machine
+                .poll_timeout(now)
+                .map(|t| if t > now { t + slack } else { t }),
+        );
+        progress
+    }
+
+    fn drive_shim_steps(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
         let mut progress = false;
         loop {
             match shim.machine.poll_step(self) {

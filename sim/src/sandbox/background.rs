@@ -79,8 +79,13 @@ impl Sandbox {
     }
 
     /// What late printers of cell `seq` of `kernel` wrote to its stdout
-    /// before it resolved: the cell's output.
-    pub fn early_late_stdout(&self, kernel: &str, seq: u64) -> Vec<u8> {
+    /// before it resolved: the cell's output. Only the printers of `tags`
+    /// (a cell's own: another cell may have had its key before).
+    pub fn early_late_stdout(&self, kernel: &str, seq: u64, tags: &[String]) -> Vec<u8> {
+        let own = |data: &[u8]| {
+            tags.iter()
+                .any(|t| data.starts_with(format!("{t} ").as_bytes()))
+        };
         self.os
             .late_writes()
             .iter()
@@ -89,6 +94,7 @@ impl Sandbox {
                     && w.stream == Stream::Stdout
                     && w.cell.seq == Some(seq)
                     && kernel_name(&w.cell.kernel_dir) == kernel
+                    && own(&w.data)
             })
             .flat_map(|w| w.data.iter().copied())
             .collect()

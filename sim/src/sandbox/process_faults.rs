@@ -20,6 +20,7 @@ use tether_scenarios::faults::DISK_FULL_AT_RESULT_WITHIN_MS;
 /// back to it: a tick (10 ms) stretched by a preemption (up to about
 /// 90 ms here).
 const RECORD_WINDOW_MS: u64 = 100;
+use crate::os::disk::FillAt;
 use crate::os::{ProcView, Role};
 use std::collections::BTreeSet;
 use tether_core::agent::layout::KernelLayout;
@@ -244,53 +245,58 @@ impl Sandbox {
         self.note_lossy(None, "the disk was full".into());
     }
 
-    /// The fault `DiskFull { at_result: true }`: the disk under the
-    /// kernels fills at the next result appended to a journal, or when
-    /// [`DISK_FULL_AT_RESULT_WITHIN_MS`] pass without one, for `for_ms`.
-    /// One at a time: another while one is armed or in force is dropped.
-    pub fn fill_disk_at_result(&mut self, now_ms: u64, for_ms: u64) {
+    /// The faults `DiskFull { at_result: true }` and `DiskFullAtWrite`:
+    /// the disk under the kernels fills at the next write `at` names (a
+    /// result appended to a journal, a file of that name written), or
+    /// when [`DISK_FULL_AT_RESULT_WITHIN_MS`] pass without one, for
+    /// `for_ms`. One at a time: another while one is armed or in force is
+    /// dropped.
+    pub fn fill_disk_at(&mut self, now_ms: u64, for_ms: u64, at: FillAt) {
         self.advance(now_ms);
         if self.disk_at_result.is_some() {
             self.trace.at(
                 now_ms,
                 "fault",
-                "a disk filling at a result is under way already; dropped".to_owned(),
+                format!(
+                    "a disk filling at {} is under way already; dropped",
+                    at.describe()
+                ),
             );
             return;
         }
         let kernels = format!("{}/kernels", self.root);
-        self.os.fill_disk_at_result(&kernels);
+        self.os.fill_disk_at(&kernels, at.clone());
         self.note_lossy(None, "the disk was full".into());
         self.disk_at_result = Some(DiskAtResult {
+            at,
             for_ms,
             deadline_ms: now_ms.saturating_add(DISK_FULL_AT_RESULT_WITHIN_MS),
             filled_ms: None,
         });
     }
 
-    /// Fills the disk armed by [`Sandbox::fill_disk_at_result`] at its
-    /// deadline (no result came), and frees it when its time is over.
+    /// Fills the disk armed by [`Sandbox::fill_disk_at`] at its deadline
+    /// (the write it waits for did not come), and frees it when its time
+    /// is over.
     pub(super) fn disk_full_at_result(&mut self, now_ms: u64) {
         let Some(armed) = self.disk_at_result.as_mut() else {
             return;
         };
         if armed.filled_ms.is_none() {
-            if self.os.take_filled_at_result() {
+            if self.os.take_filled_at() {
                 armed.filled_ms = Some(now_ms);
-                self.trace.at(
-                    now_ms,
-                    "fault",
-                    "a result was journaled; the disk filled before it".to_owned(),
-                );
+                let what = armed.at.describe();
+                self.trace
+                    .at(now_ms, "fault", format!("the disk filled before {what}"));
             } else if now_ms >= armed.deadline_ms {
                 armed.filled_ms = Some(now_ms);
-                self.os.disarm_fill_at_result();
+                self.os.disarm_fill_at();
                 let kernels = format!("{}/kernels", self.root);
                 self.os.fill_disk(&kernels);
                 self.trace.at(
                     now_ms,
                     "fault",
-                    "no result was journaled in time; the disk fills now".to_owned(),
+                    "the write it waited for did not come in time; the disk fills now".to_owned(),
                 );
             }
         }
@@ -307,7 +313,7 @@ impl Sandbox {
                 now_ms,
                 "fault",
                 format!(
-                    "disk filled at a result has room again ({} writes refused so far)",
+                    "disk filled at a write has room again ({} writes refused so far)",
                     self.os.refused_writes()
                 ),
             );
@@ -567,8 +573,10 @@ fn describe(v: &ProcView) -> String {
     format!("{role} {} ({argv})", v.pid)
 }
 
-/// A [`Sandbox::fill_disk_at_result`] armed or in force.
+/// A [`Sandbox::fill_disk_at`] armed or in force.
 pub(crate) struct DiskAtResult {
+    /// The write it fills at.
+    at: FillAt,
     for_ms: u64,
     /// When the disk fills if no result was journaled by then.
     deadline_ms: u64,

@@ -237,7 +237,9 @@ impl CellShim {
                 }
                 Phase::FinalRead => {
                     self.phase = Phase::Finish;
-                    return ShimStep::FinalRead;
+                    if !shim_skips_final_read() {
+                        return ShimStep::FinalRead;
+                    }
                 }
                 Phase::Finish => self.finish(os),
                 // A journal whose kernel's directory is gone has no
@@ -422,6 +424,19 @@ fn shim_ignores_tombstone() -> bool {
     #[cfg(feature = "mutations")]
     {
         crate::mutation::active(crate::mutation::Mutation::ShimIgnoresTombstone)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
+    }
+}
+
+/// The planted bug [`crate::mutation::Mutation::ShimSkipsFinalRead`]:
+/// never, without the `mutations` feature.
+fn shim_skips_final_read() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        crate::mutation::active(crate::mutation::Mutation::ShimSkipsFinalRead)
     }
     #[cfg(not(feature = "mutations"))]
     {
