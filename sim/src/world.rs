@@ -372,7 +372,12 @@ pub fn run_in(
     obs.disk_filled = schedule
         .0
         .iter()
-        .any(|f| matches!(f.kind, FaultKind::DiskFull { .. }));
+        .any(|f| {
+            matches!(
+                f.kind,
+                FaultKind::DiskFull { .. } | FaultKind::DiskFullAtWrite { .. }
+            )
+        });
     obs.sandbox_clock_jumps_ms = schedule
         .0
         .iter()
