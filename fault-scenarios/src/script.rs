@@ -341,7 +341,14 @@ async fn run_script(
     ];
     for (frontend, driver) in drivers {
         let Some(driver) = driver else { continue };
-        resume_all_kept(host, driver, frontend, false, &mut on_event).await;
+        // The second frontend sends the cancels it still owes too: the
+        // liveness cell below is the first's, and would wait behind a
+        // cell only the second can end (drawn_clients seed 100350: its
+        // cancel of a `sleep 600` cut off by a partition, after which it
+        // gave the kernel up; the first's client sends its own before
+        // its next cell on the kernel).
+        let with_cancels = frontend == Frontend::Second;
+        resume_all_kept(host, driver, frontend, with_cancels, &mut on_event).await;
     }
     host.log().frontend = Frontend::First;
     // Ground truth of what the script's cells left running.

@@ -369,15 +369,12 @@ pub fn run_in(
         flaw,
         fallback: world.fallback,
     });
-    obs.disk_filled = schedule
-        .0
-        .iter()
-        .any(|f| {
-            matches!(
-                f.kind,
-                FaultKind::DiskFull { .. } | FaultKind::DiskFullAtWrite { .. }
-            )
-        });
+    obs.disk_filled = schedule.0.iter().any(|f| {
+        matches!(
+            f.kind,
+            FaultKind::DiskFull { .. } | FaultKind::DiskFullAtWrite { .. }
+        )
+    });
     obs.sandbox_clock_jumps_ms = schedule
         .0
         .iter()

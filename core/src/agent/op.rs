@@ -683,9 +683,23 @@ fn spawn(
             "python3 is not on the sandbox's PATH; install it or use --lang shell",
         ));
     }
-    take_spawn_lock(os, k)?;
-    let spawned = spawn_alone(os, k, config, shut);
-    kernel_lock::release(os, k);
+    let spawned = take_spawn_lock(os, k).and_then(|()| {
+        let spawned = spawn_alone(os, k, config, shut);
+        kernel_lock::release(os, k);
+        spawned
+    });
+    if spawned
+        .as_ref()
+        .is_err_and(|e| e.kind == ErrorKind::Conflict)
+    {
+        // A spawn refused for a conflict spends its nonce: the client
+        // probes and adopts what runs, and spawns under a new nonce from
+        // then on. A copy of this spawn that arrives later (a channel's
+        // frame read after the client's one-shot retry was refused) must
+        // start nothing either (drawn_clients seed 100067: it started a
+        // daemon after both clients had shut the kernel down, nobody's).
+        let _ = kernel::record_shut(os, shut, &config.nonce);
+    }
     spawned
 }
 

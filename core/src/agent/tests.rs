@@ -2431,14 +2431,17 @@ fn a_shutdown_and_a_spawn_of_another_nonce_never_run_across_each_other() {
     };
     let mut os = FakeOs::new();
     assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
-    // 1. A spawn during the sweep is refused; after it, it starts afresh.
+    // 1. A spawn during the sweep is refused; after it, a spawn under a
+    // fresh nonce starts afresh (a client spends the nonce of a spawn
+    // refused for a conflict), and a late copy of the refused one starts
+    // nothing (drawn_clients seed 100067).
     let mut sweep = op_run(shutdown("n1"));
     assert!(
         sweep.poll(&mut os).is_none(),
         "the sweep waits for its kill"
     );
     assert!(!os.procs.contains_key(&50), "n1's daemon was killed");
-    let during = op_to_end(&mut os, spawn_op("n2"));
+    let during = op_to_end(&mut os, spawn_op("n2-refused"));
     let error = during.error.expect("a spawn during the sweep is refused");
     assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
     assert!(error.detail.contains("probe"), "{}", error.detail);
@@ -2446,6 +2449,10 @@ fn a_shutdown_and_a_spawn_of_another_nonce_never_run_across_each_other() {
     os.now = sweep.next_wake().unwrap().0;
     assert!(sweep.poll(&mut os).is_some());
     assert!(!os.exists("/r/kernels/k/config.json"));
+    let late = op_to_end(&mut os, spawn_op("n2-refused"));
+    let error = late.error.expect("a late copy of the refused spawn");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
+    assert!(!os.procs.contains_key(&50), "starts nothing");
     let after = op_to_end(&mut os, spawn_op("n2"));
     assert!(after.error.is_none(), "{after:?}");
     assert!(os.procs.contains_key(&50));
