@@ -239,6 +239,21 @@ pub enum FaultKind {
         /// What the written file's name starts with.
         file: String,
     },
+    /// The next agent step (a daemon's tick, an op's poll) that writes a
+    /// file whose name starts with `file` (within
+    /// [`DISK_FULL_AT_RESULT_WITHIN_MS`]) stalls right after that write
+    /// for `for_ms` while the rest of the sandbox runs: the window
+    /// between a write and what the writer does next (an idle exit's
+    /// announcement and its last look at the submissions, a launch
+    /// record and the shim's start) is opened to every other op. Over
+    /// [`WRITE_POINTS`]. (Simulation only: the simulated OS pauses the
+    /// step.)
+    PauseAfterWrite {
+        /// How long.
+        for_ms: u64,
+        /// What the written file's name starts with.
+        file: String,
+    },
     /// The channel's stream (on a seed whose client uses the channel) is
     /// cut in the middle of the next frame the sandbox sends: the first
     /// `at_permille` thousandths of it arrive, then the connection ends
@@ -337,6 +352,7 @@ impl FaultKind {
             } => Family::DiskFullAtResult,
             FaultKind::DiskFull { .. } => Family::DiskFull,
             FaultKind::DiskFullAtWrite { .. } => Family::DiskFullAtWrite,
+            FaultKind::PauseAfterWrite { .. } => Family::PauseAfterWrite,
             FaultKind::ChannelCut { .. } => Family::ChannelCut,
             FaultKind::ChannelHalfOpen { .. } => Family::ChannelHalfOpen,
             FaultKind::ChannelStall { .. } => Family::ChannelStall,
@@ -364,6 +380,12 @@ impl FaultKind {
         let half = |v: u64| (v > 20).then_some(v / 2);
         if let FaultKind::DiskFullAtWrite { for_ms, file } = self {
             return Some(FaultKind::DiskFullAtWrite {
+                for_ms: half(*for_ms)?,
+                file: file.clone(),
+            });
+        }
+        if let FaultKind::PauseAfterWrite { for_ms, file } = self {
+            return Some(FaultKind::PauseAfterWrite {
                 for_ms: half(*for_ms)?,
                 file: file.clone(),
             });
@@ -476,11 +498,14 @@ pub enum Family {
     /// [`FaultKind::DiskFullAtWrite`]. Drawn only where a scenario's own
     /// families name it.
     DiskFullAtWrite,
+    /// [`FaultKind::PauseAfterWrite`]. Drawn only where a scenario's own
+    /// families name it.
+    PauseAfterWrite,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 31] = [
+    pub const ALL: [Family; 32] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -512,6 +537,7 @@ impl Family {
         Family::DiskFullAtResult,
         Family::ReplacedAfterOp,
         Family::DiskFullAtWrite,
+        Family::PauseAfterWrite,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -645,6 +671,10 @@ impl Family {
             },
             Family::DiskFullAtWrite => FaultKind::DiskFullAtWrite {
                 for_ms: rng.random_range(50..4_000),
+                file: WRITE_POINTS[rng.random_range(0..WRITE_POINTS.len())].to_owned(),
+            },
+            Family::PauseAfterWrite => FaultKind::PauseAfterWrite {
+                for_ms: rng.random_range(1..=600),
                 file: WRITE_POINTS[rng.random_range(0..WRITE_POINTS.len())].to_owned(),
             },
             Family::PlainReplyLost => FaultKind::ReplyLost {
@@ -844,7 +874,8 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
                 for_ms,
                 at_result: true,
             }
-            | FaultKind::DiskFullAtWrite { for_ms, .. } => {
+            | FaultKind::DiskFullAtWrite { for_ms, .. }
+            | FaultKind::PauseAfterWrite { for_ms, .. } => {
                 after(DISK_FULL_AT_RESULT_WITHIN_MS.saturating_add(for_ms))
             }
             FaultKind::ChannelHalfOpen { for_ms } | FaultKind::ChannelStall { for_ms } => {

@@ -88,7 +88,8 @@ pub fn outages(schedule: &FaultSchedule, config: &Config) -> Outages {
             // The agent answers, with I/O errors: it can neither take a
             // cell nor record what one did, so the client cannot learn
             // more than a sandbox that does not answer would tell it.
-            FaultKind::DiskFullAtWrite { for_ms, .. } => out.spans.push((
+            FaultKind::DiskFullAtWrite { for_ms, .. }
+            | FaultKind::PauseAfterWrite { for_ms, .. } => out.spans.push((
                 at,
                 at.saturating_add(DISK_FULL_AT_RESULT_WITHIN_MS)
                     .saturating_add(for_ms)

@@ -614,7 +614,11 @@ fn full_disk(all_faults: Vec<Family>) -> Scenario {
         space: space(
             all_faults
                 .into_iter()
-                .chain([Family::DiskFullAtResult, Family::DiskFullAtWrite])
+                .chain([
+                    Family::DiskFullAtResult,
+                    Family::DiskFullAtWrite,
+                    Family::PauseAfterWrite,
+                ])
                 .collect(),
         ),
         init_reaps: true,
@@ -675,7 +679,7 @@ fn idle_exit(all_faults: Vec<Family>) -> Scenario {
         space: space(
             all_faults
                 .into_iter()
-                .chain([Family::DiskFullAtWrite])
+                .chain([Family::DiskFullAtWrite, Family::PauseAfterWrite])
                 .collect(),
         ),
         init_reaps: true,
@@ -1473,6 +1477,7 @@ fn drawn(all_faults: Vec<Family>) -> Scenario {
                     Family::DiskFullAtResult,
                     Family::ReplacedAfterOp,
                     Family::DiskFullAtWrite,
+                    Family::PauseAfterWrite,
                 ])
                 .collect(),
         ),

@@ -115,7 +115,8 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             | Family::DamageReply
             | Family::DiskFull
             | Family::DiskFullAtResult
-            | Family::DiskFullAtWrite => false,
+            | Family::DiskFullAtWrite
+            | Family::PauseAfterWrite => false,
             // `docker pause` then `unpause` hung here mid-run (the unpause
             // never returned, on this cgroup v1 engine): off until that is
             // understood; the simulation keeps the fault.
@@ -181,7 +182,8 @@ pub fn unrealisable_schedule(
             }
             FaultKind::DamageReply { .. }
             | FaultKind::DiskFull { .. }
-            | FaultKind::DiskFullAtWrite { .. } => {
+            | FaultKind::DiskFullAtWrite { .. }
+            | FaultKind::PauseAfterWrite { .. } => {
                 return Unrealisable::inherent(
                     "a damaged reply and a full disk are made by the simulation only".to_owned(),
                 )
@@ -660,6 +662,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
         | FaultKind::DamageReply { .. }
         | FaultKind::DiskFull { .. }
         | FaultKind::DiskFullAtWrite { .. }
+        | FaultKind::PauseAfterWrite { .. }
         | FaultKind::ReplacedAfterOp { .. }
         | FaultKind::ChannelCut { .. }
         | FaultKind::ChannelHalfOpen { .. }

@@ -582,7 +582,7 @@ impl Sandbox {
         if run.next_wake > now {
             return None;
         }
-        let Some(at) = self.preempter.draw() else {
+        let Some(at) = self.preempter.draw(now_ms) else {
             let previous = self.os.current();
             self.os.set_current(pid);
             let step = logic.tick(&mut self.os);
@@ -594,18 +594,19 @@ impl Sandbox {
             let step = logic.tick(os);
             (logic, step)
         };
-        match preempt::run(&mut self.os, pid, at, tick) {
+        match preempt::run(&mut self.os, pid, at.clone(), tick) {
             preempt::Outcome::Done((logic, step)) => {
                 run.logic = Some(logic);
                 Some((step, now, launched_before))
             }
             preempt::Outcome::Paused(tick) => {
+                self.preempter.paused(&at);
                 self.trace.at(
                     now_ms,
                     "sandbox",
                     format!(
-                        "daemon {pid}'s tick PREEMPTED at its OS call {} for {} ms",
-                        at.at_call + 1,
+                        "daemon {pid}'s tick PREEMPTED {} for {} ms",
+                        at.describe(),
                         at.pause.as_millis()
                     ),
                 );
@@ -1798,7 +1799,7 @@ async fn op_step(
     let paused = {
         let mut s = sb.borrow_mut();
         s.advance(now_ms());
-        let Some(at) = s.preempter.draw() else {
+        let Some(at) = s.preempter.draw(now_ms()) else {
             let previous = s.os.current();
             s.os.set_current(pid);
             let line = run.poll(&mut s.os);
@@ -1810,17 +1811,18 @@ async fn op_step(
             let line = run.poll(os);
             (run, line)
         };
-        match preempt::run(&mut s.os, pid, at, poll) {
+        match preempt::run(&mut s.os, pid, at.clone(), poll) {
             preempt::Outcome::Done(done) => {
                 s.advance(now_ms());
                 return Some(done);
             }
             preempt::Outcome::Paused(paused) => {
+                s.preempter.paused(&at);
                 trace.log(
                     "sandbox",
                     format!(
-                        "{kind} (pid {pid}) PREEMPTED at its OS call {} for {} ms",
-                        at.at_call + 1,
+                        "{kind} (pid {pid}) PREEMPTED {} for {} ms",
+                        at.describe(),
                         at.pause.as_millis()
                     ),
                 );

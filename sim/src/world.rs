@@ -546,6 +546,9 @@ fn apply(
                         .borrow_mut()
                         .fill_disk_at(now, for_ms, FillAt::Write(file.clone()))
                 }
+                FaultKind::PauseAfterWrite { for_ms, file } => {
+                    sandbox.borrow_mut().pause_after_write(now, &file, for_ms)
+                }
                 FaultKind::ChannelCut { at_permille } => {
                     control.lock().channel_cut.push(at_permille)
                 }

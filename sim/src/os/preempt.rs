@@ -42,8 +42,8 @@ type Call = Box<dyn FnOnce(&mut SimOs) -> Box<dyn Any + Send> + Send>;
 
 /// What the step's thread says to the owner.
 enum Msg<R> {
-    /// Please answer this call.
-    Call(Call),
+    /// Please answer this call (a write names its path).
+    Call(Call, Option<String>),
     /// The step is over.
     Done(R),
 }
@@ -62,8 +62,17 @@ struct Proxy<R> {
 
 impl<R: Send + 'static> Proxy<R> {
     fn call<T: Send + 'static>(&self, f: impl FnOnce(&mut SimOs) -> T + Send + 'static) -> T {
+        self.call_writing(None, f)
+    }
+
+    /// A call that writes `path` (`None`: none).
+    fn call_writing<T: Send + 'static>(
+        &self,
+        path: Option<String>,
+        f: impl FnOnce(&mut SimOs) -> T + Send + 'static,
+    ) -> T {
         let call: Call = Box::new(move |os| Box::new(f(os)));
-        if self.to_owner.send(Msg::Call(call)).is_err() {
+        if self.to_owner.send(Msg::Call(call, path)).is_err() {
             std::panic::resume_unwind(Box::new(Abandoned));
         }
         match self.answers.recv() {
@@ -92,15 +101,15 @@ impl<R: Send + 'static> Os for Proxy<R> {
     }
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         let (path, data) = (path.to_owned(), data.to_vec());
-        self.call(move |os| os.create_new(&path, &data))
+        self.call_writing(Some(path.clone()), move |os| os.create_new(&path, &data))
     }
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         let (path, data) = (path.to_owned(), data.to_vec());
-        self.call(move |os| os.write_atomic(&path, &data))
+        self.call_writing(Some(path.clone()), move |os| os.write_atomic(&path, &data))
     }
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         let (path, data) = (path.to_owned(), data.to_vec());
-        self.call(move |os| os.append(&path, &data))
+        self.call_writing(Some(path.clone()), move |os| os.append(&path, &data))
     }
     fn exists(&self, path: &str) -> bool {
         let path = path.to_owned();
@@ -195,13 +204,28 @@ impl<R: Send + 'static> Os for Proxy<R> {
 }
 
 /// Where and for how long one step is preempted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Preemption {
     /// The step pauses before this [`Os`] call (0: the first); a step
     /// that makes fewer calls runs to its end unpaused.
     pub at_call: u32,
     /// How long the rest of the sandbox runs before the step goes on.
     pub pause: Duration,
+    /// Instead of `at_call`: the step pauses at the call after its first
+    /// write of a file whose name (the last part of its path) starts
+    /// with this (the write done, nothing after it yet); a step that
+    /// writes no such file runs to its end unpaused.
+    pub after_write: Option<String>,
+}
+
+impl Preemption {
+    /// Where it pauses, as a trace says it.
+    pub fn describe(&self) -> String {
+        match &self.after_write {
+            Some(name) => format!("after its write of {name}"),
+            None => format!("at its OS call {}", self.at_call + 1),
+        }
+    }
 }
 
 /// Draws, from the seed's own stream, which agent steps are preempted.
@@ -209,6 +233,19 @@ pub struct Preemption {
 pub struct Preempter {
     rng: ChaCha8Rng,
     permille: u32,
+    /// A pause after a write, armed by a fault: every step is run to
+    /// see whether it makes the write, until one pauses there or the
+    /// deadline passes.
+    after_write: Option<ArmedWrite>,
+}
+
+/// A [`Preempter::arm_after_write`] not yet met.
+#[derive(Debug)]
+struct ArmedWrite {
+    name: String,
+    pause: Duration,
+    /// Virtual time (ms): the sandbox's clock may jump.
+    until_ms: u64,
 }
 
 /// The most calls into a step a pause lands at.
@@ -225,11 +262,41 @@ impl Preempter {
         Preempter {
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7072_6565_6d70_7421),
             permille,
+            after_write: None,
         }
     }
 
-    /// Is the next step preempted, and where?
-    pub fn draw(&mut self) -> Option<Preemption> {
+    /// The next step that writes a file named `name…` (before virtual
+    /// time `until_ms`) pauses right after that write for `pause` (the
+    /// fault `pause_after_write`). One at a time: a later arming
+    /// replaces it.
+    pub fn arm_after_write(&mut self, name: &str, pause: Duration, until_ms: u64) {
+        self.after_write = Some(ArmedWrite {
+            name: name.to_owned(),
+            pause,
+            until_ms,
+        });
+    }
+
+    /// The step run with `at` paused: an armed write is met.
+    pub fn paused(&mut self, at: &Preemption) {
+        if at.after_write.is_some() {
+            self.after_write = None;
+        }
+    }
+
+    /// Is the next step (at virtual time `now_ms`) preempted, and where?
+    pub fn draw(&mut self, now_ms: u64) -> Option<Preemption> {
+        if let Some(armed) = &self.after_write {
+            if now_ms < armed.until_ms {
+                return Some(Preemption {
+                    at_call: 0,
+                    pause: armed.pause,
+                    after_write: Some(armed.name.clone()),
+                });
+            }
+            self.after_write = None;
+        }
         if self.permille == 0 || self.rng.random_range(0..1000) >= self.permille {
             return None;
         }
@@ -246,6 +313,7 @@ impl Preempter {
         Some(Preemption {
             at_call,
             pause: Duration::from_millis(pause_ms),
+            after_write: None,
         })
     }
 }
@@ -296,7 +364,19 @@ where
         answers,
         handle,
     };
-    drive(os, pid, thread, Some(at.at_call))
+    let pause_at = match at.after_write {
+        Some(name) => PauseAt::AfterWrite(name),
+        None => PauseAt::Call(at.at_call),
+    };
+    drive(os, pid, thread, Some(pause_at))
+}
+
+/// Where [`drive`] stops a step.
+enum PauseAt {
+    /// Before this call (counting down as calls are answered).
+    Call(u32),
+    /// Before the call after a write of a file named so.
+    AfterWrite(String),
 }
 
 impl<R: Send + 'static> Paused<R> {
@@ -344,18 +424,35 @@ fn drive<R: Send + 'static>(
     os: &mut SimOs,
     pid: Pid,
     thread: Thread<R>,
-    mut pause_at: Option<u32>,
+    mut pause_at: Option<PauseAt>,
 ) -> Outcome<R> {
+    // The step's last call wrote the file `AfterWrite` waits for.
+    let mut wrote = false;
     loop {
         match thread.from_step.recv() {
-            Ok(Msg::Call(call)) => {
-                if pause_at == Some(0) {
+            Ok(Msg::Call(call, writes)) => {
+                let here = match &pause_at {
+                    Some(PauseAt::Call(n)) => *n == 0,
+                    Some(PauseAt::AfterWrite(_)) => wrote,
+                    None => false,
+                };
+                if here {
                     return Outcome::Paused(Paused {
                         thread: Some(thread),
                         call: Some(call),
                     });
                 }
-                pause_at = pause_at.map(|n| n - 1);
+                match &mut pause_at {
+                    Some(PauseAt::Call(n)) => *n -= 1,
+                    Some(PauseAt::AfterWrite(name)) => {
+                        wrote = writes.as_deref().is_some_and(|path| {
+                            path.rsplit('/')
+                                .next()
+                                .is_some_and(|last| last.starts_with(name.as_str()))
+                        });
+                    }
+                    None => {}
+                }
                 let answer = as_process(os, pid, call);
                 let _ = thread.answers.send(answer);
             }
@@ -394,6 +491,7 @@ mod tests {
             Preemption {
                 at_call: 1,
                 pause: Duration::from_millis(1),
+                after_write: None,
             },
             step,
         ) else {
@@ -410,6 +508,7 @@ mod tests {
             Preemption {
                 at_call: 5,
                 pause: Duration::from_millis(1),
+                after_write: None,
             },
             step,
         ) else {
@@ -422,6 +521,7 @@ mod tests {
         let at = Preemption {
             at_call: 0,
             pause: Duration::from_millis(1),
+            after_write: None,
         };
         let Outcome::Paused(paused) = run(&mut os, 7, at, writes) else {
             panic!("paused at its first call");
@@ -431,14 +531,53 @@ mod tests {
     }
 
     #[test]
+    fn a_step_pauses_right_after_its_write_of_the_named_file() {
+        let mut os = SimOs::new(SimOsConfig::default());
+        os.create_dir_all("/k").unwrap();
+        let step = |os: &mut dyn Os| {
+            os.write_atomic("/k/other", b"0").unwrap();
+            os.write_atomic("/k/exiting", b"n").unwrap();
+            os.exists("/k/submission")
+        };
+        let at = Preemption {
+            at_call: 0,
+            pause: Duration::from_millis(1),
+            after_write: Some("exiting".into()),
+        };
+        let Outcome::Paused(paused) = run(&mut os, 7, at.clone(), step) else {
+            panic!("paused after the write");
+        };
+        assert!(os.exists("/k/exiting"), "the write is done");
+        os.write_atomic("/k/submission", b"s").unwrap();
+        assert!(
+            paused.resume(&mut os, 7),
+            "its next call sees the world after the pause"
+        );
+        // A step that writes no such file runs to its end.
+        let other = |os: &mut dyn Os| os.write_atomic("/k/other", b"1").is_ok();
+        assert!(matches!(run(&mut os, 7, at, other), Outcome::Done(true)));
+    }
+
+    #[test]
     fn the_same_seed_preempts_the_same_steps_and_zero_never() {
         let draws = |seed, permille| {
             let mut p = Preempter::new(seed, permille);
-            (0..200).map(|_| p.draw()).collect::<Vec<_>>()
+            (0..200).map(|i| p.draw(i)).collect::<Vec<_>>()
         };
         assert_eq!(draws(3, 300), draws(3, 300));
         assert!(draws(3, 300).iter().any(Option::is_some));
         assert!(draws(3, 300).iter().any(Option::is_none));
         assert!(draws(3, 0).iter().all(Option::is_none));
+        // An armed write: every step until it is met or its time is up,
+        // whatever the density.
+        let mut p = Preempter::new(3, 0);
+        p.arm_after_write("exiting", Duration::from_millis(5), 100);
+        let armed = p.draw(10).expect("armed");
+        assert_eq!(armed.after_write.as_deref(), Some("exiting"));
+        assert!(p.draw(20).is_some(), "not met yet");
+        p.paused(&armed);
+        assert!(p.draw(30).is_none(), "met once");
+        p.arm_after_write("exiting", Duration::from_millis(5), 100);
+        assert!(p.draw(100).is_none(), "its time is up");
     }
 }

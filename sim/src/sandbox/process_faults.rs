@@ -275,6 +275,16 @@ impl Sandbox {
         });
     }
 
+    /// The fault `PauseAfterWrite`: the next agent step that writes a
+    /// file named `file…` (within [`DISK_FULL_AT_RESULT_WITHIN_MS`])
+    /// stalls right after the write for `for_ms`.
+    pub fn pause_after_write(&mut self, now_ms: u64, file: &str, for_ms: u64) {
+        self.advance(now_ms);
+        let until_ms = now_ms.saturating_add(DISK_FULL_AT_RESULT_WITHIN_MS);
+        self.preempter
+            .arm_after_write(file, std::time::Duration::from_millis(for_ms), until_ms);
+    }
+
     /// Fills the disk armed by [`Sandbox::fill_disk_at`] at its deadline
     /// (the write it waits for did not come), and frees it when its time
     /// is over.
