@@ -183,7 +183,7 @@ pub struct Sandbox {
     results_seen: usize,
     /// The fault `DiskFull { at_result }` or `DiskFullAtWrite` armed or in
     /// force ([`Sandbox::fill_disk_at`]).
-    disk_at_result: Option<process_faults::DiskAtResult>,
+    armed_fill: Option<process_faults::ArmedFill>,
     /// Daemons whose exit sweep has begun.
     exiting_daemons: BTreeSet<Pid>,
     /// Of those, the ones that chose to go idle: a daemon is idle only
@@ -332,7 +332,7 @@ impl Sandbox {
             clock_offset: 0,
             self_exits: Vec::new(),
             results_seen: 0,
-            disk_at_result: None,
+            armed_fill: None,
             exiting_daemons: BTreeSet::new(),
             idle_exiting: BTreeSet::new(),
             idle_exit_cgroups: Vec::new(),
@@ -391,7 +391,7 @@ impl Sandbox {
         self.os.advance(now);
         self.cancel_for_held_shim(now_ms);
         self.cancel_at_result(now_ms);
-        self.disk_full_at_result(now_ms);
+        self.advance_armed_fill(now_ms);
         if self.os.is_frozen() {
             // The daemons are frozen too.
             self.flush_events();
@@ -730,7 +730,7 @@ impl Sandbox {
             .min();
         // A daemon's step may have filled the disk at a result since the
         // last look: looked at again at once.
-        let disk = self.disk_at_result.as_ref().map(|a| {
+        let disk = self.armed_fill.as_ref().map(|a| {
             if self.os.filled_at() {
                 self.virtual_ms(self.os.now_ts())
             } else {

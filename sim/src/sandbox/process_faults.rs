@@ -253,7 +253,7 @@ impl Sandbox {
     /// dropped.
     pub fn fill_disk_at(&mut self, now_ms: u64, for_ms: u64, at: FillAt) {
         self.advance(now_ms);
-        if self.disk_at_result.is_some() {
+        if self.armed_fill.is_some() {
             self.trace.at(
                 now_ms,
                 "fault",
@@ -267,7 +267,7 @@ impl Sandbox {
         let kernels = format!("{}/kernels", self.root);
         self.os.fill_disk_at(&kernels, at.clone());
         self.note_lossy(None, "the disk was full".into());
-        self.disk_at_result = Some(DiskAtResult {
+        self.armed_fill = Some(ArmedFill {
             at,
             for_ms,
             deadline_ms: now_ms.saturating_add(DISK_FULL_AT_RESULT_WITHIN_MS),
@@ -288,8 +288,8 @@ impl Sandbox {
     /// Fills the disk armed by [`Sandbox::fill_disk_at`] at its deadline
     /// (the write it waits for did not come), and frees it when its time
     /// is over.
-    pub(super) fn disk_full_at_result(&mut self, now_ms: u64) {
-        let Some(armed) = self.disk_at_result.as_mut() else {
+    pub(super) fn advance_armed_fill(&mut self, now_ms: u64) {
+        let Some(armed) = self.armed_fill.as_mut() else {
             return;
         };
         if armed.filled_ms.is_none() {
@@ -310,14 +310,14 @@ impl Sandbox {
                 );
             }
         }
-        let Some(armed) = self.disk_at_result.as_ref() else {
+        let Some(armed) = self.armed_fill.as_ref() else {
             return;
         };
         if armed
             .filled_ms
             .is_some_and(|f| now_ms >= f.saturating_add(armed.for_ms))
         {
-            self.disk_at_result = None;
+            self.armed_fill = None;
             self.os.free_disk();
             self.trace.at(
                 now_ms,
@@ -584,7 +584,7 @@ fn describe(v: &ProcView) -> String {
 }
 
 /// A [`Sandbox::fill_disk_at`] armed or in force.
-pub(crate) struct DiskAtResult {
+pub(crate) struct ArmedFill {
     /// The write it fills at.
     at: FillAt,
     for_ms: u64,
@@ -594,8 +594,8 @@ pub(crate) struct DiskAtResult {
     filled_ms: Option<u64>,
 }
 
-impl DiskAtResult {
-    /// When [`Sandbox::disk_full_at_result`] must look next (virtual ms).
+impl ArmedFill {
+    /// When [`Sandbox::advance_armed_fill`] must look next (virtual ms).
     pub(crate) fn next_wake(&self) -> u64 {
         match self.filled_ms {
             Some(f) => f.saturating_add(self.for_ms),
