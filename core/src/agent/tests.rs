@@ -44,6 +44,9 @@ pub(crate) struct FakeOs {
     acts: Vec<String>,
     /// How long starting a cell's shim takes (the clock moves on by it).
     launch_ms: u64,
+    /// Writes of a file whose path ends so fail, as on a disk that
+    /// filled just then.
+    refuse_writes_of: Option<&'static str>,
 }
 
 fn proc_(pid: Pid, ppid: Pid, pgid: Pid) -> ProcInfo {
@@ -101,6 +104,9 @@ impl Os for FakeOs {
     }
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.room()?;
+        if self.refuse_writes_of.is_some_and(|end| path.ends_with(end)) {
+            return Err(OsError::Other("No space left on device".into()));
+        }
         self.files.insert(path.into(), data.to_vec());
         Ok(())
     }
@@ -2308,6 +2314,25 @@ fn recorded_daemon_10(os: &mut FakeOs, k: &KernelLayout) -> Identity {
     };
     os.files.insert(k.identity(), to_json(&daemon));
     daemon
+}
+
+/// drawn seed 250: a spawn that started its daemon and then could not
+/// record its identity left it running with the kernel's config as its
+/// own; the client's spawn again (same nonce) started a second beside it.
+#[test]
+fn a_spawn_that_cannot_record_its_daemons_identity_ends_the_daemon() {
+    let mut os = FakeOs::new();
+    os.refuse_writes_of = Some("identity.json");
+    let failed = op_to_end(&mut os, spawn_op("n1"));
+    let error = failed.error.expect("the spawn fails as the write did");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Io);
+    assert!(error.detail.contains("identity.json"), "{}", error.detail);
+    assert!(os.signals.contains(&(50, Signal::Kill)), "{:?}", os.signals);
+    assert!(!os.procs.contains_key(&50), "the daemon it started is gone");
+    os.refuse_writes_of = None;
+    let again = op_to_end(&mut os, spawn_op("n1"));
+    assert!(again.error.is_none(), "{again:?}");
+    assert!(os.procs.contains_key(&50), "the spawn again starts one");
 }
 
 fn spawn_op(nonce: &str) -> crate::protocol::Op {
