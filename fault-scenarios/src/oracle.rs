@@ -2967,6 +2967,19 @@ mod tests {
         assert_eq!(check(&o), vec![]);
     }
 
+    /// A copy of the first cell, `c2` (`k#2`), run from 40 to 50 ms, that
+    /// finds the names of the kernel's earlier cells gone.
+    fn push_later_cell_finding_names_gone(o: &mut Observations) -> &mut CellObs {
+        let mut later = o.cells[0].clone();
+        later.label = "c2".into();
+        later.key = Some("k#2".into());
+        later.namespace_lost = true;
+        later.started_ms = 40;
+        later.ended_ms = Some(50);
+        o.cells.push(later);
+        o.cells.last_mut().expect("just pushed")
+    }
+
     /// two_clients seed 102860: an earlier cell of the kernel said its
     /// shell state was not kept (a full disk as it was saved); a later
     /// cell, another frontend's, finds that cell's names gone.
@@ -2975,13 +2988,7 @@ mod tests {
         let mut o = good();
         o.cells[0].started_ms = 10;
         o.cells[0].ended_ms = Some(20);
-        let mut later = o.cells[0].clone();
-        later.label = "c2".into();
-        later.key = Some("k#2".into());
-        later.namespace_lost = true;
-        later.started_ms = 40;
-        later.ended_ms = Some(50);
-        o.cells.push(later);
+        push_later_cell_finding_names_gone(&mut o);
         assert_eq!(check(&o)[0].kind(), "namespace_lost");
         o.cells[0].state_not_kept_noted = true;
         assert_eq!(check(&o), vec![]);
@@ -3003,14 +3010,7 @@ mod tests {
         o.cells[0].started_ms = 10;
         o.cells[0].resolved_ms = Some(20);
         o.cells[0].ended_ms = Some(20);
-        let mut later = o.cells[0].clone();
-        later.label = "c2".into();
-        later.key = Some("k#2".into());
-        later.namespace_lost = true;
-        later.started_ms = 40;
-        later.resolved_ms = Some(50);
-        later.ended_ms = Some(50);
-        o.cells.push(later);
+        push_later_cell_finding_names_gone(&mut o).resolved_ms = Some(50);
         let unreported = |o: &Observations| {
             check(o)
                 .iter()
