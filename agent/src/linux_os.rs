@@ -78,7 +78,7 @@ impl LinuxOs {
 
 /// argv[1..] of the daemon role (what `serve::run` parses).
 fn daemon_args(kernel_dir: &str, nonce: &str) -> Vec<OsString> {
-    ["serve", "--kernel-dir", kernel_dir, "--nonce", nonce]
+    tether_core::agent::kernel::daemon_args(kernel_dir, nonce)
         .map(OsString::from)
         .to_vec()
 }

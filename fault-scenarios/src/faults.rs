@@ -102,6 +102,48 @@ pub const WRITE_POINTS: [&str; 12] = [
     "orphan-",
 ];
 
+/// How long a [`FaultKind::KillAfterWrite`] waits for its write: longer
+/// than a disk fill's wait, for most of its files are written once a
+/// kernel (a spawn's) or once an idle spell (an idle exit's).
+pub const KILL_AFTER_WRITE_WITHIN_MS: u64 = 10_000;
+
+/// The files [`Family::KillAfterWrite`] kills their writer after: each
+/// one a daemon's tick or an op writes (shims are not stopped mid-step),
+/// where the next writer must take over from what the dead one left
+/// (`core/src/agent/layout.rs`).
+pub const CRASH_POINTS: [&str; 15] = [
+    // An idle exit's announcement, and a kernel's record as shut.
+    "exiting",
+    "shut",
+    // A cancel's tombstone.
+    "cancel",
+    // A submit's record, journal and code; a daemon's launch record.
+    "submission.json",
+    "journal",
+    "code",
+    "launch.json",
+    // A spawn's claim, config, language and identity.
+    "spawning",
+    "config.json",
+    "lang",
+    "identity.json",
+    // The shell state and note a daemon writes for a lost cell.
+    "shell",
+    "note",
+    // Not files: a daemon's start by a spawn, a cell shim's by a daemon
+    // (the writer killed with its child started and not yet recorded).
+    DAEMON_STARTED,
+    SHIM_STARTED,
+];
+
+/// The name a spawn's start of a daemon goes by in [`CRASH_POINTS`] (no
+/// file of that name is written).
+pub const DAEMON_STARTED: &str = "<daemon started>";
+
+/// The name a daemon's start of a cell's shim goes by in
+/// [`CRASH_POINTS`].
+pub const SHIM_STARTED: &str = "<shim started>";
+
 /// One kind of fault.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -254,6 +296,18 @@ pub enum FaultKind {
         /// What the written file's name starts with.
         file: String,
     },
+    /// The daemon or op command that next writes a file whose name starts
+    /// with `file` (within [`KILL_AFTER_WRITE_WITHIN_MS`]) is killed
+    /// (SIGKILL: an OOM kill, a crash) right after that write, before its
+    /// next call: the state between two writes of one step (a launch
+    /// record with no shim yet, a claim with no config, a submission
+    /// with no journal) is left for the next daemon or op to take over.
+    /// Over [`CRASH_POINTS`]. (Simulation only: the simulated OS stops
+    /// the step.)
+    KillAfterWrite {
+        /// What the written file's name starts with.
+        file: String,
+    },
     /// The channel's stream (on a seed whose client uses the channel) is
     /// cut in the middle of the next frame the sandbox sends: the first
     /// `at_permille` thousandths of it arrive, then the connection ends
@@ -353,6 +407,7 @@ impl FaultKind {
             FaultKind::DiskFull { .. } => Family::DiskFull,
             FaultKind::DiskFullAtWrite { .. } => Family::DiskFullAtWrite,
             FaultKind::PauseAfterWrite { .. } => Family::PauseAfterWrite,
+            FaultKind::KillAfterWrite { .. } => Family::KillAfterWrite,
             FaultKind::ChannelCut { .. } => Family::ChannelCut,
             FaultKind::ChannelHalfOpen { .. } => Family::ChannelHalfOpen,
             FaultKind::ChannelStall { .. } => Family::ChannelStall,
@@ -501,11 +556,14 @@ pub enum Family {
     /// [`FaultKind::PauseAfterWrite`]. Drawn only where a scenario's own
     /// families name it.
     PauseAfterWrite,
+    /// [`FaultKind::KillAfterWrite`]. Drawn only where a scenario's own
+    /// families name it.
+    KillAfterWrite,
 }
 
 impl Family {
     /// Every family.
-    pub const ALL: [Family; 32] = [
+    pub const ALL: [Family; 33] = [
         Family::Partition,
         Family::Hold,
         Family::Drop,
@@ -538,6 +596,7 @@ impl Family {
         Family::ReplacedAfterOp,
         Family::DiskFullAtWrite,
         Family::PauseAfterWrite,
+        Family::KillAfterWrite,
     ];
 
     /// Faults on the channel's stream, drawn only by a seed whose client
@@ -676,6 +735,9 @@ impl Family {
             Family::PauseAfterWrite => FaultKind::PauseAfterWrite {
                 for_ms: rng.random_range(1..=600),
                 file: WRITE_POINTS[rng.random_range(0..WRITE_POINTS.len())].to_owned(),
+            },
+            Family::KillAfterWrite => FaultKind::KillAfterWrite {
+                file: CRASH_POINTS[rng.random_range(0..CRASH_POINTS.len())].to_owned(),
             },
             Family::PlainReplyLost => FaultKind::ReplyLost {
                 op: OpTarget::Plain,
@@ -878,6 +940,7 @@ pub fn healed_at_ms(faults: &[Fault]) -> u64 {
             | FaultKind::PauseAfterWrite { for_ms, .. } => {
                 after(DISK_FULL_AT_RESULT_WITHIN_MS.saturating_add(for_ms))
             }
+            FaultKind::KillAfterWrite { .. } => after(KILL_AFTER_WRITE_WITHIN_MS),
             FaultKind::ChannelHalfOpen { for_ms } | FaultKind::ChannelStall { for_ms } => {
                 after(for_ms)
             }

@@ -72,8 +72,11 @@ pub fn outages(schedule: &FaultSchedule, config: &Config) -> Outages {
             | FaultKind::CrashClient { .. }
             | FaultKind::Cancel { .. }
             | FaultKind::ClockJump { .. } => {}
-            // A killed op, a damaged reply: one failed exec.
-            FaultKind::KillOp { .. } | FaultKind::DamageReply { .. } => out.blips.push(at),
+            // A killed op, a damaged reply: one failed exec (a killed
+            // writer: an op's, or a daemon's which costs none).
+            FaultKind::KillOp { .. }
+            | FaultKind::DamageReply { .. }
+            | FaultKind::KillAfterWrite { .. } => out.blips.push(at),
             // Exec calls wait out a freeze; those up to a second old may
             // still be on the way, and the last fail at their deadline.
             FaultKind::FreezeSandbox { for_ms } => out.spans.push((

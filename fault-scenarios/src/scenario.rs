@@ -618,6 +618,7 @@ fn full_disk(all_faults: Vec<Family>) -> Scenario {
                     Family::DiskFullAtResult,
                     Family::DiskFullAtWrite,
                     Family::PauseAfterWrite,
+                    Family::KillAfterWrite,
                 ])
                 .collect(),
         ),
@@ -679,7 +680,11 @@ fn idle_exit(all_faults: Vec<Family>) -> Scenario {
         space: space(
             all_faults
                 .into_iter()
-                .chain([Family::DiskFullAtWrite, Family::PauseAfterWrite])
+                .chain([
+                    Family::DiskFullAtWrite,
+                    Family::PauseAfterWrite,
+                    Family::KillAfterWrite,
+                ])
                 .collect(),
         ),
         init_reaps: true,
@@ -1478,6 +1483,7 @@ fn drawn(all_faults: Vec<Family>) -> Scenario {
                     Family::ReplacedAfterOp,
                     Family::DiskFullAtWrite,
                     Family::PauseAfterWrite,
+                    Family::KillAfterWrite,
                 ])
                 .collect(),
         ),

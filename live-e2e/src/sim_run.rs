@@ -116,7 +116,8 @@ pub fn realisable(backend: &str) -> Vec<Family> {
             | Family::DiskFull
             | Family::DiskFullAtResult
             | Family::DiskFullAtWrite
-            | Family::PauseAfterWrite => false,
+            | Family::PauseAfterWrite
+            | Family::KillAfterWrite => false,
             // `docker pause` then `unpause` hung here mid-run (the unpause
             // never returned, on this cgroup v1 engine): off until that is
             // understood; the simulation keeps the fault.
@@ -183,9 +184,10 @@ pub fn unrealisable_schedule(
             FaultKind::DamageReply { .. }
             | FaultKind::DiskFull { .. }
             | FaultKind::DiskFullAtWrite { .. }
-            | FaultKind::PauseAfterWrite { .. } => {
+            | FaultKind::PauseAfterWrite { .. }
+            | FaultKind::KillAfterWrite { .. } => {
                 return Unrealisable::inherent(
-                    "a damaged reply and a full disk are made by the simulation only".to_owned(),
+                    "a damaged reply, a full disk and a step stopped after a named write are made by the simulation only".to_owned(),
                 )
             }
             FaultKind::ReplacedAfterOp { .. } => {
@@ -663,6 +665,7 @@ async fn apply(ctx: &Ctx<'_>, host: &Host, kind: FaultKind) {
         | FaultKind::DiskFull { .. }
         | FaultKind::DiskFullAtWrite { .. }
         | FaultKind::PauseAfterWrite { .. }
+        | FaultKind::KillAfterWrite { .. }
         | FaultKind::ReplacedAfterOp { .. }
         | FaultKind::ChannelCut { .. }
         | FaultKind::ChannelHalfOpen { .. }

@@ -30,13 +30,16 @@ use std::rc::Rc;
 use std::time::Duration;
 use tether_core::agent::daemon::{Daemon, DaemonStep, ExitCause};
 use tether_core::agent::journal;
+use tether_core::agent::kernel::read_json;
 use tether_core::agent::layout::KernelLayout;
 use tether_core::agent::op::OpRun;
 use tether_core::agent::{Os, Pid};
 use tether_core::bytes::Bytes;
 use tether_core::ids::{CellSeq, RequestId};
 use tether_core::protocol::install::installed_line;
-use tether_core::protocol::{EntryKind, Envelope, InstallRefusal, JournalRead, OpKind, Submission};
+use tether_core::protocol::{
+    EntryKind, Envelope, Identity, InstallRefusal, JournalRead, OpKind, Submission,
+};
 use tether_core::time::Timestamp;
 
 mod background;
@@ -160,6 +163,9 @@ pub struct Sandbox {
     /// Daemons that decided to exit by themselves (idle), with when
     /// (virtual ms).
     pub self_exits: Vec<(u64, Pid)>,
+    /// Daemons the fault `kill_after_write` killed, with when (virtual
+    /// ms).
+    pub killed_after_write: Vec<(u64, Pid)>,
     /// Cell processes alive at the snapshot without the cell's marker
     /// (`env -i`) in a sandbox without cgroups: once out of the
     /// interpreter's tree nothing ties them to a Python cell, the
@@ -331,6 +337,7 @@ impl Sandbox {
             shim_finished: BTreeSet::new(),
             clock_offset: 0,
             self_exits: Vec::new(),
+            killed_after_write: Vec::new(),
             results_seen: 0,
             armed_fill: None,
             exiting_daemons: BTreeSet::new(),
@@ -598,6 +605,23 @@ impl Sandbox {
             preempt::Outcome::Done((logic, step)) => {
                 run.logic = Some(logic);
                 Some((step, now, launched_before))
+            }
+            preempt::Outcome::Paused(tick) if at.kill => {
+                // The fault `kill_after_write`: the tick ends at the write
+                // (dropping it abandons the rest), its process with it.
+                self.preempter.paused(&at);
+                drop(tick);
+                let dir = run.kernel_dir.clone();
+                self.os.kill_from_outside(pid);
+                self.trace.at(
+                    now_ms,
+                    "sandbox",
+                    format!("daemon {pid} KILLED {} (fault)", at.describe()),
+                );
+                self.note_fault_killed_daemon(pid, &dir, true);
+                self.killed_after_write.push((now_ms, pid));
+                self.flush_events();
+                None
             }
             preempt::Outcome::Paused(tick) => {
                 self.preempter.paused(&at);
@@ -888,6 +912,7 @@ impl Sandbox {
                         || victim.starts_with("exec")
                         || (victim.starts_with("daemon")
                             && !self.pid_shut(*to)
+                            && !self.unrecorded_daemon_ended_by_an_op(*from, *to)
                             && matches!(signal, SimSignal::Kill | SimSignal::Term));
                     if bystander && *from != *to {
                         self.collateral.push(format!(
@@ -902,6 +927,25 @@ impl Sandbox {
             self.trace
                 .at(self.virtual_ms(e.at), "proc", excerpt(text.as_bytes(), 110));
         }
+    }
+
+    /// `to` is a kernel daemon no identity record names (a spawn started
+    /// it and died before recording it) and `from` an agent op: a spawn
+    /// ends such a daemon before it starts the kernel's next (no probe
+    /// finds it, so no cell reached it). A recorded daemon stays a
+    /// bystander of every op but its kernel's shutdown.
+    fn unrecorded_daemon_ended_by_an_op(&self, from: Pid, to: Pid) -> bool {
+        // Its run may be gone already (its exit comes before the signal
+        // in the events).
+        let Some(kernel) = self.kernel_of_pid.get(&to) else {
+            return false;
+        };
+        let dir = format!("{}/kernels/{kernel}", self.root);
+        let recorded = read_json::<Identity>(&self.os, &KernelLayout::new(&dir).identity())
+            .ok()
+            .flatten()
+            .is_some_and(|i| i.pid == to);
+        !recorded && self.roles.get(&from).is_some_and(|r| r.starts_with("exec"))
     }
 
     /// `from` is the shim of `cell` (its cell shim, or its kernel's
@@ -1164,24 +1208,32 @@ impl Sandbox {
         for d in dirs {
             let dir = format!("{kernels}/{d}");
             if let Some(pid) = self.os.kill_daemon(&dir) {
-                self.note_daemon_killed(pid);
-                self.note_lossy(Some(&d), format!("its daemon {pid} was killed"));
-                if self.os.refuses_writes(&format!("{dir}/leftovers")) {
-                    self.daemon_killed_on_full_disk = true;
-                }
-                self.stop_interrupted(&dir);
-                self.fault_killed.insert(pid);
-                if self.os.config().pid_max <= SMALL_PID_MAX && killed.is_empty() {
-                    // Where pids are few, the next birth after its reaping
-                    // takes the dead daemon's pid: a record of it must be
-                    // told from the newcomer by its start time.
-                    self.os.reuse_pid_next(pid);
-                }
+                self.note_fault_killed_daemon(pid, &dir, killed.is_empty());
                 killed.push(pid);
             }
         }
         self.flush_events();
         killed
+    }
+
+    /// What the sandbox keeps of a kernel daemon a fault just killed (a
+    /// KILL already delivered); `may_reuse`: its pid may be the next
+    /// birth's (one at a time).
+    fn note_fault_killed_daemon(&mut self, pid: Pid, dir: &str, may_reuse: bool) {
+        let kernel = kernel_name(dir);
+        self.note_daemon_killed(pid);
+        self.note_lossy(Some(&kernel), format!("its daemon {pid} was killed"));
+        if self.os.refuses_writes(&format!("{dir}/leftovers")) {
+            self.daemon_killed_on_full_disk = true;
+        }
+        self.stop_interrupted(dir);
+        self.fault_killed.insert(pid);
+        if self.os.config().pid_max <= SMALL_PID_MAX && may_reuse {
+            // Where pids are few, the next birth after its reaping
+            // takes the dead daemon's pid: a record of it must be
+            // told from the newcomer by its start time.
+            self.os.reuse_pid_next(pid);
+        }
     }
 
     /// Restarts the sandbox (a fault); returns the daemons that were alive.
@@ -1787,7 +1839,8 @@ async fn handle(
 /// caught up to it; preempted at one of its OS calls if the seed's world
 /// draws it ([`crate::os::preempt`]): the poll then waits in virtual time
 /// while the rest of the sandbox runs, and goes on. `None`: its process
-/// died meanwhile (the sandbox rebooted), so the rest never ran.
+/// died meanwhile (the sandbox rebooted, a fault killed it), so the rest
+/// never ran.
 async fn op_step(
     sb: &Rc<RefCell<Sandbox>>,
     trace: &Trace,
@@ -1796,25 +1849,56 @@ async fn op_step(
     boot: &str,
     mut run: OpRun,
 ) -> Option<(OpRun, Option<Vec<u8>>)> {
+    let draw = |p: &mut preempt::Preempter| p.draw(now_ms());
+    preemptible_step(sb, trace, kind, pid, boot, draw, move |os| {
+        let line = run.poll(os);
+        (run, line)
+    })
+    .await
+}
+
+/// Runs `step` as process `pid` (an op command, the channel), preempted
+/// where `draw` says ([`crate::os::preempt`]): paused (the rest of the
+/// sandbox runs meanwhile, in virtual time) or killed there. `None`: the
+/// process died before the step's end (a fault killed it, the sandbox
+/// rebooted while it was paused).
+pub(crate) async fn preemptible_step<R: Send + 'static>(
+    sb: &Rc<RefCell<Sandbox>>,
+    trace: &Trace,
+    kind: &str,
+    pid: Pid,
+    boot: &str,
+    draw: impl FnOnce(&mut preempt::Preempter) -> Option<preempt::Preemption>,
+    step: impl FnOnce(&mut dyn Os) -> R + Send + 'static,
+) -> Option<R> {
     let paused = {
         let mut s = sb.borrow_mut();
         s.advance(now_ms());
-        let Some(at) = s.preempter.draw(now_ms()) else {
+        let Some(at) = draw(&mut s.preempter) else {
             let previous = s.os.current();
             s.os.set_current(pid);
-            let line = run.poll(&mut s.os);
+            let done = step(&mut s.os);
             s.os.set_current(previous);
             s.advance(now_ms());
-            return Some((run, line));
+            return Some(done);
         };
-        let poll = move |os: &mut dyn Os| {
-            let line = run.poll(os);
-            (run, line)
-        };
-        match preempt::run(&mut s.os, pid, at.clone(), poll) {
+        match preempt::run(&mut s.os, pid, at.clone(), step) {
             preempt::Outcome::Done(done) => {
                 s.advance(now_ms());
                 return Some(done);
+            }
+            preempt::Outcome::Paused(paused) if at.kill => {
+                // The fault `kill_after_write`: the step ends at the
+                // write, its process with it.
+                s.preempter.paused(&at);
+                drop(paused);
+                s.os.kill_from_outside(pid);
+                s.flush_events();
+                trace.log(
+                    "sandbox",
+                    format!("{kind} (pid {pid}) KILLED {} (fault)", at.describe()),
+                );
+                return None;
             }
             preempt::Outcome::Paused(paused) => {
                 s.preempter.paused(&at);

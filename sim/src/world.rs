@@ -310,6 +310,8 @@ pub fn run_in(
     } = deaths;
     // A daemon that exited by itself (idle timeout) died too.
     kernel_deaths.extend(sandbox.borrow().self_exits.iter().copied());
+    // As did one a fault killed right after a write.
+    kernel_deaths.extend(sandbox.borrow().killed_after_write.iter().copied());
     // The agent's code must never panic; a panicked op looked to the
     // client like a dropped connection, so only the sandbox can tell.
     harness.extend(sandbox.borrow().op_defects.iter().cloned());
@@ -548,6 +550,9 @@ fn apply(
                 }
                 FaultKind::PauseAfterWrite { for_ms, file } => {
                     sandbox.borrow_mut().pause_after_write(now, &file, for_ms)
+                }
+                FaultKind::KillAfterWrite { file } => {
+                    sandbox.borrow_mut().kill_after_write(now, &file)
                 }
                 FaultKind::ChannelCut { at_permille } => {
                     control.lock().channel_cut.push(at_permille)

@@ -4,8 +4,10 @@
 use super::journal::{self, read_journal};
 use super::layout::{CellLayout, KernelLayout};
 use super::os::{Os, OsError, Pid};
+use super::procs::{self, Table};
 use crate::protocol::{Identity, Lang, ProbeStatus};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 /// Default grace between TERM and KILL.
 pub const DEFAULT_GRACE_MS: u64 = 2_000;
@@ -269,6 +271,30 @@ pub fn make_dir(os: &mut dyn Os, kernel: &KernelLayout, path: &str) -> Result<()
         os.create_dir(&at)?;
     }
     Ok(())
+}
+
+/// A kernel daemon's command line after the program: `serve
+/// --kernel-dir <dir> --nonce <nonce>` (the probe finds the nonce there,
+/// a spawn the kernel's directory).
+pub fn daemon_args(kernel_dir: &str, nonce: &str) -> [String; 5] {
+    ["serve", "--kernel-dir", kernel_dir, "--nonce", nonce].map(str::to_owned)
+}
+
+/// The live daemons of this kernel by their command line
+/// ([`daemon_args`]), recorded or not, but for `caller` and its
+/// ancestors.
+pub fn daemons_by_command_line(os: &dyn Os, kernel: &KernelLayout, caller: Pid) -> BTreeSet<Pid> {
+    let table = Table::snapshot(os);
+    let protected = procs::protected(&table, caller);
+    let [serve, flag, ..] = daemon_args(kernel.dir(), "");
+    table
+        .iter()
+        .filter(|p| !p.zombie && !protected.contains(&p.pid))
+        .filter(|p| {
+            os.has_arg(p.pid, &serve) && os.has_arg(p.pid, &flag) && os.has_arg(p.pid, kernel.dir())
+        })
+        .map(|p| p.pid)
+        .collect()
 }
 
 /// The recorded daemon's pid when it is alive.

@@ -755,6 +755,16 @@ fn spawn_alone(
             orphans::kill_interpreters_of(os, &old.nonce);
         }
     }
+    // A daemon of this kernel that no identity names is one a spawn
+    // started and died before recording (killed between the two: an OOM
+    // kill, its exec's connection gone). No probe finds it, so no cell
+    // reached it; left beside the one this spawn starts, under the same
+    // nonce, it would take the next cell too (two daemons, cells run
+    // twice: drawn seed 101317, `kill_after_write` at the daemon's start).
+    let unrecorded = kernel::daemons_by_command_line(os, k, os.self_pid());
+    if !unrecorded.is_empty() {
+        procs::stop_and_kill(os, &unrecorded);
+    }
     // A fresh daemon starts from a fresh state: the old one's is lost.
     os.remove_all(&k.state_dir())
         .map_err(|e| io("clearing the old state", e))?;

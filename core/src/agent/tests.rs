@@ -215,10 +215,13 @@ impl Os for FakeOs {
         self.cgroups.remove(group);
         Ok(())
     }
-    fn spawn_daemon(&mut self, _dir: &str, nonce: &str) -> Result<Pid, OsError> {
-        self.add(proc_(50, 1, 50));
-        self.args.insert(50, vec!["serve".into(), nonce.into()]);
-        Ok(50)
+    /// Daemons are 50 (or the next pid free after it).
+    fn spawn_daemon(&mut self, dir: &str, nonce: &str) -> Result<Pid, OsError> {
+        let pid = (50..).find(|p| !self.procs.contains_key(p)).unwrap();
+        self.add(proc_(pid, 1, pid));
+        self.args
+            .insert(pid, crate::agent::kernel::daemon_args(dir, nonce).to_vec());
+        Ok(pid)
     }
     /// Shims are 60, 80, 100, …
     fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
@@ -2333,6 +2336,46 @@ fn a_spawn_that_cannot_record_its_daemons_identity_ends_the_daemon() {
     let again = op_to_end(&mut os, spawn_op("n1"));
     assert!(again.error.is_none(), "{again:?}");
     assert!(os.procs.contains_key(&50), "the spawn again starts one");
+}
+
+#[test]
+fn a_spawn_ends_the_daemon_a_killed_spawn_started_and_never_recorded() {
+    // drawn seed 101317: the spawn op was killed right after it started
+    // the daemon, before it wrote identity.json; the client's spawn again
+    // under the same nonce started a second daemon beside it, and both
+    // ran the next cell.
+    let mut os = FakeOs::new();
+    let daemon = |os: &mut FakeOs, pid: Pid, dir: &str, nonce: &str| {
+        os.add(proc_(pid, 1, pid));
+        os.args
+            .insert(pid, crate::agent::kernel::daemon_args(dir, nonce).to_vec());
+        pid
+    };
+    let unrecorded = daemon(&mut os, 70, "/r/kernels/k", "n1");
+    let other_kernels = daemon(&mut os, 71, "/r/kernels/other", "n9");
+    let again = op_to_end(&mut os, spawn_op("n1"));
+    assert!(again.error.is_none(), "{again:?}");
+    assert!(
+        os.signals.contains(&(unrecorded, Signal::Kill)),
+        "{:?}",
+        os.signals
+    );
+    assert!(!os.procs.contains_key(&unrecorded));
+    assert!(
+        os.procs.contains_key(&other_kernels),
+        "another kernel's daemon is no business of this spawn"
+    );
+    let recorded = crate::agent::kernel::live_daemon(&os, &KernelLayout::new("/r/kernels/k"))
+        .expect("the spawn's own daemon runs, recorded");
+    assert_eq!(
+        crate::agent::kernel::daemons_by_command_line(&os, &KernelLayout::new("/r/kernels/k"), 1),
+        BTreeSet::from([recorded.pid]),
+        "one daemon of the kernel"
+    );
+    // Its next spawn finds the recorded daemon and leaves it be.
+    let adopted = op_to_end(&mut os, spawn_op("n1"));
+    assert!(adopted.error.is_none(), "{adopted:?}");
+    assert!(os.procs.contains_key(&recorded.pid));
 }
 
 fn spawn_op(nonce: &str) -> crate::protocol::Op {

@@ -1022,8 +1022,9 @@ impl Os for SimOs {
 
     fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError> {
         let exe = self.config.agent_exe.clone();
+        let [a, b, c, d, e] = tether_core::agent::kernel::daemon_args(kernel_dir, nonce);
         let mut spec = ForkSpec::new(
-            &[&exe, "serve", "--kernel-dir", kernel_dir, "--nonce", nonce],
+            &[&exe, &a, &b, &c, &d, &e],
             Program::External,
             Role::Daemon {
                 kernel_dir: kernel_dir.trim_end_matches('/').to_owned(),

@@ -179,13 +179,18 @@ impl<R: Send + 'static> Os for Proxy<R> {
         let group = group.to_owned();
         self.call(move |os| os.remove_cgroup(&group))
     }
+    /// Named as a write of [`DAEMON_STARTED`] in the kernel's directory,
+    /// for a pause or kill right after it.
     fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError> {
         let (kernel_dir, nonce) = (kernel_dir.to_owned(), nonce.to_owned());
-        self.call(move |os| os.spawn_daemon(&kernel_dir, &nonce))
+        let named = format!("{kernel_dir}/{DAEMON_STARTED}");
+        self.call_writing(Some(named), move |os| os.spawn_daemon(&kernel_dir, &nonce))
     }
+    /// Named as a write of [`SHIM_STARTED`] in the cell's directory.
     fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
         let launch = launch.clone();
-        self.call(move |os| os.spawn_cell(&launch))
+        let named = format!("{}/{SHIM_STARTED}", launch.cell_dir);
+        self.call_writing(Some(named), move |os| os.spawn_cell(&launch))
     }
     fn random_token(&mut self) -> String {
         self.call(|os| os.random_token())
@@ -203,6 +208,13 @@ impl<R: Send + 'static> Os for Proxy<R> {
     }
 }
 
+/// The name a daemon's start goes by for a pause or kill after a write
+/// (no file is written: the spawn is the step's act that matters).
+pub const DAEMON_STARTED: &str = tether_scenarios::faults::DAEMON_STARTED;
+
+/// The name a cell shim's start goes by, likewise.
+pub const SHIM_STARTED: &str = tether_scenarios::faults::SHIM_STARTED;
+
 /// Where and for how long one step is preempted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Preemption {
@@ -216,6 +228,9 @@ pub struct Preemption {
     /// with this (the write done, nothing after it yet); a step that
     /// writes no such file runs to its end unpaused.
     pub after_write: Option<String>,
+    /// The step's process is killed where it pauses instead of going on
+    /// (the fault `kill_after_write`).
+    pub kill: bool,
 }
 
 impl Preemption {
@@ -246,6 +261,8 @@ struct ArmedWrite {
     pause: Duration,
     /// Virtual time (ms): the sandbox's clock may jump.
     until_ms: u64,
+    /// Killed there instead of paused.
+    kill: bool,
 }
 
 /// The most calls into a step a pause lands at.
@@ -275,6 +292,20 @@ impl Preempter {
             name: name.to_owned(),
             pause,
             until_ms,
+            kill: false,
+        });
+    }
+
+    /// The next step that writes a file named `name…` (before virtual
+    /// time `until_ms`) stops right after that write, for its process to
+    /// be killed there (the fault `kill_after_write`). One at a time, as
+    /// [`Preempter::arm_after_write`].
+    pub fn arm_kill_after_write(&mut self, name: &str, until_ms: u64) {
+        self.after_write = Some(ArmedWrite {
+            name: name.to_owned(),
+            pause: Duration::ZERO,
+            until_ms,
+            kill: true,
         });
     }
 
@@ -287,15 +318,8 @@ impl Preempter {
 
     /// Is the next step (at virtual time `now_ms`) preempted, and where?
     pub fn draw(&mut self, now_ms: u64) -> Option<Preemption> {
-        if let Some(armed) = &self.after_write {
-            if now_ms < armed.until_ms {
-                return Some(Preemption {
-                    at_call: 0,
-                    pause: armed.pause,
-                    after_write: Some(armed.name.clone()),
-                });
-            }
-            self.after_write = None;
+        if let Some(armed) = self.draw_armed(now_ms) {
+            return Some(armed);
         }
         if self.permille == 0 || self.rng.random_range(0..1000) >= self.permille {
             return None;
@@ -314,7 +338,26 @@ impl Preempter {
             at_call,
             pause: Duration::from_millis(pause_ms),
             after_write: None,
+            kill: false,
         })
+    }
+}
+
+impl Preempter {
+    /// As [`Preempter::draw`], but only a pause or kill a fault armed
+    /// (no random draw, so the seed's stream is left as it was).
+    pub fn draw_armed(&mut self, now_ms: u64) -> Option<Preemption> {
+        let armed = self.after_write.as_ref()?;
+        if now_ms < armed.until_ms {
+            return Some(Preemption {
+                at_call: 0,
+                pause: armed.pause,
+                after_write: Some(armed.name.clone()),
+                kill: armed.kill,
+            });
+        }
+        self.after_write = None;
+        None
     }
 }
 
@@ -492,6 +535,7 @@ mod tests {
                 at_call: 1,
                 pause: Duration::from_millis(1),
                 after_write: None,
+                kill: false,
             },
             step,
         ) else {
@@ -509,6 +553,7 @@ mod tests {
                 at_call: 5,
                 pause: Duration::from_millis(1),
                 after_write: None,
+                kill: false,
             },
             step,
         ) else {
@@ -522,6 +567,7 @@ mod tests {
             at_call: 0,
             pause: Duration::from_millis(1),
             after_write: None,
+            kill: false,
         };
         let Outcome::Paused(paused) = run(&mut os, 7, at, writes) else {
             panic!("paused at its first call");
@@ -543,6 +589,7 @@ mod tests {
             at_call: 0,
             pause: Duration::from_millis(1),
             after_write: Some("exiting".into()),
+            kill: false,
         };
         let Outcome::Paused(paused) = run(&mut os, 7, at.clone(), step) else {
             panic!("paused after the write");
@@ -577,6 +624,10 @@ mod tests {
         assert!(p.draw(20).is_some(), "not met yet");
         p.paused(&armed);
         assert!(p.draw(30).is_none(), "met once");
+        // A kill after a write: armed the same way, and says so.
+        p.arm_kill_after_write("launch.json", 100);
+        let armed = p.draw(40).expect("armed");
+        assert!(armed.kill && armed.after_write.as_deref() == Some("launch.json"));
         p.arm_after_write("exiting", Duration::from_millis(5), 100);
         assert!(p.draw(100).is_none(), "its time is up");
     }

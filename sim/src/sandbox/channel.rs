@@ -13,9 +13,10 @@
 //! Like the real agent it exits when its stdin ends, abandoning its ops
 //! (each is idempotent), unless a fault holds one back.
 
-use super::{wait_while_frozen, ExecGuard, Sandbox};
+use super::{preemptible_step, wait_while_frozen, ExecGuard, Sandbox};
 use crate::channel::CHANNEL_PORT;
 use crate::control::Control;
+use crate::os::preempt::Preempter;
 use crate::trace::{excerpt, now_ms, Trace};
 use crate::transport::{read_frame, WireRequest};
 use std::cell::RefCell;
@@ -172,13 +173,22 @@ async fn serve(
         // its first step kills anything), then a poll and what it said.
         for polled in [false, true] {
             if polled && detached_until.is_none_or(|until| now >= until) {
-                let mut s = sb.borrow_mut();
-                s.advance(now);
-                let previous = s.os.current();
-                s.os.set_current(pid);
-                server.poll(&mut s.os);
-                s.os.set_current(previous);
-                s.advance(now);
+                // Preempted only where a fault armed a pause or a kill
+                // after a write: a random preemption of the channel's
+                // polls would redraw every channel seed's world.
+                let armed = |p: &mut Preempter| p.draw_armed(now);
+                let step = move |os: &mut dyn Os| {
+                    server.poll(os);
+                    server
+                };
+                match preemptible_step(&sb, &trace, "channel", pid, &guard.boot, armed, step).await
+                {
+                    Some(polled) => server = polled,
+                    None => {
+                        guard.done = true;
+                        break 'run End::Killed;
+                    }
+                }
             }
             if polled && std::mem::take(&mut kill_after_poll) {
                 let mut s = sb.borrow_mut();

@@ -14,7 +14,7 @@
 //! act resolves them with the stop), unless a write was refused.
 
 use super::Sandbox;
-use tether_scenarios::faults::DISK_FULL_AT_RESULT_WITHIN_MS;
+use tether_scenarios::faults::{DISK_FULL_AT_RESULT_WITHIN_MS, KILL_AFTER_WRITE_WITHIN_MS};
 
 /// How long after a shim's death its daemon may take to record what came
 /// back to it: a tick (10 ms) stretched by a preemption (up to about
@@ -283,6 +283,15 @@ impl Sandbox {
         let until_ms = now_ms.saturating_add(DISK_FULL_AT_RESULT_WITHIN_MS);
         self.preempter
             .arm_after_write(file, std::time::Duration::from_millis(for_ms), until_ms);
+    }
+
+    /// The fault `KillAfterWrite`: the next daemon tick or op poll that
+    /// writes a file named `file…` (within [`KILL_AFTER_WRITE_WITHIN_MS`])
+    /// is killed right after the write.
+    pub fn kill_after_write(&mut self, now_ms: u64, file: &str) {
+        self.advance(now_ms);
+        let until_ms = now_ms.saturating_add(KILL_AFTER_WRITE_WITHIN_MS);
+        self.preempter.arm_kill_after_write(file, until_ms);
     }
 
     /// Fills the disk armed by [`Sandbox::fill_disk_at`] at its deadline
