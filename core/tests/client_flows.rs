@@ -1401,3 +1401,48 @@ fn a_resumed_cell_whose_number_holds_another_request_is_refused() {
         "{outcome:?}"
     );
 }
+
+/// A client that shut a kernel down (its eviction told of that loss) and
+/// opens it again is told of the state another client left there since,
+/// when the daemon that held it is gone (drawn_clients seed 201515, no
+/// faults: the other frontend bound a name after this one's eviction,
+/// its daemon exited idle, and this one's next cell met a NameError
+/// nobody announced). Opened again with nothing run since, it hears
+/// nothing more.
+#[test]
+fn a_kernel_opened_again_after_its_eviction_tells_of_cells_another_client_ran_since() {
+    for others_ran in [false, true] {
+        let mut cfg = support::config();
+        cfg.max_kernels = 1;
+        let mut h = Harness::with(Client::new(cfg, 16), Default::default());
+        h.open("a", Lang::Shell);
+        let first = h.run("a", "out a", None);
+        h.settle();
+        assert_eq!(h.outcome(&first), Some(CellOutcome::Ok));
+        h.open("b", Lang::Shell);
+        h.run_until(|h| !h.agent.kernels.contains_key(&kname("a")));
+        h.settle();
+        if others_ran {
+            // Another client opened it, ran a cell, and its daemon died.
+            let used = std::collections::BTreeSet::from([1]);
+            h.agent.kernels.insert(
+                kname("a"),
+                support::FakeKernel {
+                    used,
+                    ..Default::default()
+                },
+            );
+        }
+        let before = state_lost(&h);
+        h.open("a", Lang::Shell);
+        let again = h.run("a", "out b", None);
+        h.settle();
+        assert_eq!(h.outcome(&again), Some(CellOutcome::Ok), "{}", h.trace);
+        assert_eq!(
+            state_lost(&h) - before,
+            usize::from(others_ran),
+            "others ran: {others_ran}\n{}",
+            h.trace
+        );
+    }
+}

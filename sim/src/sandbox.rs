@@ -835,6 +835,11 @@ impl Sandbox {
                     self.shim_cell.remove(pid);
                     if role == "shim" {
                         if let Some(cell) = shim_cell(argv) {
+                            // A cell of that number again (a replaced
+                            // sandbox, a kernel opened again numbers from
+                            // 1): what the last one's shim did is not
+                            // this one's (drawn_clients seed 200733).
+                            self.shim_finished.remove(&cell);
                             self.shim_cell.insert(*pid, cell);
                         }
                     }

@@ -69,10 +69,10 @@ pub(crate) struct Kernel {
     /// starts a daemon after the kernel's shutdown, as a copy under a
     /// nonce the client forgot would (sandbox_replaced seed 165).
     pub(crate) spawn_nonce: Option<String>,
-    /// Opened by this client process with no record of the kernel, nor
-    /// of an earlier life of it here: a fresh daemon whose kernel ran
-    /// cells before it tells this client of a state it never saw, and
-    /// that is gone ([`Client::ran_before`]).
+    /// Opened by this client process with no record of the kernel, or
+    /// again after its own shutdown of it: a fresh daemon whose kernel
+    /// ran cells before it (since any shutdown) tells this client of a
+    /// state it never saw, and that is gone ([`Client::ran_before`]).
     pub(crate) newcomer: bool,
 }
 

@@ -186,7 +186,15 @@ impl Client {
                 // one left.
                 self.owed_shutdowns.remove(&kernel);
                 let mut k = Kernel::new(kernel.clone(), lang, self.now);
-                k.newcomer = !self.retired.contains_key(&kernel);
+                // A kernel this client shut down (its eviction told of
+                // that loss) may have run again since under another
+                // client, on a daemon now gone: a fresh spawn's
+                // `ran_before` counts the cells since the shutdown
+                // removed the kernel (drawn_clients seed 201515, no
+                // faults: the other frontend bound a name after this
+                // one's eviction, its daemon exited idle, and this one's
+                // cell met a NameError nobody announced).
+                k.newcomer = true;
                 k.next_seq = self.retired.get(&kernel).copied().unwrap_or(1);
                 self.kernels.insert(kernel.clone(), k);
                 self.connect(&kernel);
