@@ -111,7 +111,7 @@ pub const KILL_AFTER_WRITE_WITHIN_MS: u64 = 10_000;
 /// one a daemon's tick or an op writes (shims are not stopped mid-step),
 /// where the next writer must take over from what the dead one left
 /// (`core/src/agent/layout.rs`).
-pub const CRASH_POINTS: [&str; 15] = [
+pub const CRASH_POINTS: [&str; 18] = [
     // An idle exit's announcement, and a kernel's record as shut.
     "exiting",
     "shut",
@@ -130,6 +130,11 @@ pub const CRASH_POINTS: [&str; 15] = [
     // The shell state and note a daemon writes for a lost cell.
     "shell",
     "note",
+    // A Python cell handed to the interpreter, a loss left for the next
+    // cell to tell, a daemon's record of a process reparented to it.
+    "run",
+    "loss-untold",
+    "orphan-",
     // Not files: a daemon's start by a spawn, a cell shim's by a daemon
     // (the writer killed with its child started and not yet recorded).
     DAEMON_STARTED,

@@ -885,6 +885,19 @@ fn fixed(faults: Vec<(u64, FaultKind)>) -> FaultSchedule {
     )
 }
 
+/// `families` and the faults that wait for a write of their own (a disk
+/// that fills there, a pause or a kill right after it): the Python
+/// kernel's writes (the hand-off of a cell to the interpreter, its launch
+/// record, a loss left to tell) are points of their own.
+fn at_write_points(mut families: Vec<Family>) -> Vec<Family> {
+    families.extend([
+        Family::DiskFullAtWrite,
+        Family::PauseAfterWrite,
+        Family::KillAfterWrite,
+    ]);
+    families
+}
+
 /// Every scenario, in the order the explorer runs them.
 pub fn all() -> Vec<Scenario> {
     let escapes = vec![
@@ -1459,7 +1472,7 @@ pub fn all() -> Vec<Scenario> {
         full_disk(all_faults.clone()),
         idle_exit(all_faults.clone()),
     ])
-    .chain(python(all_faults.clone(), py_escapes, py_stuck))
+    .chain(python(at_write_points(all_faults.clone()), py_escapes, py_stuck))
     .chain(client_knobs(all_faults.clone()))
     .chain([fail_open(), drawn(all_faults.clone()), drawn_clients(all_faults)])
     .collect()

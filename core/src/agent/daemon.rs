@@ -1158,6 +1158,20 @@ impl Daemon {
     /// (the shim tells it in the cell it died in): the next cell's
     /// journal must.
     fn end_lost_interpreter(&mut self, os: &mut dyn Os) -> bool {
+        // A shim still alive with no interpreter under it may be one that
+        // has not started it yet (its exec under way): it goes first, or
+        // it starts one beside the next and both take the kernel's next
+        // cell (full_disk seed 501618: a hand-off a full disk refused was
+        // tried again a tick later, 1 ms after the shim's start, and the
+        // cell ran twice).
+        if let Some((pid, start)) = self.py {
+            if os
+                .process(pid)
+                .is_some_and(|p| p.starttime == start && !p.zombie)
+            {
+                procs::stop_and_kill(os, &BTreeSet::from([pid]));
+            }
+        }
         self.kill_orphaned_interpreters(os);
         self.py = None;
         let told = python::told_file(&self.kernel);

@@ -480,7 +480,19 @@ impl OpRun {
                 }
                 self.reply(Reply::Cancelled { state })
             }
-            Op::Shutdown { kernel, nonce } => {
+            Op::Shutdown {
+                kernel,
+                nonce,
+                unanswered_spawn,
+            } => {
+                if let Some(spawn) = &unanswered_spawn {
+                    // Whatever else this shutdown finds: a copy of that
+                    // spawn arriving later must start nothing (drawn seed
+                    // 500997: a channel read it 19 s late, after the
+                    // kernel was shut down under a newer nonce, and its
+                    // daemon outlived the run).
+                    let _ = kernel::record_shut(os, &self.layout.shut(&kernel), spawn);
+                }
                 let k = self.layout.kernel(&kernel);
                 if !os.exists(k.dir()) {
                     return self.reply(Reply::ShutDown { killed: 0 });

@@ -2378,6 +2378,30 @@ fn a_spawn_ends_the_daemon_a_killed_spawn_started_and_never_recorded() {
     assert!(os.procs.contains_key(&recorded.pid));
 }
 
+#[test]
+fn a_shutdown_retires_the_clients_unanswered_spawn() {
+    // drawn seed 500997: the client's spawn was read by a channel 19 s
+    // late, after the kernel had been opened again under a new nonce and
+    // shut down; it started a daemon nobody owned.
+    let mut os = FakeOs::new();
+    let shut = op_to_end(
+        &mut os,
+        crate::protocol::Op::Shutdown {
+            kernel: KernelName::new("k").unwrap(),
+            nonce: None,
+            unanswered_spawn: Some("n-late".into()),
+        },
+    );
+    assert!(shut.error.is_none(), "{shut:?}");
+    let late = op_to_end(&mut os, spawn_op("n-late"));
+    let error = late.error.expect("the late copy is refused");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
+    assert!(!os.procs.contains_key(&50), "no daemon started");
+    // Another nonce still spawns the kernel.
+    let fresh = op_to_end(&mut os, spawn_op("n2"));
+    assert!(fresh.error.is_none(), "{fresh:?}");
+}
+
 fn spawn_op(nonce: &str) -> crate::protocol::Op {
     crate::protocol::Op::Spawn {
         kernel: KernelName::new("k").unwrap(),
@@ -2418,6 +2442,7 @@ fn a_spawn_that_arrives_after_its_kernels_shutdown_starts_nothing() {
         crate::protocol::Op::Shutdown {
             kernel: KernelName::new("k").unwrap(),
             nonce: None,
+            unanswered_spawn: None,
         },
     );
     assert!(shut.error.is_none(), "{shut:?}");
@@ -2439,6 +2464,7 @@ fn a_spawn_that_arrives_after_its_kernels_shutdown_starts_nothing() {
         crate::protocol::Op::Shutdown {
             kernel: KernelName::new("k").unwrap(),
             nonce: None,
+            unanswered_spawn: None,
         },
     );
     for nonce in ["n1", "n2"] {
@@ -2456,6 +2482,7 @@ fn a_shutdown_that_arrives_after_its_kernel_was_spawned_again_leaves_the_new_dae
     let shutdown = |nonce: Option<&str>| crate::protocol::Op::Shutdown {
         kernel: KernelName::new("k").unwrap(),
         nonce: nonce.map(str::to_owned),
+        unanswered_spawn: None,
     };
     let mut os = FakeOs::new();
     assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
@@ -2496,6 +2523,7 @@ fn a_shutdown_and_a_spawn_of_another_nonce_never_run_across_each_other() {
     let shutdown = |nonce: &str| crate::protocol::Op::Shutdown {
         kernel: KernelName::new("k").unwrap(),
         nonce: Some(nonce.into()),
+        unanswered_spawn: None,
     };
     let mut os = FakeOs::new();
     assert!(op_to_end(&mut os, spawn_op("n1")).error.is_none());
@@ -2569,6 +2597,7 @@ fn a_late_spawn_of_a_replaced_daemon_starts_nothing_after_the_shutdown() {
         crate::protocol::Op::Shutdown {
             kernel: KernelName::new("k").unwrap(),
             nonce: Some("n2".into()),
+            unanswered_spawn: None,
         },
     );
     assert!(shut.error.is_none(), "{shut:?}");

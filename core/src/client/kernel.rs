@@ -298,6 +298,7 @@ impl Client {
                 // spawned, or lost and not yet spawned again): any daemon,
                 // since none newer can be this client's.
                 nonce: k.identity.as_ref().map(|i| i.nonce.clone()),
+                unanswered_spawn: k.spawn_nonce.clone(),
             }),
             _ => None,
         }

@@ -184,17 +184,20 @@ impl Client {
             None => {
                 // Opened again: its own shutdown will cover what the old
                 // one left.
-                self.owed_shutdowns.remove(&kernel);
+                let shutdown_owed = self.owed_shutdowns.remove(&kernel).is_some();
                 let mut k = Kernel::new(kernel.clone(), lang, self.now);
                 // A kernel this client shut down (its eviction told of
                 // that loss) may have run again since under another
-                // client, on a daemon now gone: a fresh spawn's
-                // `ran_before` counts the cells since the shutdown
-                // removed the kernel (drawn_clients seed 201515, no
-                // faults: the other frontend bound a name after this
-                // one's eviction, its daemon exited idle, and this one's
-                // cell met a NameError nobody announced).
-                k.newcomer = true;
+                // client, on a daemon now gone: once the shutdown removed
+                // the kernel, a fresh spawn's `ran_before` counts only
+                // cells run since (drawn_clients seed 201515, no faults:
+                // the other frontend bound a name after this one's
+                // eviction, its daemon exited idle, and this one's cell
+                // met a NameError nobody announced). A shutdown still
+                // owed removed nothing: the cells counted may be this
+                // client's own, whose loss the eviction told (reaper seed
+                // 500205 of the `--max-faults 8` long run).
+                k.newcomer = !(self.retired.contains_key(&kernel) && shutdown_owed);
                 k.next_seq = self.retired.get(&kernel).copied().unwrap_or(1);
                 self.kernels.insert(kernel.clone(), k);
                 self.connect(&kernel);

@@ -162,6 +162,12 @@ pub enum Op {
         /// alone. Without it, whatever runs the kernel is shut down.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nonce: Option<String>,
+        /// The nonce of a spawn the client sent and never had answered:
+        /// recorded as shut with the kernel, so that a copy of it that
+        /// arrives later (a channel request read late) starts no daemon
+        /// after the shutdown.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unanswered_spawn: Option<String>,
     },
     /// Remove kernel directories whose daemon is gone.
     Gc,
