@@ -464,6 +464,12 @@ impl Client {
         let outcome = match cell.outcome.take() {
             Some(CellOutcome::Cancelled) if cell.rec.timed_out => CellOutcome::TimedOut,
             Some(outcome) => outcome,
+            // Its result went to a client process that crashed before it
+            // resolved the cell (the cursor it persisted is past it): the
+            // cancel asked for, and why (drawn seed 300386: a timed-out
+            // cell resumed after a crash resolved `cancelled`, which the
+            // oracle took for the reaper's cancel).
+            None if cell.rec.cancel_requested && cell.rec.timed_out => CellOutcome::TimedOut,
             None if cell.rec.cancel_requested => CellOutcome::Cancelled,
             None => CellOutcome::Error {
                 message: "the cell's journal ended without a result entry".into(),
