@@ -470,10 +470,24 @@ pub fn cell(
         // A call its client crashed under never finished: it started when
         // the script started the cell.
         .map_or((seen.started_at.unwrap_or(0), None), |(_, s, e)| (*s, *e));
+    let frontend = if spec.second_client {
+        Frontend::Second
+    } else {
+        Frontend::First
+    };
+    let met_kernel_ms = seen.key.as_ref().and_then(|key| {
+        log.ready
+            .iter()
+            .zip(&log.ready_by)
+            .filter(|((_, _, k), f)| *k == key.kernel.as_str() && **f == frontend)
+            .map(|((at, _, _), _)| *at)
+            .min()
+    });
     CellObs {
         second_client: spec.second_client,
         nul_byte: spec.nul_byte,
         newcomer: seen.newcomer.unwrap_or(false),
+        met_kernel_ms,
         label: spec.label.clone(),
         key: seen.key.as_ref().map(ToString::to_string),
         python: spec.lang == Lang::Python,

@@ -39,6 +39,10 @@ pub struct CellObs {
     /// 47: the second frontend ran the first cells, the sandbox was
     /// replaced, and the first frontend's first cell met a fresh kernel).
     pub newcomer: bool,
+    /// When its frontend first saw a daemon of its kernel ready (any
+    /// time in the run), if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub met_kernel_ms: Option<u64>,
     /// Its code carries a NUL byte ([`crate::scenario::CellSpec::nul_byte`]):
     /// nothing of it may run, under any fault.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -1434,7 +1438,11 @@ pub fn check(obs: &Observations) -> Vec<Violation> {
         };
         // A frontend new to the kernel cannot be told: the other one,
         // which knew the daemon, says so at its own next call.
-        let by = if cell.newcomer { u64::MAX } else { end };
+        let by = if never_saw_the_lost_state(obs, cell, end) {
+            u64::MAX
+        } else {
+            end
+        };
         if died_before && cell.outcome == Some(CellOutcome::Ok) && !reported(by) {
             v.push(Violation::MissedStateLost {
                 cell: cell.label.clone(),
@@ -2051,6 +2059,23 @@ fn check_least_recent(
     }
 }
 
+/// Its frontend cannot be told of a loss before `end`: new to the kernel
+/// when the script started the cell, or it met the kernel only after the
+/// last death before `end` (it never saw the daemon whose state died;
+/// drawn_clients seed 300881: the sandbox replaced, the second frontend
+/// started a fresh kernel there, and its next cell read names the first
+/// had bound before). The frontend that knew the daemon says so at its
+/// own next call.
+fn never_saw_the_lost_state(obs: &Observations, cell: &CellObs, end: u64) -> bool {
+    let last_death = obs
+        .kernel_deaths
+        .iter()
+        .copied()
+        .filter(|&d| d <= end)
+        .max();
+    cell.newcomer || matches!((cell.met_kernel_ms, last_death), (Some(met), Some(d)) if met >= d)
+}
+
 /// The Python kernel's truths: its namespace is lost only when its
 /// interpreter or daemon really died; a loss is reported (the agent's note
 /// in a cell's stderr, or "state lost") before a cell finds it; the note
@@ -2088,7 +2113,7 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
                 || noted
                 || notes.iter().any(|&r| r <= end)
                 || obs.state_lost_reports.iter().any(|&r| r <= end)
-                || cell.newcomer && !obs.state_lost_reports.is_empty();
+                || never_saw_the_lost_state(obs, cell, end) && !obs.state_lost_reports.is_empty();
             if !died {
                 v.push(Violation::NamespaceLost {
                     cell: cell.label.clone(),
@@ -2157,7 +2182,11 @@ fn check_shell_state(obs: &Observations, v: &mut Vec<Violation>) {
             .filter(|c| kernel.is_none() || kernel_of(c).is_none() || kernel_of(c) == kernel)
             .collect();
         let death_reported = first_death.is_some_and(|d| {
-            let by = if cell.newcomer { u64::MAX } else { end };
+            let by = if never_saw_the_lost_state(obs, cell, end) {
+                u64::MAX
+            } else {
+                end
+            };
             d <= end && obs.state_lost_reports.iter().any(|&r| r >= d && r <= by)
         });
         let noted = cell.state_not_kept_noted || earlier.iter().any(|c| c.state_not_kept_noted);
@@ -3088,6 +3117,35 @@ mod tests {
             check(&o)
         );
         o.state_lost_reports = vec![8_600];
+        assert!(kinds(&check(&o)).contains(&"unreported_loss"));
+    }
+
+    #[test]
+    fn a_frontend_that_met_the_kernel_only_after_its_death_is_told_by_the_other() {
+        // drawn_clients seed 300881: the sandbox was replaced at 2,055 ms;
+        // the second frontend first saw a (fresh) daemon at 2,200, and its
+        // cell at 2,510 found the first frontend's names gone; the first
+        // told the loss at 3,120.
+        let mut o = good();
+        o.kernel_deaths = vec![2_055];
+        o.cells[0].started_ms = 2_220;
+        o.cells[0].ended_ms = Some(2_510);
+        o.cells[0].namespace_lost = true;
+        o.cells[0].outcome = Some(CellOutcome::Exit { code: 2 });
+        o.state_lost_reports = vec![3_120];
+        o.cells[0].met_kernel_ms = Some(2_200);
+        assert!(
+            !kinds(&check(&o)).contains(&"unreported_loss"),
+            "{:?}",
+            check(&o)
+        );
+        // One that knew the daemon before it died must be told by its
+        // cell's end.
+        o.cells[0].met_kernel_ms = Some(1_000);
+        assert!(kinds(&check(&o)).contains(&"unreported_loss"));
+        // And one that met it after a death, but before a later one.
+        o.cells[0].met_kernel_ms = Some(2_200);
+        o.kernel_deaths = vec![2_055, 2_300];
         assert!(kinds(&check(&o)).contains(&"unreported_loss"));
     }
 
