@@ -2393,13 +2393,19 @@ fn a_shutdown_retires_the_clients_unanswered_spawn() {
         },
     );
     assert!(shut.error.is_none(), "{shut:?}");
-    let late = op_to_end(&mut os, spawn_op("n-late"));
-    let error = late.error.expect("the late copy is refused");
-    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
-    assert!(!os.procs.contains_key(&50), "no daemon started");
+    assert_a_late_spawn_starts_nothing(&mut os, "n-late");
     // Another nonce still spawns the kernel.
     let fresh = op_to_end(&mut os, spawn_op("n2"));
     assert!(fresh.error.is_none(), "{fresh:?}");
+}
+
+/// A copy of a spawn whose nonce is spent (shut, refused) arrives late:
+/// refused as a conflict, and no daemon starts.
+fn assert_a_late_spawn_starts_nothing(os: &mut FakeOs, nonce: &str) {
+    let late = op_to_end(os, spawn_op(nonce));
+    let error = late.error.expect("a late copy of a spent spawn is refused");
+    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
+    assert!(!os.procs.contains_key(&50), "it starts nothing");
 }
 
 fn spawn_op(nonce: &str) -> crate::protocol::Op {
@@ -2545,10 +2551,7 @@ fn a_shutdown_and_a_spawn_of_another_nonce_never_run_across_each_other() {
     os.now = sweep.next_wake().unwrap().0;
     assert!(sweep.poll(&mut os).is_some());
     assert!(!os.exists("/r/kernels/k/config.json"));
-    let late = op_to_end(&mut os, spawn_op("n2-refused"));
-    let error = late.error.expect("a late copy of the refused spawn");
-    assert_eq!(error.kind, crate::protocol::ErrorKind::Conflict);
-    assert!(!os.procs.contains_key(&50), "starts nothing");
+    assert_a_late_spawn_starts_nothing(&mut os, "n2-refused");
     let after = op_to_end(&mut os, spawn_op("n2"));
     assert!(after.error.is_none(), "{after:?}");
     assert!(os.procs.contains_key(&50));
