@@ -522,6 +522,12 @@ impl Outages {
             let hi = at.saturating_sub(last);
             let lo = hi.saturating_sub(self.budget_ms.saturating_mul(j as u64));
             self.covered_ending_in(needed, lo, hi)
+        }) || (0..=blips).any(|k| {
+            // Or each attempt met a span of its own, the first `k` failed
+            // by single failures: the waits between the others are the
+            // later backoffs.
+            let gaps = self.backoffs_ms.get(k..n.saturating_sub(1)).unwrap_or(&[]);
+            self.attempts_fall_in_spans(gaps, at, at)
         })
     }
 
@@ -593,6 +599,41 @@ impl Outages {
             let latest = hi.min(b.saturating_add(100));
             earliest <= latest
         })
+    }
+
+    /// Could attempts `gaps` apart (in order: the first attempt, then one
+    /// after each wait), the last at some `e` with `lo <= e <= hi`, each
+    /// have met a span (to within the 100 ms an exec and a retry timer may
+    /// straddle)? Each attempt, not the stretch between them: a client
+    /// whose backoff carried it over a short reachable gap between two
+    /// partitions failed every attempt it made (drawn seed 400751: five
+    /// attempts in one partition, the sixth in the next, 480 ms later).
+    fn attempts_fall_in_spans(&self, gaps: &[u64], lo: u64, hi: u64) -> bool {
+        // How long before the last attempt each attempt came.
+        let mut before_last: Vec<u64> = vec![0];
+        for gap in gaps.iter().rev() {
+            before_last.push(before_last.last().copied().unwrap_or(0) + gap);
+        }
+        let met = |t: u64| {
+            self.spans
+                .iter()
+                .any(|&(a, b)| a.saturating_sub(100) <= t && t <= b.saturating_add(100))
+        };
+        let fits = |e: u64| before_last.iter().all(|&d| e >= d && met(e - d));
+        // The last attempts' times that fit form intervals whose ends are
+        // where some attempt meets a span's end: trying those (and the
+        // bounds) tries every interval.
+        let mut candidates = vec![lo, hi];
+        for &(a, b) in &self.spans {
+            for &d in &before_last {
+                candidates.push(a.saturating_sub(100) + d);
+                candidates.push(b.saturating_add(100) + d);
+            }
+        }
+        candidates
+            .into_iter()
+            .filter(|e| (lo..=hi).contains(e))
+            .any(fits)
     }
 }
 
@@ -2882,7 +2923,28 @@ mod tests {
         o.outages = Some(Outages {
             spans: vec![(812, 4_785)],
             blips: vec![812, 2_279],
+            ..outages.clone()
+        });
+        assert_eq!(kinds(&check(&o)), ["needless_unknown"]);
+        // Two partitions 480 ms apart, the backoff carrying the client
+        // over the gap: attempts at 1,257, 1,357, 1,557, 1,957 and 2,757
+        // ms failed in the first, the last at 3,757 in the second (drawn
+        // seed 400751). Every attempt failed: an honest give-up.
+        o.cells[0].ended_ms = Some(3_757);
+        let two = Outages {
+            spans: vec![(1_202, 3_075), (3_555, 3_823)],
+            // Each partition's start: a call in flight then would fail.
+            blips: vec![1_202, 3_555],
             ..outages
+        };
+        o.outages = Some(two.clone());
+        assert!(check(&o).is_empty());
+        // The same give-up with the second partition 300 ms earlier: the
+        // last attempt would have met a sandbox that answers.
+        o.outages = Some(Outages {
+            spans: vec![(1_202, 3_075), (3_255, 3_523)],
+            blips: vec![1_202, 3_255],
+            ..two
         });
         assert_eq!(kinds(&check(&o)), ["needless_unknown"]);
     }

@@ -155,9 +155,12 @@ pub struct Sandbox {
     shim_killed_cells: BTreeSet<(String, u64)>,
     /// The cell (kernel name, seq) of each cell shim, by pid.
     shim_cell: BTreeMap<Pid, (String, u64)>,
-    /// Cells (kernel name, seq) whose shim exited by itself with 0: it
-    /// saw its cell to the end (ground truth for the state notes).
-    pub shim_finished: BTreeSet<(String, u64)>,
+    /// The shims each cell number (kernel name, seq) had, in order, and
+    /// whether each exited by itself with 0: it saw its cell to the end
+    /// (ground truth for the state notes). A number has more than one
+    /// shim where a replaced sandbox or a kernel opened again numbers
+    /// from 1 again.
+    shim_runs: BTreeMap<(String, u64), Vec<(Pid, bool)>>,
     /// The sandbox's clock runs this far ahead of virtual time (clock jumps).
     clock_offset: u64,
     /// Daemons that decided to exit by themselves (idle), with when
@@ -334,7 +337,7 @@ impl Sandbox {
             signalled_cells: BTreeSet::new(),
             shim_killed_cells: BTreeSet::new(),
             shim_cell: BTreeMap::new(),
-            shim_finished: BTreeSet::new(),
+            shim_runs: BTreeMap::new(),
             clock_offset: 0,
             self_exits: Vec::new(),
             killed_after_write: Vec::new(),
@@ -382,6 +385,11 @@ impl Sandbox {
     /// its daemon's death and its processes' signals from now on are
     /// expected.
     fn shutdown_seen(&mut self, kernel: String) {
+        // The daemons started up to this instant first: one a spawn
+        // started just before is one this shutdown may end (`drawn` seed
+        // 400948: registered after, it reopened the kernel the shutdown
+        // had just closed, and its end was judged collateral).
+        self.advance(now_ms());
         self.check_journals(Some(&kernel));
         self.shut_kernels.insert(kernel);
     }
@@ -835,11 +843,10 @@ impl Sandbox {
                     self.shim_cell.remove(pid);
                     if role == "shim" {
                         if let Some(cell) = shim_cell(argv) {
-                            // A cell of that number again (a replaced
-                            // sandbox, a kernel opened again numbers from
-                            // 1): what the last one's shim did is not
-                            // this one's (drawn_clients seed 200733).
-                            self.shim_finished.remove(&cell);
+                            self.shim_runs
+                                .entry(cell.clone())
+                                .or_default()
+                                .push((*pid, false));
                             self.shim_cell.insert(*pid, cell);
                         }
                     }
@@ -851,7 +858,10 @@ impl Sandbox {
                     status: crate::os::ExitStatus::Code(0),
                 } if self.shim_cell.contains_key(pid) => {
                     if let Some(cell) = self.shim_cell.get(pid) {
-                        self.shim_finished.insert(cell.clone());
+                        let runs = self.shim_runs.entry(cell.clone()).or_default();
+                        if let Some(run) = runs.iter_mut().rev().find(|(p, _)| p == pid) {
+                            run.1 = true;
+                        }
                     }
                 }
                 ProcEventKind::Exit { pid, status }
@@ -1047,6 +1057,17 @@ impl Sandbox {
     }
 
     /// A shutdown of `kernel` was seen.
+    /// Every shim cell `seq` of `kernel` had saw its cell to the end (a
+    /// note that one was killed would be false). A cell number used again
+    /// (a replaced sandbox, a kernel opened again) counts each of its
+    /// shims: a note may speak of any (drawn_clients seeds 200733,
+    /// 400684).
+    pub fn every_shim_finished(&self, kernel: &str, seq: u64) -> bool {
+        self.shim_runs
+            .get(&(kernel.to_owned(), seq))
+            .is_some_and(|runs| runs.iter().all(|&(_, finished)| finished))
+    }
+
     fn is_shut(&self, kernel: &str) -> bool {
         self.shut_kernels.contains(kernel)
     }
@@ -1706,14 +1727,13 @@ async fn handle(
     let op_kernel = serde_json::from_slice::<Envelope>(&stdin)
         .ok()
         .and_then(|e| e.op.kernel().map(|k| k.as_str().to_owned()));
-    if op == Some(OpKind::Shutdown) {
-        sb.borrow_mut()
-            .shutdown_seen(op_kernel.clone().unwrap_or_default());
-    }
     let root = root_arg(&argv);
     let (pid, boot) = {
         let mut s = sb.borrow_mut();
         s.advance(now_ms());
+        if op == Some(OpKind::Shutdown) {
+            s.shutdown_seen(op_kernel.clone().unwrap_or_default());
+        }
         if !s.os.exists(&argv[0]) {
             trace.log("sandbox", format!("exec {kind}: agent not installed"));
             return Some(WireResponse {

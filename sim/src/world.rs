@@ -873,7 +873,7 @@ fn false_notes(scenario: &Scenario, log: &ClientLog, sandbox: &Sandbox) -> Vec<S
                 continue;
             };
             if format!(" {tail}").starts_with(SHIM_KILLED_NOTE.1)
-                && sandbox.shim_finished.contains(&(kernel.clone(), seq))
+                && sandbox.every_shim_finished(&kernel, seq)
             {
                 found.push(format!(
                     "{} was told that the shim of cell {seq} of {kernel} was killed before the cell ended; that shim finished it and exited 0",
