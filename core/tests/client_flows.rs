@@ -1446,3 +1446,46 @@ fn a_kernel_opened_again_after_its_eviction_tells_of_cells_another_client_ran_si
         );
     }
 }
+
+#[test]
+fn a_kernel_opened_again_while_its_shutdown_is_owed_tells_of_cells_another_client_ran_since() {
+    // The eviction's shutdown never got through, so nothing was removed:
+    // the cells the fresh spawn counts up to this client's own last are
+    // its own, whose loss its eviction told (reaper seed 500205); those
+    // numbered past them another client ran since, on a daemon now gone,
+    // and this client never saw their state.
+    for others_ran in [false, true] {
+        let mut h = Harness::new(41);
+        h.open("a", Lang::Shell);
+        let first = h.run("a", "out a", None);
+        let second = h.run("a", "out b", None);
+        h.settle();
+        assert_eq!(h.outcome(&first), Some(CellOutcome::Ok));
+        assert_eq!(h.outcome(&second), Some(CellOutcome::Ok));
+        h.net = Net::Down;
+        h.client.shutdown(&kname("a"), h.now);
+        h.run_until(|h| h.client.kernels().all(|k| k.as_str() != "a"));
+        assert!(
+            h.trace.contains("could not shut kernel a down"),
+            "{}",
+            h.trace
+        );
+        // Its daemon is gone (an idle exit), its files are not.
+        let k = h.agent.kernels.get_mut(&kname("a")).expect("never reached");
+        k.daemon = None;
+        if others_ran {
+            k.used.extend([3, 4]);
+        }
+        h.net = Net::Up;
+        let before = state_lost(&h);
+        h.open("a", Lang::Shell);
+        h.run_until(|h| h.agent.kernels[&kname("a")].daemon.is_some());
+        h.settle();
+        assert_eq!(
+            state_lost(&h) - before,
+            usize::from(others_ran),
+            "others ran: {others_ran}\n{}",
+            h.trace
+        );
+    }
+}

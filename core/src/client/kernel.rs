@@ -74,6 +74,12 @@ pub(crate) struct Kernel {
     /// ran cells before it (since any shutdown) tells this client of a
     /// state it never saw, and that is gone ([`Client::ran_before`]).
     pub(crate) newcomer: bool,
+    /// Of those, the cells this client itself ran, up to this number
+    /// (opened again while its own shutdown of the kernel is still owed:
+    /// nothing was removed, and the loss of its own cells was told by
+    /// its eviction); 0 for a client that ran none there since any
+    /// shutdown.
+    pub(crate) own_cells_up_to: u64,
 }
 
 impl Kernel {
@@ -92,6 +98,7 @@ impl Kernel {
             recoveries: 0,
             spawn_nonce: None,
             newcomer: false,
+            own_cells_up_to: 0,
         }
     }
 
@@ -352,7 +359,7 @@ impl Client {
         let Some(k) = self.kernels.get_mut(name) else {
             return;
         };
-        if !std::mem::take(&mut k.newcomer) || ran_before == 0 {
+        if !std::mem::take(&mut k.newcomer) || ran_before <= k.own_cells_up_to {
             return;
         }
         self.events.push_back(Event::StateLost {

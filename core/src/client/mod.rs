@@ -194,11 +194,16 @@ impl Client {
                 // the other frontend bound a name after this one's
                 // eviction, its daemon exited idle, and this one's cell
                 // met a NameError nobody announced). A shutdown still
-                // owed removed nothing: the cells counted may be this
-                // client's own, whose loss the eviction told (reaper seed
-                // 500205 of the `--max-faults 8` long run).
-                k.newcomer = !(self.retired.contains_key(&kernel) && shutdown_owed);
-                k.next_seq = self.retired.get(&kernel).copied().unwrap_or(1);
+                // owed removed nothing: the cells counted up to this
+                // client's own last are its own, whose loss the eviction
+                // told (reaper seed 500205 of the `--max-faults 8` long
+                // run); those numbered past them another client ran since.
+                let retired_next = self.retired.get(&kernel).copied();
+                k.newcomer = true;
+                if shutdown_owed {
+                    k.own_cells_up_to = retired_next.map_or(0, |n| n.saturating_sub(1));
+                }
+                k.next_seq = retired_next.unwrap_or(1);
                 self.kernels.insert(kernel.clone(), k);
                 self.connect(&kernel);
             }
