@@ -108,10 +108,10 @@ pub const WRITE_POINTS: [&str; 12] = [
 pub const KILL_AFTER_WRITE_WITHIN_MS: u64 = 10_000;
 
 /// The files [`Family::KillAfterWrite`] kills their writer after: each
-/// one a daemon's tick or an op writes (shims are not stopped mid-step),
-/// where the next writer must take over from what the dead one left
+/// one a daemon's tick, an op or a shim writes, where the next writer
+/// must take over from what the dead one left
 /// (`core/src/agent/layout.rs`).
-pub const CRASH_POINTS: [&str; 18] = [
+pub const CRASH_POINTS: [&str; 20] = [
     // An idle exit's announcement, and a kernel's record as shut.
     "exiting",
     "shut",
@@ -139,6 +139,12 @@ pub const CRASH_POINTS: [&str; 18] = [
     // (the writer killed with its child started and not yet recorded).
     DAEMON_STARTED,
     SHIM_STARTED,
+    // A shim's record of its cell's cgroup (made, no cell in it yet), and
+    // the loss of a kernel's namespace an interpreter shim marks told.
+    // Shims meet the names above too: a journal append (a last one with
+    // `done`, its flag not yet written), an orphan record.
+    "cgroup",
+    "loss-told",
 ];
 
 /// The name a spawn's start of a daemon goes by in [`CRASH_POINTS`] (no
@@ -301,10 +307,10 @@ pub enum FaultKind {
         /// What the written file's name starts with.
         file: String,
     },
-    /// The daemon or op command that next writes a file whose name starts
-    /// with `file` (within [`KILL_AFTER_WRITE_WITHIN_MS`]) is killed
-    /// (SIGKILL: an OOM kill, a crash) right after that write, before its
-    /// next call: the state between two writes of one step (a launch
+    /// The daemon, op command or shim that next writes a file whose name
+    /// starts with `file` (within [`KILL_AFTER_WRITE_WITHIN_MS`]) is
+    /// killed (SIGKILL: an OOM kill, a crash) right after that write,
+    /// before its next call: the state between two writes of one step (a launch
     /// record with no shim yet, a claim with no config, a submission
     /// with no journal) is left for the next daemon or op to take over.
     /// Over [`CRASH_POINTS`]. (Simulation only: the simulated OS stops

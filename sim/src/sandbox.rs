@@ -403,7 +403,7 @@ impl Sandbox {
     /// events into the trace.
     pub fn advance(&mut self, now_ms: u64) {
         let now = self.os_time(now_ms);
-        self.os.advance(now);
+        self.run_processes(now);
         self.cancel_for_held_shim(now_ms);
         self.cancel_at_result(now_ms);
         self.advance_armed_fill(now_ms);
@@ -529,7 +529,7 @@ impl Sandbox {
                 }
             }
             // What the daemon did may wake processes at this instant.
-            self.os.advance(now);
+            self.run_processes(now);
         }
         self.check_one_daemon_per_kernel(now_ms);
         self.flush_events();

@@ -48,6 +48,7 @@ pub mod process;
 pub mod pyshim;
 pub mod python;
 pub mod shim;
+mod shim_kill;
 pub mod signals;
 
 #[cfg(test)]
@@ -275,6 +276,8 @@ pub struct SimOs {
     hold_next_shim: bool,
     /// The shim held so (until [`SimOs::release_held_shim`], or the bound).
     held_shim: Option<Pid>,
+    /// The fault `kill_after_write` as a shim meets it ([`shim_kill`]).
+    shim_kill: shim_kill::ShimKill,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -309,6 +312,7 @@ impl SimOs {
             spinning: Vec::new(),
             hold_next_shim: false,
             held_shim: None,
+            shim_kill: shim_kill::ShimKill::default(),
             refused_writes: 0,
             line_tears: 0,
             batch_tears: 0,
@@ -893,6 +897,7 @@ impl Os for SimOs {
     }
 
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         self.fill_if_awaited(path, data, false);
         self.check_write(path)?;
         self.writable(path)?;
@@ -900,10 +905,12 @@ impl Os for SimOs {
         if path.ends_with(".ans") {
             self.note_answer(path);
         }
+        self.note_shim_write(path);
         Ok(())
     }
 
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         self.fill_if_awaited(path, data, false);
         self.check_write(path)?;
         self.writable(path)?;
@@ -911,10 +918,12 @@ impl Os for SimOs {
         if path.ends_with(".ans") {
             self.note_answer(path);
         }
+        self.note_shim_write(path);
         Ok(())
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         let result = disk::is_result_append(path, data);
         self.fill_if_awaited(path, data, true);
         if let Err(e) = self.check_write(path) {
@@ -929,6 +938,7 @@ impl Os for SimOs {
         if result && !self.results_journaled.contains_key(path) {
             self.results_journaled.insert(path.to_owned(), self.now);
         }
+        self.note_shim_write(path);
         Ok(())
     }
 
@@ -941,16 +951,19 @@ impl Os for SimOs {
     }
 
     fn create_dir_all(&mut self, path: &str) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         self.writable(path)?;
         self.fs.create_dir_all(path)
     }
 
     fn create_dir(&mut self, path: &str) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         self.writable(path)?;
         self.fs.create_dir(path)
     }
 
     fn remove_all(&mut self, path: &str) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         self.judge_removed_journals(path);
         self.fs.remove_all(path)
     }
@@ -998,6 +1011,7 @@ impl Os for SimOs {
     /// `rmdir`: only a cgroup without live members (nor child cgroups)
     /// goes.
     fn remove_cgroup(&mut self, group: &str) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         if !self.cgroups.contains(group) {
             return Ok(());
         }
@@ -1014,6 +1028,7 @@ impl Os for SimOs {
     /// As `kill(2)` on one pid; pid 0 is refused (it would mean the
     /// caller's group).
     fn signal(&mut self, pid: Pid, signal: Signal) -> Result<(), OsError> {
+        self.refuse_if_stopped()?;
         if pid == 0 {
             return Err(OsError::Other("refusing to signal pid 0".into()));
         }
@@ -1021,6 +1036,7 @@ impl Os for SimOs {
     }
 
     fn spawn_daemon(&mut self, kernel_dir: &str, nonce: &str) -> Result<Pid, OsError> {
+        self.refuse_if_stopped()?;
         let exe = self.config.agent_exe.clone();
         let [a, b, c, d, e] = tether_core::agent::kernel::daemon_args(kernel_dir, nonce);
         let mut spec = ForkSpec::new(
@@ -1051,6 +1067,7 @@ impl Os for SimOs {
     }
 
     fn spawn_cell(&mut self, launch: &CellLaunch) -> Result<Pid, OsError> {
+        self.refuse_if_stopped()?;
         let exe = self.config.agent_exe.clone();
         let json = serde_json::json!({
             "kernel_dir": launch.kernel_dir,

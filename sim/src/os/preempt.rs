@@ -25,7 +25,9 @@
 //!
 //! What is preempted ([`crate::sandbox`]): a kernel daemon's tick and an
 //! op command's poll (one-shot execs). Shims are not (their driver works
-//! on the simulated OS's internals); they run inside the others' pauses.
+//! on the simulated OS's internals); they run inside the others' pauses,
+//! and meet an armed kill after a write on the simulated OS itself
+//! (`super::shim_kill`).
 
 use super::SimOs;
 use rand::{Rng, SeedableRng};
@@ -344,6 +346,20 @@ impl Preempter {
 }
 
 impl Preempter {
+    /// The file name an armed `kill_after_write` waits for, while it may
+    /// still be met at `now_ms` (shims meet it on the simulated OS).
+    pub fn armed_kill(&self, now_ms: u64) -> Option<String> {
+        self.after_write
+            .as_ref()
+            .filter(|a| a.kill && now_ms < a.until_ms)
+            .map(|a| a.name.clone())
+    }
+
+    /// An armed write was met elsewhere (by a shim): no step meets it now.
+    pub fn disarm_after_write(&mut self) {
+        self.after_write = None;
+    }
+
     /// As [`Preempter::draw`], but only a pause or kill a fault armed
     /// (no random draw, so the seed's stream is left as it was).
     pub fn draw_armed(&mut self, now_ms: u64) -> Option<Preemption> {

@@ -134,7 +134,15 @@ impl SimOs {
         }
         let mut progress = false;
         loop {
-            match shim.machine.poll_step(self) {
+            if self.shim_stopped(pid) {
+                // Killed after a write: nothing after it happens.
+                return true;
+            }
+            let step = shim.machine.poll_step(self);
+            if self.shim_stopped(pid) {
+                return true;
+            }
+            match step {
                 InterpStep::StartInterpreter { argv, marker } => {
                     let started = self.start_interpreter(pid, shim, &argv, &marker);
                     shim.machine.handle_interpreter(started);
@@ -247,7 +255,7 @@ impl SimOs {
             }
             None => machine.handle_eof(stream),
         });
-        if let Some(ctl) = shim.reports() {
+        if let Some(ctl) = shim.reports().filter(|_| !self.shim_stopped(self.current)) {
             let (data, at_eof) = self.read_pipe(ctl);
             if !data.is_empty() {
                 any = true;

@@ -57,6 +57,10 @@ impl Shim {
 
     /// When this shim next has something to do.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
+        if os.shim_stopped(pid) {
+            // Stopped after a write, to be killed: it does nothing more.
+            return None;
+        }
         match self {
             Shim::Cell(s) => s.wake(os, pid),
             Shim::Interp(s) => s.wake(os, pid),
@@ -226,6 +230,9 @@ impl SimOs {
             Program::Shim(shim) => Ok(shim),
             other => Err(other),
         };
+        if self.shim_stopped(pid) {
+            return false;
+        }
         self.step_program(pid, take, Program::Shim, |os, shim| {
             os.as_process(pid, |os| match &mut **shim {
                 Shim::Cell(s) => os.shim_begins(pid, &mut s.start_at) && os.drive_shim(pid, s),
@@ -253,7 +260,15 @@ impl SimOs {
     fn drive_shim_steps(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
         let mut progress = false;
         loop {
-            match shim.machine.poll_step(self) {
+            if self.shim_stopped(pid) {
+                // Killed after a write: nothing after it happens.
+                return true;
+            }
+            let step = shim.machine.poll_step(self);
+            if self.shim_stopped(pid) {
+                return true;
+            }
+            match step {
                 ShimStep::MakeCgroup { name } => {
                     let made = self.make_cgroup(pid, &name);
                     if !shim.machine.handle_cgroup(self, made.clone()) {
@@ -389,6 +404,10 @@ impl SimOs {
     ) -> bool {
         let mut any = false;
         for &(id, stream) in pipes {
+            if self.shim_stopped(self.current) {
+                // Killed after a write: it reads no more.
+                break;
+            }
             let (data, at_eof) = self.read_pipe(id);
             if !data.is_empty() {
                 any = true;
@@ -426,6 +445,9 @@ impl SimOs {
         pid: Pid,
         mut f: impl FnMut(Timestamp, Pid, CoreExit),
     ) -> bool {
+        if self.shim_stopped(pid) {
+            return false;
+        }
         let reaped = self.reap_children(pid);
         for &(child, status) in &reaped {
             f(self.now, child, core_exit(status));

@@ -827,3 +827,39 @@ fn a_killed_daemons_pid_is_reused_only_once_its_session_is_empty() {
     assert_eq!(reused, daemon, "the next birth takes the freed pid");
     assert!(os.pids_wrapped(), "ground truth: a pid was reused");
 }
+
+#[test]
+fn a_shim_stopped_after_its_write_does_nothing_more_until_killed() {
+    // Armed at the journal, after the cell's first output was journaled:
+    // the next journal write (the append with its result and `done`)
+    // stops the shim there, before the done flag.
+    let mut os = SimOs::new(SimOsConfig::default());
+    let daemon = boot_daemon(&mut os);
+    let w = Workload::new(vec![print("one\n"), sleep(100), print("two\n")]);
+    let shim = start_cell(&mut os, daemon, 1, &w);
+    os.advance(at(50));
+    assert_eq!(stdout_of(&journal(&os, 1)), "one\n");
+    os.arm_shim_kill_after_write(Some("journal".into()));
+    os.advance(at(1_000));
+    // One more append landed (the rest of the output, or the end), and
+    // nothing after it: the shim is alive, stopped, and not done.
+    let j = journal(&os, 1);
+    assert!(os.is_alive(shim));
+    let flag = tether_core::agent::journal::done_flag(&format!("{KDIR}/cells/1/journal"));
+    assert!(!os.exists(&flag), "{j:?}");
+    // Running on changes nothing of it until it is killed.
+    os.advance(at(2_000));
+    assert_eq!(journal(&os, 1), j);
+    assert!(!os.exists(&flag));
+    let stopped = os.take_shim_stopped_at_write();
+    assert_eq!(stopped, Some((shim, "journal".to_owned())));
+    os.kill_from_outside(shim);
+    assert!(!os.is_alive(shim));
+    assert!(!os.exists(&flag));
+    // Unarmed, another shim runs its cell to the end.
+    os.arm_shim_kill_after_write(None);
+    let other = start_cell(&mut os, daemon, 2, &w);
+    os.advance(at(5_000));
+    assert_eq!(result_of(&journal(&os, 2)), Some(CellOutcome::Ok));
+    assert!(!os.is_alive(other));
+}

@@ -59,39 +59,73 @@ impl Sandbox {
     pub fn kill_shims(&mut self) -> Vec<Pid> {
         let shims = self.os.shims();
         for (pid, cell_dir) in &shims {
-            // Before the kill: a shim that had not journaled its cell's
-            // result had not promoted the state its shell saved either.
-            let journal = tether_core::agent::layout::CellLayout::from_dir(cell_dir).journal();
-            let had_result = tether_core::agent::journal::read_journal(&self.os, &journal)
-                .is_ok_and(|r| {
-                    r.entries
-                        .iter()
-                        .any(|e| matches!(e.kind, tether_core::protocol::EntryKind::Result { .. }))
-                });
-            self.note_shim_orphans(*pid);
-            self.os.kill_from_outside(*pid);
-            // `…/kernels/K/cells/N`: what its pipes held is lost.
-            let kernel = cell_dir.rsplit('/').nth(2).unwrap_or_default().to_owned();
-            self.note_lossy(Some(&kernel), format!("its shim {pid} was killed"));
-            // A cell shim's (an interpreter shim's directory names no cell):
-            // its daemon may end what the cell still runs.
-            let seq = cell_dir.rsplit('/').next().and_then(|n| n.parse().ok());
-            if let Some(seq) = seq {
-                if !had_result {
-                    let at = self.virtual_ms(self.os.now_ts());
-                    self.state_loss_causes
-                        .entry((kernel.clone(), seq))
-                        .or_default()
-                        .push(format!(
-                            "its shim {pid} was killed before its result at {at} ms"
-                        ));
-                }
-                self.shim_killed_cells.insert((kernel, seq));
-            }
+            self.kill_shim(*pid, cell_dir);
         }
         let pids: Vec<Pid> = shims.into_iter().map(|(pid, _)| pid).collect();
         self.flush_events();
         pids
+    }
+
+    /// Kills the shim `pid` of the cell (or interpreter) at `cell_dir`
+    /// from outside, with what the judgment of its cell needs.
+    fn kill_shim(&mut self, pid: Pid, cell_dir: &str) {
+        // Before the kill: a shim that had not journaled its cell's
+        // result had not promoted the state its shell saved either.
+        let journal = tether_core::agent::layout::CellLayout::from_dir(cell_dir).journal();
+        let had_result =
+            tether_core::agent::journal::read_journal(&self.os, &journal).is_ok_and(|r| {
+                r.entries
+                    .iter()
+                    .any(|e| matches!(e.kind, tether_core::protocol::EntryKind::Result { .. }))
+            });
+        self.note_shim_orphans(pid);
+        self.os.kill_from_outside(pid);
+        // `…/kernels/K/cells/N`: what its pipes held is lost.
+        let kernel = cell_dir.rsplit('/').nth(2).unwrap_or_default().to_owned();
+        self.note_lossy(Some(&kernel), format!("its shim {pid} was killed"));
+        // A cell shim's (an interpreter shim's directory names no cell):
+        // its daemon may end what the cell still runs.
+        let seq = cell_dir.rsplit('/').next().and_then(|n| n.parse().ok());
+        if let Some(seq) = seq {
+            if !had_result {
+                let at = self.virtual_ms(self.os.now_ts());
+                self.state_loss_causes
+                    .entry((kernel.clone(), seq))
+                    .or_default()
+                    .push(format!(
+                        "its shim {pid} was killed before its result at {at} ms"
+                    ));
+            }
+            self.shim_killed_cells.insert((kernel, seq));
+        }
+    }
+
+    /// Runs the simulated OS's processes up to `now`, shims meeting an
+    /// armed `kill_after_write` there (a shim stopped after its write is
+    /// killed at once, as a shim kill is).
+    pub(super) fn run_processes(&mut self, now: tether_core::time::Timestamp) {
+        let now_ms = self.virtual_ms(now);
+        let armed = self.preempter.armed_kill(now_ms);
+        self.os.arm_shim_kill_after_write(armed);
+        self.os.advance(now);
+        self.os.arm_shim_kill_after_write(None);
+        if let Some((pid, name)) = self.os.take_shim_stopped_at_write() {
+            self.preempter.disarm_after_write();
+            let cell_dir = self
+                .os
+                .shims()
+                .into_iter()
+                .find(|(p, _)| *p == pid)
+                .map(|(_, dir)| dir)
+                .unwrap_or_default();
+            self.trace.at(
+                now_ms,
+                "sandbox",
+                format!("shim {pid} KILLED after its write of {name} (fault)"),
+            );
+            self.kill_shim(pid, &cell_dir);
+            self.flush_events();
+        }
     }
 
     /// Before shim `shim` is killed: its untraceable children (a `setsid
