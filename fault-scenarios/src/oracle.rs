@@ -337,6 +337,11 @@ pub struct BackgroundObs {
     /// What was printed as the log was read or later: the log may hold
     /// some of it, in order, at its end.
     pub later: Vec<u8>,
+    /// What a printer timed to the shim's drain bound printed, where the
+    /// host cannot tell on which side of it the lines landed (live: no
+    /// clock says): each line is its cell's output or the log's, once
+    /// (`drawn`'s edge printers).
+    pub either: Vec<u8>,
     /// How many cells wrote to it (each writer looks at its size every
     /// [`tether_core::agent::background::CHECK_EVERY`] bytes).
     pub writers: u32,
@@ -353,6 +358,7 @@ impl Default for BackgroundObs {
             log: Ok(Vec::new()),
             written: Vec::new(),
             later: Vec::new(),
+            either: Vec::new(),
             writers: 0,
             lossy: Vec::new(),
         }

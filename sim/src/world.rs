@@ -778,6 +778,9 @@ fn observe(
                     .unwrap_or_else(|| Err("never read".into())),
                 written: truth.written,
                 later: truth.later,
+                // The simulated OS says on which side of the drain bound
+                // each line landed.
+                either: Vec::new(),
                 writers: truth.writers,
                 lossy: sandbox.background_lossy(k.as_str()),
             }

@@ -68,6 +68,16 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
         .iter()
         .flat_map(|b| lines(&b.written).into_iter().chain(lines(&b.later)))
         .collect();
+    // Lines printed at the drain bound, with the log that may hold them.
+    let either: Vec<(&[u8], Option<&Vec<u8>>)> = obs
+        .background
+        .iter()
+        .flat_map(|b| {
+            lines(&b.either)
+                .into_iter()
+                .map(move |l| (l, b.log.as_ref().ok()))
+        })
+        .collect();
     for cell in &obs.cells {
         for (stream, out) in [
             ("stdout", &cell.client_stdout),
@@ -78,6 +88,18 @@ pub(super) fn check(obs: &Observations, v: &mut Vec<Violation>) {
                     cell: cell.label.clone(),
                     detail: format!(
                         "its {stream} holds {:?}, printed in the background after its cell resolved",
+                        show(line)
+                    ),
+                });
+            }
+            let twice = either
+                .iter()
+                .find(|(l, log)| contains(out, l) && log.is_some_and(|log| contains(log, l)));
+            if let Some((line, _)) = twice {
+                v.push(Violation::BackgroundInCell {
+                    cell: cell.label.clone(),
+                    detail: format!(
+                        "its {stream} holds {:?}, which its kernel's background log holds too",
                         show(line)
                     ),
                 });
@@ -133,6 +155,10 @@ fn check_log(b: &BackgroundObs, log: &[u8], lossy: bool, wrong: &mut dyn FnMut(S
     {
         got.pop();
     }
+    // Printed at the drain bound: the log's, or its cell's (judged with
+    // the cells' output).
+    let either = lines(&b.either);
+    got.retain(|l| !either.contains(l));
     let disk_full = b.lossy.iter().any(|why| why.contains("disk"));
     let mut at = 0;
     let mut first = None;
@@ -257,6 +283,32 @@ mod tests {
         .into_bytes();
         log.extend_from_slice(&written.as_bytes()[cut..]);
         log
+    }
+
+    #[test]
+    fn a_line_printed_at_the_drain_bound_is_the_cells_or_the_logs_once() {
+        let w = late_text("t", 2);
+        let edge = late_text("c1-edge", 2);
+        // In the log, among the others, or in the cell's output: either.
+        let mut o = obs(
+            &w,
+            format!("{}{edge}{}", late_line("t", 0), late_line("t", 1)).as_bytes(),
+        );
+        o.background[0].either = edge.clone().into_bytes();
+        assert_eq!(kinds(&o), Vec::<&str>::new());
+        o.background[0].log = Ok(w.clone().into_bytes());
+        o.cells[0].client_stdout = format!("hi\n{edge}").into_bytes();
+        // (The host counts the lines delivered as written by the cell.)
+        o.cells[0].truth.stdout = o.cells[0].client_stdout.clone();
+        assert_eq!(kinds(&o), Vec::<&str>::new());
+        // In both: delivered twice.
+        o.background[0].log = Ok(format!("{w}{}", late_line("c1-edge", 1)).into_bytes());
+        assert_eq!(kinds(&o), ["background_in_cell"]);
+        // Neither where it is not one of them.
+        let mut plain = obs(&w, format!("{w}{edge}").as_bytes());
+        assert_eq!(kinds(&plain), ["background_log"]);
+        plain.background[0].either = late_text("other-edge", 1).into_bytes();
+        assert_eq!(kinds(&plain), ["background_log"]);
     }
 
     #[test]
