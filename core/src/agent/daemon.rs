@@ -980,10 +980,18 @@ impl Daemon {
     /// Kills this kernel's interpreters whose shim died: orphaned (they
     /// came back to this daemon, a subreaper), they would hold the old
     /// namespace with nobody to hand them cells or read their results.
-    /// Only before a fresh interpreter is started (which carries the same
-    /// marker).
+    /// The live interpreter shim's own are spared: a fresh one started for
+    /// the next cell carries the same marker (python_stuck seed 104552 of
+    /// the long run: a tick ended the lost interpreter's shim and started
+    /// a fresh interpreter for the next cell; the next tick saw the old
+    /// shim gone under the cell it had run, killed the fresh interpreter,
+    /// and the next cell but one told a death its predecessor had told).
     fn kill_orphaned_interpreters(&self, os: &mut dyn Os) {
-        orphans::kill_interpreters_of(os, &self.nonce);
+        let live = self.py.filter(|&(pid, start)| {
+            os.process(pid)
+                .is_some_and(|p| p.starttime == start && !p.zombie)
+        });
+        orphans::kill_interpreters_of(os, &self.nonce, live.map(|(pid, _)| pid));
     }
 
     fn start_next(&mut self, os: &mut dyn Os) {

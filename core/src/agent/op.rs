@@ -764,7 +764,7 @@ fn spawn_alone(
             let _ = kernel::record_shut(os, shut, &old.nonce);
             // No daemon of it runs: its interpreter (if it lives) is an
             // orphan no record may name.
-            orphans::kill_interpreters_of(os, &old.nonce);
+            orphans::kill_interpreters_of(os, &old.nonce, None);
         }
     }
     // A daemon of this kernel that no identity names is one a spawn

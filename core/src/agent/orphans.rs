@@ -90,13 +90,18 @@ pub fn kill_orphaned_interpreter(os: &mut dyn Os, k: &KernelLayout) {
 }
 
 /// Kills every interpreter started under the daemon nonce `nonce` (they
-/// carry its marker, `<nonce>:py`), with what they hold: called where no
-/// daemon of that nonce runs, or by that daemon before it starts a fresh
-/// interpreter (an interpreter whose shim died came back to it, a
-/// subreaper, with the old namespace and nobody to hand it cells).
-pub fn kill_interpreters_of(os: &mut dyn Os, nonce: &str) {
+/// carry its marker, `<nonce>:py`), with what they hold, but for those
+/// under the interpreter shim `spare` (the daemon's live one): called
+/// where no daemon of that nonce runs, or by that daemon for an
+/// interpreter whose shim died (it came back to the daemon, a subreaper,
+/// with the old namespace and nobody to hand it cells).
+pub fn kill_interpreters_of(os: &mut dyn Os, nonce: &str, spare: Option<Pid>) {
     let table = Table::snapshot(os);
-    let protected = procs::protected(&table, os.self_pid());
+    let mut protected = procs::protected(&table, os.self_pid());
+    if let Some(shim) = spare {
+        protected.insert(shim);
+        protected.extend(table.descendants(shim));
+    }
     let set = interpreters_of(os, &table, &protected, nonce);
     if !set.is_empty() {
         procs::stop_and_kill(os, &set);
