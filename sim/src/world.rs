@@ -732,8 +732,12 @@ fn observe(
             alive_at_end,
             // Against the final resolution, whose outcome the oracle judges;
             // without the untraceable ones of the documented limit above.
+            // Only a cell that claims its key: one of two frontends'
+            // cells under one number that was never accepted ran nothing
+            // under it (drawn_clients seed 104116: a cell cancelled
+            // before it was sent was judged by the other frontend's).
             died_after_resolution: match (&cell_key, seen.last_resolved_at) {
-                (Some(key), Some(resolved)) => sandbox
+                (Some(key), Some(resolved)) if claims_key => sandbox
                     .cell_exits
                     .get(key)
                     .into_iter()
@@ -756,7 +760,7 @@ fn observe(
             // (tool_calls seed 3: a call ran out its deadline during a
             // long hold, then the cell forked its last process).
             spawned_after_resolution: match (&cell_key, written_off_at(&seen)) {
-                (Some(key), Some(resolved)) => sandbox
+                (Some(key), Some(resolved)) if claims_key => sandbox
                     .cell_spawns
                     .get(key)
                     .and_then(|t| t.iter().copied().find(|&t| t > resolved && t < own_until)),
