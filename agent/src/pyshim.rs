@@ -156,11 +156,19 @@ fn start(
         .stdin(Stdio::from(in_r))
         .stdout(Stdio::from(out_w))
         .stderr(Stdio::from(err_w));
-    // SAFETY: setsid, dup2 and fcntl are async-signal-safe; nothing is
-    // allocated in the child.
+    // SAFETY: setsid, signal, dup2 and fcntl are async-signal-safe;
+    // nothing is allocated in the child.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            // SIGINT ignored until the bootstrap takes it (its handler
+            // raises KeyboardInterrupt only while a cell runs): the shim
+            // hands the first cell over while the interpreter may still
+            // be starting, and a cancel then killed it (python's default
+            // handler, or none yet) with the fresh namespace. An ignored
+            // disposition survives the exec; python keeps it until the
+            // bootstrap sets its own.
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
             if ctl_fd == 3 {
                 let flags = libc::fcntl(3, libc::F_GETFD);
                 libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);

@@ -398,3 +398,36 @@ fn a_python_cells_processes_are_gone_when_its_killed_shim_resolves_it() {
     assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
     assert_eq!(out, b"False\n", "a fresh interpreter");
 }
+
+/// The shim records a cell `started` as it hands it to the interpreter,
+/// and a fresh interpreter may still be starting then: a cancel that
+/// lands before the bootstrap has its SIGINT handler must not kill it
+/// (live `python_orphans` seed 1066: the first cell of a fresh daemon,
+/// cancelled at once, told of an interpreter death nobody caused but the
+/// cancel). The interpreter starts with SIGINT ignored until the
+/// bootstrap takes it.
+#[test]
+fn a_cancel_as_a_fresh_interpreter_starts_leaves_it_alive() {
+    for round in 0..3 {
+        // A grace long enough for any interpreter to start here: the
+        // SIGINT is what is judged, not the escalation after it.
+        let mut r = Root::new();
+        r.spawn_lang("py", "python", 10_000, 600_000);
+        let journal = r.path().join("kernels/py/cells/1/journal");
+        r.submit("py", 1, b"import time\ntime.sleep(30)", 0);
+        assert!(eventually(Duration::from_secs(20), || {
+            std::fs::read_to_string(&journal).is_ok_and(|j| j.contains("\"started\""))
+        }));
+        r.cancel("py", 1);
+        let e = r.wait_done("py", 1);
+        let said = format!("{e:?}");
+        assert!(
+            !said.contains("namespace is lost"),
+            "round {round}: the interpreter died: {said}"
+        );
+        let (o, out, e) = r.run("py", 2, "print('alive')");
+        assert_eq!(o, json!({"outcome": "ok"}), "{e:?}");
+        assert_eq!(out, b"alive\n");
+        assert!(!format!("{e:?}").contains("namespace is lost"), "{e:?}");
+    }
+}

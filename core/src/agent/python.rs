@@ -324,6 +324,11 @@ for _line in _cmds:
     _out = {"outcome": "ok"}
     _busy[0] = True
     try:
+        # A cancel recorded before this look (its SIGINT came while the
+        # interpreter was starting, ignored until the handler above was
+        # set): the cell never runs, the namespace is kept.
+        if os.path.exists(os.path.join(_dir, "cancel")):
+            raise KeyboardInterrupt
         with open(os.path.join(_dir, "code"), "rb") as _f:
             _src = _f.read()
         # Each cell's source stays known under its own name, so tracebacks
