@@ -202,22 +202,36 @@ impl SimOs {
             seq: Some(seq),
         };
         self.note_py_cell_start(py.daemon, &py.kernel_dir, seq);
+        // A cancel recorded before this look: the bootstrap raises
+        // KeyboardInterrupt before it reads the code (its SIGINT may have
+        // come while the interpreter was starting, ignored then).
+        let tombstone = self
+            .fs
+            .exists(&format!("{}/cancel", dir.trim_end_matches('/')));
         let code = self.fs.read(&format!("{dir}/code"));
         let workload = match code {
-            Ok(code) => Workload::decode(&code).map_err(|e| format!("SyntaxError: {e}")),
-            Err(e) => Err(format!("FileNotFoundError: {dir}/code: {e}")),
+            _ if tombstone => Err(None),
+            Ok(code) => Workload::decode(&code).map_err(|e| Some(format!("SyntaxError: {e}"))),
+            Err(e) => Err(Some(format!("FileNotFoundError: {dir}/code: {e}"))),
         };
         let mut shell = match workload {
             Ok(w) => Shell::new(w, None),
             Err(message) => {
-                let err = self.procs.get(&pid).map_or(Fd::Null, |p| p.stderr);
-                self.write_fd(pid, err, format!("{message}\n").as_bytes());
+                if let Some(message) = &message {
+                    let err = self.procs.get(&pid).map_or(Fd::Null, |p| p.stderr);
+                    self.write_fd(pid, err, format!("{message}\n").as_bytes());
+                }
+                // Nothing of the cell ran: the namespace and environment
+                // go on to the next cell.
                 let mut shell = Shell::new(Workload::default(), None);
                 shell.stop();
+                shell.vars = std::mem::take(&mut py.namespace);
                 shell.python = Some(PyFlavor {
-                    environ: BTreeMap::new(),
+                    environ: std::mem::take(&mut py.environ),
                     origin,
-                    ended: Some(CellOutcome::Error { message }),
+                    ended: Some(message.map_or(CellOutcome::Cancelled, |message| {
+                        CellOutcome::Error { message }
+                    })),
                 });
                 py.cell = Some((seq, Box::new(shell)));
                 return;
