@@ -134,14 +134,9 @@ impl SimOs {
         }
         let mut progress = false;
         loop {
-            if self.shim_stopped(pid) {
-                // Killed after a write: nothing after it happens.
+            let Some(step) = self.step_unless_stopped(pid, |os| shim.machine.poll_step(os)) else {
                 return true;
-            }
-            let step = shim.machine.poll_step(self);
-            if self.shim_stopped(pid) {
-                return true;
-            }
+            };
             match step {
                 InterpStep::StartInterpreter { argv, marker } => {
                     let started = self.start_interpreter(pid, shim, &argv, &marker);

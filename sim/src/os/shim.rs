@@ -260,14 +260,9 @@ impl SimOs {
     fn drive_shim_steps(&mut self, pid: Pid, shim: &mut ShimRun) -> bool {
         let mut progress = false;
         loop {
-            if self.shim_stopped(pid) {
-                // Killed after a write: nothing after it happens.
+            let Some(step) = self.step_unless_stopped(pid, |os| shim.machine.poll_step(os)) else {
                 return true;
-            }
-            let step = shim.machine.poll_step(self);
-            if self.shim_stopped(pid) {
-                return true;
-            }
+            };
             match step {
                 ShimStep::MakeCgroup { name } => {
                     let made = self.make_cgroup(pid, &name);

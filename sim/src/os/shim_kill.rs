@@ -59,6 +59,21 @@ impl SimOs {
             .is_some_and(|(p, _)| *p == pid)
     }
 
+    /// The shim `pid`'s machine's next step, `None` once the shim is
+    /// stopped after its write (before the step, or by a write the step
+    /// made): nothing after that write happens, and its driver returns.
+    pub(super) fn step_unless_stopped<S>(
+        &mut self,
+        pid: Pid,
+        poll: impl FnOnce(&mut SimOs) -> S,
+    ) -> Option<S> {
+        if self.shim_stopped(pid) {
+            return None;
+        }
+        let step = poll(self);
+        (!self.shim_stopped(pid)).then_some(step)
+    }
+
     /// A call that would change the world, made by a shim stopped after
     /// its write: refused (the process is dying; nothing of it lands).
     pub(super) fn refuse_if_stopped(&self) -> Result<(), OsError> {
