@@ -16,6 +16,10 @@
 
 use crate::ids::{CellSeq, KernelName};
 
+/// The name of a cell's tombstone (its cancel) in its directory: written
+/// by a cancel, read by the shims, the daemon and the Python bootstrap.
+pub const TOMBSTONE_FILE: &str = "cancel";
+
 /// Paths of the agent root.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -203,7 +207,7 @@ impl CellLayout {
 
     /// `cancel`: the tombstone; its text says why (`cancel` or `timeout`).
     pub fn cancel(&self) -> String {
-        format!("{}/cancel", self.dir)
+        format!("{}/{TOMBSTONE_FILE}", self.dir)
     }
 
     /// `launch.json`: the shim the daemon started for the cell.

@@ -327,7 +327,7 @@ for _line in _cmds:
         # A cancel recorded before this look (its SIGINT came while the
         # interpreter was starting, ignored until the handler above was
         # set): the cell never runs, the namespace is kept.
-        if os.path.exists(os.path.join(_dir, "cancel")):
+        if os.path.exists(os.path.join(_dir, "@TOMBSTONE@")):
             raise KeyboardInterrupt
         with open(os.path.join(_dir, "code"), "rb") as _f:
             _src = _f.read()
@@ -456,7 +456,8 @@ pub fn argv() -> Vec<String> {
     let bootstrap = BOOTSTRAP
         .replace("@MAX_ARGS@", &MAX_ARGS.to_string())
         .replace("@TIMEOUT@", &DEFAULT_CALL_TIMEOUT.as_secs().to_string())
-        .replace("@POLL@", &format!("{}", CALLER_POLL.as_secs_f64()));
+        .replace("@POLL@", &format!("{}", CALLER_POLL.as_secs_f64()))
+        .replace("@TOMBSTONE@", super::layout::TOMBSTONE_FILE);
     let code = format!("import os\n{}{bootstrap}", super::no_tty::python_prelude());
     vec!["python3".into(), "-u".into(), "-c".into(), code]
 }

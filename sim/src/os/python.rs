@@ -16,6 +16,7 @@ use super::interp::{PyFlavor, Shell};
 use super::process::{CellRef, ExitStatus, Fd, Program};
 use super::SimOs;
 use std::collections::BTreeMap;
+use tether_core::agent::layout::CellLayout;
 use tether_core::agent::{procs, Pid};
 use tether_core::protocol::CellOutcome;
 use tether_core::time::Timestamp;
@@ -207,7 +208,7 @@ impl SimOs {
         // come while the interpreter was starting, ignored then).
         let tombstone = self
             .fs
-            .exists(&format!("{}/cancel", dir.trim_end_matches('/')));
+            .exists(&CellLayout::from_dir(dir.trim_end_matches('/')).cancel());
         let code = self.fs.read(&format!("{dir}/code"));
         let workload = match code {
             _ if tombstone => Err(None),
