@@ -317,6 +317,15 @@ impl Daemon {
             // Shut down or removed under us.
             self.begin_exit(now, ExitCause::KernelRemoved);
         }
+        if self.stop.is_some() || self.exiting.is_some() {
+            // A stop's TERM ends shims (and the sweep's KILL those left):
+            // what a shim held comes to this daemon, and a daemon killed
+            // before its sweep ended them would leave them to PID 1 with
+            // nothing that names them (daemon_then_shim_killed_escapes
+            // seed 102525: a TERMed daemon KILLed within its grace, a
+            // cell's `setsid` sleep running on past the shutdown).
+            let _ = self.keep_orphans(os);
+        }
         if self.stop.is_some() && self.exiting.is_none() {
             return self.stop_step(os, now);
         }
@@ -947,12 +956,7 @@ impl Daemon {
     fn keep_orphans(&self, os: &mut dyn Os) -> bool {
         let table = Table::snapshot(os);
         let me = os.self_pid();
-        let shims: BTreeSet<Pid> = self
-            .cells
-            .values()
-            .filter_map(|t| t.shim.map(|s| s.0))
-            .chain(self.py.map(|s| s.0))
-            .collect();
+        let shims = self.shims();
         let orphans: Vec<(Pid, u64)> = table
             .iter()
             .filter(|p| p.ppid == me && p.pid != me && !p.zombie && !shims.contains(&p.pid))
@@ -975,6 +979,16 @@ impl Daemon {
             all &= os.write_atomic(&path, &to_json(&record)).is_ok();
         }
         all
+    }
+
+    /// The shims this daemon started that it still tracks (of cells and
+    /// of its interpreter).
+    fn shims(&self) -> BTreeSet<Pid> {
+        self.cells
+            .values()
+            .filter_map(|t| t.shim.map(|s| s.0))
+            .chain(self.py.map(|s| s.0))
+            .collect()
     }
 
     /// Kills this kernel's interpreters whose shim died: orphaned (they
@@ -1019,22 +1033,34 @@ impl Daemon {
             if w.is_done() {
                 continue;
             }
-            if w.is_empty() {
-                // Not again when an earlier tick wrote it and then could
-                // not end the journal (see below).
-                let _ = w.push(
+            if w.is_empty()
+                && w.push(
                     os,
                     EntryKind::Accepted {
                         request_id: sub.request_id.clone(),
                     },
-                );
+                )
+                .is_err()
+            {
+                // Not launched before its journal begins with the
+                // acceptance (the shim's own writer starts an empty journal
+                // at `started`: reaper seed 100997, a full disk): again at
+                // a later tick. Not again when an earlier tick wrote it
+                // and then could not end the journal (see below).
+                self.handled.remove(&seq);
+                self.untaken = true;
+                continue;
             }
             let untold = python::untold_file(&self.kernel);
-            if config.lang == Lang::Python && os.exists(&untold) {
-                let _ = os.remove_all(&untold);
+            if config.lang == Lang::Python
+                && os.exists(&untold)
                 // Lost with its shim under a cell that had its result
-                // already: nobody was told.
-                let _ = w.output(os, Stream::Stderr, &python::loss_note(python::SHIM_DIED));
+                // already: nobody was told. The flag goes once the note
+                // is written.
+                && w.output(os, Stream::Stderr, &python::loss_note(python::SHIM_DIED))
+                    .is_ok()
+            {
+                let _ = os.remove_all(&untold);
             }
             if config.lang == Lang::Python
                 && self.interpreter_lost(os)
@@ -1284,7 +1310,13 @@ impl Daemon {
             for seq in self.unfinished(os) {
                 let _ = tombstone::write(os, &self.kernel.cell(seq), CancelReason::Stopped);
             }
-            let set = self.owned_processes(os);
+            // Not the shims: killed by the TERM, a shim's cell would lose
+            // what names it (a `setsid env -i` child it had not recorded
+            // yet), and its result; the exit sweep KILLs them with the
+            // rest (daemon_then_shim_killed_escapes seed 102525).
+            let shims = self.shims();
+            let mut set = self.owned_processes(os);
+            set.retain(|p| !shims.contains(p));
             procs::signal_each(os, &set, Signal::Term);
             stop.term_sent = true;
             self.stop = Some(stop);

@@ -340,7 +340,15 @@ impl Client {
         use ErrorKind as E;
         let why = e.to_string();
         match (&task, e.kind) {
-            (_, E::Io) => self.retry_later(task, why),
+            (_, E::Io) => {
+                // The op may have failed after its first write (a submit
+                // whose submission was written, then its sequence number
+                // not: idle_exit seed 103673 ran the cell, and the client
+                // took the error for "not recorded" and submitted it again
+                // on the next daemon).
+                self.mark_uncertain(&task);
+                self.retry_later(task, why)
+            }
             (Task::Spawn(k), E::Conflict) => {
                 // A daemon this client has no record of runs the kernel (an
                 // earlier client process spawned it and crashed before its
