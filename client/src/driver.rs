@@ -46,6 +46,19 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+/// A cell for [`Driver::run_cells`].
+#[derive(Clone, Debug)]
+pub struct NewCell {
+    /// Its kernel.
+    pub kernel: KernelName,
+    /// The kernel's language, should the call open it.
+    pub lang: Lang,
+    /// Its code.
+    pub code: Bytes,
+    /// Its timeout, counted from the call.
+    pub timeout: Option<Duration>,
+}
+
 /// What a cancel request targets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CancelTarget {
@@ -350,34 +363,80 @@ impl Driver {
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(CellKey, CellOutcome), DriverError> {
+        let cell = NewCell {
+            kernel: kernel.clone(),
+            lang,
+            code,
+            timeout,
+        };
+        let mut outcomes = self.run_cells(vec![cell], on_event, &mut |_, _| ()).await?;
+        // run_cells returns only once every cell has resolved.
+        Ok(outcomes.pop().expect("one outcome a cell"))
+    }
+
+    /// Queues `cells` at once (each the next cell of its kernel, opened
+    /// first if the client does not know it), in order, and drives the
+    /// client until all have resolved: a frontend that hands one kernel
+    /// several cells, or cells to several kernels, without waiting for
+    /// the first. A cell's timeout counts from here, its wait behind the
+    /// cells queued before it included. `submitted` hears each cell's key
+    /// as it is queued (the index is its place in `cells`). Returns each
+    /// cell's outcome, in the order of `cells`; a refusal of any stops
+    /// the call (the cells queued before it run on, for a later call).
+    pub async fn run_cells(
+        &mut self,
+        cells: Vec<NewCell>,
+        on_event: &mut dyn FnMut(&Event),
+        submitted: &mut dyn FnMut(usize, &CellKey),
+    ) -> Result<Vec<(CellKey, CellOutcome)>, DriverError> {
         let named = self.queued_cancels();
-        // A kernel still being shut down (the client's reaper evicted it)
-        // is opened again once its shutdown has ended, as the client asks.
-        while self.shutting_down(kernel) {
-            self.flush(on_event, &mut |_| ())?;
-            if !self.shutting_down(kernel) {
-                break;
+        let mut keys: Vec<CellKey> = Vec::new();
+        let mut early = Vec::new();
+        for (i, cell) in cells.into_iter().enumerate() {
+            // A kernel still being shut down (the client's reaper evicted
+            // it) is opened again once its shutdown has ended, as the
+            // client asks.
+            while self.shutting_down(&cell.kernel) {
+                self.flush(on_event, &mut |event| {
+                    // A cell queued before may resolve meanwhile.
+                    if let Event::CellResolved { cell, outcome } = event {
+                        if keys.contains(cell) {
+                            early.push((cell.clone(), outcome.clone()));
+                        }
+                    }
+                })?;
+                if !self.shutting_down(&cell.kernel) {
+                    break;
+                }
+                self.wait_once("an evicted kernel's shutdown to finish")
+                    .await?;
             }
-            self.wait_once("an evicted kernel's shutdown to finish")
-                .await?;
+            let now = self.now();
+            if self.client.record(&cell.kernel).is_none() {
+                self.client.open(cell.kernel.clone(), cell.lang, now);
+            }
+            let key = self
+                .client
+                .run_cell(&cell.kernel, cell.code, cell.timeout, now)?;
+            submitted(i, &key);
+            keys.push(key);
         }
+        self.current = keys.clone();
         let now = self.now();
-        if self.client.record(kernel).is_none() {
-            self.client.open(kernel.clone(), lang, now);
-        }
-        let key = self.client.run_cell(kernel, code, timeout, now)?;
-        self.current = vec![key.clone()];
         if std::mem::take(&mut self.early_cancel) {
-            self.client.cancel(&key, now);
+            for key in &keys {
+                self.client.cancel(key, now);
+            }
         }
         for cell in named {
             self.client.cancel(&cell, now);
         }
-        let outcomes = self.drive_cells(on_event).await;
+        let outcomes = self.drive_cells(on_event, early).await;
         self.current.clear();
-        let outcome = outcomes?.pop().map(|(_, o)| o);
-        // drive_cells returns only once this cell has resolved.
-        Ok((key, outcome.unwrap_or(CellOutcome::Cancelled)))
+        let mut outcomes = outcomes?;
+        // In the order asked for, not the order they resolved in.
+        outcomes.sort_by_key(|(key, _)| keys.iter().position(|k| k == key));
+        Ok(outcomes)
     }
 
     /// The cancels sent while no call was driving the client, taken as a
@@ -427,7 +486,7 @@ impl Driver {
         for cell in named {
             self.client.cancel(&cell, now);
         }
-        let outcomes = self.drive_cells(on_event).await;
+        let outcomes = self.drive_cells(on_event, Vec::new()).await;
         self.current.clear();
         outcomes
     }
@@ -505,11 +564,13 @@ impl Driver {
     }
 
     /// Drives until every cell in `self.current` has resolved.
+    /// `outcomes`: those that resolved before (while the call queued the
+    /// cells after them).
     async fn drive_cells(
         &mut self,
         on_event: &mut dyn FnMut(&Event),
+        mut outcomes: Vec<(CellKey, CellOutcome)>,
     ) -> Result<Vec<(CellKey, CellOutcome)>, DriverError> {
-        let mut outcomes: Vec<(CellKey, CellOutcome)> = Vec::new();
         loop {
             let waiting = self.current.clone();
             self.flush(on_event, &mut |event| {

@@ -44,6 +44,6 @@ mod subprocess;
 pub mod tools;
 pub mod transport;
 
-pub use driver::{CancelHandle, Driver, DriverError, ToolCall, ToolFuture, ToolHandler};
+pub use driver::{CancelHandle, Driver, DriverError, NewCell, ToolCall, ToolFuture, ToolHandler};
 pub use records::{FileStore, MemoryStore, RecordStore};
 pub use transport::{ExecRequest, Transport};

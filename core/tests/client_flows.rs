@@ -533,6 +533,26 @@ fn cancel_before_the_submit_reply_is_sent_at_once_and_wins() {
 }
 
 #[test]
+fn cells_queued_at_once_are_submitted_one_after_the_others_acceptance() {
+    let mut h = Harness::new(21);
+    h.open("k", Lang::Shell);
+    h.settle();
+    let first = h.run("k", "out a", None);
+    let second = h.run("k", "out b", None);
+    h.drain();
+    assert_eq!(
+        h.sent(OpKind::Submit),
+        1,
+        "the second waits for the first's submit to be answered (a submit answered first would run first)"
+    );
+    h.settle();
+    assert_eq!(h.sent(OpKind::Submit), 2, "{}", h.trace);
+    assert_eq!(h.outcome(&first), Some(CellOutcome::Ok));
+    assert_eq!(h.outcome(&second), Some(CellOutcome::Ok));
+    assert_eq!(h.output(&second), "b\n");
+}
+
+#[test]
 fn a_cell_timeout_cancels_the_cell_not_the_kernel() {
     let mut h = Harness::new(14);
     h.open("k", Lang::Shell);

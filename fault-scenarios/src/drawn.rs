@@ -44,7 +44,43 @@ pub fn script(seed: u64) -> Vec<Action> {
         }
     }
     let script = with_late_cancels(with_harder_steps(script, seed), seed);
-    with_edge_printers(with_nul_bytes(script, seed), seed)
+    with_queued_pairs(with_edge_printers(with_nul_bytes(script, seed), seed), seed)
+}
+
+/// The stream that queues some pairs of cells at once, apart from the
+/// cells' (as [`NUL_BYTES`]: of the constants counting up from "queue",
+/// the first that changes no `drawn` race file's script).
+const QUEUED_PAIRS: u64 = 0x71_7565_a373;
+
+/// `script` with, on a coin of [`QUEUED_PAIRS`], two cells in a row of
+/// one kernel queued at once ([`Action::Together`]): the second is
+/// submitted while the first runs, and waits its turn on the sandbox.
+/// Only cells without a scripted cancel (a fault's cancel reaches both),
+/// and a second without a timeout (it would count its wait).
+fn with_queued_pairs(script: Vec<Action>, seed: u64) -> Vec<Action> {
+    let mut coin = ChaCha8Rng::seed_from_u64(seed ^ QUEUED_PAIRS);
+    let pairable = |a: &CellSpec, b: &CellSpec| {
+        a.kernel == b.kernel
+            && a.lang == b.lang
+            && b.timeout_ms.is_none()
+            && [a, b]
+                .iter()
+                .all(|c| c.cancel_after_ms.is_none() && !c.nul_byte && !c.second_client)
+    };
+    let mut out = Vec::new();
+    let mut actions = script.into_iter().peekable();
+    while let Some(action) = actions.next() {
+        if let (Action::Run(a), Some(Action::Run(b))) = (&action, actions.peek()) {
+            if pairable(a, b) && coin.random_bool(0.3) {
+                let pair = vec![a.clone(), b.clone()];
+                actions.next();
+                out.push(Action::Together(pair));
+                continue;
+            }
+        }
+        out.push(action);
+    }
+    out
 }
 
 /// The stream that makes some cells' cancels race their end, apart from

@@ -198,6 +198,15 @@ impl ClientLog {
         Some(l)
     }
 
+    /// Names `key` after the cell `label`, queued with others at once
+    /// ([`crate::scenario::Action::Together`]): the cell being run is not
+    /// the only one whose events come.
+    pub fn name(&mut self, label: &str, key: &CellKey) {
+        self.labels
+            .insert((self.frontend, key.clone()), label.to_owned());
+        self.cells.entry(label.to_owned()).or_default().key = Some(key.clone());
+    }
+
     /// Names `key` after the cell being run, if that has no key yet.
     fn claim(&mut self, key: &CellKey) -> Option<String> {
         let current = self.current.clone()?;

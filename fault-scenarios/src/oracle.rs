@@ -2423,6 +2423,11 @@ fn check_stderr(cell: &CellObs, wrote: &[u8], v: &mut Vec<Violation>) {
     }
 }
 
+/// How much later than its timeout a fault-free cell may resolve: the
+/// longest grace a world draws (1 s), the exec calls of the cancel and
+/// the wait that reads the result, preemptions.
+const TIMEOUT_SLACK_MS: u64 = 2_500;
+
 /// Checks a scenario's own expectations. They hold only when the run's
 /// faults cannot change the outcome class: no faults beyond the fixed
 /// ones, or only faults that merely delay.
@@ -2458,6 +2463,20 @@ pub fn expectations(
             .any(|&r| cell.started_ms <= r && r <= end);
         if lost_by_end || shut_by_other {
             continue;
+        }
+        // A timeout counts from the call that queued the cell (its wait
+        // behind the cells before it included), and its cancel takes at
+        // most the grace and the journal's way back.
+        if let (Some(timeout), Some(at)) = (spec.timeout_ms, cell.resolved_ms) {
+            let took = at.saturating_sub(cell.started_ms);
+            if took > timeout + TIMEOUT_SLACK_MS {
+                v.push(Violation::Expectation {
+                    detail: format!(
+                        "{} resolved {took} ms after it was queued; its timeout is {timeout} ms (slack {TIMEOUT_SLACK_MS} ms)",
+                        spec.label
+                    ),
+                });
+            }
         }
         match &cell.outcome {
             Some(o) if expect.admits(o) => {}

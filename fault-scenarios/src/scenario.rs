@@ -198,6 +198,12 @@ impl CellSpec {
 pub enum Action {
     /// Run a cell to its resolution.
     Run(CellSpec),
+    /// Queue these cells of one kernel at once, in order, and wait for all
+    /// of them (a frontend that hands the kernel several cells without
+    /// waiting): each waits its turn behind the ones before it, and its
+    /// timeout counts from the queueing, the wait included. First frontend
+    /// only; a scripted cancel (`cancel_after_ms`) is for [`Action::Run`].
+    Together(Vec<CellSpec>),
     /// Do nothing for a while (time for leftovers, idle reaping).
     Idle {
         /// How long.
@@ -345,9 +351,10 @@ impl Scenario {
 
     /// The scripted cells, in order.
     pub fn cells(&self) -> impl Iterator<Item = &CellSpec> {
-        self.script.iter().filter_map(|a| match a {
-            Action::Run(c) => Some(c),
-            Action::Idle { .. } => None,
+        self.script.iter().flat_map(|a| match a {
+            Action::Run(c) => std::slice::from_ref(c),
+            Action::Together(cells) => cells.as_slice(),
+            Action::Idle { .. } => &[],
         })
     }
 }
@@ -866,6 +873,26 @@ fn leftovers_script() -> Vec<Action> {
 /// The network's families and one a scenario names of its own.
 fn network_and(family: Family) -> FaultSpace {
     space(network().into_iter().chain([family]).collect())
+}
+
+/// The cells of `queued`: a slow first, a second whose timeout runs out
+/// while it waits behind the first (its client cancels it before its
+/// turn: it must resolve then, not at the first's end, and never start),
+/// a third that runs once the first is done.
+fn queued_cells() -> Vec<CellSpec> {
+    let first = cell(
+        "first",
+        vec![print("first\n"), Step::Sleep { ms: 6_000 }, print("done\n")],
+        Expect::Ok,
+    );
+    let mut waiting = cell(
+        "waiting",
+        vec![print("never\n"), Step::Sleep { ms: 60_000 }],
+        Expect::TimedOut,
+    );
+    waiting.timeout_ms = Some(500);
+    let third = cell("third", vec![print("third\n")], Expect::Ok);
+    vec![first, waiting, third]
 }
 
 pub(crate) fn space(families: Vec<Family>) -> FaultSpace {
@@ -1423,6 +1450,25 @@ pub fn all() -> Vec<Scenario> {
             ],
             fixed: FaultSchedule::empty(),
             space: space(network()),
+            init_reaps: true,
+            fails_open: false,
+            draws: None,
+        },
+        Scenario {
+            name: "queued",
+            about: "three cells queued at once: the second times out while it waits behind the first and never runs, the third runs after the first",
+            script: vec![
+                Action::Together(queued_cells()),
+                Action::Run(cell("next", vec![print("still here\n")], Expect::Ok)),
+            ],
+            fixed: FaultSchedule::empty(),
+            space: space(
+                all_faults
+                    .iter()
+                    .copied()
+                    .chain([Family::CrashClient, Family::KillShim, Family::TermDaemon])
+                    .collect(),
+            ),
             init_reaps: true,
             fails_open: false,
             draws: None,

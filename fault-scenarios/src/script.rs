@@ -267,7 +267,24 @@ async fn run_script(
             if let Some(seen) = host.log().cells.get_mut(&label) {
                 seen.accepted_at.get_or_insert(start);
             }
-            let canceller = cancel_watch(host, driver.cancel_handle(), label, cancel_after);
+            // A fault's cancel reaches every cell the resume waits on
+            // (several, after a crash during cells queued together).
+            let mut labels = vec![label];
+            {
+                let log = host.log();
+                for c in &record.cells {
+                    let key = CellKey {
+                        kernel: record.kernel.clone(),
+                        seq: c.seq,
+                    };
+                    if let Some(l) = log.labels.get(&(frontend, key)) {
+                        if !labels.contains(l) {
+                            labels.push(l.clone());
+                        }
+                    }
+                }
+            }
+            let canceller = cancel_watch(host, driver.cancel_handle(), labels, cancel_after);
             let r = with_canceller(driver.resume(record, false, &mut on_event), canceller).await;
             finish_call(host, "resume", start, r.err());
             host.after_cell().await;
@@ -277,6 +294,23 @@ async fn run_script(
     while let Some(action) = scenario.script.get(next.get()) {
         match action {
             Action::Idle { ms } => host.idle(*ms).await,
+            Action::Together(cells) => {
+                // Those a resume has not resolved yet (see below).
+                let left: Vec<&CellSpec> = {
+                    let log = host.log();
+                    cells
+                        .iter()
+                        .filter(|c| {
+                            log.cells.get(&c.label).is_none_or(|seen| {
+                                seen.resolutions.is_empty() && seen.ran_without_kernel.is_none()
+                            })
+                        })
+                        .collect()
+                };
+                if !left.is_empty() {
+                    run_together(host, driver, &left, &mut on_event).await;
+                }
+            }
             Action::Run(cell) => {
                 // A resolved one was resolved by the resume above. One that
                 // ran without a kernel left the record before its plain
@@ -560,7 +594,7 @@ async fn run_one(
             .push((start, name.as_str().to_owned()));
         let handle = driver.cancel_handle();
         let timeout = cell.timeout_ms.map(Duration::from_millis);
-        let canceller = cancel_watch(host, handle, cell.label.clone(), cell.cancel_after_ms);
+        let canceller = cancel_watch(host, handle, vec![cell.label.clone()], cell.cancel_after_ms);
         let run = driver.run_cell(
             &name,
             cell.lang,
@@ -621,6 +655,87 @@ async fn run_one(
     Some(outcome)
 }
 
+/// Queues `cells` (of one kernel, the first frontend's) at once and waits
+/// for all ([`crate::scenario::Action::Together`]); a refusal behind a
+/// kept `unknown` cell is met as [`run_one`] meets it.
+async fn run_together(
+    host: &impl Host,
+    driver: &mut Driver,
+    cells: &[&CellSpec],
+    on_event: &mut dyn FnMut(&Event),
+) {
+    let mut cells = cells.to_vec();
+    let mut resumes = 0;
+    loop {
+        let labels: Vec<String> = cells.iter().map(|c| c.label.clone()).collect();
+        let call = format!("run_cells {}", labels.join(" "));
+        let start = host.now_ms();
+        {
+            let mut log = host.log();
+            log.current = Some(labels[0].clone());
+            for cell in &cells {
+                let name = kernel_of(cell).as_str().to_owned();
+                let newcomer = !log.ready_to.contains(&(log.frontend, name.clone()));
+                let seen = log.cells.entry(cell.label.clone()).or_default();
+                seen.started_at = Some(start);
+                seen.newcomer.get_or_insert(newcomer);
+                log.kernel_uses.push((start, name));
+            }
+        }
+        host.note(&call);
+        let new = cells
+            .iter()
+            .map(|c| tether::NewCell {
+                kernel: kernel_of(c),
+                lang: c.lang,
+                code: code_of(host, c),
+                timeout: c.timeout_ms.map(Duration::from_millis),
+            })
+            .collect();
+        let canceller = cancel_watch(host, driver.cancel_handle(), labels.clone(), None);
+        let mut name = |i: usize, key: &CellKey| host.log().name(&labels[i], key);
+        let run = driver.run_cells(new, &mut *on_event, &mut name);
+        match with_canceller(run, canceller).await {
+            Err(DriverError::Client(ClientError::UnresolvedCell { seqs, .. }))
+                if resumes < MAX_RESUMES =>
+            {
+                // As in run_one: the refusal came before any cell was
+                // queued (they share a kernel).
+                resumes += 1;
+                host.note(&format!("{call} refused: resume first"));
+                sleep_until_healed(host).await;
+                let kernel = kernel_of(cells[0]);
+                resume_kept(host, driver, &kernel, &seqs, &mut *on_event).await;
+            }
+            Ok(outcomes) => {
+                // Another client record ran the kernel past this one's
+                // numbers (a second frontend): those refused ran nothing,
+                // and the refusal asks for them again (as in run_one).
+                let now = host.now_ms();
+                let again: Vec<&CellSpec> = cells
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(c, (_, o))| host.log().follow_run_again(&c.label, o, now))
+                    .map(|(c, _)| *c)
+                    .collect();
+                if again.is_empty() {
+                    finish_call(host, &call, start, None);
+                    break;
+                }
+                let refused = format!("{call} refused behind another client");
+                finish_call(host, &refused, start, None);
+                host.note(&format!("{refused}: again"));
+                cells = again;
+            }
+            Err(e) => {
+                finish_call(host, &call, start, Some(e));
+                break;
+            }
+        }
+    }
+    host.after_cell().await;
+}
+
 /// How many resumes a cell refused behind a kept `unknown` cell gets
 /// (each once every fault healed; a client crash may cut one short).
 const MAX_RESUMES: u32 = 4;
@@ -678,7 +793,7 @@ async fn resume_kept(
     // Only a cell the script meant to cancel gets a canceller: a fault's
     // cancel is for the cell the script runs, never a bystander resumed.
     let r = if to_cancel(&label) {
-        let canceller = cancel_watch(host, driver_cancel, label, after);
+        let canceller = cancel_watch(host, driver_cancel, vec![label], after);
         with_canceller(resume, canceller).await
     } else {
         resume.await
@@ -720,17 +835,19 @@ pub async fn unless_crashed(
     }
 }
 
-/// Cancels the current cell (`label`) `after` ms after the agent took it
-/// (counted from acceptance, not from the call, so that the first cell on
-/// a real backend, which installs and spawns first, is cancelled while its
-/// code runs as it is in the simulation) and whenever the fault loop asks
-/// for it; never returns.
+/// Cancels the current cells (`labels`, the first the one the script
+/// cancels) `after` ms after the agent took the first (counted from
+/// acceptance, not from the call, so that the first cell on a real
+/// backend, which installs and spawns first, is cancelled while its code
+/// runs as it is in the simulation) and whenever the fault loop asks for
+/// it (which cancels every current cell); never returns.
 async fn cancel_watch(
     host: &impl Host,
     handle: tether::CancelHandle,
-    label: String,
+    labels: Vec<String>,
     after: Option<u64>,
 ) {
+    let label = labels.first().cloned().unwrap_or_default();
     let mut scripted = after;
     loop {
         let wait = async {
@@ -760,10 +877,12 @@ async fn cancel_watch(
             }
             early = fault => early,
         };
-        host.note(&format!("cancel {label}"));
-        if let Some(c) = host.log().cells.get_mut(&label) {
-            c.cancel_requested = true;
-            c.cancelled_early |= early;
+        host.note(&format!("cancel {}", labels.join(" ")));
+        for label in &labels {
+            if let Some(c) = host.log().cells.get_mut(label) {
+                c.cancel_requested = true;
+                c.cancelled_early |= early;
+            }
         }
         handle.cancel_current();
     }

@@ -1010,9 +1010,14 @@ impl Daemon {
 
     fn start_next(&mut self, os: &mut dyn Os) {
         self.untaken = false;
-        if self.cells.values().any(|t| !t.done) || os.stop_requested() {
+        if os.stop_requested() {
             return;
         }
+        // While a cell runs, the cells queued behind it wait their turn,
+        // but one cancelled (or timed out by its client) before its turn
+        // never runs, so it is resolved now: its cancel, and a client's
+        // timeout, would otherwise wait for the running cell's end.
+        let busy = self.cells.values().any(|t| !t.done);
         let Some(config) = self.config.clone() else {
             return;
         };
@@ -1021,6 +1026,9 @@ impl Daemon {
                 continue;
             }
             let cell = self.kernel.cell(seq);
+            if busy && tombstone::read(os, &cell).is_none() {
+                continue;
+            }
             let Ok(Some(sub)) = read_json::<Submission>(os, &cell.submission()) else {
                 continue;
             };
@@ -1045,14 +1053,16 @@ impl Daemon {
                 // Not launched before its journal begins with the
                 // acceptance (the shim's own writer starts an empty journal
                 // at `started`: reaper seed 100997, a full disk): again at
-                // a later tick. Not again when an earlier tick wrote it
-                // and then could not end the journal (see below).
+                // a later tick, and none after it before (a cell is never
+                // overtaken). Not again when an earlier tick wrote it and
+                // then could not end the journal (see below).
                 self.handled.remove(&seq);
                 self.untaken = true;
-                continue;
+                return;
             }
             let untold = python::untold_file(&self.kernel);
             if config.lang == Lang::Python
+                && !busy
                 && os.exists(&untold)
                 // Lost with its shim under a cell that had its result
                 // already: nobody was told. The flag goes once the note
@@ -1063,6 +1073,7 @@ impl Daemon {
                 let _ = os.remove_all(&untold);
             }
             if config.lang == Lang::Python
+                && !busy
                 && self.interpreter_lost(os)
                 && self.end_lost_interpreter(os)
             {

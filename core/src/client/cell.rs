@@ -5,6 +5,7 @@
 
 use super::event::{CellKey, Effect, Event};
 use super::exec::{CELL_REFUSED, RUN_AGAIN};
+use super::kernel::Phase;
 use super::record::CallRecord;
 use super::record::CellRecord;
 use super::retry::Task;
@@ -174,6 +175,9 @@ impl Client {
     /// Sends the cell's submit: marks it submitted and persists the record
     /// first, so a crash after the send is resumed by waiting, not resending.
     pub(crate) fn submit_cell(&mut self, key: &CellKey) {
+        if self.submit_held(key) {
+            return;
+        }
         let Some(cell) = self.cell_mut(key) else {
             return;
         };
@@ -182,6 +186,54 @@ impl Client {
             self.persist(&key.kernel);
         }
         self.start(Task::Submit(key.clone()));
+    }
+
+    /// A cell's submit waits while a cell queued before it on its kernel
+    /// is unresolved and not known to be recorded (never sent, or its
+    /// submit unanswered): the daemon takes the submissions it finds in
+    /// order, and one that landed first would run first (drawn seed
+    /// 610365: two cells queued at once, the second's submit answered
+    /// first, and it ran before the first, reading a name the first had
+    /// not set yet). [`Client::release_held`] sends it once that is over.
+    fn submit_held(&self, key: &CellKey) -> bool {
+        let Some(k) = self.kernels.get(&key.kernel) else {
+            return false;
+        };
+        k.cells.range(..key.seq).any(|(seq, c)| {
+            let earlier = CellKey {
+                kernel: key.kernel.clone(),
+                seq: *seq,
+            };
+            !c.resolved && (!c.rec.submitted || self.tasks.contains_key(&Task::Submit(earlier)))
+        })
+    }
+
+    /// Drives the cells of `kernel` a held submit kept back
+    /// ([`Client::submit_held`]): called when a submit is answered
+    /// `submitted` or a cell resolves.
+    pub(crate) fn release_held(&mut self, kernel: &KernelName) {
+        let Some(k) = self.kernels.get(kernel) else {
+            return;
+        };
+        if k.phase != Phase::Ready {
+            return;
+        }
+        let idle: Vec<CellKey> = k
+            .cells
+            .iter()
+            .filter(|(_, c)| !c.resolved)
+            .map(|(seq, _)| CellKey {
+                kernel: kernel.clone(),
+                seq: *seq,
+            })
+            .filter(|key| {
+                !self.tasks.contains_key(&Task::Submit(key.clone()))
+                    && !self.tasks.contains_key(&Task::Wait(key.clone()))
+            })
+            .collect();
+        for key in idle {
+            self.drive_cell(&key);
+        }
     }
 
     /// Starts (or restarts) whatever a cell needs once its kernel is ready.
@@ -549,6 +601,31 @@ impl Client {
                 next.0 - 1,
             );
         }
+        // The cells queued behind it, held back until its submit ended
+        // ([`Client::submit_held`]), are refused with it: run now, they
+        // would run before it (drawn_clients seed 600341: the second of
+        // two cells queued at once read a name the refused first had not
+        // set).
+        let behind: Vec<CellKey> = self
+            .kernels
+            .get(&key.kernel)
+            .map(|k| {
+                k.cells
+                    .range(CellSeq(key.seq.0 + 1)..)
+                    .filter(|(_, c)| !c.resolved && !c.rec.submitted)
+                    .map(|(seq, _)| CellKey {
+                        kernel: key.kernel.clone(),
+                        seq: *seq,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for later in behind {
+            let message = format!(
+                "{CELL_REFUSED}: cell {key}, queued before it, was refused: nothing ran; {RUN_AGAIN}"
+            );
+            self.resolve(&later, CellOutcome::Error { message }, false);
+        }
         self.resolve(key, CellOutcome::Error { message }, false);
         self.persist(&key.kernel);
     }
@@ -593,6 +670,7 @@ impl Client {
         if !keep {
             self.persist(&key.kernel);
         }
+        self.release_held(&key.kernel);
     }
 
     /// Asks for a cell to be cancelled (by the frontend or its timeout).

@@ -443,7 +443,9 @@ impl Client {
             (Task::Submit(c), Reply::Submitted { acceptance, batch }) => {
                 // The agent deleted the journals this submit acknowledged.
                 self.acks_done(&c.kernel, &sent.acks);
-                self.on_submitted(&c, acceptance, batch)
+                self.on_submitted(&c, acceptance, batch);
+                // Recorded: the cells queued behind it may go now.
+                self.release_held(&c.kernel);
             }
             (
                 Task::Submit(c),
