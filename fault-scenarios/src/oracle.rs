@@ -836,7 +836,8 @@ pub enum Violation {
     },
     /// A kernel's daemon got SIGTERM and processes of the kernel (shims,
     /// the interpreter, cell processes) outlived its stop, or the stopped
-    /// daemon exited leaving a cell of the kernel unresolved.
+    /// daemon exited leaving a cell of the kernel unresolved; or a daemon
+    /// exited idle leaving processes of its kernel running.
     StopSurvivor {
         /// The kernel, when, and what still ran.
         detail: String,

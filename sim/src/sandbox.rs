@@ -481,7 +481,7 @@ impl Sandbox {
                 DaemonStep::Exit => {
                     self.trace
                         .at(now_ms, "sandbox", format!("daemon {pid} exits"));
-                    self.judge_idle_exit(pid, &nonce, now_ms);
+                    self.judge_idle_exit(pid, &kernel_dir, &nonce, now_ms);
                     self.os.exit_process(pid, 0);
                     self.daemons.remove(&pid);
                     if stopped {
@@ -1188,10 +1188,25 @@ impl Sandbox {
         }
     }
 
-    fn judge_idle_exit(&mut self, pid: Pid, nonce: &str, now_ms: u64) {
+    fn judge_idle_exit(&mut self, pid: Pid, kernel_dir: &str, nonce: &str, now_ms: u64) {
         let idle = self.self_exits.iter().any(|&(_, p)| p == pid);
         if !idle || self.wiped.daemons.contains(&pid) {
             return;
+        }
+        // An idle exit ends what the kernel owns (its sweep), as a stop
+        // does: the cells' leftovers, shims, the interpreter.
+        let left: Vec<String> = self
+            .owned_by_kernel(pid, kernel_dir)
+            .into_iter()
+            .filter(|(p, _, _)| *p != pid)
+            .map(|(_, _, what)| what)
+            .collect();
+        if !left.is_empty() {
+            self.term_survivors.push(format!(
+                "kernel {}'s daemon {pid} exited idle at {now_ms} ms; still running: {}",
+                kernel_name(kernel_dir),
+                left.join(", ")
+            ));
         }
         for g in self.cgroups_of_nonce(nonce) {
             if self.os.cgroup_members(&g).is_empty() {

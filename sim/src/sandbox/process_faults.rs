@@ -447,7 +447,7 @@ impl Sandbox {
 
     /// The daemon `daemon`, its descendants, the shims, interpreter and
     /// cell processes of `kernel_dir`, alive now.
-    fn owned_by_kernel(&self, daemon: Pid, kernel_dir: &str) -> Vec<(Pid, u64, String)> {
+    pub(super) fn owned_by_kernel(&self, daemon: Pid, kernel_dir: &str) -> Vec<(Pid, u64, String)> {
         let mut owned = self.tree_of(daemon);
         owned.extend(self.of_kernel_dir(kernel_dir));
         owned
