@@ -685,16 +685,36 @@ pub fn false_unkillable(log: &ClientLog, kill_deaths: &[(u32, u64)]) -> Vec<Stri
     out
 }
 
+/// A cell recorded but not taken when its daemon exited idle.
+#[derive(Clone, Debug)]
+pub struct Stranded {
+    /// Its kernel's name.
+    pub kernel: String,
+    /// Its number.
+    pub seq: u64,
+    /// When its daemon exited (ms).
+    pub at_ms: u64,
+    /// What happened.
+    pub detail: String,
+    /// When its submission was first seen gone (ms): withdrawn by the
+    /// submit's handshake, or removed with the kernel by a fault.
+    pub gone_at_ms: Option<u64>,
+}
+
 /// Cells recorded but not taken when their daemon exited idle, and never
-/// started after (`stranded`: kernel name, seq, when in ms, what
-/// happened), that the client resolved as an error: the daemon's own exit
-/// lost them, where the submit's handshake with the exiting daemon should
-/// have sent each to the next daemon. (Cancelled, timed out or unknown is
-/// judged elsewhere.) A kernel opened again numbers its cells from 1: the
-/// cell is the last one of that key the script started by then.
-pub fn stranded_losses(log: &ClientLog, stranded: &[(String, u64, u64, String)]) -> Vec<String> {
+/// started after, that the client resolved as an error: the daemon's own
+/// exit lost them, where the submit's handshake with the exiting daemon
+/// should have sent each to the next daemon. (Cancelled, timed out or
+/// unknown is judged elsewhere.) One whose submission was gone before the
+/// client resolved it was not left there: withdrawn (replace_mid_submit
+/// seed 100991 of the long run: the withdrawal's answer lost, the sandbox
+/// replaced just after), or removed with its kernel by a fault, whose
+/// loss the client reported. A kernel opened again numbers its cells from
+/// 1: the cell is the last one of that key the script started by then.
+pub fn stranded_losses(log: &ClientLog, stranded: &[Stranded]) -> Vec<String> {
     let mut out = Vec::new();
-    for (kernel, seq, at, detail) in stranded {
+    for s in stranded {
+        let (kernel, seq, at, detail) = (&s.kernel, &s.seq, &s.at_ms, &s.detail);
         let cell = log
             .cells
             .values()
@@ -705,6 +725,13 @@ pub fn stranded_losses(log: &ClientLog, stranded: &[(String, u64, u64, String)])
                     && c.started_at.is_some_and(|t| t <= *at)
             })
             .max_by_key(|c| c.started_at);
+        let gone_first = s.gone_at_ms.is_some_and(|gone| {
+            cell.and_then(|c| c.last_resolved_at)
+                .is_some_and(|r| gone <= r)
+        });
+        if gone_first {
+            continue;
+        }
         if let Some(CellOutcome::Error { message }) = cell.and_then(|c| c.resolutions.last()) {
             out.push(format!(
                 "{detail}, not yet taken, and the client resolved it as an error: {message}"
@@ -844,12 +871,13 @@ mod tests {
         log.cells.get_mut("later").unwrap().started_at = Some(50);
         log.on_event(60, &refused(key("sim", 1)));
         let stranded = |at| {
-            vec![(
-                "sim".to_string(),
-                1,
-                at,
-                "daemon 4 of sim exited".to_string(),
-            )]
+            vec![Stranded {
+                kernel: "sim".to_string(),
+                seq: 1,
+                at_ms: at,
+                detail: "daemon 4 of sim exited".to_string(),
+                gone_at_ms: None,
+            }]
         };
         let found = stranded_losses(&log, &stranded(8));
         assert_eq!(found.len(), 1, "{found:?}");
@@ -859,6 +887,16 @@ mod tests {
         assert!(stranded_losses(&log, &stranded(8)).is_empty());
         // Stranded before any cell of that key was started: none is judged.
         assert!(stranded_losses(&log, &stranded(2)).is_empty());
+        // Its submission gone (withdrawn) before the client resolved it
+        // as an error: not left there; gone only after: stranded.
+        log.cells.get_mut("lost").unwrap().resolutions = vec![CellOutcome::Error {
+            message: "the kernel could not be started".into(),
+        }];
+        let mut gone = stranded(8);
+        gone[0].gone_at_ms = Some(9);
+        assert!(stranded_losses(&log, &gone).is_empty());
+        gone[0].gone_at_ms = Some(11);
+        assert_eq!(stranded_losses(&log, &gone).len(), 1);
     }
 
     #[test]

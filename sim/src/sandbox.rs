@@ -219,7 +219,7 @@ pub struct Sandbox {
     /// went idle, with when (virtual ms) and what happened: the submit's handshake with the
     /// exiting daemon must send each to the next daemon, not lose it
     /// (judged with the client's outcome, `observe::stranded_losses`).
-    pub stranded: Vec<(String, u64, u64, String)>,
+    pub stranded: Vec<crate::observe::Stranded>,
     /// Processes that died by SIGKILL: (pid, when in virtual ms). Every
     /// simulated process dies by KILL (none is unkillable), so one the
     /// agent reported unkillable is judged by these.
@@ -523,7 +523,13 @@ impl Sandbox {
                         if taken {
                             self.self_inflicted.push(detail);
                         } else {
-                            self.stranded.push((name.clone(), seq, now_ms, detail));
+                            self.stranded.push(crate::observe::Stranded {
+                                kernel: name.clone(),
+                                seq,
+                                at_ms: now_ms,
+                                detail,
+                                gone_at_ms: None,
+                            });
                         }
                     }
                 }
@@ -535,19 +541,24 @@ impl Sandbox {
         self.flush_events();
         self.check_stopped_kernels(now_ms);
         self.check_left_open(now_ms);
-        self.forget_strands_that_ran();
+        self.forget_strands_that_ran(now_ms);
     }
 
     /// A stranded cell (see `stranded`) whose journal has a `started`
-    /// entry ran after all, on the next daemon: it was not lost.
-    fn forget_strands_that_ran(&mut self) {
+    /// entry ran after all, on the next daemon: it was not lost. One whose
+    /// submission is gone is noted so (withdrawn, or removed by a fault).
+    fn forget_strands_that_ran(&mut self, now_ms: u64) {
         if self.stranded.is_empty() {
             return;
         }
         let root = self.root.clone();
         let os = &self.os;
-        self.stranded.retain(|(kernel, seq, _, _)| {
-            let cell = KernelLayout::new(&format!("{root}/kernels/{kernel}")).cell(CellSeq(*seq));
+        self.stranded.retain_mut(|s| {
+            let cell =
+                KernelLayout::new(&format!("{root}/kernels/{}", s.kernel)).cell(CellSeq(s.seq));
+            if s.gone_at_ms.is_none() && !os.exists(&cell.submission()) {
+                s.gone_at_ms = Some(now_ms);
+            }
             let started = journal::read_journal(os, &cell.journal())
                 .ok()
                 .and_then(|r| journal::started(&r));

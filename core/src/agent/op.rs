@@ -300,10 +300,22 @@ impl OpRun {
                         if !matches!(status, ProbeStatus::Alive { .. })
                             && gone_with_files_kept(os, &k, e) =>
                     {
-                        sent.iter()
+                        let missing: Vec<CellSeq> = sent
+                            .iter()
                             .filter(|c| !recorded(os, &k, c))
                             .map(|c| c.seq)
-                            .collect()
+                            .collect();
+                        // Looked at again after the reads: files removed
+                        // meanwhile (a temp cleaner) took the submissions
+                        // with them, which tells nothing (daemon_then_shim_
+                        // killed_escapes seed 100847: the kernel dirs wiped
+                        // during the probe, its cell said never recorded
+                        // and run again).
+                        if files_kept(os, &k, e) {
+                            missing
+                        } else {
+                            Vec::new()
+                        }
                     }
                     _ => Vec::new(),
                 };
@@ -364,18 +376,19 @@ impl OpRun {
                     let k = self.layout.kernel(&kernel);
                     let status = probe(os, &k, Some(expect));
                     if !matches!(status, ProbeStatus::Alive { .. }) {
+                        let sent = SentCell {
+                            seq: submission.seq,
+                            request_id: submission.request_id.clone(),
+                        };
+                        let recorded = recorded(os, &k, &sent);
+                        // After the read: files removed in between took
+                        // the submission with them (as a probe's
+                        // `never_recorded`).
                         let files_kept = gone_with_files_kept(os, &k, expect);
                         return self.reply(Reply::IdentityMismatch {
                             status,
                             files_kept,
-                            recorded: recorded(
-                                os,
-                                &k,
-                                &SentCell {
-                                    seq: submission.seq,
-                                    request_id: submission.request_id.clone(),
-                                },
-                            ),
+                            recorded,
                         });
                     }
                 }
