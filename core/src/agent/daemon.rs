@@ -54,7 +54,7 @@ use super::kernel::{self, read_json, to_json, KernelConfig, LaunchRecord, DEFAUL
 use super::layout::KernelLayout;
 use super::op::{cell_seqs, kernel_processes, leftovers_dir, remove_cgroups};
 use super::orphans;
-use super::os::{CellLaunch, Os, OsError, Pid, Signal};
+use super::os::{still_runs, CellLaunch, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table, MARKER_NAME};
 use super::python;
 use super::shell;
@@ -337,9 +337,7 @@ impl Daemon {
             return step;
         }
         if let Some(shim) = self.py.filter(|&s| self.py_gone_seen != Some(s)) {
-            let alive = os
-                .process(shim.0)
-                .is_some_and(|p| p.starttime == shim.1 && !p.zombie);
+            let alive = still_runs(os, shim.0, shim.1);
             if !alive {
                 self.py_gone_seen = Some(shim);
                 self.orphans_due = true;
@@ -480,10 +478,7 @@ impl Daemon {
             t.shim = None;
             t.shim_death_seen = true;
             t.shim_death_told = settled;
-            let same_main = started.is_some_and(|(pid, _, start)| {
-                os.process(pid)
-                    .is_some_and(|p| p.starttime == start && !p.zombie)
-            });
+            let same_main = started.is_some_and(|(pid, _, start)| still_runs(os, pid, start));
             // 0 matches no process and is not read again from the journal.
             t.pgid = Some(started.filter(|_| same_main && !python).map_or(0, |s| s.1));
             t.cancel = Some(Escalation::default());
@@ -496,10 +491,7 @@ impl Daemon {
     /// parent of the main process the journal recorded.
     fn orphaned_shim(&self, os: &dyn Os, seq: CellSeq) -> Option<LaunchRecord> {
         let cell = self.kernel.cell(seq);
-        let live = |pid: Pid, start: u64| {
-            os.process(pid)
-                .is_some_and(|p| p.starttime == start && !p.zombie)
-        };
+        let live = |pid: Pid, start: u64| still_runs(os, pid, start);
         if let Some(l) = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten() {
             return (l.of_this_boot(os) && live(l.shim_pid, l.shim_starttime)).then_some(l);
         }
@@ -554,10 +546,8 @@ impl Daemon {
             .cells
             .iter()
             .filter(|(_, t)| {
-                t.shim.is_some_and(|(pid, start)| {
-                    !os.process(pid)
-                        .is_some_and(|p| p.starttime == start && !p.zombie)
-                })
+                t.shim
+                    .is_some_and(|(pid, start)| !still_runs(os, pid, start))
             })
             .map(|(&seq, _)| seq)
             .collect();
@@ -925,10 +915,7 @@ impl Daemon {
         let Some((pid, start)) = self.py else {
             return false;
         };
-        if !os
-            .process(pid)
-            .is_some_and(|p| p.starttime == start && !p.zombie)
-        {
+        if !still_runs(os, pid, start) {
             return true;
         }
         let table = Table::snapshot(os);
@@ -1001,10 +988,7 @@ impl Daemon {
     /// shim gone under the cell it had run, killed the fresh interpreter,
     /// and the next cell but one told a death its predecessor had told).
     fn kill_orphaned_interpreters(&self, os: &mut dyn Os) {
-        let live = self.py.filter(|&(pid, start)| {
-            os.process(pid)
-                .is_some_and(|p| p.starttime == start && !p.zombie)
-        });
+        let live = self.py.filter(|&(pid, start)| still_runs(os, pid, start));
         orphans::kill_interpreters_of(os, &self.nonce, live.map(|(pid, _)| pid));
     }
 
@@ -1210,10 +1194,7 @@ impl Daemon {
         // tried again a tick later, 1 ms after the shim's start, and the
         // cell ran twice).
         if let Some((pid, start)) = self.py {
-            if os
-                .process(pid)
-                .is_some_and(|p| p.starttime == start && !p.zombie)
-            {
+            if still_runs(os, pid, start) {
                 procs::stop_and_kill(os, &BTreeSet::from([pid]));
             }
         }
@@ -1234,10 +1215,7 @@ impl Daemon {
     fn interpreter(&mut self, os: &mut dyn Os) -> Result<(Pid, u64, bool), String> {
         let mut untold = false;
         if let Some((pid, start)) = self.py {
-            if os
-                .process(pid)
-                .is_some_and(|p| p.starttime == start && !p.zombie)
-            {
+            if still_runs(os, pid, start) {
                 return Ok((pid, start, false));
             }
             untold = self.end_lost_interpreter(os);

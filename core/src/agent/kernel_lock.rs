@@ -10,7 +10,7 @@
 //! gone (a killed op, a torn write) is taken over.
 
 use super::layout::KernelLayout;
-use super::os::{Os, OsError, Pid};
+use super::os::{still_runs, Os, OsError, Pid};
 
 /// What [`claim`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,10 +39,7 @@ pub fn claim(os: &mut dyn Os, k: &KernelLayout) -> Claim {
             let (pid, start) = text.trim().split_once(' ')?;
             Some((pid.parse::<Pid>().ok()?, start.parse::<u64>().ok()?))
         });
-        let live = holder.is_some_and(|(pid, start)| {
-            os.process(pid)
-                .is_some_and(|p| p.starttime == start && !p.zombie)
-        });
+        let live = holder.is_some_and(|(pid, start)| still_runs(os, pid, start));
         if live {
             return Claim::Held(holder.map(|h| h.0));
         }

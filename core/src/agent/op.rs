@@ -13,7 +13,7 @@ use super::kernel::{self, probe, read_json, to_json, KernelConfig, LaunchRecord}
 use super::kernel_lock;
 use super::layout::{CellLayout, KernelLayout, Layout};
 use super::orphans;
-use super::os::{Os, OsError, Pid, Signal};
+use super::os::{still_runs, Os, OsError, Pid, Signal};
 use super::procs::{self, marker_value, CellScope, Table};
 use super::tombstone::{self, CancelReason};
 use crate::ids::{CellSeq, KernelName, RequestId};
@@ -1143,10 +1143,9 @@ fn ack_cell(os: &mut dyn Os, k: &KernelLayout, seq: CellSeq) -> Result<(), Agent
     }
     let launch = read_json::<LaunchRecord>(os, &cell.launch()).ok().flatten();
     let launch = launch.filter(|l| l.of_this_boot(os));
-    let running = launch.as_ref().is_some_and(|l| {
-        os.process(l.shim_pid)
-            .is_some_and(|p| p.starttime == l.shim_starttime && !p.zombie)
-    });
+    let running = launch
+        .as_ref()
+        .is_some_and(|l| still_runs(os, l.shim_pid, l.shim_starttime));
     // A cgroup that cannot be removed still has members (the shim, or a
     // daemon that escaped its tree): they stay owned.
     let cgroup = procs::read_cgroup(os, &cell)

@@ -87,6 +87,13 @@ pub struct CellLaunch {
     pub marker: (String, String),
 }
 
+/// Is `pid` still the process that started at `starttime` (alive, not a
+/// zombie)? A pid alone may name a later process once that one is gone.
+pub fn still_runs(os: &dyn Os, pid: Pid, starttime: u64) -> bool {
+    os.process(pid)
+        .is_some_and(|p| p.starttime == starttime && !p.zombie)
+}
+
 /// The operating system as the agent logic needs it.
 pub trait Os {
     /// Current time (monotonic enough for grace periods and idle timeouts).
