@@ -110,6 +110,12 @@ pub struct World {
     /// read for the background log's would lose).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub timer_slack_ms: u64,
+    /// How long (ms) a fresh Python interpreter takes from its start to
+    /// its bootstrap's first look at stdin (imports, a loaded machine; a
+    /// real `python3` takes tens of ms): SIGINT is ignored meanwhile (it
+    /// starts so), and a cell handed over is read only then.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub interp_start_ms: u64,
 }
 
 /// What keeps a kernel from starting on a sandbox: each is answered as
@@ -217,6 +223,7 @@ impl World {
             crlf: false,
             high_pids_first: false,
             timer_slack_ms: 0,
+            interp_start_ms: 0,
         }
     }
 
@@ -319,6 +326,8 @@ impl World {
         // Last of all: the order of processes due at one instant.
         let high_pids_first = rng.random_bool(0.5);
         let timer_slack_ms = pick(&mut rng, &[0, 0, 1, 3]);
+        // Last: a slow interpreter start, shorter and longer than a grace.
+        let interp_start_ms = pick(&mut rng, &[0, 0, 40, 250, 1_500]);
         World {
             cgroups,
             bash,
@@ -345,6 +354,7 @@ impl World {
             crlf,
             high_pids_first,
             timer_slack_ms,
+            interp_start_ms,
         }
     }
 

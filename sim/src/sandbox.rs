@@ -301,6 +301,7 @@ impl Sandbox {
             torn_writes: world.torn_writes,
             high_pids_first: world.high_pids_first,
             timer_slack: std::time::Duration::from_millis(world.timer_slack_ms),
+            interp_start: std::time::Duration::from_millis(world.interp_start_ms),
             ..SimOsConfig::default()
         };
         if !world.cgroups {
@@ -1319,6 +1320,13 @@ impl Sandbox {
 
     /// What the processes of cell `seq` of kernel `kernel` wrote to
     /// stderr.
+    /// Did a shell of cell `seq` of `kernel` run its TERM trap (leaving
+    /// its scripted path)?
+    pub fn ran_term_trap(&self, kernel: &str, seq: u64) -> bool {
+        self.os
+            .ran_term_trap(&format!("{}/kernels/{kernel}", self.root), seq)
+    }
+
     pub fn stderr_of(&self, kernel: &str, seq: u64) -> Vec<u8> {
         self.os
             .stderr_written(&format!("{}/kernels/{kernel}", self.root), seq)

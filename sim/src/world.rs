@@ -722,7 +722,14 @@ fn observe(
                 }
                 _ => None,
             },
-            ran_to_end: truth.executions == 1,
+            // Its scripted stdout is what it wrote only on its scripted
+            // path: a TERM trap (a stop's TERM whose tombstone a full
+            // disk refused, full_disk seed 670051) may end it early with
+            // a status of its own.
+            ran_to_end: truth.executions == 1
+                && !cell_key
+                    .as_ref()
+                    .is_some_and(|(kernel, seq)| sandbox.ran_term_trap(kernel, *seq)),
             unfinished: match (&cell_key, seen.last_resolved_at) {
                 (Some((kernel, seq)), Some(resolved)) => sandbox
                     .finished_at(kernel, *seq)

@@ -138,9 +138,13 @@ impl Harness {
     }
 
     fn spawn(&mut self, kernel: &str) -> Pid {
+        self.spawn_lang(kernel, Lang::Shell)
+    }
+
+    fn spawn_lang(&mut self, kernel: &str, lang: Lang) -> Pid {
         match self.op(Op::Spawn {
             kernel: KernelName::new(kernel).unwrap(),
-            lang: Lang::Shell,
+            lang,
             nonce: format!("nonce-{kernel}"),
             idle_timeout_ms: 600_000,
             grace_ms: GRACE_MS,
@@ -443,6 +447,55 @@ fn a_cancel_before_the_cell_starts_means_it_never_runs() {
     assert_eq!(outcome(&batch.entries), Some(CellOutcome::Cancelled));
     h.run_for(1_000);
     assert_eq!(h.os.side_effect_count("runs"), 0);
+}
+
+/// A fresh interpreter is slow to start (imports): a cancel sent as it
+/// starts meets SIGINT ignored, and the bootstrap, once up, finds the
+/// cell's tombstone: the cell never runs, the interpreter lives on, and
+/// the next cell runs in it.
+#[test]
+fn a_cancel_during_a_slow_interpreter_start_leaves_the_interpreter_alive() {
+    let mut h = Harness::with(SimOsConfig {
+        interp_start: Duration::from_millis(300),
+        ..SimOsConfig::default()
+    });
+    h.spawn_lang("py", Lang::Python);
+    let first = Workload::new(vec![Step::WriteSideEffect {
+        name: "first".into(),
+    }]);
+    let Reply::Submitted { acceptance, .. } = h.submit("py", 1, &first, 0) else {
+        panic!()
+    };
+    assert_eq!(acceptance, Acceptance::Accepted);
+    let launch = format!("{ROOT}/kernels/py/py/launch.json");
+    let started = h.now();
+    while !h.os.exists(&launch) {
+        assert!(h.now() < started + Duration::from_secs(1), "never launched");
+        h.run_for(1);
+    }
+    h.run_for(50);
+    h.cancel("py", 1);
+    h.run_for(1_000);
+    assert_eq!(h.os.side_effect_count("first"), 0, "the cancelled cell ran");
+    assert_eq!(outcome(&h.wait_all("py", 1)), Some(CellOutcome::Cancelled));
+    let next = Workload::new(vec![
+        Step::WriteSideEffect {
+            name: "next".into(),
+        },
+        Step::Print {
+            stream: Stream::Stdout,
+            text: "here\n".into(),
+        },
+    ]);
+    h.submit("py", 2, &next, 0);
+    h.run_for(1_000);
+    let entries = h.wait_all("py", 2);
+    assert_eq!(outcome(&entries), Some(CellOutcome::Ok), "{entries:?}");
+    assert_eq!(stdout(&entries), "here\n");
+    assert!(
+        !stderr(&entries).contains("lost"),
+        "the interpreter died: {entries:?}"
+    );
 }
 
 /// The daemon saw no tombstone and started the shim; the cancel lands

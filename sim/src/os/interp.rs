@@ -328,6 +328,17 @@ impl SimOs {
         };
         p.trap_pending = false;
         if let Disposition::Trap(steps) = &p.term {
+            if let (
+                Role::Cell,
+                Some(CellRef {
+                    kernel_dir,
+                    seq: Some(seq),
+                    ..
+                }),
+            ) = (&p.role, &p.origin)
+            {
+                self.trapped.insert((kernel_dir.clone(), *seq));
+            }
             shell.frames.push(Frame {
                 steps: steps.clone(),
                 pc: 0,

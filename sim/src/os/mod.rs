@@ -117,6 +117,9 @@ pub struct SimOsConfig {
     /// How late a shell cell shim's poll timeout fires after its deadline
     /// (see `World::timer_slack_ms`).
     pub timer_slack: std::time::Duration,
+    /// How long a fresh interpreter takes to its first read of a cell
+    /// (see `World::interp_start_ms`).
+    pub interp_start: std::time::Duration,
 }
 
 impl Default for SimOsConfig {
@@ -144,6 +147,7 @@ impl Default for SimOsConfig {
             torn_writes: false,
             high_pids_first: false,
             timer_slack: std::time::Duration::ZERO,
+            interp_start: std::time::Duration::ZERO,
         }
     }
 }
@@ -225,6 +229,9 @@ pub struct SimOs {
     /// What cell processes wrote to their stderr, by (kernel directory,
     /// cell seq), over every boot: ground truth for the oracle.
     stderr_written: BTreeMap<(String, u64), Vec<u8>>,
+    /// Cells (kernel dir, seq) whose shell ran its TERM trap: they left
+    /// their scripted path (the trap may end them early).
+    trapped: BTreeSet<(String, u64)>,
     /// When each journal (by path) was first appended a result: ground
     /// truth of when a cell ended on the sandbox.
     results_journaled: BTreeMap<String, Timestamp>,
@@ -321,6 +328,7 @@ impl SimOs {
             fill_at: None,
             filled_at: false,
             stderr_written: BTreeMap::new(),
+            trapped: BTreeSet::new(),
             tokens: 0,
             tool_calls: Vec::new(),
             answers: Vec::new(),
@@ -728,6 +736,11 @@ impl SimOs {
             .get(&(kernel_dir.to_owned(), seq))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Did a shell of the cell `seq` of `kernel_dir` run its TERM trap?
+    pub fn ran_term_trap(&self, kernel_dir: &str, seq: u64) -> bool {
+        self.trapped.contains(&(kernel_dir.to_owned(), seq))
     }
 
     /// Lines in side-effect file `name` (how many times it was written).

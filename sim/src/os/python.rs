@@ -35,6 +35,10 @@ pub(crate) struct PyInterp {
     environ: BTreeMap<String, String>,
     atexit: Vec<String>,
     cell: Option<(u64, Box<Shell>)>,
+    /// Until then it starts up (imports): it reads no cell, and SIGINT,
+    /// ignored from its start until the bootstrap sets its handler, does
+    /// nothing.
+    pub(crate) ready_at: Timestamp,
 }
 
 impl PyInterp {
@@ -56,12 +60,16 @@ impl PyInterp {
             environ,
             atexit: Vec::new(),
             cell: None,
+            ready_at: Timestamp::default(),
         }
     }
 
     /// When the interpreter next has something to do.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
         let p = os.procs.get(&pid)?;
+        if os.now < self.ready_at {
+            return Some(self.ready_at);
+        }
         if p.int_pending || p.trap_pending && self.cell.is_none() {
             return Some(os.now);
         }
@@ -97,6 +105,13 @@ impl SimOs {
     }
 
     fn drive_python(&mut self, pid: Pid, py: &mut PyInterp) -> bool {
+        if self.now < py.ready_at {
+            // Starting up: a SIGINT now meets the ignore it started with.
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.int_pending = false;
+            }
+            return false;
+        }
         let mut progress = false;
         // A cell, then maybe the next line already buffered.
         for _ in 0..4 {
