@@ -2173,7 +2173,15 @@ fn check_namespace(obs: &Observations, v: &mut Vec<Violation>) {
             }
         }
         if let Some(at) = cell.loss_reported_at {
-            if first_py_death.is_none_or(|d| d > at) {
+            // Its interpreter died, or its kernel's daemon did (a stop's
+            // TERM ends the interpreter with the kernel: live, where no
+            // look at the process table sees that death, drawn_clients
+            // seed 1139's cell resolved as its kernel's stop).
+            let kernel_died = obs
+                .known_deaths_by_kernel
+                .iter()
+                .any(|(d, k)| *d <= at && Some(k.as_str()) == kernel_of(cell));
+            if first_py_death.is_none_or(|d| d > at) && !kernel_died {
                 v.push(Violation::FalseStateLost { at_ms: at });
             }
         }
@@ -3601,6 +3609,28 @@ mod tests {
                 "no_progress"
             ]
         );
+    }
+
+    #[test]
+    fn a_python_cells_loss_note_needs_its_interpreters_or_its_kernels_death() {
+        let mut o = good();
+        o.cells[0].python = true;
+        o.cells[0].key = Some("py#1".into());
+        o.cells[0].loss_reported_at = Some(116);
+        assert_eq!(kinds(&check(&o)), ["false_state_lost"]);
+        // Its kernel's daemon got TERM at 103 ms (a stop ends the
+        // interpreter with it): told truly.
+        let mut stopped = o.clone();
+        stopped.known_deaths_by_kernel.push((103, "py".into()));
+        assert_eq!(check(&stopped), vec![]);
+        // Another kernel's death tells nothing of this one.
+        let mut other = o.clone();
+        other.known_deaths_by_kernel.push((103, "sim".into()));
+        assert_eq!(kinds(&check(&other)), ["false_state_lost"]);
+        // Its interpreter's death does.
+        let mut died = o;
+        died.interpreter_deaths.push(100);
+        assert_eq!(check(&died), vec![]);
     }
 
     #[test]
