@@ -98,6 +98,7 @@ live! {
     local_sandbox_bounce: "sandbox_bounce" on "local";
     local_sandbox_replaced: "sandbox_replaced" on "local";
     local_timeout: "timeout" on "local";
+    local_queued: "queued" on "local";
     local_two_kernels: "two_kernels" on "local";
     local_reaper: "reaper" on "local";
     local_timeout_resume: "timeout_resume" on "local";
