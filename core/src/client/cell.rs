@@ -209,8 +209,8 @@ impl Client {
     }
 
     /// Drives the cells of `kernel` a held submit kept back
-    /// ([`Client::submit_held`]): called when a submit is answered
-    /// `submitted` or a cell resolves.
+    /// ([`Client::submit_held`]): once a submit was answered `submitted`
+    /// or a cell resolved (see `release_due`).
     pub(crate) fn release_held(&mut self, kernel: &KernelName) {
         let Some(k) = self.kernels.get(kernel) else {
             return;
@@ -670,7 +670,7 @@ impl Client {
         if !keep {
             self.persist(&key.kernel);
         }
-        self.release_held(&key.kernel);
+        self.release_due.insert(key.kernel.clone());
     }
 
     /// Asks for a cell to be cancelled (by the frontend or its timeout).

@@ -445,7 +445,7 @@ impl Client {
                 self.acks_done(&c.kernel, &sent.acks);
                 self.on_submitted(&c, acceptance, batch);
                 // Recorded: the cells queued behind it may go now.
-                self.release_held(&c.kernel);
+                self.release_due.insert(c.kernel.clone());
             }
             (
                 Task::Submit(c),

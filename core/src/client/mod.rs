@@ -122,6 +122,14 @@ pub struct Client {
     execs: BTreeMap<ExecId, Task>,
     install: InstallState,
     timers: TimerTable,
+    /// Kernels whose held submits ([`Client::submit_held`]) may go: looked
+    /// at once the input that released them is fully handled (at the next
+    /// [`Client::poll_effect`]), never in the middle of it. A loop that
+    /// resolves several cells (a loss, a refusal) would otherwise send the
+    /// next one's submit before resolving it too, and the send cannot be
+    /// taken back (`queued` seed 710296: a cell resolved as lost with its
+    /// sandbox ran on the fresh one).
+    release_due: BTreeSet<KernelName>,
     effects: VecDeque<Effect>,
     events: VecDeque<Event>,
 }
@@ -153,6 +161,7 @@ impl Client {
             execs: BTreeMap::new(),
             install: InstallState::Unknown,
             timers: TimerTable::default(),
+            release_due: BTreeSet::new(),
             effects: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -512,6 +521,9 @@ impl Client {
     /// The next effect to carry out, in order.
     #[must_use]
     pub fn poll_effect(&mut self) -> Option<Effect> {
+        for kernel in std::mem::take(&mut self.release_due) {
+            self.release_held(&kernel);
+        }
         self.effects.pop_front()
     }
 
