@@ -275,6 +275,7 @@ impl Scenario {
         let mut all = self.fixed.0.clone();
         all.extend(FaultSchedule::draw(seed, &space).0);
         all.extend(world.long_outage.clone());
+        all.extend(world.crash_kills.iter().cloned());
         all.sort();
         FaultSchedule(all)
     }

@@ -11,7 +11,7 @@
 //! Race files written before the swarm carry no world and replay in
 //! [`World::classic`], the one world every seed used to run in.
 
-use crate::faults::{Family, Fault, FaultKind};
+use crate::faults::{Family, Fault, FaultKind, CRASH_POINTS};
 use crate::scenario::Scenario;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -116,6 +116,16 @@ pub struct World {
     /// starts so), and a cell handed over is read only then.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub interp_start_ms: u64,
+    /// Two writers killed right after a crash point each
+    /// ([`crate::faults::CRASH_POINTS`]), added to the drawn faults where
+    /// the scenario's space has [`Family::KillAfterWrite`]: a sweep, not a
+    /// draw, so ten seeds of a scenario meet every crash point once (one
+    /// drawn among the seed's other faults meets a given one in about 1 of
+    /// 200 seeds: a launch whose daemon died before its record, when two
+    /// writes were told apart by one `||`, ran its cell twice and no
+    /// sample of the explorer's saw it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crash_kills: Vec<Fault>,
 }
 
 /// What keeps a kernel from starting on a sandbox: each is answered as
@@ -224,6 +234,7 @@ impl World {
             high_pids_first: false,
             timer_slack_ms: 0,
             interp_start_ms: 0,
+            crash_kills: Vec::new(),
         }
     }
 
@@ -328,6 +339,12 @@ impl World {
         let timer_slack_ms = pick(&mut rng, &[0, 0, 1, 3]);
         // Last: a slow interpreter start, shorter and longer than a grace.
         let interp_start_ms = pick(&mut rng, &[0, 0, 40, 250, 1_500]);
+        // Last of all: the crash-point sweep.
+        let crash_kills = if scenario.space.families.contains(&Family::KillAfterWrite) {
+            crash_sweep(scenario.name, seed, window_ms, &mut rng)
+        } else {
+            Vec::new()
+        };
         World {
             cgroups,
             bash,
@@ -355,6 +372,7 @@ impl World {
             high_pids_first,
             timer_slack_ms,
             interp_start_ms,
+            crash_kills,
         }
     }
 
@@ -383,6 +401,24 @@ fn draw_later_families(rng: &mut ChaCha8Rng) -> Vec<Family> {
         .collect()
 }
 
+/// Seed `seed`'s two crash points, half the list apart, turning with the
+/// seed (from an offset of the scenario's own, so scenarios start apart),
+/// each armed at a drawn time of the window.
+fn crash_sweep(scenario: &str, seed: u64, window_ms: u64, rng: &mut ChaCha8Rng) -> Vec<Fault> {
+    let n = CRASH_POINTS.len() as u64;
+    let offset: u64 = scenario.bytes().map(u64::from).sum();
+    let first = seed.wrapping_add(offset) % n;
+    [first, (first + n / 2) % n]
+        .into_iter()
+        .map(|i| Fault {
+            at_ms: rng.random_range(0..window_ms),
+            kind: FaultKind::KillAfterWrite {
+                file: CRASH_POINTS[usize::try_from(i).unwrap_or(0)].to_owned(),
+            },
+        })
+        .collect()
+}
+
 fn pick(rng: &mut ChaCha8Rng, options: &[u64]) -> u64 {
     options[rng.random_range(0..options.len())]
 }
@@ -396,6 +432,28 @@ impl fmt::Display for World {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ten_seeds_of_a_scenario_with_crash_points_kill_after_every_one() {
+        let drawn = crate::scenario::by_name("drawn").unwrap();
+        let mut met = std::collections::BTreeSet::new();
+        for seed in 40..50 {
+            let w = World::draw(&drawn, seed, 8);
+            assert_eq!(w.crash_kills.len(), 2);
+            let schedule = drawn.schedule_in(seed, &w);
+            for kill in &w.crash_kills {
+                assert!(schedule.0.contains(kill), "seed {seed}: {kill:?} not run");
+                assert!(kill.at_ms < w.window_ms);
+                if let FaultKind::KillAfterWrite { file } = &kill.kind {
+                    met.insert(file.clone());
+                }
+            }
+        }
+        assert_eq!(met.len(), CRASH_POINTS.len(), "{met:?}");
+        // A scenario whose space has no kill after a write gets none.
+        let happy = crate::scenario::by_name("happy").unwrap();
+        assert!((0..20).all(|seed| World::draw(&happy, seed, 8).crash_kills.is_empty()));
+    }
 
     #[test]
     fn every_setting_is_drawn_both_ways_and_the_same_seed_gives_the_same_world() {

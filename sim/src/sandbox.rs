@@ -610,10 +610,30 @@ impl Sandbox {
             return None;
         }
         let Some(at) = self.preempter.draw(now_ms) else {
+            let armed = self.preempter.armed_kill(now_ms);
+            self.os.arm_kill_after_write(armed);
             let previous = self.os.current();
             self.os.set_current(pid);
             let step = logic.tick(&mut self.os);
             self.os.set_current(previous);
+            self.os.arm_kill_after_write(None);
+            if let Some((_, name)) = self.os.take_stopped_at_write() {
+                // The fault `kill_after_write`: nothing of the tick after
+                // the write landed; its process dies with it.
+                run.logic = None;
+                let dir = run.kernel_dir.clone();
+                self.preempter.disarm_after_write();
+                self.os.kill_from_outside(pid);
+                self.trace.at(
+                    now_ms,
+                    "sandbox",
+                    format!("daemon {pid} KILLED after its write of {name} (fault)"),
+                );
+                self.note_fault_killed_daemon(pid, &dir, true);
+                self.killed_after_write.push((now_ms, pid));
+                self.flush_events();
+                return None;
+            }
             return Some((step, now, launched_before));
         };
         let mut logic = run.logic.take()?;
@@ -625,23 +645,6 @@ impl Sandbox {
             preempt::Outcome::Done((logic, step)) => {
                 run.logic = Some(logic);
                 Some((step, now, launched_before))
-            }
-            preempt::Outcome::Paused(tick) if at.kill => {
-                // The fault `kill_after_write`: the tick ends at the write
-                // (dropping it abandons the rest), its process with it.
-                self.preempter.paused(&at);
-                drop(tick);
-                let dir = run.kernel_dir.clone();
-                self.os.kill_from_outside(pid);
-                self.trace.at(
-                    now_ms,
-                    "sandbox",
-                    format!("daemon {pid} KILLED {} (fault)", at.describe()),
-                );
-                self.note_fault_killed_daemon(pid, &dir, true);
-                self.killed_after_write.push((now_ms, pid));
-                self.flush_events();
-                None
             }
             preempt::Outcome::Paused(tick) => {
                 self.preempter.paused(&at);
@@ -1934,10 +1937,25 @@ pub(crate) async fn preemptible_step<R: Send + 'static>(
         let mut s = sb.borrow_mut();
         s.advance(now_ms());
         let Some(at) = draw(&mut s.preempter) else {
+            let armed = s.preempter.armed_kill(now_ms());
+            s.os.arm_kill_after_write(armed);
             let previous = s.os.current();
             s.os.set_current(pid);
             let done = step(&mut s.os);
             s.os.set_current(previous);
+            s.os.arm_kill_after_write(None);
+            if let Some((_, name)) = s.os.take_stopped_at_write() {
+                // The fault `kill_after_write`: nothing of the step after
+                // the write landed; its process dies with it.
+                s.preempter.disarm_after_write();
+                s.os.kill_from_outside(pid);
+                s.flush_events();
+                trace.log(
+                    "sandbox",
+                    format!("{kind} (pid {pid}) KILLED after its write of {name} (fault)"),
+                );
+                return None;
+            }
             s.advance(now_ms());
             return Some(done);
         };
@@ -1945,19 +1963,6 @@ pub(crate) async fn preemptible_step<R: Send + 'static>(
             preempt::Outcome::Done(done) => {
                 s.advance(now_ms());
                 return Some(done);
-            }
-            preempt::Outcome::Paused(paused) if at.kill => {
-                // The fault `kill_after_write`: the step ends at the
-                // write, its process with it.
-                s.preempter.paused(&at);
-                drop(paused);
-                s.os.kill_from_outside(pid);
-                s.flush_events();
-                trace.log(
-                    "sandbox",
-                    format!("{kind} (pid {pid}) KILLED {} (fault)", at.describe()),
-                );
-                return None;
             }
             preempt::Outcome::Paused(paused) => {
                 s.preempter.paused(&at);

@@ -48,8 +48,8 @@ pub mod process;
 pub mod pyshim;
 pub mod python;
 pub mod shim;
-mod shim_kill;
 pub mod signals;
+mod step_kill;
 
 #[cfg(test)]
 mod e2e_tests;
@@ -283,8 +283,8 @@ pub struct SimOs {
     hold_next_shim: bool,
     /// The shim held so (until [`SimOs::release_held_shim`], or the bound).
     held_shim: Option<Pid>,
-    /// The fault `kill_after_write` as a shim meets it ([`shim_kill`]).
-    shim_kill: shim_kill::ShimKill,
+    /// The fault `kill_after_write` as every step meets it ([`step_kill`]).
+    step_kill: step_kill::StepKill,
 }
 
 /// Rounds of "run everything runnable" at one instant before giving up (a
@@ -319,7 +319,7 @@ impl SimOs {
             spinning: Vec::new(),
             hold_next_shim: false,
             held_shim: None,
-            shim_kill: shim_kill::ShimKill::default(),
+            step_kill: step_kill::StepKill::default(),
             refused_writes: 0,
             line_tears: 0,
             batch_tears: 0,
@@ -918,7 +918,7 @@ impl Os for SimOs {
         if path.ends_with(".ans") {
             self.note_answer(path);
         }
-        self.note_shim_write(path);
+        self.note_write(path);
         Ok(())
     }
 
@@ -931,7 +931,7 @@ impl Os for SimOs {
         if path.ends_with(".ans") {
             self.note_answer(path);
         }
-        self.note_shim_write(path);
+        self.note_write(path);
         Ok(())
     }
 
@@ -951,7 +951,7 @@ impl Os for SimOs {
         if result && !self.results_journaled.contains_key(path) {
             self.results_journaled.insert(path.to_owned(), self.now);
         }
-        self.note_shim_write(path);
+        self.note_write(path);
         Ok(())
     }
 
@@ -1076,6 +1076,12 @@ impl Os for SimOs {
             kernel_dir: kernel_dir.to_owned(),
             nonce: nonce.to_owned(),
         });
+        // Named as a write, for a kill right after it (see `preempt`).
+        self.note_write(&format!(
+            "{}/{}",
+            kernel_dir.trim_end_matches('/'),
+            preempt::DAEMON_STARTED
+        ));
         Ok(pid)
     }
 
@@ -1109,6 +1115,11 @@ impl Os for SimOs {
             p.int = process::Disposition::Default;
             p.hup = process::Disposition::Default;
         }
+        self.note_write(&format!(
+            "{}/{}",
+            launch.cell_dir.trim_end_matches('/'),
+            preempt::SHIM_STARTED
+        ));
         Ok(pid)
     }
 

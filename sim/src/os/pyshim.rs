@@ -250,7 +250,10 @@ impl SimOs {
             }
             None => machine.handle_eof(stream),
         });
-        if let Some(ctl) = shim.reports().filter(|_| !self.shim_stopped(self.current)) {
+        if let Some(ctl) = shim
+            .reports()
+            .filter(|_| !self.stopped_at_write(self.current))
+        {
             let (data, at_eof) = self.read_pipe(ctl);
             if !data.is_empty() {
                 any = true;

@@ -57,7 +57,7 @@ impl Shim {
 
     /// When this shim next has something to do.
     pub(crate) fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
-        if os.shim_stopped(pid) {
+        if os.stopped_at_write(pid) {
             // Stopped after a write, to be killed: it does nothing more.
             return None;
         }
@@ -230,7 +230,7 @@ impl SimOs {
             Program::Shim(shim) => Ok(shim),
             other => Err(other),
         };
-        if self.shim_stopped(pid) {
+        if self.stopped_at_write(pid) {
             return false;
         }
         self.step_program(pid, take, Program::Shim, |os, shim| {
@@ -399,7 +399,7 @@ impl SimOs {
     ) -> bool {
         let mut any = false;
         for &(id, stream) in pipes {
-            if self.shim_stopped(self.current) {
+            if self.stopped_at_write(self.current) {
                 // Killed after a write: it reads no more.
                 break;
             }
@@ -440,7 +440,7 @@ impl SimOs {
         pid: Pid,
         mut f: impl FnMut(Timestamp, Pid, CoreExit),
     ) -> bool {
-        if self.shim_stopped(pid) {
+        if self.stopped_at_write(pid) {
             return false;
         }
         let reaped = self.reap_children(pid);

@@ -839,7 +839,7 @@ fn a_shim_stopped_after_its_write_does_nothing_more_until_killed() {
     let shim = start_cell(&mut os, daemon, 1, &w);
     os.advance(at(50));
     assert_eq!(stdout_of(&journal(&os, 1)), "one\n");
-    os.arm_shim_kill_after_write(Some("journal".into()));
+    os.arm_kill_after_write(Some("journal".into()));
     os.advance(at(1_000));
     // One more append landed (the rest of the output, or the end), and
     // nothing after it: the shim is alive, stopped, and not done.
@@ -851,13 +851,13 @@ fn a_shim_stopped_after_its_write_does_nothing_more_until_killed() {
     os.advance(at(2_000));
     assert_eq!(journal(&os, 1), j);
     assert!(!os.exists(&flag));
-    let stopped = os.take_shim_stopped_at_write();
+    let stopped = os.take_stopped_at_write();
     assert_eq!(stopped, Some((shim, "journal".to_owned())));
     os.kill_from_outside(shim);
     assert!(!os.is_alive(shim));
     assert!(!os.exists(&flag));
     // Unarmed, another shim runs its cell to the end.
-    os.arm_shim_kill_after_write(None);
+    os.arm_kill_after_write(None);
     let other = start_cell(&mut os, daemon, 2, &w);
     os.advance(at(5_000));
     assert_eq!(result_of(&journal(&os, 2)), Some(CellOutcome::Ok));

@@ -106,10 +106,10 @@ impl Sandbox {
     pub(super) fn run_processes(&mut self, now: tether_core::time::Timestamp) {
         let now_ms = self.virtual_ms(now);
         let armed = self.preempter.armed_kill(now_ms);
-        self.os.arm_shim_kill_after_write(armed);
+        self.os.arm_kill_after_write(armed);
         self.os.advance(now);
-        self.os.arm_shim_kill_after_write(None);
-        if let Some((pid, name)) = self.os.take_shim_stopped_at_write() {
+        self.os.arm_kill_after_write(None);
+        if let Some((pid, name)) = self.os.take_stopped_at_write() {
             self.preempter.disarm_after_write();
             let cell_dir = self
                 .os
