@@ -853,6 +853,40 @@ impl FaultSchedule {
         self.0.is_empty()
     }
 
+    /// The schedule as judged: without the kills after a write that no
+    /// process met (`met`: when each was met, virtual ms, and the name it
+    /// was armed with). Such a kill changed nothing, and left in, it
+    /// would count the run as faulted: a scenario's own expectations are
+    /// judged on runs without faults only, and every seed carries two
+    /// crash kills ([`crate::swarm::World::crash_kills`]), most of them
+    /// never met (a Python crash point in a shell kernel).
+    pub fn without_unmet_kills(&self, met: &[(u64, String)]) -> FaultSchedule {
+        // One kill is armed at a time, a later arming replacing an
+        // earlier: a kill met at `t` is the last one armed by then with
+        // its name.
+        let kill_of = |i: usize| match &self.0[i].kind {
+            FaultKind::KillAfterWrite { file } => Some(file.as_str()),
+            _ => None,
+        };
+        let mut kept: Vec<bool> = (0..self.0.len()).map(|i| kill_of(i).is_none()).collect();
+        for (at, name) in met {
+            let armed = (0..self.0.len())
+                .rev()
+                .find(|&i| self.0[i].at_ms <= *at && kill_of(i).is_some());
+            if let Some(i) = armed.filter(|&i| kill_of(i) == Some(name.as_str())) {
+                kept[i] = true;
+            }
+        }
+        FaultSchedule(
+            self.0
+                .iter()
+                .zip(kept)
+                .filter(|(_, k)| *k)
+                .map(|(f, _)| f.clone())
+                .collect(),
+        )
+    }
+
     /// The schedule as one line of JSON (for replay commands).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -1096,6 +1130,30 @@ mod tests {
         let left: Vec<u64> = small.0.iter().map(|f| f.at_ms).collect();
         assert_eq!(left, [10, 270, 390]);
         assert!(runs <= 60);
+    }
+
+    #[test]
+    fn a_kill_after_a_write_no_process_met_is_left_out_of_the_judged_schedule() {
+        let s = FaultSchedule::from_json(
+            r#"[{"at_ms":100,"kind":"kill_after_write","file":"journal"},
+                {"at_ms":200,"kind":"kill_daemon"},
+                {"at_ms":300,"kind":"kill_after_write","file":"run"},
+                {"at_ms":400,"kind":"kill_after_write","file":"journal"}]"#,
+        )
+        .unwrap();
+        // Nothing met: only the kill of the daemon stays.
+        assert_eq!(s.without_unmet_kills(&[]).0, vec![s.0[1].clone()]);
+        // The journal kill met at 350 ms is the one armed at 100 ms (the
+        // one at 300 ms, `run`, was armed after it but met nothing and
+        // replaced it; a meeting names the file it was armed with).
+        let met = s.without_unmet_kills(&[(350, "journal".into())]);
+        assert_eq!(
+            met.0,
+            vec![s.0[1].clone()],
+            "armed over by `run`: not that one"
+        );
+        let met = s.without_unmet_kills(&[(250, "journal".into()), (450, "journal".into())]);
+        assert_eq!(met.0, vec![s.0[0].clone(), s.0[1].clone(), s.0[3].clone()]);
     }
 
     #[test]

@@ -117,8 +117,8 @@ pub struct World {
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub interp_start_ms: u64,
     /// Two writers killed right after a crash point each
-    /// ([`crate::faults::CRASH_POINTS`]), added to the drawn faults where
-    /// the scenario's space has [`Family::KillAfterWrite`]: a sweep, not a
+    /// ([`crate::faults::CRASH_POINTS`]), added to the drawn faults of
+    /// every scenario with a kernel (not fail open's): a sweep, not a
     /// draw, so ten seeds of a scenario meet every crash point once (one
     /// drawn among the seed's other faults meets a given one in about 1 of
     /// 200 seeds: a launch whose daemon died before its record, when two
@@ -340,7 +340,7 @@ impl World {
         // Last: a slow interpreter start, shorter and longer than a grace.
         let interp_start_ms = pick(&mut rng, &[0, 0, 40, 250, 1_500]);
         // Last of all: the crash-point sweep.
-        let crash_kills = if scenario.space.families.contains(&Family::KillAfterWrite) {
+        let crash_kills = if !scenario.fails_open {
             crash_sweep(scenario.name, seed, window_ms, &mut rng)
         } else {
             Vec::new()
@@ -450,9 +450,12 @@ mod tests {
             }
         }
         assert_eq!(met.len(), CRASH_POINTS.len(), "{met:?}");
-        // A scenario whose space has no kill after a write gets none.
+        // Every scenario with a kernel has them, whatever its own space;
+        // failing open starts no kernel to kill.
         let happy = crate::scenario::by_name("happy").unwrap();
-        assert!((0..20).all(|seed| World::draw(&happy, seed, 8).crash_kills.is_empty()));
+        assert!((0..20).all(|seed| World::draw(&happy, seed, 8).crash_kills.len() == 2));
+        let fail_open = crate::scenario::by_name("fail_open").unwrap();
+        assert!((0..20).all(|seed| World::draw(&fail_open, seed, 8).crash_kills.is_empty()));
     }
 
     #[test]

@@ -169,6 +169,10 @@ pub struct Sandbox {
     /// Daemons the fault `kill_after_write` killed, with when (virtual
     /// ms).
     pub killed_after_write: Vec<(u64, Pid)>,
+    /// Every `kill_after_write` met (by a daemon, an op or a shim): when
+    /// (virtual ms) and the file name it was armed with. One armed but
+    /// never met changed nothing, and the judgement leaves it out.
+    pub kills_met: Vec<(u64, String)>,
     /// Cell processes alive at the snapshot without the cell's marker
     /// (`env -i`) in a sandbox without cgroups: once out of the
     /// interpreter's tree nothing ties them to a Python cell, the
@@ -342,6 +346,7 @@ impl Sandbox {
             clock_offset: 0,
             self_exits: Vec::new(),
             killed_after_write: Vec::new(),
+            kills_met: Vec::new(),
             results_seen: 0,
             armed_fill: None,
             exiting_daemons: BTreeSet::new(),
@@ -631,6 +636,7 @@ impl Sandbox {
                 );
                 self.note_fault_killed_daemon(pid, &dir, true);
                 self.killed_after_write.push((now_ms, pid));
+                self.kills_met.push((now_ms, name));
                 self.flush_events();
                 return None;
             }
@@ -1954,6 +1960,7 @@ pub(crate) async fn preemptible_step<R: Send + 'static>(
                     "sandbox",
                     format!("{kind} (pid {pid}) KILLED after its write of {name} (fault)"),
                 );
+                s.kills_met.push((now_ms(), name));
                 return None;
             }
             s.advance(now_ms());

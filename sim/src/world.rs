@@ -366,7 +366,10 @@ pub fn run_in(
     obs.tools.reported_answered = log.borrow().tool_answered.clone();
     obs.tools.awaiting_at_end = log.borrow().calls_awaiting_at_end;
     obs.tools.runs = control.lock().tool_runs.clone();
-    obs.outages = Some(outages(schedule, &crate::client_host::config_in(world)));
+    // Judged by what happened: a kill after a write no process met is
+    // no fault of the run.
+    let judged = schedule.without_unmet_kills(&sandbox.borrow().kills_met);
+    obs.outages = Some(outages(&judged, &crate::client_host::config_in(world)));
     obs.flawed = world.flaw.map(|flaw| oracle::Flawed {
         flaw,
         fallback: world.fallback,
@@ -386,7 +389,7 @@ pub fn run_in(
         })
         .fold(0, u64::saturating_add);
     let mut violations = oracle::check(&obs);
-    violations.extend(oracle::expectations(scenario, schedule, &obs));
+    violations.extend(oracle::expectations(scenario, &judged, &obs));
     violations.sort();
     violations.dedup();
     for v in &violations {

@@ -447,6 +447,19 @@ impl Daemon {
                 continue;
             };
             if w.is_done() {
+                // Its shim died after the journal's `done` and before the
+                // flag, and the daemon with it: the flag is written now (a
+                // later tick tries again where the disk refuses it, as
+                // for a shim that dies so under this daemon). Without it
+                // the cell stayed unfinished for every op, the stop and
+                // the idle exit (daemon_killed seed 22: this daemon went
+                // idle with it).
+                if w.mark_done(os).is_err() {
+                    let mut t = Track::new((0, 0), String::new(), false);
+                    t.shim = None;
+                    t.shim_death_seen = true;
+                    self.cells.insert(seq, t);
+                }
                 continue;
             }
             // Its shim is gone too, but what the cell started may run on:

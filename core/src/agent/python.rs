@@ -25,6 +25,9 @@ use crate::protocol::CellOutcome;
 
 /// The bootstrap the interpreter runs (`python3 -u -c BOOTSTRAP`).
 pub const BOOTSTRAP: &str = r#"
+import os
+# Its shim, before the slow imports: see the look before each cell.
+_shim = os.getppid()
 import ast, builtins, inspect, json, linecache, os, signal, sys, traceback
 _ctl = os.fdopen(3, "w")
 _cmds = os.fdopen(os.dup(0), "r")
@@ -306,6 +309,13 @@ _tether.UsageError = _UsageError
 _tether.ToolError = _ToolError
 sys.modules["tether"] = _tether
 for _line in _cmds:
+    if os.getppid() != _shim:
+        # Its shim is gone (killed while this interpreter started, with
+        # the cell already in the pipe): nobody reads what the cell would
+        # report, and what it starts would be nobody's, out of every
+        # shutdown's reach. It exits instead; the next interpreter takes
+        # the kernel over (python_orphans seed 1079).
+        os._exit(1)
     _seq, _dir, _marker, _token = _line.rstrip("\n").split(" ", 3)
     os.environ["TETHER_CELL"] = _marker
     if _token == "-":

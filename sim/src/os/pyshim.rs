@@ -296,6 +296,7 @@ impl SimOs {
         let kernel_dir = shim.launch.kernel_dir.trim_end_matches('/').to_owned();
         let mut interp = PyInterp::new(kernel_dir.clone(), stdin, ctl, env.clone());
         interp.ready_at = self.now + self.config.interp_start;
+        interp.shim = pid;
         interp.daemon = self.daemon_of_shim(pid);
         let args: Vec<&str> = argv.iter().map(String::as_str).collect();
         let mut spec = ForkSpec::new(&args, Program::Python(Box::new(interp)), Role::Interpreter);

@@ -39,6 +39,8 @@ pub(crate) struct PyInterp {
     /// ignored from its start until the bootstrap sets its handler, does
     /// nothing.
     pub(crate) ready_at: Timestamp,
+    /// Its parent at its start, its shim: the bootstrap's first act.
+    pub(crate) shim: Pid,
 }
 
 impl PyInterp {
@@ -61,6 +63,7 @@ impl PyInterp {
             atexit: Vec::new(),
             cell: None,
             ready_at: Timestamp::default(),
+            shim: 0,
         }
     }
 
@@ -164,6 +167,13 @@ impl SimOs {
             };
             progress = true;
             let line: Vec<u8> = py.inbuf.drain(..=end).collect();
+            if self.procs.get(&pid).is_some_and(|p| p.ppid != py.shim) {
+                // The bootstrap's look for its shim: gone (killed while
+                // the interpreter started, the cell already in the pipe),
+                // it exits without running the cell.
+                self.exit_proc(pid, ExitStatus::Code(1));
+                return true;
+            }
             self.start_py_cell(pid, py, &line);
         }
         progress

@@ -124,6 +124,7 @@ impl Sandbox {
                 format!("shim {pid} KILLED after its write of {name} (fault)"),
             );
             self.kill_shim(pid, &cell_dir);
+            self.kills_met.push((now_ms, name));
             self.flush_events();
         }
     }
