@@ -586,9 +586,13 @@ impl Sandbox {
                 .owned
                 .iter()
                 .filter(|(pid, start, _)| {
-                    self.os
-                        .process(*pid)
-                        .is_some_and(|p| !p.zombie && p.starttime == *start)
+                    // What nothing names is out of every stop's reach (the
+                    // documented limit), as at an idle exit or a shutdown.
+                    !self.named_by_nothing(*pid)
+                        && self
+                            .os
+                            .process(*pid)
+                            .is_some_and(|p| !p.zombie && p.starttime == *start)
                 })
                 .map(|(_, _, what)| what.clone())
                 .collect();
