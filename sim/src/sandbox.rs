@@ -614,35 +614,28 @@ impl Sandbox {
         if run.next_wake > now {
             return None;
         }
-        let Some(at) = self.preempter.draw(now_ms) else {
-            let armed = self.preempter.armed_kill(now_ms);
-            self.os.arm_kill_after_write(armed);
-            let previous = self.os.current();
-            self.os.set_current(pid);
-            let step = logic.tick(&mut self.os);
-            self.os.set_current(previous);
-            self.os.arm_kill_after_write(None);
-            if let Some((_, name)) = self.os.take_stopped_at_write() {
-                // The fault `kill_after_write`: nothing of the tick after
-                // the write landed; its process dies with it.
-                run.logic = None;
-                let dir = run.kernel_dir.clone();
-                self.preempter.disarm_after_write();
-                self.os.kill_from_outside(pid);
-                self.trace.at(
-                    now_ms,
-                    "sandbox",
-                    format!("daemon {pid} KILLED after its write of {name} (fault)"),
-                );
-                self.note_fault_killed_daemon(pid, &dir, true);
-                self.killed_after_write.push((now_ms, pid));
-                self.kills_met.push((now_ms, name));
-                self.flush_events();
-                return None;
-            }
-            return Some((step, now, launched_before));
-        };
         let mut logic = run.logic.take()?;
+        let Some(at) = self.preempter.draw(now_ms) else {
+            match self.step_meeting_kill(pid, now_ms, |os| logic.tick(os)) {
+                Ok(step) => {
+                    self.daemons.get_mut(&pid)?.logic = Some(logic);
+                    return Some((step, now, launched_before));
+                }
+                Err(name) => {
+                    // Nothing of the tick after the write landed.
+                    let dir = self.daemons.get(&pid)?.kernel_dir.clone();
+                    self.trace.at(
+                        now_ms,
+                        "sandbox",
+                        format!("daemon {pid} KILLED after its write of {name} (fault)"),
+                    );
+                    self.note_fault_killed_daemon(pid, &dir, true);
+                    self.killed_after_write.push((now_ms, pid));
+                    self.flush_events();
+                    return None;
+                }
+            }
+        };
         let tick = move |os: &mut dyn Os| {
             let step = logic.tick(os);
             (logic, step)
@@ -672,6 +665,32 @@ impl Sandbox {
                 None
             }
         }
+    }
+
+    /// Runs `step` as process `pid` (a daemon's tick, an op's step) to
+    /// its end, meeting an armed `kill_after_write`: `Err` with the file's
+    /// name where the process stopped after that write, killed there (the
+    /// caller notes what the death means for its kind of process).
+    fn step_meeting_kill<R>(
+        &mut self,
+        pid: Pid,
+        now_ms: u64,
+        step: impl FnOnce(&mut dyn Os) -> R,
+    ) -> Result<R, String> {
+        let armed = self.preempter.armed_kill(now_ms);
+        self.os.arm_kill_after_write(armed);
+        let previous = self.os.current();
+        self.os.set_current(pid);
+        let done = step(&mut self.os);
+        self.os.set_current(previous);
+        self.os.arm_kill_after_write(None);
+        let Some((_, name)) = self.os.take_stopped_at_write() else {
+            return Ok(done);
+        };
+        self.preempter.disarm_after_write();
+        self.os.kill_from_outside(pid);
+        self.kills_met.push((now_ms, name.clone()));
+        Err(name)
     }
 
     /// Records a kernel with two live daemons, neither exiting.
@@ -1946,28 +1965,21 @@ pub(crate) async fn preemptible_step<R: Send + 'static>(
         let mut s = sb.borrow_mut();
         s.advance(now_ms());
         let Some(at) = draw(&mut s.preempter) else {
-            let armed = s.preempter.armed_kill(now_ms());
-            s.os.arm_kill_after_write(armed);
-            let previous = s.os.current();
-            s.os.set_current(pid);
-            let done = step(&mut s.os);
-            s.os.set_current(previous);
-            s.os.arm_kill_after_write(None);
-            if let Some((_, name)) = s.os.take_stopped_at_write() {
-                // The fault `kill_after_write`: nothing of the step after
-                // the write landed; its process dies with it.
-                s.preempter.disarm_after_write();
-                s.os.kill_from_outside(pid);
-                s.flush_events();
-                trace.log(
-                    "sandbox",
-                    format!("{kind} (pid {pid}) KILLED after its write of {name} (fault)"),
-                );
-                s.kills_met.push((now_ms(), name));
-                return None;
+            match s.step_meeting_kill(pid, now_ms(), step) {
+                Ok(done) => {
+                    s.advance(now_ms());
+                    return Some(done);
+                }
+                Err(name) => {
+                    // Nothing of the step after the write landed.
+                    s.flush_events();
+                    trace.log(
+                        "sandbox",
+                        format!("{kind} (pid {pid}) KILLED after its write of {name} (fault)"),
+                    );
+                    return None;
+                }
             }
-            s.advance(now_ms());
-            return Some(done);
         };
         match preempt::run(&mut s.os, pid, at.clone(), step) {
             preempt::Outcome::Done(done) => {
