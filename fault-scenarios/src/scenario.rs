@@ -1130,13 +1130,15 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "tool_calls",
-            about: "a shell cell makes three tool calls answered by the client's handler and one it never answers (the caller gives up at its deadline) (crashes, lost replies, cancels, partitions between call and answer); a leftover of it calls while the next cell runs and is refused",
+            about: "a shell cell makes three tool calls answered by the client's handler (one with a TETHER_CALL_TIMEOUT no caller can use: it waits its default deadline) and one it never answers (the caller gives up at its deadline) (crashes, lost replies, cancels, partitions between call and answer); a leftover of it calls while the next cell runs and is refused",
             script: vec![
                 Action::Run(cell(
                     "calls",
                     vec![
                         tool_call("search", r#"{"q":"a"}"#),
-                        tool_call("read", r#"{"n":2}"#),
+                        // Its `TETHER_CALL_TIMEOUT` is no number a
+                        // caller can use: it waits its default deadline.
+                        tool_call(crate::workload::LAX_TOOL, r#"{"n":2}"#),
                         // Never answered: the caller gives up at its
                         // deadline and the cell goes on.
                         tool_call(crate::workload::STALLED_TOOL, "{}"),

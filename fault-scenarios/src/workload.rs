@@ -294,14 +294,34 @@ pub const TOOL_CALL_TIMEOUT_S: u64 = 30;
 /// the caller must give up at its own deadline and the cell go on.
 pub const STALLED_TOOL: &str = "stall";
 
-/// How long a call of tool `name` waits (seconds, its
-/// `TETHER_CALL_TIMEOUT`): [`TOOL_CALL_TIMEOUT_S`], but 2 s for the
-/// [`STALLED_TOOL`], whose deadline always runs out.
+/// A tool whose calls carry a `TETHER_CALL_TIMEOUT` no caller can use
+/// ([`UNUSABLE_CALL_TIMEOUT`]): each waits its default deadline instead,
+/// as zero (no deadline at all) must not end the call at once. (The `tool_calls`
+/// scenario's second call: the name it had before its calls carried
+/// this, so its race files replay the same script.)
+pub const LAX_TOOL: &str = "read";
+
+/// What [`LAX_TOOL`]'s calls set `TETHER_CALL_TIMEOUT` to.
+pub const UNUSABLE_CALL_TIMEOUT: &str = "0";
+
+/// How long a call of tool `name` waits (seconds): its
+/// `TETHER_CALL_TIMEOUT`, [`TOOL_CALL_TIMEOUT_S`], but 2 s for the
+/// [`STALLED_TOOL`], whose deadline always runs out, and the callers'
+/// default for the [`LAX_TOOL`].
 pub fn call_timeout_s(name: &str) -> u64 {
-    if name == STALLED_TOOL {
-        2
+    match name {
+        STALLED_TOOL => 2,
+        LAX_TOOL => tether_core::protocol::calls::DEFAULT_CALL_TIMEOUT.as_secs(),
+        _ => TOOL_CALL_TIMEOUT_S,
+    }
+}
+
+/// What a call of tool `name` sets `TETHER_CALL_TIMEOUT` to.
+pub fn call_timeout_text(name: &str) -> String {
+    if name == LAX_TOOL {
+        UNUSABLE_CALL_TIMEOUT.to_owned()
     } else {
-        TOOL_CALL_TIMEOUT_S
+        call_timeout_s(name).to_string()
     }
 }
 
@@ -770,7 +790,7 @@ fn shell_step(step: &Step, dir: &str) -> String {
         Step::Expand { name } => format!(": \"${name}\""),
         Step::ToolCall { name, args } => format!(
             "TETHER_CALL_TIMEOUT={} tether-call {name} '{args}'",
-            call_timeout_s(name)
+            call_timeout_text(name)
         ),
         Step::SizedToolCall { name_len, args_len } => {
             let (name, _) = sized_call(*name_len, *args_len);
@@ -786,7 +806,7 @@ fn shell_step(step: &Step, dir: &str) -> String {
         } => format!(
             "(sleep {}; TETHER_CALL_TIMEOUT={} tether-call {name} '{args}') </dev/null >/dev/null 2>&1 &",
             secs(*after_ms),
-            call_timeout_s(name)
+            call_timeout_text(name)
         ),
         Step::LatePrint {
             after_ms,
@@ -898,7 +918,7 @@ fn py_tool_call(label: &str, name: &str, args: &str) -> Vec<String> {
     vec![
         format!(
             "_tw_os.environ['TETHER_CALL_TIMEOUT'] = '{}'",
-            call_timeout_s(label)
+            call_timeout_text(label)
         ),
         "try:".to_owned(),
         format!("    _tw_r = __import__('tether').call({name}, {args})"),
@@ -1036,7 +1056,7 @@ fn python_step(step: &Step, dir: &str, indent: usize) -> String {
             py_str(&format!(
                 "sleep {}; TETHER_CALL_TIMEOUT={} tether-call {name} '{args}'",
                 secs(*after_ms),
-                call_timeout_s(name)
+                call_timeout_text(name)
             ))
         )],
         // A subprocess on the interpreter's stdout: between cells that is

@@ -334,7 +334,9 @@ impl Caller {
         let timeout = env(ENV_TIMEOUT)
             .and_then(|s| s.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
-            .map_or(DEFAULT_CALL_TIMEOUT, std::time::Duration::from_secs_f64);
+            // Past what a Duration holds (`1e30`): no deadline either.
+            .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+            .unwrap_or(DEFAULT_CALL_TIMEOUT);
         let caller = Caller {
             deadline: os.now() + timeout,
             timeout,

@@ -153,6 +153,10 @@ def _call(name, args=None):
         limit = float(os.environ.get("TETHER_CALL_TIMEOUT", "@TIMEOUT@"))
     except ValueError:
         limit = @TIMEOUT@
+    if not 0 < limit < float("inf"):
+        # As `tether-call` reads it: a negative, zero, infinite or NaN
+        # deadline is no deadline a caller can use (NaN fails this too).
+        limit = @TIMEOUT@
     ans = os.path.join(d, cid + ".ans")
     start = time.monotonic()
     while True:

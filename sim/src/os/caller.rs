@@ -186,12 +186,12 @@ impl SimOs {
         run: &mut CallerRun,
         env: &std::collections::BTreeMap<String, String>,
     ) {
-        use tether_core::protocol::calls::{ENV_DIR, ENV_TIMEOUT};
+        use tether_core::protocol::calls::ENV_DIR;
         let calls_dir = env.get(ENV_DIR).cloned();
-        let deadline = env
-            .get(ENV_TIMEOUT)
-            .and_then(|s| s.parse::<u64>().ok())
-            .map(|secs| self.now + std::time::Duration::from_secs(secs));
+        // What the workload means its `TETHER_CALL_TIMEOUT` to be, not
+        // the caller's reading of it (one it cannot use is the default).
+        let secs = tether_scenarios::workload::call_timeout_s(&run.name);
+        let deadline = Some(self.now + std::time::Duration::from_secs(secs));
         let cell_ended_at_start = calls_dir.as_deref().is_some_and(|d| self.cell_ended(d));
         run.truth = Some(self.tool_calls.len());
         self.tool_calls.push(ToolCallTruth {

@@ -536,7 +536,7 @@ impl SimOs {
         };
         env.insert(
             tether_core::protocol::calls::ENV_TIMEOUT.to_owned(),
-            tether_scenarios::workload::call_timeout_s(tool).to_string(),
+            tether_scenarios::workload::call_timeout_text(tool),
         );
         env
     }
