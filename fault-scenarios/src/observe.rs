@@ -647,9 +647,13 @@ pub fn unreported_replacements(
         else {
             continue;
         };
+        // A death the report can be about: before it (drawn_clients seed
+        // 500688: the killed daemon's pid went to the next daemon, ready
+        // in the very ms of the report, and that one's death by a later
+        // replacement was taken for the reported one).
         let death = kernel_deaths
             .iter()
-            .find(|(d, p)| p == pid && d >= ready_at);
+            .find(|(d, p)| p == pid && d >= ready_at && d <= at);
         if let Some(death) = death.filter(|d| boot_deaths.contains(d)) {
             out.push(format!(
                 "kernel {kernel} at {at} ms: its daemon (pid {pid}) died when the sandbox was replaced or rebooted at {} ms (a new boot id), but the client reported it only dead",
@@ -838,6 +842,27 @@ pub fn client_observations(log: &ClientLog, kernel_deaths: &[(u64, u32)]) -> Obs
 mod tests {
     use super::*;
     use tether_core::ids::{CellSeq, KernelName};
+
+    #[test]
+    fn a_loss_is_judged_by_a_death_before_it_not_by_a_reused_pids_later_one() {
+        // Daemon 25 killed at 1135 ms; the next daemon got pid 25 and was
+        // ready in the ms the loss was reported; a replacement killed it
+        // at 11955 ms (drawn_clients seed 500688).
+        let log = ClientLog {
+            ready: vec![(1_120, 25, "sim".into()), (2_870, 25, "sim".into())],
+            losses: vec![(2_870, "sim".into(), None)],
+            ..ClientLog::default()
+        };
+        let deaths = [(1_135, 25), (11_955, 25)];
+        let boots = [(11_955, 25)];
+        assert!(unreported_replacements(&log, &deaths, &boots).is_empty());
+        // A loss reported after that replacement as a death only is one.
+        let later = ClientLog {
+            losses: vec![(12_000, "sim".into(), None)],
+            ..log
+        };
+        assert_eq!(unreported_replacements(&later, &deaths, &boots).len(), 1);
+    }
 
     fn key(kernel: &str, seq: u64) -> CellKey {
         CellKey {

@@ -241,13 +241,19 @@ impl JournalWriter {
 
     /// Ends a journal another writer may have left: a `result` of
     /// `outcome` only if none is there yet (one settled before), then
-    /// `extra`, then `done`.
+    /// `extra`, then `done`. One that holds `done` already gets its flag
+    /// if that writer died before it (tool_calls seed 501736: a shim
+    /// killed right after it journaled its cell's end under a stop, whose
+    /// last act left the cell open for want of the flag).
     pub fn close(
         &mut self,
         os: &mut dyn Os,
         outcome: CellOutcome,
         extra: Vec<EntryKind>,
     ) -> Result<(), OsError> {
+        if self.done {
+            return self.mark_done(os);
+        }
         let mut entries = Vec::new();
         if !self.has_result {
             entries.push(EntryKind::Result { outcome });
