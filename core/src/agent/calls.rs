@@ -333,8 +333,9 @@ impl Caller {
         let done = super::journal::done_flag(&CellLayout::from_dir(&cell_dir).journal());
         let timeout = env(ENV_TIMEOUT)
             .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            // Past what a Duration holds (`1e30`): no deadline either.
+            // Zero is no deadline; a negative, NaN, infinite or too large
+            // (`1e30`) one no Duration holds: the default for each.
+            .filter(|s| *s > 0.0)
             .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
             .unwrap_or(DEFAULT_CALL_TIMEOUT);
         let caller = Caller {
