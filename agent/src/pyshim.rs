@@ -149,6 +149,7 @@ fn start(
     let (err_r, err_w) = pipe()?;
     let (ctl_r, ctl_w) = pipe()?;
     let ctl_fd = ctl_w.as_raw_fd();
+    let shim = rustix::process::getpid();
     let mut cmd = Command::new(program);
     cmd.args(rest)
         .env(&marker.0, &marker.1)
@@ -161,6 +162,22 @@ fn start(
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            // The interpreter dies with its shim, at whatever point of
+            // its start: a shim killed while a fresh interpreter still
+            // started (a wrapper such as pyenv's shim first, then the
+            // imports), the first cell already in its pipe, left an
+            // interpreter that ran that cell for nobody, its processes
+            // out of every shutdown's reach (python_orphans seed 1079).
+            // The bootstrap's own look at its parent covers an
+            // interpreter a forking wrapper starts. The shim is single
+            // threaded: the signal follows the shim, not a thread of it.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if rustix::process::getppid() != Some(shim) {
+                // Gone before the signal was armed.
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             // SIGINT ignored until the bootstrap takes it (its handler
             // raises KeyboardInterrupt only while a cell runs): the shim
             // hands the first cell over while the interpreter may still

@@ -431,3 +431,111 @@ fn a_cancel_as_a_fresh_interpreter_starts_leaves_it_alive() {
         assert!(!format!("{e:?}").contains("namespace is lost"), "{e:?}");
     }
 }
+
+/// Where a held start of the interpreter waits ([`held_start`]).
+enum Hold {
+    /// In `sitecustomize`, which Python imports as it starts: before the
+    /// bootstrap's first line.
+    BeforeBootstrap,
+    /// In the bootstrap's `import json`, after it noted its parent.
+    InBootstrap,
+}
+
+/// A fresh interpreter held in its start (`hold`, through a module first
+/// on `PYTHONPATH` that waits for a gate file, then loads the real one),
+/// its first cell already in its pipe, when its daemon and then its shim
+/// are killed -9; `wrapper`: `python3` is a shell script that forks the
+/// real one (not `exec`). Once the gate opens, nothing of it may run the
+/// cell (nobody reads what it reports, and what it starts would be out of
+/// every shutdown's reach: simulated `python_orphans` seed 1079), and
+/// every process of it must end.
+fn held_start(hold: Hold, wrapper: bool) {
+    let mut r = Root::new();
+    let slow = r.file("slow-imports");
+    std::fs::create_dir_all(&slow).unwrap();
+    let (gate, reached) = (r.file("gate"), r.file("reached"));
+    let module = match hold {
+        Hold::BeforeBootstrap => "sitecustomize",
+        Hold::InBootstrap => "json",
+    };
+    std::fs::write(
+        slow.join(format!("{module}.py")),
+        format!(
+            "import os, sys, time\n\
+             open({reached:?}, 'w').close()\n\
+             while not os.path.exists({gate:?}):\n    time.sleep(0.02)\n\
+             if __name__ == 'json':\n\
+             \x20   sys.path.remove(os.path.dirname(os.path.abspath(__file__)))\n\
+             \x20   del sys.modules['json']\n\
+             \x20   import json\n\
+             \x20   sys.modules['json'] = json\n",
+            reached = reached.display().to_string(),
+            gate = gate.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let slow_dir = slow.display().to_string();
+    r.extra_env.push(("PYTHONPATH".into(), slow_dir.clone()));
+    if wrapper {
+        let real = std::process::Command::new("sh")
+            .args(["-c", "command -v python3"])
+            .output()
+            .unwrap();
+        let real = String::from_utf8(real.stdout).unwrap().trim().to_owned();
+        let bin = r.file("wrapper-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let script = bin.join("python3");
+        std::fs::write(&script, format!("#!/bin/sh\n{real} \"$@\"\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = std::env::var("PATH").unwrap_or_default();
+        r.path_env = Some(format!("{}:{path}", bin.display()).into());
+    }
+    r.spawn_lang("py", "python", 300, 600_000);
+    let ran = r.file("ran");
+    let code = format!("open({:?}, 'w').write('ran')", ran.display().to_string());
+    r.submit("py", 1, code.as_bytes(), 0);
+    let journal = r.path().join("kernels/py/cells/1/journal");
+    assert!(eventually(Duration::from_secs(20), || {
+        reached.exists()
+            && std::fs::read_to_string(&journal).is_ok_and(|j| j.contains("\"started\""))
+    }));
+    let pid_in = |file: &str, field: &str| -> u32 {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(r.path().join(file)).unwrap()).unwrap();
+        v[field].as_u64().unwrap() as u32
+    };
+    let daemon = pid_in("kernels/py/identity.json", "pid");
+    let shim = pid_in("kernels/py/py/launch.json", "shim_pid");
+    for pid in [daemon, shim] {
+        assert!(std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        assert!(eventually(Duration::from_secs(20), || !alive(pid)));
+    }
+    std::fs::write(&gate, "").unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || procs_mentioning(&slow_dir)
+            .is_empty()),
+        "the interpreter ran on: {:?}",
+        procs_mentioning(&slow_dir)
+    );
+    assert!(!ran.exists(), "the cell ran under a dead shim");
+}
+
+/// Killed before the bootstrap's first line (a slow wrapper such as
+/// pyenv's shim, then Python's own start): the interpreter dies with its
+/// shim.
+#[test]
+fn an_interpreter_whose_shim_died_before_its_bootstrap_runs_no_cell() {
+    held_start(Hold::BeforeBootstrap, false);
+}
+
+/// Started by a wrapper that forks it: the wrapper dies with the shim,
+/// and the bootstrap, its parent gone, runs no cell.
+#[test]
+fn an_interpreter_a_wrapper_forked_runs_no_cell_once_its_shim_died() {
+    held_start(Hold::InBootstrap, true);
+}

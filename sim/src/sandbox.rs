@@ -835,7 +835,12 @@ impl Sandbox {
             }
             match &e.kind {
                 ProcEventKind::Spawn {
-                    pid, argv, cell, ..
+                    pid,
+                    argv,
+                    cell,
+                    role,
+                    marked,
+                    ..
                 } => {
                     // A reused pid is a new process: no cell's unless it
                     // says so.
@@ -854,7 +859,6 @@ impl Sandbox {
                             self.cell_of.insert(*pid, key);
                         }
                     }
-                    let view = self.os.view(*pid);
                     // The documented limit is a property of the process from
                     // birth (`env -i`), whether or not it is still alive at
                     // the snapshot: one the daemon's exit sweep kills later
@@ -862,23 +866,24 @@ impl Sandbox {
                     // is a new process, judged afresh.
                     let unmarked = cell.is_some()
                         && self.os.config().cgroup_root.is_none()
-                        && view.as_ref().is_some_and(|v| {
-                            v.role == Role::Cell
-                                && !v.env.contains_key(tether_core::agent::procs::MARKER_NAME)
-                        });
+                        && *role == Role::Cell
+                        && !marked;
                     if unmarked {
                         self.untraceable.insert(*pid);
                     } else {
                         self.untraceable.remove(pid);
                     }
-                    let role = match view.map(|v| v.role) {
-                        Some(Role::Init) => "init",
-                        Some(Role::Daemon { .. }) => "daemon",
-                        Some(Role::Exec) => "exec",
-                        Some(Role::Shim) => "shim",
-                        Some(Role::Cell) => "cell",
-                        Some(Role::Interpreter) => "interpreter",
-                        None => "?",
+                    // Told by the birth, not looked up: the process may be
+                    // gone by now (python_state seed 210: an interpreter
+                    // killed with its shim in the ms it was born was not
+                    // counted as its kernel's death).
+                    let role = match role {
+                        Role::Init => "init",
+                        Role::Daemon { .. } => "daemon",
+                        Role::Exec => "exec",
+                        Role::Shim => "shim",
+                        Role::Cell => "cell",
+                        Role::Interpreter => "interpreter",
                     };
                     self.shim_cell.remove(pid);
                     if role == "shim" {

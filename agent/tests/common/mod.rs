@@ -18,6 +18,9 @@ pub struct Root {
     next_id: u64,
     /// `PATH` for the ops (and so for the daemons they spawn), when set.
     pub path_env: Option<std::ffi::OsString>,
+    /// More environment for the ops, the daemons they spawn and what
+    /// those start (interpreters, cells).
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl Root {
@@ -30,6 +33,7 @@ impl Root {
             kernels: Vec::new(),
             next_id: 1,
             path_env: None,
+            extra_env: Vec::new(),
         }
     }
 
@@ -48,6 +52,7 @@ impl Root {
         if let Some(path) = &self.path_env {
             command.env("PATH", path);
         }
+        command.envs(self.extra_env.iter().map(|(k, v)| (k, v)));
         let mut child = command
             .args(["op", "--root"])
             .arg(self.path())

@@ -1,7 +1,7 @@
 //! The process event log: every spawn, exit, reap, reparent, signal and
 //! boot, stamped with virtual time, for the replay trace and the oracle.
 
-use super::process::{CellRef, ExitStatus};
+use super::process::{CellRef, ExitStatus, Role};
 use super::signals::{SignalEffect, SimSignal};
 use super::SimOs;
 use std::fmt;
@@ -41,6 +41,11 @@ pub enum ProcEventKind {
         argv: Vec<String>,
         /// The cell it belongs to (ground truth), if any.
         cell: Option<CellRef>,
+        /// What it is, told at birth: a process may be gone before anyone
+        /// looks (an interpreter killed with its shim in the same ms).
+        role: Role,
+        /// Whether its environment carries the agent's cell marker.
+        marked: bool,
     },
     /// A process ended (it is a zombie until reaped).
     Exit {
@@ -89,6 +94,7 @@ impl fmt::Display for ProcEventKind {
                 sid,
                 argv,
                 cell,
+                ..
             } => {
                 let cmd: Vec<&str> = argv.iter().take(3).map(String::as_str).collect();
                 write!(

@@ -153,6 +153,9 @@ pub(crate) struct Proc {
     pub(crate) starttime: u64,
     pub(crate) state: RunState,
     pub(crate) subreaper: bool,
+    /// KILLed when its parent exits (`PR_SET_PDEATHSIG`; not inherited
+    /// on fork, as on Linux).
+    pub(crate) dies_with_parent: bool,
     pub(crate) term: Disposition,
     pub(crate) int: Disposition,
     pub(crate) hup: Disposition,
@@ -199,6 +202,8 @@ pub(crate) struct ForkSpec {
     pub(crate) program: Program,
     pub(crate) role: Role,
     pub(crate) origin: Option<Option<CellRef>>,
+    /// `PR_SET_PDEATHSIG` with KILL, set between its fork and its exec.
+    pub(crate) dies_with_parent: bool,
 }
 
 impl ForkSpec {
@@ -213,6 +218,7 @@ impl ForkSpec {
             program,
             role,
             origin: None,
+            dies_with_parent: false,
         }
     }
 }
@@ -373,6 +379,7 @@ impl SimOs {
             starttime: self.ticks(),
             state: RunState::Running,
             subreaper: false,
+            dies_with_parent: spec.dies_with_parent,
             term,
             int: if spec.background {
                 Disposition::Ignore
@@ -400,6 +407,10 @@ impl SimOs {
             sid,
             argv: proc.argv.clone(),
             cell: proc.origin.clone(),
+            role: proc.role.clone(),
+            marked: proc
+                .env
+                .contains_key(tether_core::agent::procs::MARKER_NAME),
         });
         self.procs.insert(pid, proc);
         Ok(pid)
@@ -492,12 +503,16 @@ impl SimOs {
         {
             groups.push(pgid);
         }
+        let mut death_signalled = Vec::new();
         for child in &children {
             if let Some(c) = self.procs.get_mut(child) {
                 if c.pgid != pgid && c.sid == sid {
                     groups.push(c.pgid);
                 }
                 c.ppid = reaper;
+                if std::mem::take(&mut c.dies_with_parent) && c.alive() {
+                    death_signalled.push(*child);
+                }
             }
             self.log(ProcEventKind::Reparent {
                 pid: *child,
@@ -508,6 +523,9 @@ impl SimOs {
         groups.dedup();
         for g in groups {
             self.hang_up_orphaned_group(g);
+        }
+        for child in death_signalled {
+            let _ = self.deliver(0, child, SimSignal::Kill);
         }
         if self.reaps_at_once(reaper) {
             self.reap_children(reaper);

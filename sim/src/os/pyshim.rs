@@ -301,6 +301,9 @@ impl SimOs {
         let args: Vec<&str> = argv.iter().map(String::as_str).collect();
         let mut spec = ForkSpec::new(&args, Program::Python(Box::new(interp)), Role::Interpreter);
         spec.new_session = true;
+        // As the shim's pre-exec sets it: the interpreter dies with its
+        // shim at whatever point of its start.
+        spec.dies_with_parent = true;
         spec.stdio = Some((Fd::Pipe(out), Fd::Pipe(err)));
         spec.env = Some(env);
         spec.origin = Some(Some(CellRef {

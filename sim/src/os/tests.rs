@@ -542,6 +542,27 @@ fn a_group_orphaned_all_along_is_never_hung_up() {
 }
 
 #[test]
+fn a_child_that_dies_with_its_parent_is_killed_at_its_exit_and_its_child_is_not() {
+    // `PR_SET_PDEATHSIG` (the interpreter shim sets it for its
+    // interpreter): KILL at the parent's exit, not inherited on fork.
+    let mut os = SimOs::new(SimOsConfig::default());
+    let parent = sleeper(&mut os, 1, true, false);
+    let mut spec = ForkSpec::new(
+        &["sleep", "600"],
+        Program::Sleep { until: at(600_000) },
+        Role::Cell,
+    );
+    spec.dies_with_parent = true;
+    let child = os.fork(parent, spec).unwrap();
+    let grandchild = sleeper(&mut os, child, false, false);
+    let sibling = sleeper(&mut os, parent, false, false);
+    os.exit_proc(parent, ExitStatus::Code(0));
+    assert!(!os.is_alive(child), "killed with its parent");
+    assert!(os.is_alive(grandchild), "the flag is not inherited");
+    assert!(os.is_alive(sibling), "reparented, alive");
+}
+
+#[test]
 fn a_bounce_kills_everything_keeps_files_and_reuses_pids() {
     let mut os = SimOs::new(SimOsConfig::default());
     os.advance(at(5_000));
