@@ -444,6 +444,49 @@ fn limits_are_clear_errors() {
     assert_eq!(s.runs(), 2, "the oversized call never reached the handler");
 }
 
+/// A `TETHER_CALL_TIMEOUT` no caller can use (zero, negative, infinite,
+/// NaN, not a number) means the default deadline, the same in both
+/// languages: each call is answered. A reading that took `0` or a
+/// negative number at its word would give up before the host could
+/// answer; one that took `inf` or NaN would wait for ever on a lost host.
+#[test]
+fn an_unusable_call_timeout_is_the_default_in_both_languages() {
+    const VALUES: [&str; 6] = ["0", "-1", "inf", "nan", "1e400", "soon"];
+    let s = Sandbox::local();
+    let shell: String = VALUES
+        .iter()
+        .map(|v| {
+            format!("TETHER_CALL_TIMEOUT={v} tether-call echo '{{}}' >/dev/null && echo ok={v}\n")
+        })
+        .collect();
+    let python = format!(
+        "import os, tether\nfor v in {VALUES:?}:\n    os.environ['TETHER_CALL_TIMEOUT'] = v\n    \
+         tether.call('echo', {{}})\n    print('ok=' + v)\n"
+    );
+    let mut langs = vec![("shell", shell)];
+    if tether_require::have(
+        "an_unusable_call_timeout_is_the_default_in_python",
+        tether_require::Need::Python3,
+    ) {
+        langs.push(("python", python));
+    }
+    let want: String = VALUES.iter().map(|v| format!("ok={v}\n")).collect();
+    for (lang, code) in &langs {
+        let out = s.world.tether(&[
+            "run",
+            "--lang",
+            lang,
+            "--kernel",
+            lang,
+            "--tools",
+            &s.handler(),
+            code,
+        ]);
+        assert_eq!(text(&out.stdout), want, "{lang}: {}", show(&out));
+    }
+    assert_eq!(s.runs(), VALUES.len() * langs.len(), "one run per call");
+}
+
 /// Without `--tools` a call gets the error "no tools"; the cell goes on.
 #[test]
 fn without_tools_a_call_is_an_error() {
