@@ -437,7 +437,19 @@ impl SimOs {
             state.cwd = Some(p.cwd.clone());
         }
         let new = format!("{}/shell.new", files.cell_dir);
-        let _ = self.fs.write_atomic(&new, &state.to_snapshot());
+        let snapshot = state.to_snapshot();
+        // The fault `disk_full_at_write` of `shell.new` fills the disk here.
+        self.fill_if_awaited(&new, &snapshot, true);
+        if self.refuses_writes(&new) {
+            // The script appends its save line by line, the end marker
+            // last: on a full disk the file is made, and what fits of the
+            // first lines lands (a torn save, which the shim must not
+            // take for the state).
+            let torn = self.torn_prefix(&snapshot);
+            let _ = self.fs.append(&new, &snapshot[..torn]);
+            return;
+        }
+        let _ = self.fs.write_atomic(&new, &snapshot);
     }
 
     /// The code reached its end: the save, then the `end` file.
@@ -447,9 +459,13 @@ impl SimOs {
             return;
         };
         let end = format!("{}/end", files.cell_dir);
-        let _ = self
-            .fs
-            .write_atomic(&end, format!("{}\n", shell.last_status).as_bytes());
+        let status = format!("{}\n", shell.last_status);
+        self.fill_if_awaited(&end, status.as_bytes(), false);
+        if self.refuses_writes(&end) {
+            // Its `printf > end` fails as the save's appends did.
+            return;
+        }
+        let _ = self.fs.write_atomic(&end, status.as_bytes());
     }
 
     /// Ends the shell: the script's epilogue on a normal end, the EXIT
