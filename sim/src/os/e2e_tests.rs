@@ -578,3 +578,45 @@ fn bounce_probe(keep_boot_id: bool) {
         "{status:?}"
     );
 }
+
+/// The script appends its save line by line, the end marker last: on a
+/// full disk the cell's `shell.new` is torn (or empty) and its `end` file
+/// is not written. The shim takes neither for the state: the kernel keeps
+/// the state before the cell, and once there is room the next cell starts
+/// from it.
+#[test]
+fn a_save_on_a_full_disk_is_torn_and_the_state_before_it_stays() {
+    let mut h = Harness::with(SimOsConfig {
+        torn_writes: true,
+        ..SimOsConfig::default()
+    });
+    h.spawn("k");
+    let set = |name: &str, value: &str| {
+        Workload::new(vec![Step::SetVar {
+            name: name.into(),
+            value: value.into(),
+        }])
+    };
+    h.submit("k", 1, &set("FOO", "kept"), 2_000);
+    h.os.fill_disk_at(ROOT, super::disk::FillAt::Write("shell.new".into()));
+    h.submit("k", 2, &set("BAR", "torn"), 2_000);
+    assert!(h.os.take_filled_at(), "the shell's save filled the disk");
+    assert!(!h.os.exists(&format!("{ROOT}/kernels/k/cells/2/end")));
+    h.os.free_disk();
+    let saved =
+        h.os.read_file(&format!("{ROOT}/kernels/k/state/shell"))
+            .unwrap();
+    let state = ShellState::from_snapshot(&saved).expect("a complete snapshot");
+    assert_eq!(state.get("FOO"), Some("kept"));
+    assert_eq!(state.get("BAR"), None);
+    h.submit(
+        "k",
+        3,
+        &Workload::new(vec![Step::BusyLoop { ms: None }]),
+        50,
+    );
+    let procs = h.os.processes_of_cell("k", 3);
+    let view = h.os.view(procs[0]).unwrap();
+    assert_eq!(view.env.get("FOO").map(String::as_str), Some("kept"));
+    assert_eq!(view.env.get("BAR"), None);
+}
