@@ -85,6 +85,18 @@ impl Sandbox {
         self.host.path().join("handler").display().to_string()
     }
 
+    /// `tether [--json] run --lang LANG --kernel LANG --tools HANDLER CODE`.
+    fn run_cell(&self, json: bool, lang: &str, code: &str) -> std::process::Output {
+        let handler = self.handler();
+        let mut args = vec![
+            "run", "--lang", lang, "--kernel", lang, "--tools", &handler, code,
+        ];
+        if json {
+            args.insert(0, "--json");
+        }
+        self.world.tether(&args)
+    }
+
     /// How many times the handler ran.
     fn runs(&self) -> usize {
         std::fs::read_to_string(self.host.path().join("count"))
@@ -192,17 +204,7 @@ const PYTHON_THREE: &str = "import json, tether\n\
 for i in (1, 2, 3):\n    r = tether.call('echo', {'i': i})\n    print('R%d %s' % (i, json.dumps(r)))\n";
 
 fn three_calls(s: &Sandbox, lang: &str, code: &str) {
-    let out = s.world.tether(&[
-        "--json",
-        "run",
-        "--lang",
-        lang,
-        "--kernel",
-        lang,
-        "--tools",
-        &s.handler(),
-        code,
-    ]);
+    let out = s.run_cell(true, lang, code);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let lines = json_lines(&out.stdout);
     assert_results(&stdout_text(&lines), "echo", false);
@@ -472,16 +474,7 @@ fn an_unusable_call_timeout_is_the_default_in_both_languages() {
     }
     let want: String = VALUES.iter().map(|v| format!("ok={v}\n")).collect();
     for (lang, code) in &langs {
-        let out = s.world.tether(&[
-            "run",
-            "--lang",
-            lang,
-            "--kernel",
-            lang,
-            "--tools",
-            &s.handler(),
-            code,
-        ]);
+        let out = s.run_cell(false, lang, code);
         assert_eq!(text(&out.stdout), want, "{lang}: {}", show(&out));
     }
     assert_eq!(s.runs(), VALUES.len() * langs.len(), "one run per call");
