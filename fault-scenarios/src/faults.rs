@@ -861,9 +861,13 @@ impl FaultSchedule {
     /// crash kills ([`crate::swarm::World::crash_kills`]), most of them
     /// never met (a Python crash point in a shell kernel).
     pub fn without_unmet_kills(&self, met: &[(u64, String)]) -> FaultSchedule {
-        // One kill is armed at a time, a later arming replacing an
-        // earlier: a kill met at `t` is the last one armed by then with
-        // its name.
+        // A kill met at `t` is the last one armed by then with its name.
+        // Not the last one armed of any name: a fault is applied at the
+        // sandbox's tick after its time, once the sandbox has run up to
+        // that tick with the earlier arming still in place (tool_calls
+        // seed 500323: `shell` met at 2,180 ms, in the advance before
+        // `shut`, due at 2,177 ms, was armed; the met kill was dropped
+        // and the run judged fault-free).
         let kill_of = |i: usize| match &self.0[i].kind {
             FaultKind::KillAfterWrite { file } => Some(file.as_str()),
             _ => None,
@@ -872,8 +876,8 @@ impl FaultSchedule {
         for (at, name) in met {
             let armed = (0..self.0.len())
                 .rev()
-                .find(|&i| self.0[i].at_ms <= *at && kill_of(i).is_some());
-            if let Some(i) = armed.filter(|&i| kill_of(i) == Some(name.as_str())) {
+                .find(|&i| self.0[i].at_ms <= *at && kill_of(i) == Some(name.as_str()));
+            if let Some(i) = armed {
                 kept[i] = true;
             }
         }
@@ -1143,15 +1147,13 @@ mod tests {
         .unwrap();
         // Nothing met: only the kill of the daemon stays.
         assert_eq!(s.without_unmet_kills(&[]).0, vec![s.0[1].clone()]);
-        // The journal kill met at 350 ms is the one armed at 100 ms (the
-        // one at 300 ms, `run`, was armed after it but met nothing and
-        // replaced it; a meeting names the file it was armed with).
+        // A meeting names the file it was armed with: the journal kill
+        // met at 350 ms is the one armed at 100 ms, even though `run` is
+        // due before it (a fault is armed at the tick after its time,
+        // once the sandbox ran up to that tick with the earlier arming:
+        // tool_calls seed 500323); `run` met nothing.
         let met = s.without_unmet_kills(&[(350, "journal".into())]);
-        assert_eq!(
-            met.0,
-            vec![s.0[1].clone()],
-            "armed over by `run`: not that one"
-        );
+        assert_eq!(met.0, vec![s.0[0].clone(), s.0[1].clone()]);
         let met = s.without_unmet_kills(&[(250, "journal".into()), (450, "journal".into())]);
         assert_eq!(met.0, vec![s.0[0].clone(), s.0[1].clone(), s.0[3].clone()]);
     }
