@@ -32,6 +32,17 @@ impl FillAt {
     }
 }
 
+/// How [`SimOs::disk_write`] puts its bytes down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WriteMode {
+    /// A new file (`O_EXCL`).
+    CreateNew,
+    /// The whole file, atomically (a rename over it).
+    Replace,
+    /// At the file's end (made if missing).
+    Append,
+}
+
 /// Is appending `data` to `path` the journaling of a cell's result?
 pub(super) fn is_result_append(path: &str, data: &[u8]) -> bool {
     path.ends_with("/journal")
@@ -70,7 +81,7 @@ impl SimOs {
 
     /// Fills the disk if `path` (about to be written, `data` appended if
     /// `append`) is the write [`SimOs::fill_disk_at`] waits for.
-    pub(super) fn fill_if_awaited(&mut self, path: &str, data: &[u8], append: bool) {
+    fn fill_if_awaited(&mut self, path: &str, data: &[u8], append: bool) {
         let Some((prefix, at)) = &self.fill_at else {
             return;
         };
@@ -109,7 +120,7 @@ impl SimOs {
     /// its first line, then two thirds of it, in turn. A tear on a line boundary leaves no
     /// partial line to tell the writer that whole entries of the batch it
     /// was refused are in the file already.
-    pub(super) fn torn_prefix(&mut self, data: &[u8]) -> usize {
+    fn torn_prefix(&mut self, data: &[u8]) -> usize {
         if !self.config.torn_writes || std::mem::replace(&mut self.space_ran_out, true) {
             return 0;
         }
@@ -145,8 +156,37 @@ impl SimOs {
         })
     }
 
+    /// One write to the sandbox's disk, by the agent or by a shell it
+    /// runs: the fault `disk_full_at_write` fills the disk at it, a full
+    /// disk refuses it (a refused append tears first, where writes tear),
+    /// a read-only mount refuses it. What only the agent's own writes
+    /// meet (a stopped process, a kill after the write) is its caller's.
+    pub(super) fn disk_write(
+        &mut self,
+        path: &str,
+        data: &[u8],
+        mode: WriteMode,
+    ) -> Result<(), OsError> {
+        self.fill_if_awaited(path, data, mode == WriteMode::Append);
+        if let Err(e) = self.check_write(path) {
+            if mode == WriteMode::Append {
+                let torn = self.torn_prefix(data);
+                if torn > 0 && self.fs.exists(path) {
+                    self.fs.append(path, &data[..torn])?;
+                }
+            }
+            return Err(e);
+        }
+        self.writable(path)?;
+        match mode {
+            WriteMode::CreateNew => self.fs.create_new(path, data),
+            WriteMode::Replace => self.fs.write_atomic(path, data),
+            WriteMode::Append => self.fs.append(path, data),
+        }
+    }
+
     /// `Err` when a write to `path` is refused now.
-    pub(super) fn check_write(&mut self, path: &str) -> Result<(), OsError> {
+    fn check_write(&mut self, path: &str) -> Result<(), OsError> {
         if self.refuses_writes(path) {
             self.refused_writes += 1;
             return Err(OsError::Other(format!(

@@ -12,6 +12,7 @@
 //! fatal TERM/INT/HUP runs the EXIT trap before the shell dies.
 
 use super::caller::CallerRun;
+use super::disk::WriteMode;
 use super::process::{CellRef, Disposition, ExitStatus, Fd, ForkSpec, Program, Role, RunState};
 use super::SimOs;
 use std::collections::BTreeMap;
@@ -438,18 +439,12 @@ impl SimOs {
         }
         let new = format!("{}/shell.new", files.cell_dir);
         let snapshot = state.to_snapshot();
-        // The fault `disk_full_at_write` of `shell.new` fills the disk here.
-        self.fill_if_awaited(&new, &snapshot, true);
-        if self.refuses_writes(&new) {
-            // The script appends its save line by line, the end marker
-            // last: on a full disk the file is made, and what fits of the
-            // first lines lands (a torn save, which the shim must not
-            // take for the state).
-            let torn = self.torn_prefix(&snapshot);
-            let _ = self.fs.append(&new, &snapshot[..torn]);
-            return;
-        }
-        let _ = self.fs.write_atomic(&new, &snapshot);
+        // The script truncates `shell.new` (`>|`: no space needed), then
+        // appends its save line by line, the end marker last: on a full
+        // disk what fits of the first lines lands (a torn save, which the
+        // shim must not take for the state).
+        let _ = self.fs.write_atomic(&new, b"");
+        let _ = self.disk_write(&new, &snapshot, WriteMode::Append);
     }
 
     /// The code reached its end: the save, then the `end` file.
@@ -460,12 +455,8 @@ impl SimOs {
         };
         let end = format!("{}/end", files.cell_dir);
         let status = format!("{}\n", shell.last_status);
-        self.fill_if_awaited(&end, status.as_bytes(), false);
-        if self.refuses_writes(&end) {
-            // Its `printf > end` fails as the save's appends did.
-            return;
-        }
-        let _ = self.fs.write_atomic(&end, status.as_bytes());
+        // Its `printf >| end` fails on a full disk as the save did.
+        let _ = self.disk_write(&end, status.as_bytes(), WriteMode::Replace);
     }
 
     /// Ends the shell: the script's epilogue on a normal end, the EXIT

@@ -60,6 +60,7 @@ pub use events::{ProcEvent, ProcEventKind};
 pub use process::{CellRef, ExitStatus, Role, RunState};
 pub use signals::{SignalEffect, SimSignal};
 
+use self::disk::WriteMode;
 use self::process::{ForkSpec, Pipe, Proc, Program};
 use std::collections::{BTreeMap, BTreeSet};
 use tether_core::agent::{CellLaunch, Os, OsError, Pid, ProcInfo, Signal};
@@ -911,10 +912,7 @@ impl Os for SimOs {
 
     fn create_new(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.refuse_if_stopped()?;
-        self.fill_if_awaited(path, data, false);
-        self.check_write(path)?;
-        self.writable(path)?;
-        self.fs.create_new(path, data)?;
+        self.disk_write(path, data, WriteMode::CreateNew)?;
         if path.ends_with(".ans") {
             self.note_answer(path);
         }
@@ -924,10 +922,7 @@ impl Os for SimOs {
 
     fn write_atomic(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.refuse_if_stopped()?;
-        self.fill_if_awaited(path, data, false);
-        self.check_write(path)?;
-        self.writable(path)?;
-        self.fs.write_atomic(path, data)?;
+        self.disk_write(path, data, WriteMode::Replace)?;
         if path.ends_with(".ans") {
             self.note_answer(path);
         }
@@ -938,16 +933,7 @@ impl Os for SimOs {
     fn append(&mut self, path: &str, data: &[u8]) -> Result<(), OsError> {
         self.refuse_if_stopped()?;
         let result = disk::is_result_append(path, data);
-        self.fill_if_awaited(path, data, true);
-        if let Err(e) = self.check_write(path) {
-            let torn = self.torn_prefix(data);
-            if torn > 0 && self.fs.exists(path) {
-                self.fs.append(path, &data[..torn])?;
-            }
-            return Err(e);
-        }
-        self.writable(path)?;
-        self.fs.append(path, data)?;
+        self.disk_write(path, data, WriteMode::Append)?;
         if result && !self.results_journaled.contains_key(path) {
             self.results_journaled.insert(path.to_owned(), self.now);
         }
