@@ -843,9 +843,10 @@ impl Sandbox {
                     ..
                 } => {
                     // A reused pid is a new process: no cell's unless it
-                    // says so.
+                    // says so, and named by what names it now.
                     self.cell_of.remove(pid);
                     self.shell_mains.remove(pid);
+                    self.wiped.unnamed.remove(pid);
                     if let Some(c) = cell {
                         self.kernel_of_pid.insert(*pid, kernel_name(&c.kernel_dir));
                         if let Some(seq) = c.seq {
@@ -1510,13 +1511,19 @@ impl Sandbox {
     }
 
     /// The documented limit (client/README.md, "Known limit of
-    /// shutdown"): `pid` carries nothing naming its kernel (no marker, no
-    /// cgroup) and no record names it: its shim and its daemon died
-    /// before either recorded it, or a daemon was killed while the disk
-    /// refused its records.
+    /// shutdown"): no file left names `pid` as its kernel's. It carries
+    /// nothing naming its kernel (no marker, no cgroup) and no record
+    /// names it: its shim and its daemon died before either recorded it,
+    /// or a daemon was killed while the disk refused its records. Or its
+    /// kernel's directory was removed while no daemon of it ran, and with
+    /// it what named `pid` (a later kernel in that directory cannot know
+    /// it: python_orphans seed 100227, a fresh daemon's idle exit held to
+    /// the wiped kernel's orphan). Every judge of what a stop, an idle
+    /// exit, a shutdown or a cancel must end asks this one question.
     pub(crate) fn named_by_nothing(&self, pid: Pid) -> bool {
-        self.untraceable.contains(&pid)
-            && (self.daemon_killed_on_full_disk || self.unrecordable.contains(&pid))
+        self.wiped.unnamed.contains(&pid)
+            || (self.untraceable.contains(&pid)
+                && (self.daemon_killed_on_full_disk || self.unrecordable.contains(&pid)))
     }
 
     /// Processes (other than pid 1 and exec calls still draining),
@@ -1535,9 +1542,6 @@ impl Sandbox {
             // killed while the disk refused it (python_orphans seed 226), or
             // right after the shim (seeds 1079, 1909), left none.
             .filter(|v| !self.named_by_nothing(v.pid))
-            // The same limit: a kernel's directory removed while no daemon
-            // of it ran.
-            .filter(|v| !self.wiped.unnamed.contains(&v.pid))
             .map(|v| format!("{} {}", v.pid, v.argv.join(" ")))
             .collect();
         let files = self.os.files_under(&format!("{}/kernels", self.root));

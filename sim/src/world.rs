@@ -663,12 +663,11 @@ fn observe(
             }
             _ => Vec::new(),
         };
-        // The documented limit of a removal of the kernel's files: what
-        // only they named runs on (the leak checks leave it out too).
-        alive_at_end.retain(|pid| !sandbox.wiped.unnamed.contains(pid));
-        // The same limit where nothing named a process once its shim and
-        // daemon died (daemon_then_shim_killed_escapes seed 101432: the
-        // disk refused the shim's orphan record until both were killed).
+        // The documented limit: what nothing names runs on (the leak
+        // checks leave it out too): the kernel's files removed, or its
+        // shim and daemon dead before either recorded it
+        // (daemon_then_shim_killed_escapes seed 101432: the disk refused
+        // the shim's orphan record until both were killed).
         alive_at_end.retain(|&pid| !sandbox.named_by_nothing(pid));
         if spec.lang == Lang::Python {
             // The documented limit (client/README.md, "what a cancel
