@@ -106,13 +106,19 @@ impl PyShimRun {
         // A lingering shim acts only on a config that is gone.
         let config_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
         let linger = self.next_linger.filter(|_| lingering && config_gone());
-        os.shim_due(pid, self.start_at, pipes.chain(self.reports()), lingering)
-            .or_else(|| {
-                [self.machine.poll_timeout(os), look, tick, linger]
-                    .into_iter()
-                    .flatten()
-                    .min()
-            })
+        os.shim_due(
+            pid,
+            self.start_at,
+            pipes.chain(self.reports()),
+            lingering,
+            None,
+        )
+        .or_else(|| {
+            [self.machine.poll_timeout(os), look, tick, linger]
+                .into_iter()
+                .flatten()
+                .min()
+        })
     }
 }
 

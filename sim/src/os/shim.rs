@@ -109,6 +109,28 @@ impl ShimRun {
         self.machine.cell_dir()
     }
 
+    /// While its cell runs, when the real shim would see a child's exit
+    /// that no news on its pipes announced: it reaps after each pump's
+    /// poll, which returns at once on news and else times out a
+    /// [`PUMP_MS`] after it began (or, its pipes closed, after a sleep
+    /// as long). So the shell's exit with its pipes held open by a
+    /// background child, or closed already, is seen at the next tick of
+    /// that pump, up to a [`PUMP_MS`] later: a window in which the world
+    /// goes on (a full disk frees, a cancel lands). Ticks run every
+    /// [`PUMP_MS`] from the last pump. `None` (at once) otherwise.
+    fn reaps_at(&self, now: Timestamp) -> Option<Timestamp> {
+        let tick = self
+            .next_tick
+            .filter(|_| self.machine.main_pid().is_some())?;
+        let pump = Duration::from_millis(PUMP_MS);
+        if tick >= now {
+            return Some(tick);
+        }
+        let behind = now.as_millis() - tick.as_millis();
+        let pumps = behind.div_ceil(PUMP_MS);
+        Some(tick + pump * u32::try_from(pumps).unwrap_or(u32::MAX))
+    }
+
     /// The pipes the machine still reads, with their streams.
     fn reading(&self) -> Vec<(u64, Stream)> {
         reading(self.pipes, |s| self.machine.reading(s))
@@ -117,7 +139,7 @@ impl ShimRun {
     fn wake(&self, os: &SimOs, pid: Pid) -> Option<Timestamp> {
         let pipes = self.reading().into_iter().map(|(id, _)| id);
         let lingering = self.machine.lingering();
-        if let Some(at) = os.shim_due(pid, self.start_at, pipes, lingering) {
+        if let Some(at) = os.shim_due(pid, self.start_at, pipes, lingering, self.reaps_at(os.now)) {
             return Some(at);
         }
         let kernel_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
@@ -342,23 +364,31 @@ impl SimOs {
         true
     }
 
-    /// When a shim has something to do at once (before it began: when it
-    /// begins): a child to reap, news on a pipe it reads, its lingering
-    /// over. `None`: only its machine's timers wake it.
+    /// When a shim has something to do (before it began: when it
+    /// begins): news on a pipe it reads or its lingering over, at once; a
+    /// child to reap, at once too unless `reaps_at` says when a shim
+    /// that sees no news on its pipes looks (`None`: only its machine's
+    /// timers wake it).
     pub(crate) fn shim_due(
         &self,
         pid: Pid,
         start_at: Option<Timestamp>,
         mut pipes: impl Iterator<Item = u64>,
         lingering: bool,
+        reaps_at: Option<Timestamp>,
     ) -> Option<Timestamp> {
         if start_at.is_some() {
             return start_at;
         }
-        let due = self.procs.values().any(|c| c.ppid == pid && !c.alive())
-            || pipes.any(|id| self.pipe_has_news(id))
+        let news = pipes.any(|id| self.pipe_has_news(id))
             || (lingering && self.children_of(pid).is_empty());
-        due.then_some(self.now)
+        if news {
+            return Some(self.now);
+        }
+        self.procs
+            .values()
+            .any(|c| c.ppid == pid && !c.alive())
+            .then(|| reaps_at.map_or(self.now, |at| at.max(self.now)))
     }
 
     /// Does the calls directory of the cell at `cell_dir` hold a request
