@@ -106,12 +106,19 @@ impl PyShimRun {
         // A lingering shim acts only on a config that is gone.
         let config_gone = || !os.exists(&KernelLayout::new(&self.launch.kernel_dir).config());
         let linger = self.next_linger.filter(|_| lingering && config_gone());
+        // Its pump's poll sees a death its pipes do not announce (a cell's
+        // child that does not hold them; the interpreter while one does)
+        // when it times out, as the cell shim's does (`ShimRun::reaps_at`).
+        let reaps_at = self
+            .next_tick
+            .filter(|_| !lingering)
+            .map(|tick| super::shim::next_pump(tick, os.now));
         os.shim_due(
             pid,
             self.start_at,
             pipes.chain(self.reports()),
             lingering,
-            None,
+            reaps_at,
         )
         .or_else(|| {
             [self.machine.poll_timeout(os), look, tick, linger]

@@ -122,13 +122,7 @@ impl ShimRun {
         let tick = self
             .next_tick
             .filter(|_| self.machine.main_pid().is_some())?;
-        let pump = Duration::from_millis(PUMP_MS);
-        if tick >= now {
-            return Some(tick);
-        }
-        let behind = now.as_millis() - tick.as_millis();
-        let pumps = behind.div_ceil(PUMP_MS);
-        Some(tick + pump * u32::try_from(pumps).unwrap_or(u32::MAX))
+        Some(next_pump(tick, now))
     }
 
     /// The pipes the machine still reads, with their streams.
@@ -159,6 +153,17 @@ impl ShimRun {
             .unwrap_or_else(|| self.machine.poll_timeout(os.now));
         [timer, tick, look, linger].into_iter().flatten().min()
     }
+}
+
+/// The first tick at or after `now` of a pump that ticks every
+/// [`PUMP_MS`] from `tick`: when a pumping shim's poll, seeing no news,
+/// next times out and it reaps.
+pub(crate) fn next_pump(tick: Timestamp, now: Timestamp) -> Timestamp {
+    if tick >= now {
+        return tick;
+    }
+    let pumps = (now.as_millis() - tick.as_millis()).div_ceil(PUMP_MS);
+    tick + Duration::from_millis(PUMP_MS.saturating_mul(pumps))
 }
 
 /// Of a shim's stdout and stderr pipes, those its machine still `reads`.
