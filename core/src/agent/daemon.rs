@@ -142,6 +142,12 @@ struct Track {
     /// The shim's death was seen (the interpreter's loss, for a Python
     /// cell, handled once).
     shim_death_seen: bool,
+    /// This daemon's children (pid, start time) at each look since the
+    /// shim's death: at the first look every one (but what is known to
+    /// be another's) came back from the shim's tree, at a later one only
+    /// one not seen before did (an earlier cell's leftover whose track
+    /// went since is not this cell's). `None` before the first look.
+    children_seen: Option<BTreeSet<(Pid, u64)>>,
     /// The shim's death was written (its result settled, for the
     /// escalation that ends what the cell still runs to finish); until
     /// then it is tried again each tick (a full disk).
@@ -169,6 +175,7 @@ impl Track {
             cgroup_checked: false,
             linger_recheck: None,
             shim_death_seen: false,
+            children_seen: None,
             shim_death_told: false,
             state_orphaned: false,
         }
@@ -687,29 +694,7 @@ impl Daemon {
                 // tick: taken for done, the cell would be left unresolved
                 // and the daemon free to exit idle under it (full_disk
                 // seed 140: a torn line that could not be cut).
-                let c = t.cancel.get_or_insert_with(Escalation::default);
-                if first_look && !t.python {
-                    // What the shim's subreaper tree held came back to
-                    // this daemon (a subreaper too) when it died: the
-                    // only trace left of a `setsid env -i` daemon where
-                    // there is no cgroup. (A Python cell's processes are
-                    // the interpreter's descendants, found below while it
-                    // still lives.)
-                    let table = table.get_or_insert_with(|| Table::snapshot(os));
-                    let other_groups = groups_but(&groups, seq);
-                    let others = procs::OtherCells::new(os, &t.marker, &other_groups);
-                    let protected = procs::protected(table, self_pid);
-                    for p in table.iter() {
-                        let orphan = p.ppid == self_pid
-                            && !p.zombie
-                            && !protected.contains(&p.pid)
-                            && !not_orphans.contains(&p.pid)
-                            && !others.owns(os, p.pid);
-                        if orphan {
-                            c.signalled.entry(p.pid).or_insert(p.starttime);
-                        }
-                    }
-                }
+                t.cancel.get_or_insert_with(Escalation::default);
             }
             if t.cgroup.is_none() && !t.cgroup_checked {
                 t.cgroup = procs::read_cgroup(os, &cell);
@@ -773,6 +758,33 @@ impl Daemon {
                 // longer in `markers`.
                 let other_groups = groups_but(&groups, seq);
                 let others = procs::OtherCells::new(os, &t.marker, &other_groups);
+                if !t.python && t.shim_death_seen {
+                    // What the dead shim's subreaper tree held came back
+                    // to this daemon (a subreaper too): the only trace
+                    // left of a `setsid env -i` daemon where there is no
+                    // cgroup. Looked for at every look of the escalation,
+                    // not only the first: a shell that ignores TERM forks
+                    // on, and what it double-forks since comes back here
+                    // too (drawn_clients seed 100676: a `setsid env -i`
+                    // daemon born 130 ms after the shim's death outlived
+                    // its cell); a child seen at an earlier look is not
+                    // taken later (`children_seen`). (A Python cell's
+                    // processes are the interpreter's descendants, found
+                    // below while it still lives.)
+                    let seen = t.children_seen.get_or_insert_with(BTreeSet::new);
+                    for p in table.iter() {
+                        if p.ppid != self_pid || !seen.insert((p.pid, p.starttime)) {
+                            continue;
+                        }
+                        let orphan = !p.zombie
+                            && !protected.contains(&p.pid)
+                            && !not_orphans.contains(&p.pid)
+                            && !others.owns(os, p.pid);
+                        if orphan {
+                            c.signalled.entry(p.pid).or_insert(p.starttime);
+                        }
+                    }
+                }
                 if let Some(interp) = interp.filter(|_| t.python) {
                     set.extend(procs::descendants_except(os, table, interp, &others));
                 }

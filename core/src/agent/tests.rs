@@ -618,8 +618,10 @@ fn a_cell_whose_shim_died_stays_owned_while_its_cgroup_has_members() {
 /// Without a cgroup: what the killed shim's tree held was reparented to
 /// the daemon (a subreaper), and the cell's session and marker still
 /// name the rest. All of it is the cell's — a `setsid env -i` daemon
-/// (86, only the reparenting ties it to the cell) and what it forks later
-/// included — and nothing else: the leftover cell 1 reported (70, no
+/// (86, only the reparenting ties it to the cell), what it forks later
+/// and what comes back to the daemon after its first look (88, double-
+/// forked by a process that ignored the TERM) included — and nothing
+/// else: the leftover cell 1 reported (70, no
 /// marker, orphaned by the same kill of every shim) and a process
 /// carrying another cell's marker (71), children of the daemon too, are
 /// never signalled.
@@ -688,11 +690,15 @@ fn a_killed_shims_orphans_session_and_marker_are_ended_without_a_cgroup() {
     assert!(os.signals.iter().all(|s| s.1 == Signal::Term));
     assert!(!has_done(&os, &cell.journal()));
     // The shell and its session child die of the TERM; 83 and 86 ignore
-    // it, and 86 forks 87 (no marker, its own session).
+    // it, and 86 forks 87 (no marker, its own session); what 83 double-
+    // forked since, 88 (no marker, its own session), came back to the
+    // daemon after its first look. 70, an earlier cell's leftover the
+    // daemon has seen since that look, is not this cell's.
     for pid in [81, 82] {
         os.procs.remove(&pid);
     }
     os.add(proc_(87, 86, 87));
+    os.add(proc_(88, 10, 88));
     os.now = 110;
     let _ = d.tick(&mut os);
     let killed: BTreeSet<Pid> = os
@@ -701,7 +707,7 @@ fn a_killed_shims_orphans_session_and_marker_are_ended_without_a_cgroup() {
         .filter(|s| s.1 == Signal::Kill)
         .map(|s| s.0)
         .collect();
-    assert_eq!(killed, BTreeSet::from([83, 86, 87]), "{:?}", os.signals);
+    assert_eq!(killed, BTreeSet::from([83, 86, 87, 88]), "{:?}", os.signals);
     os.now = 120;
     let _ = d.tick(&mut os);
     assert!(has_done(&os, &cell.journal()));
