@@ -146,8 +146,8 @@ struct Track {
     /// shim's death: at the first look every one (but what is known to
     /// be another's) came back from the shim's tree, at a later one only
     /// one not seen before did (an earlier cell's leftover whose track
-    /// went since is not this cell's). `None` before the first look.
-    children_seen: Option<BTreeSet<(Pid, u64)>>,
+    /// went since is not this cell's).
+    children_seen: BTreeSet<(Pid, u64)>,
     /// The shim's death was written (its result settled, for the
     /// escalation that ends what the cell still runs to finish); until
     /// then it is tried again each tick (a full disk).
@@ -175,7 +175,7 @@ impl Track {
             cgroup_checked: false,
             linger_recheck: None,
             shim_death_seen: false,
-            children_seen: None,
+            children_seen: BTreeSet::new(),
             shim_death_told: false,
             state_orphaned: false,
         }
@@ -771,9 +771,8 @@ impl Daemon {
                     // taken later (`children_seen`). (A Python cell's
                     // processes are the interpreter's descendants, found
                     // below while it still lives.)
-                    let seen = t.children_seen.get_or_insert_with(BTreeSet::new);
                     for p in table.iter() {
-                        if p.ppid != self_pid || !seen.insert((p.pid, p.starttime)) {
+                        if p.ppid != self_pid || !t.children_seen.insert((p.pid, p.starttime)) {
                             continue;
                         }
                         let orphan = !p.zombie
